@@ -1,0 +1,52 @@
+# tensorgc: a self-documenting Makefile. `make help` lists the targets.
+PYTHON ?= python3
+PYTEST_ARGS ?= -q
+TORCH_VERSION ?= 2.13.0
+SO := tensorgc/_tensorgc$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+SOURCES := $(wildcard cycles/*.c cycles/*.h include/tensorgc/*.h reporter/*.c allocator/*.c) setup.py
+SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
+
+.DEFAULT_GOAL := build
+.PHONY: help deps build test demo bench valgrind asan clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+
+deps: ## Install what is missing: Graphviz headers (apt), torch==2.13.0 CPU build and pytest (pip)
+	@if ! pkg-config --exists libgvc libcgraph 2>/dev/null; then \
+	  echo "tensorgc: installing Graphviz's C library (libgraphviz-dev, pkg-config)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libgraphviz-dev pkg-config; \
+	fi
+	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q "torch==$(TORCH_VERSION)"
+	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
+	@$(PYTHON) -c "import setuptools, wheel" 2>/dev/null || $(PYTHON) -m pip install -q setuptools wheel
+
+$(SO): $(SOURCES)
+	TENSORGC_WERROR=1 $(PYTHON) setup.py -q build_ext --inplace
+
+build: $(SO) ## Build the extension in place (warnings are errors)
+
+test: deps build ## Run the test suite (TENSORGC_TEST_DEVICE=cuda for CUDA tensors)
+	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+
+demo: deps build ## Run a leak with the detector on: prints the summary and the HTML page's path
+	$(PYTHON) demos/run_all.py
+
+bench: deps build ## Run the benchmarks (B1 overhead, B2 reporting cost); see docs/benchmarks.md
+	$(PYTHON) bench/run_all.py
+
+valgrind: deps ## Run the C-heavy tests under valgrind (memcheck, errors fail)
+	rm -f $(SO); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O0 -g" $(PYTHON) setup.py -q build_ext --inplace --force
+	PYTHONMALLOC=malloc valgrind --error-exitcode=99 --quiet --suppressions=tests/valgrind.supp \
+	  $(PYTHON) -m pytest tests/test_graph_engine.py tests/test_cycles.py -q -x -p no:cacheprovider
+	rm -f $(SO)
+
+asan: deps ## Build with AddressSanitizer and run the tests
+	rm -f $(SO); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	  TENSORGC_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) setup.py -q build_ext --inplace --force
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0 $(PYTHON) -m pytest tests -q -x
+	rm -f $(SO)
+
+clean: ## Remove build products
+	rm -rf build dist *.egg-info tensorgc/*.so

@@ -1,0 +1,361 @@
+/* graph.c: tensorgc's graph engine (contract in include/tensorgc/graph.h). Plain C, no Python,
+ * so it is unit-tested through ctypes (tests/test_graph_engine.py) and stays valgrind-clean.
+ * Everything is iterative: a 10-million-node ring is fine, the C stack is never the limit. */
+#include "tensorgc/graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int
+graph__csr(uint32_t n, uint32_t m, const uint32_t *key, const uint32_t *val,
+           uint32_t **off_out, uint32_t **val_out)
+{
+    uint32_t *off = calloc((size_t)n + 1, sizeof(uint32_t));
+    uint32_t *out = malloc((m ? m : 1) * sizeof(uint32_t));
+    if (off == NULL || out == NULL) {
+        free(off);
+        free(out);
+        return -1;
+    }
+    for (uint32_t e = 0; e < m; e++) {
+        off[key[e] + 1]++;
+    }
+    for (uint32_t v = 0; v < n; v++) {
+        off[v + 1] += off[v];
+    }
+    /* Stable placement keeps parallel edges in the caller's order (edge names depend on it). */
+    uint32_t *fill = malloc(((size_t)n + 1) * sizeof(uint32_t));
+    if (fill == NULL) {
+        free(off);
+        free(out);
+        return -1;
+    }
+    memcpy(fill, off, ((size_t)n + 1) * sizeof(uint32_t));
+    for (uint32_t e = 0; e < m; e++) {
+        out[fill[key[e]]++] = val[e];
+    }
+    free(fill);
+    *off_out = off;
+    *val_out = out;
+    return 0;
+}
+
+int
+tgc_graph_build(tgc_graph *g, uint32_t n, uint32_t m, const uint32_t *src, const uint32_t *dst)
+{
+    memset(g, 0, sizeof(*g));
+    g->n = n;
+    g->m = m;
+    if (graph__csr(n, m, src, dst, &g->out_off, &g->out_dst) < 0) {
+        return -1;
+    }
+    if (graph__csr(n, m, dst, src, &g->in_off, &g->in_src) < 0) {
+        tgc_graph_free(g);
+        return -1;
+    }
+    return 0;
+}
+
+void
+tgc_graph_free(tgc_graph *g)
+{
+    free(g->out_off);
+    free(g->out_dst);
+    free(g->in_off);
+    free(g->in_src);
+    memset(g, 0, sizeof(*g));
+}
+
+int
+tgc_scc(const tgc_graph *g, uint32_t *scc, uint32_t *nscc)
+{
+    const uint32_t n = g->n;
+    uint32_t *index = malloc((n ? n : 1) * sizeof(uint32_t));
+    uint32_t *low = malloc((n ? n : 1) * sizeof(uint32_t));
+    uint32_t *stack = malloc((n ? n : 1) * sizeof(uint32_t));    /* Tarjan's node stack */
+    uint32_t *call_v = malloc((n ? n : 1) * sizeof(uint32_t));   /* the explicit call stack */
+    uint32_t *call_e = malloc((n ? n : 1) * sizeof(uint32_t));   /* next edge to look at */
+    uint8_t *on_stack = calloc(n ? n : 1, 1);
+    if (!index || !low || !stack || !call_v || !call_e || !on_stack) {
+        goto error;
+    }
+    for (uint32_t v = 0; v < n; v++) {
+        index[v] = TGC_NONE;
+    }
+    uint32_t next_index = 0, sp = 0, comps = 0;
+    for (uint32_t root = 0; root < n; root++) {
+        if (index[root] != TGC_NONE) {
+            continue;
+        }
+        uint32_t depth = 0;
+        call_v[depth] = root;
+        call_e[depth] = g->out_off[root];
+        index[root] = low[root] = next_index++;
+        stack[sp++] = root;
+        on_stack[root] = 1;
+        depth = 1;
+        while (depth > 0) {
+            uint32_t v = call_v[depth - 1];
+            if (call_e[depth - 1] < g->out_off[v + 1]) {
+                uint32_t w = g->out_dst[call_e[depth - 1]++];
+                if (index[w] == TGC_NONE) {
+                    index[w] = low[w] = next_index++;
+                    stack[sp++] = w;
+                    on_stack[w] = 1;
+                    call_v[depth] = w;
+                    call_e[depth] = g->out_off[w];
+                    depth++;
+                }
+                else if (on_stack[w] && index[w] < low[v]) {
+                    low[v] = index[w];
+                }
+                continue;
+            }
+            /* v is finished */
+            if (low[v] == index[v]) {
+                uint32_t w;
+                do {
+                    w = stack[--sp];
+                    on_stack[w] = 0;
+                    scc[w] = comps;
+                } while (w != v);
+                comps++;
+            }
+            depth--;
+            if (depth > 0) {
+                uint32_t u = call_v[depth - 1];
+                if (low[v] < low[u]) {
+                    low[u] = low[v];
+                }
+            }
+        }
+    }
+    *nscc = comps;
+    free(index); free(low); free(stack); free(call_v); free(call_e); free(on_stack);
+    return 0;
+error:
+    free(index); free(low); free(stack); free(call_v); free(call_e); free(on_stack);
+    return -1;
+}
+
+static uint32_t
+graph__find(uint32_t *parent, uint32_t v)
+{
+    while (parent[v] != v) {
+        parent[v] = parent[parent[v]];  /* path halving */
+        v = parent[v];
+    }
+    return v;
+}
+
+void
+tgc_analysis_free(tgc_analysis *a)
+{
+    free(a->scc);
+    free(a->cyclic);
+    free(a->role);
+    free(a->group);
+    memset(a, 0, sizeof(*a));
+}
+
+int
+tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
+{
+    const uint32_t n = g->n;
+    const size_t nn = n ? n : 1;
+    uint8_t *reach = NULL;
+    uint32_t *order = NULL, *start = NULL, *queue = NULL, *parent = NULL, *uf = NULL;
+
+    memset(a, 0, sizeof(*a));
+    a->scc = malloc(nn * sizeof(uint32_t));
+    a->role = calloc(nn, 1);
+    a->group = malloc(nn * sizeof(uint32_t));
+    if (!a->scc || !a->role || !a->group) {
+        goto error;
+    }
+    if (tgc_scc(g, a->scc, &a->nscc) < 0) {
+        goto error;
+    }
+    const size_t nc = a->nscc ? a->nscc : 1;
+    a->cyclic = calloc(nc, 1);
+    reach = calloc(nc, 1);
+    start = calloc(nc + 1, sizeof(uint32_t));
+    order = malloc(nn * sizeof(uint32_t));
+    if (!a->cyclic || !reach || !start || !order) {
+        goto error;
+    }
+
+    /* Nodes bucketed by component (counting sort), so components can be visited sinks first. */
+    for (uint32_t v = 0; v < n; v++) {
+        start[a->scc[v] + 1]++;
+    }
+    for (uint32_t c = 0; c < a->nscc; c++) {
+        start[c + 1] += start[c];
+        if (start[c + 1] - start[c] > 1) {
+            a->cyclic[c] = 1;
+        }
+    }
+    {
+        uint32_t *fill = malloc(nc * sizeof(uint32_t));
+        if (fill == NULL) {
+            goto error;
+        }
+        memcpy(fill, start, nc * sizeof(uint32_t));
+        for (uint32_t v = 0; v < n; v++) {
+            order[fill[a->scc[v]]++] = v;
+        }
+        free(fill);
+    }
+    /* Self-loops make a one-node component cyclic; reach flows from successors (lower numbers). */
+    for (uint32_t c = 0; c < a->nscc; c++) {
+        for (uint32_t i = start[c]; i < start[c + 1]; i++) {
+            uint32_t v = order[i];
+            if (is_target[v]) {
+                reach[c] = 1;
+            }
+            for (uint32_t e = g->out_off[v]; e < g->out_off[v + 1]; e++) {
+                uint32_t w = g->out_dst[e];
+                if (w == v) {
+                    a->cyclic[c] = 1;
+                }
+                else if (a->scc[w] != c && reach[a->scc[w]]) {
+                    reach[c] = 1;
+                }
+            }
+        }
+    }
+
+    /* Multi-source BFS from every kept cycle: the BFS tree holds a shortest path from the
+     * cycles to each target they reach. */
+    queue = malloc(nn * sizeof(uint32_t));
+    parent = malloc(nn * sizeof(uint32_t));
+    if (!queue || !parent) {
+        goto error;
+    }
+    uint32_t head = 0, tail = 0;
+    for (uint32_t v = 0; v < n; v++) {
+        parent[v] = TGC_NONE;
+        uint32_t c = a->scc[v];
+        if (a->cyclic[c] && reach[c]) {
+            a->role[v] |= TGC_ROLE_CYCLE;
+            parent[v] = v;
+            queue[tail++] = v;
+        }
+    }
+    while (head < tail) {
+        uint32_t v = queue[head++];
+        for (uint32_t e = g->out_off[v]; e < g->out_off[v + 1]; e++) {
+            uint32_t w = g->out_dst[e];
+            if (parent[w] == TGC_NONE) {
+                parent[w] = v;
+                queue[tail++] = w;
+            }
+        }
+    }
+    for (uint32_t t = 0; t < n; t++) {
+        if (!is_target[t] || parent[t] == TGC_NONE) {
+            continue;
+        }
+        a->role[t] |= TGC_ROLE_TARGET;
+        for (uint32_t v = t; !(a->role[v] & TGC_ROLE_CYCLE); v = parent[v]) {
+            if (v != t && (a->role[v] & TGC_ROLE_PATH)) {
+                break;  /* the rest of this path is already marked */
+            }
+            a->role[v] |= TGC_ROLE_PATH;
+        }
+    }
+
+    /* Groups: weakly connected components of the kept nodes (union-find). */
+    uf = malloc(nn * sizeof(uint32_t));
+    if (uf == NULL) {
+        goto error;
+    }
+    for (uint32_t v = 0; v < n; v++) {
+        uf[v] = v;
+    }
+    for (uint32_t v = 0; v < n; v++) {
+        if (!a->role[v]) {
+            continue;
+        }
+        for (uint32_t e = g->out_off[v]; e < g->out_off[v + 1]; e++) {
+            uint32_t w = g->out_dst[e];
+            if (a->role[w]) {
+                uint32_t rv = graph__find(uf, v), rw = graph__find(uf, w);
+                if (rv != rw) {
+                    uf[rv] = rw;
+                }
+            }
+        }
+    }
+    /* Number groups densely in node order; reuse parent[] as the root -> group map. */
+    for (uint32_t v = 0; v < n; v++) {
+        parent[v] = TGC_NONE;
+    }
+    a->ngroups = 0;
+    a->kept = 0;
+    for (uint32_t v = 0; v < n; v++) {
+        if (!a->role[v]) {
+            a->group[v] = TGC_NONE;
+            continue;
+        }
+        a->kept++;
+        uint32_t r = graph__find(uf, v);
+        if (parent[r] == TGC_NONE) {
+            parent[r] = a->ngroups++;
+        }
+        a->group[v] = parent[r];
+    }
+
+    free(reach); free(order); free(start); free(queue); free(parent); free(uf);
+    return 0;
+error:
+    free(reach); free(order); free(start); free(queue); free(parent); free(uf);
+    tgc_analysis_free(a);
+    return -1;
+}
+
+long
+tgc_pick(const tgc_graph *g, const tgc_analysis *a, uint32_t group, uint32_t budget,
+         uint8_t *draw)
+{
+    const uint32_t n = g->n;
+    uint32_t *queue = malloc((n ? n : 1) * sizeof(uint32_t));
+    if (queue == NULL) {
+        return -1;
+    }
+    uint32_t head = 0, tail = 0;
+    /* Seeds: the group's targets first, then (if there is room) one cycle node so a ring whose
+     * targets are all far apart still shows its cycle. */
+    for (int pass = 0; pass < 2 && tail < budget; pass++) {
+        for (uint32_t v = 0; v < n && tail < budget; v++) {
+            if (a->group[v] != group || draw[v]) {
+                continue;
+            }
+            int seed = pass == 0 ? (a->role[v] & TGC_ROLE_TARGET) != 0
+                                 : (a->role[v] & TGC_ROLE_CYCLE) != 0;
+            if (seed) {
+                draw[v] = 1;
+                queue[tail++] = v;
+                if (pass == 1) {
+                    break;
+                }
+            }
+        }
+    }
+    while (head < tail && tail < budget) {
+        uint32_t v = queue[head++];
+        for (int dir = 0; dir < 2 && tail < budget; dir++) {
+            const uint32_t *off = dir ? g->out_off : g->in_off;
+            const uint32_t *adj = dir ? g->out_dst : g->in_src;
+            for (uint32_t e = off[v]; e < off[v + 1] && tail < budget; e++) {
+                uint32_t w = adj[e];
+                if (a->group[w] == group && !draw[w]) {
+                    draw[w] = 1;
+                    queue[tail++] = w;
+                }
+            }
+        }
+    }
+    free(queue);
+    return (long)tail;
+}

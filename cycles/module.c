@@ -1,0 +1,614 @@
+/* module.c: the Python binding of tensorgc's cycle detector (module tensorgc._tensorgc). It only
+ * converts arguments and results; the work is in hook.c (gc callback), report.c (analysis),
+ * names.c (labels), render.c (Graphviz, HTML) and graph.c (the graph engine).
+ * Multi-phase init, per-module state, heap types with GC support. */
+#include "tgc.h"
+
+static struct PyModuleDef module_def;
+
+tgc_state *
+tgc_state_of(PyObject *module)
+{
+    return module ? (tgc_state *)PyModule_GetState(module) : NULL;
+}
+
+static tgc_state *
+state_of_type(PyTypeObject *tp)
+{
+    return tgc_state_of(PyType_GetModule(tp));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Handle                                                                                      */
+
+static int
+handle_traverse(tgc_handle *h, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(h));
+    Py_VISIT(h->module);
+    Py_VISIT(h->callback);
+    Py_VISIT(h->filter.predicate);
+    return 0;
+}
+
+static int
+handle_clear(tgc_handle *h)
+{
+    Py_CLEAR(h->module);
+    Py_CLEAR(h->callback);
+    tgc_filter_clear(&h->filter);
+    return 0;
+}
+
+static void
+handle_dealloc(tgc_handle *h)
+{
+    PyTypeObject *tp = Py_TYPE(h);
+    PyObject_GC_UnTrack(h);
+    handle_clear(h);
+    tp->tp_free(h);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+handle_remove(tgc_handle *h, PyObject *Py_UNUSED(ignored))
+{
+    if (tgc_hook_remove(h) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+handle_call(tgc_handle *h, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "remove() takes no arguments");
+        return NULL;
+    }
+    return handle_remove(h, NULL);
+}
+
+static PyObject *
+handle_enter(tgc_handle *h, PyObject *Py_UNUSED(ignored))
+{
+    return Py_NewRef(h);
+}
+
+static PyObject *
+handle_exit(tgc_handle *h, PyObject *Py_UNUSED(args))
+{
+    if (tgc_hook_remove(h) < 0) {
+        return NULL;
+    }
+    Py_RETURN_FALSE;
+}
+
+static PyObject *
+handle_get_active(tgc_handle *h, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(h->module != NULL);
+}
+
+static PyObject *
+handle_repr(tgc_handle *h)
+{
+    static const char *kinds[] = {"observe_garbage", "observe_cycles", "observe_tensor_cycles"};
+    return PyUnicode_FromFormat("<tensorgc.Handle %s %R%s>", kinds[h->kind], h->callback,
+                                h->module ? "" : " (removed)");
+}
+
+static PyMethodDef handle_methods[] = {
+    {"remove", (PyCFunction)handle_remove, METH_NOARGS, "Unregister; harmless when repeated."},
+    {"__enter__", (PyCFunction)handle_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)handle_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef handle_getset[] = {
+    {"active", (getter)handle_get_active, NULL, "True until removed.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot handle_slots[] = {
+    {Py_tp_doc, "A registered observer. Call it, or use it as a context manager, to remove it."},
+    {Py_tp_traverse, handle_traverse},
+    {Py_tp_clear, handle_clear},
+    {Py_tp_dealloc, handle_dealloc},
+    {Py_tp_call, handle_call},
+    {Py_tp_repr, handle_repr},
+    {Py_tp_methods, handle_methods},
+    {Py_tp_getset, handle_getset},
+    {0, NULL},
+};
+
+static PyType_Spec handle_spec = {
+    .name = "tensorgc.Handle",
+    .basicsize = sizeof(tgc_handle),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = handle_slots,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* CycleReport                                                                                 */
+
+static int
+report_traverse(tgc_report *r, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(r));
+    Py_VISIT(r->text);
+    Py_VISIT(r->dot);
+    Py_VISIT(r->tensors);
+    Py_VISIT(r->groups);
+    Py_VISIT(r->edges);
+    Py_VISIT(r->hints);
+    Py_VISIT(r->svg);
+    Py_VISIT(r->html);
+    Py_VISIT(r->svg_error);
+    return 0;
+}
+
+static int
+report_clear(tgc_report *r)
+{
+    Py_CLEAR(r->text);
+    Py_CLEAR(r->dot);
+    Py_CLEAR(r->tensors);
+    Py_CLEAR(r->groups);
+    Py_CLEAR(r->edges);
+    Py_CLEAR(r->hints);
+    Py_CLEAR(r->svg);
+    Py_CLEAR(r->html);
+    Py_CLEAR(r->svg_error);
+    return 0;
+}
+
+static void
+report_dealloc(tgc_report *r)
+{
+    PyTypeObject *tp = Py_TYPE(r);
+    PyObject_GC_UnTrack(r);
+    report_clear(r);
+    tp->tp_free(r);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+report_get_svg(tgc_report *r, void *Py_UNUSED(closure))
+{
+    return tgc_report_svg(state_of_type(Py_TYPE(r)), r);
+}
+
+static PyObject *
+report_get_html(tgc_report *r, void *Py_UNUSED(closure))
+{
+    return tgc_report_html(state_of_type(Py_TYPE(r)), r);
+}
+
+static PyObject *
+report_repr_html(tgc_report *r, PyObject *Py_UNUSED(ignored))
+{
+    return tgc_report_html(state_of_type(Py_TYPE(r)), r);
+}
+
+static PyObject *
+report_get_field(tgc_report *r, void *closure)
+{
+    PyObject *v = *(PyObject **)((char *)r + (Py_ssize_t)closure);
+    return v ? Py_NewRef(v) : Py_NewRef(Py_None);
+}
+
+static PyObject *
+report_get_nbytes(tgc_report *r, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(r->nbytes);
+}
+
+static PyObject *
+report_get_objects(tgc_report *r, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(r->objects);
+}
+
+static PyObject *
+report_get_garbage(tgc_report *r, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(r->garbage);
+}
+
+static PyObject *
+report_get_generation(tgc_report *r, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLong(r->generation);
+}
+
+static PyObject *
+report_repr(tgc_report *r)
+{
+    tgc_buf b = {0};
+    tgc_buf_printf(&b, "<tensorgc.CycleReport: generation %d, %zd tensors, ", r->generation,
+                   r->tensors ? PyList_GET_SIZE(r->tensors) : 0);
+    tgc_buf_bytes(&b, r->nbytes);
+    tgc_buf_printf(&b, ", %zd leak groups>", r->groups ? PyList_GET_SIZE(r->groups) : 0);
+    PyObject *s = b.oom ? PyErr_NoMemory() : PyUnicode_FromStringAndSize(b.data, (Py_ssize_t)b.len);
+    tgc_buf_free(&b);
+    return s;
+}
+
+#define FIELD(name, doc) \
+    {#name, (getter)report_get_field, NULL, doc, (void *)offsetof(tgc_report, name)}
+static PyGetSetDef report_getset[] = {
+    FIELD(text, "Plain-text summary with one line and one fix hint per group of leaks."),
+    FIELD(dot, "Graphviz DOT source of the drawing."),
+    FIELD(tensors, "One dict per tensor kept alive: shape, dtype, device, nbytes, data_ptr, stack, type."),
+    FIELD(groups, "One dict per group of identical leaks: count, objects, tensors, nbytes, cycle, hint, drawn."),
+    FIELD(edges, "Drawn references as (source type, label, target type)."),
+    FIELD(hints, "The fix hint of each group."),
+    {"svg", (getter)report_get_svg, NULL, "The drawing as SVG (rendered on first access).", NULL},
+    {"html", (getter)report_get_html, NULL, "A self-contained HTML page: table, text, picture.", NULL},
+    {"nbytes", (getter)report_get_nbytes, NULL, "Bytes held, each storage counted once.", NULL},
+    {"objects", (getter)report_get_objects, NULL, "Objects drawn.", NULL},
+    {"garbage", (getter)report_get_garbage, NULL, "Objects in the collection's garbage.", NULL},
+    {"generation", (getter)report_get_generation, NULL, "The generation collected.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+#undef FIELD
+
+static PyMethodDef report_methods[] = {
+    {"_repr_html_", (PyCFunction)report_repr_html, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *
+report_new(PyTypeObject *Py_UNUSED(tp), PyObject *Py_UNUSED(a), PyObject *Py_UNUSED(k))
+{
+    PyErr_SetString(PyExc_TypeError, "CycleReport objects are made by the collector hook");
+    return NULL;
+}
+
+static PyType_Slot report_slots[] = {
+    {Py_tp_doc, "What one garbage collection found: reference cycles that kept tensors alive."},
+    {Py_tp_new, report_new},
+    {Py_tp_traverse, report_traverse},
+    {Py_tp_clear, report_clear},
+    {Py_tp_dealloc, report_dealloc},
+    {Py_tp_repr, report_repr},
+    {Py_tp_getset, report_getset},
+    {Py_tp_methods, report_methods},
+    {0, NULL},
+};
+
+static PyType_Spec report_spec = {
+    .name = "tensorgc.CycleReport",
+    .basicsize = sizeof(tgc_report),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = report_slots,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Arguments                                                                                   */
+
+/* "cuda", "cpu:0", "any", a torch.device, or a predicate -> *f. */
+static int
+convert_device(PyObject *device, tgc_filter *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->index = -1;
+    PyObject *type = NULL, *index = NULL, *dev = NULL;
+    if (PyUnicode_Check(device)) {
+        if (PyUnicode_CompareWithASCIIString(device, "any") == 0) {
+            f->kind = TGC_DEV_ANY;
+            return 0;
+        }
+        PyObject *torch = PyImport_ImportModule("torch");
+        if (torch == NULL) {
+            return -1;
+        }
+        dev = PyObject_CallMethod(torch, "device", "O", device);
+        Py_DECREF(torch);
+        if (dev == NULL) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "device must be 'cuda', 'cpu', 'any', a device string such as 'cuda:1', "
+                         "a torch.device or a predicate; got %R", device);
+            return -1;
+        }
+    }
+    else if (strcmp(Py_TYPE(device)->tp_name, "torch.device") == 0) {
+        dev = Py_NewRef(device);
+    }
+    else if (PyCallable_Check(device)) {
+        f->kind = TGC_DEV_PREDICATE;
+        f->predicate = Py_NewRef(device);
+        return 0;
+    }
+    else {
+        PyErr_Format(PyExc_TypeError,
+                     "device must be a str, a torch.device or a callable, not %.100s",
+                     Py_TYPE(device)->tp_name);
+        return -1;
+    }
+    type = PyObject_GetAttrString(dev, "type");
+    index = type ? PyObject_GetAttrString(dev, "index") : NULL;
+    const char *t = index ? PyUnicode_AsUTF8(type) : NULL;
+    int rc = -1;
+    if (t != NULL) {
+        if (strlen(t) >= sizeof(f->type)) {
+            PyErr_Format(PyExc_ValueError, "device type %R is too long", type);
+        }
+        else {
+            f->kind = TGC_DEV_TYPE;
+            snprintf(f->type, sizeof(f->type), "%s", t);
+            f->index = index == Py_None ? -1 : (int)PyLong_AsLong(index);
+            rc = PyErr_Occurred() ? -1 : 0;
+        }
+    }
+    Py_XDECREF(dev);
+    Py_XDECREF(type);
+    Py_XDECREF(index);
+    return rc;
+}
+
+static PyObject *
+register_observer(PyObject *module, PyObject *callback, PyObject *device, int kind)
+{
+    tgc_state *st = tgc_state_of(module);
+    if (!PyCallable_Check(callback)) {
+        PyErr_Format(PyExc_TypeError, "the callback must be callable, not %.100s",
+                     Py_TYPE(callback)->tp_name);
+        return NULL;
+    }
+    tgc_handle *h = PyObject_GC_New(tgc_handle, st->handle_type);
+    if (h == NULL) {
+        return NULL;
+    }
+    h->module = NULL;
+    h->callback = Py_NewRef(callback);
+    h->kind = kind;
+    memset(&h->filter, 0, sizeof(h->filter));
+    PyObject_GC_Track((PyObject *)h);
+    if (kind != TGC_OBS_GARBAGE && convert_device(device, &h->filter) < 0) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    if (tgc_hook_add(st, module, h) < 0) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    return (PyObject *)h;
+}
+
+PyDoc_STRVAR(observe_garbage_doc,
+"observe_garbage(observer) -> Handle\n--\n\n"
+"Call observer(list_of_objects) for every collection that found cyclic garbage. The objects\n"
+"are freed afterwards unless the observer keeps them reachable.");
+
+static PyObject *
+observe_garbage(PyObject *module, PyObject *observer)
+{
+    return register_observer(module, observer, NULL, TGC_OBS_GARBAGE);
+}
+
+static PyObject *
+observe_common(PyObject *module, PyObject *args, PyObject *kwargs, int kind, const char *fmt)
+{
+    static char *kwlist[] = {"callback", "device", NULL};
+    PyObject *callback, *device = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, fmt, kwlist, &callback, &device)) {
+        return NULL;
+    }
+    PyObject *dflt = NULL;
+    if (device == NULL) {
+        dflt = device = PyUnicode_FromString("cuda");
+        if (dflt == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *h = register_observer(module, callback, device, kind);
+    Py_XDECREF(dflt);
+    return h;
+}
+
+PyDoc_STRVAR(observe_cycles_doc,
+"observe_cycles(callback, *, device='cuda') -> Handle\n--\n\n"
+"Call callback(CycleReport) once per collection whose garbage keeps tensors of `device` alive.\n"
+"device: 'cuda', 'cpu', 'any', a device string, a torch.device, or predicate(tensor) -> bool.");
+
+static PyObject *
+observe_cycles(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    return observe_common(module, args, kwargs, TGC_OBS_REPORT, "O|$O:observe_cycles");
+}
+
+PyDoc_STRVAR(observe_tensor_cycles_doc,
+"observe_tensor_cycles(callback, *, device='cuda') -> Handle\n--\n\n"
+"Drop-in for torch.utils.viz._cycles.observe_tensor_cycles: callback(html) for each such\n"
+"collection; the page is self-contained and works offline.");
+
+static PyObject *
+observe_tensor_cycles(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    return observe_common(module, args, kwargs, TGC_OBS_HTML, "O|$O:observe_tensor_cycles");
+}
+
+PyDoc_STRVAR(render_svg_doc,
+"render_svg(dot) -> str\n--\n\n"
+"Lay out a DOT graph with Graphviz's dot engine and return SVG. Raises GraphvizError.");
+
+static PyObject *
+render_svg(PyObject *module, PyObject *arg)
+{
+    tgc_state *st = tgc_state_of(module);
+    Py_ssize_t n;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "dot must be str, not %.100s", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    const char *dot = PyUnicode_AsUTF8AndSize(arg, &n);
+    if (dot == NULL) {
+        return NULL;
+    }
+    if ((Py_ssize_t)strlen(dot) != n) {
+        PyErr_SetString(PyExc_ValueError, "dot contains a NUL character");
+        return NULL;
+    }
+    char *svg = NULL, err[640] = "";
+    size_t len = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tgc_render_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_SetString(st->error_type, err);
+        return NULL;
+    }
+    PyObject *r = PyUnicode_DecodeUTF8(svg, (Py_ssize_t)len, "replace");
+    free(svg);
+    return r;
+}
+
+PyDoc_STRVAR(shutdown_doc,
+"_shutdown()\n--\n\nRemove every observer and the gc hook (registered with atexit).");
+
+static PyObject *
+shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    tgc_state *st = tgc_state_of(module);
+    while (st->observers != NULL && PyList_GET_SIZE(st->observers) > 0) {
+        tgc_handle *h = (tgc_handle *)PyList_GET_ITEM(st->observers, 0);
+        Py_INCREF(h);
+        int rc = tgc_hook_remove(h);
+        Py_DECREF(h);
+        if (rc < 0) {
+            return NULL;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+observer_count(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromSsize_t(PyList_GET_SIZE(tgc_state_of(module)->observers));
+}
+
+static PyMethodDef module_methods[] = {
+    {"observe_garbage", (PyCFunction)observe_garbage, METH_O, observe_garbage_doc},
+    {"observe_cycles", (PyCFunction)(void (*)(void))observe_cycles, METH_VARARGS | METH_KEYWORDS,
+     observe_cycles_doc},
+    {"observe_tensor_cycles", (PyCFunction)(void (*)(void))observe_tensor_cycles,
+     METH_VARARGS | METH_KEYWORDS, observe_tensor_cycles_doc},
+    {"render_svg", (PyCFunction)render_svg, METH_O, render_svg_doc},
+    {"_shutdown", (PyCFunction)shutdown, METH_NOARGS, shutdown_doc},
+    {"_observer_count", (PyCFunction)observer_count, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+/* The gc.callbacks entry, bound to the module so it finds the state. */
+static PyMethodDef hook_def = {
+    "_gc_hook", (PyCFunction)(void (*)(void))tgc_hook_callback, METH_FASTCALL,
+    "tensorgc's gc callback (internal).",
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Module                                                                                      */
+
+static int
+module_exec(PyObject *module)
+{
+    tgc_state *st = tgc_state_of(module);
+    st->report_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &report_spec, NULL);
+    if (st->report_type == NULL || PyModule_AddType(module, st->report_type) < 0) {
+        return -1;
+    }
+    st->handle_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &handle_spec, NULL);
+    if (st->handle_type == NULL || PyModule_AddType(module, st->handle_type) < 0) {
+        return -1;
+    }
+    st->error_type = PyErr_NewExceptionWithDoc(
+        "tensorgc.GraphvizError", "Graphviz could not lay out or render a graph.",
+        PyExc_RuntimeError, NULL);
+    if (st->error_type == NULL || PyModule_AddObjectRef(module, "GraphvizError", st->error_type) < 0) {
+        return -1;
+    }
+    st->gc_module = PyImport_ImportModule("gc");
+    st->observers = PyList_New(0);
+    st->hook = PyCFunction_NewEx(&hook_def, module, NULL);
+    if (st->gc_module == NULL || st->observers == NULL || st->hook == NULL) {
+        return -1;
+    }
+    return 0;
+}
+
+static int
+module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    tgc_state *st = tgc_state_of(module);
+    Py_VISIT(st->report_type);
+    Py_VISIT(st->handle_type);
+    Py_VISIT(st->error_type);
+    Py_VISIT(st->gc_module);
+    Py_VISIT(st->observers);
+    Py_VISIT(st->hook);
+    Py_VISIT(st->logger);
+    Py_VISIT(st->tensor_type);
+    Py_VISIT(st->torch_get_shape);
+    Py_VISIT(st->torch_get_dtype);
+    Py_VISIT(st->torch_get_device);
+    Py_VISIT(st->torch_untyped_storage);
+    Py_VISIT(st->torch_is_sparse_getter);
+    Py_VISIT(st->torch_no_subclass_dispatch);
+    Py_VISIT(st->garbage);
+    return 0;
+}
+
+static int
+module_clear(PyObject *module)
+{
+    tgc_state *st = tgc_state_of(module);
+    Py_CLEAR(st->report_type);
+    Py_CLEAR(st->handle_type);
+    Py_CLEAR(st->error_type);
+    Py_CLEAR(st->gc_module);
+    Py_CLEAR(st->observers);
+    Py_CLEAR(st->hook);
+    Py_CLEAR(st->logger);
+    Py_CLEAR(st->tensor_type);
+    Py_CLEAR(st->torch_get_shape);
+    Py_CLEAR(st->torch_get_dtype);
+    Py_CLEAR(st->torch_get_device);
+    Py_CLEAR(st->torch_untyped_storage);
+    Py_CLEAR(st->torch_is_sparse_getter);
+    Py_CLEAR(st->torch_no_subclass_dispatch);
+    Py_CLEAR(st->garbage);
+    return 0;
+}
+
+static void
+module_free(void *module)
+{
+    module_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "tensorgc._tensorgc",
+    .m_doc = "tensorgc's C core: a cheap reference-cycle detector for tensors.",
+    .m_size = sizeof(tgc_state),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC
+PyInit__tensorgc(void)
+{
+    return PyModuleDef_Init(&module_def);
+}

@@ -1,0 +1,484 @@
+/* names.c: names the references of garbage objects ("one edge per reference") and describes the
+ * objects themselves, with nothing but C-level field reads: no properties, no __getattr__, and a
+ * user __repr__ only through tgc_describe, where failures are caught.
+ * report.c calls it for the objects it draws; hook.c never does. */
+#include "tgc.h"
+
+#include <frameobject.h>
+
+static int
+names__add(tgc_names *ns, PyObject *target, PyObject *via, PyObject *label /* stolen */)
+{
+    if (label == NULL) {
+        return -1;
+    }
+    if (target == NULL) {
+        Py_DECREF(label);
+        return 0;
+    }
+    if (ns->n == ns->cap) {
+        size_t cap = ns->cap ? ns->cap * 2 : 16;
+        tgc_name *p = PyMem_Realloc(ns->items, cap * sizeof(tgc_name));
+        if (p == NULL) {
+            Py_DECREF(label);
+            PyErr_NoMemory();
+            return -1;
+        }
+        ns->items = p;
+        ns->cap = cap;
+    }
+    ns->items[ns->n].target = target;
+    ns->items[ns->n].via = via;
+    ns->items[ns->n].label = label;
+    ns->items[ns->n].used = 0;
+    ns->n++;
+    return 0;
+}
+
+static int
+names__fixed(tgc_names *ns, PyObject *target, const char *label)
+{
+    return target ? names__add(ns, target, NULL, PyUnicode_FromString(label)) : 0;
+}
+
+static void
+names__fold(tgc_names *ns, PyObject *container)
+{
+    if (container != NULL && ns->nfolds < (int)(sizeof(ns->folds) / sizeof(ns->folds[0]))) {
+        ns->folds[ns->nfolds++] = container;
+    }
+}
+
+void
+tgc_names_clear(tgc_names *ns)
+{
+    for (size_t i = 0; i < ns->n; i++) {
+        Py_DECREF(ns->items[i].label);
+    }
+    PyMem_Free(ns->items);
+    memset(ns, 0, sizeof(*ns));
+}
+
+PyObject *
+tgc_names_take(tgc_names *ns, PyObject *target, PyObject *via)
+{
+    for (size_t i = 0; i < ns->n; i++) {
+        tgc_name *e = &ns->items[i];
+        if (!e->used && e->target == target && e->via == via) {
+            e->used = 1;
+            return e->label;
+        }
+    }
+    return NULL;
+}
+
+/* A dict key as it appears in a label: reprs of str/int/float/bytes/bool/None (C types whose repr
+ * runs no user code), the type name otherwise. Truncated to keep labels short. New reference. */
+static PyObject *
+names__key(PyObject *key)
+{
+    PyObject *r;
+    if (PyUnicode_CheckExact(key) || PyLong_CheckExact(key) || PyFloat_CheckExact(key) ||
+        PyBytes_CheckExact(key) || PyBool_Check(key) || key == Py_None) {
+        r = PyObject_Repr(key);
+    }
+    else {
+        r = PyUnicode_FromFormat("<%s>", Py_TYPE(key)->tp_name);
+    }
+    if (r != NULL && PyUnicode_GET_LENGTH(r) > 40) {
+        PyObject *cut = PyUnicode_Substring(r, 0, 39);
+        Py_SETREF(r, cut ? PyUnicode_FromFormat("%U\xe2\x80\xa6", cut) : NULL);
+        Py_XDECREF(cut);
+    }
+    return r;
+}
+
+static int
+names__dict_items(tgc_names *ns, PyObject *dict, PyObject *via, const char *fmt_attr)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(dict, &pos, &k, &v)) {
+        PyObject *label;
+        if (fmt_attr != NULL && PyUnicode_Check(k)) {
+            label = PyUnicode_FromFormat(fmt_attr, k);
+        }
+        else {
+            PyObject *kr = names__key(k);
+            label = kr ? PyUnicode_FromFormat("[%U]", kr) : NULL;
+            Py_XDECREF(kr);
+        }
+        if (names__add(ns, v, via, label) < 0) {
+            return -1;
+        }
+        if (fmt_attr == NULL && names__fixed(ns, k, "(key)") < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int
+names__sequence(tgc_names *ns, PyObject *seq, PyObject *via)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (names__add(ns, items[i], via, PyUnicode_FromFormat("[%zd]", i)) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Slots and C-level object members (T_OBJECT / T_OBJECT_EX), over the whole MRO. */
+static int
+names__members(tgc_names *ns, PyObject *obj)
+{
+    PyObject *mro = Py_TYPE(obj)->tp_mro;
+    if (mro == NULL || !PyTuple_Check(mro)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *tp = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (tp->tp_members == NULL) {
+            continue;
+        }
+        for (PyMemberDef *m = tp->tp_members; m->name != NULL; m++) {
+            if (m->type != T_OBJECT && m->type != T_OBJECT_EX) {
+                continue;
+            }
+            PyObject *v = *(PyObject **)((char *)obj + m->offset);
+            if (v != NULL && names__add(ns, v, NULL, PyUnicode_FromFormat(".%s", m->name)) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int
+names__function(tgc_names *ns, PyObject *obj)
+{
+    PyFunctionObject *f = (PyFunctionObject *)obj;
+    if (names__fixed(ns, f->func_code, "__code__") < 0 ||
+        names__fixed(ns, f->func_globals, "__globals__") < 0 ||
+        names__fixed(ns, f->func_module, "__module__") < 0 ||
+        names__fixed(ns, f->func_defaults, "__defaults__") < 0 ||
+        names__fixed(ns, f->func_kwdefaults, "__kwdefaults__") < 0 ||
+        names__fixed(ns, f->func_doc, "__doc__") < 0 ||
+        names__fixed(ns, f->func_name, "__name__") < 0 ||
+        names__fixed(ns, f->func_qualname, "__qualname__") < 0 ||
+        names__fixed(ns, f->func_annotations, "__annotations__") < 0 ||
+        names__fixed(ns, f->func_closure, "__closure__") < 0) {
+        return -1;
+    }
+    if (f->func_dict != NULL) {
+        if (names__fixed(ns, f->func_dict, "__dict__") < 0 ||
+            names__dict_items(ns, f->func_dict, f->func_dict, ".%U") < 0) {
+            return -1;
+        }
+        names__fold(ns, f->func_dict);
+    }
+    /* Closure variables by name: function -> tuple -> cell -> value is drawn as one edge. */
+    PyObject *closure = f->func_closure;
+    PyObject *freevars = closure ? PyObject_GetAttrString(f->func_code, "co_freevars") : NULL;
+    if (closure != NULL && freevars == NULL) {
+        PyErr_Clear();
+    }
+    if (closure != NULL && PyTuple_Check(closure)) {
+        names__fold(ns, closure);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(closure); i++) {
+            PyObject *cell = PyTuple_GET_ITEM(closure, i);
+            if (!PyCell_Check(cell)) {
+                continue;
+            }
+            PyObject *label;
+            if (freevars && PyTuple_Check(freevars) && i < PyTuple_GET_SIZE(freevars)) {
+                label = PyUnicode_FromFormat("closure %U", PyTuple_GET_ITEM(freevars, i));
+            }
+            else {
+                label = PyUnicode_FromFormat("closure [%zd]", i);
+            }
+            if (names__add(ns, PyCell_GET(cell), cell, label) < 0 ||
+                names__add(ns, cell, closure, PyUnicode_FromFormat("[%zd]", i)) < 0) {
+                Py_XDECREF(freevars);
+                return -1;
+            }
+            names__fold(ns, cell);
+        }
+    }
+    Py_XDECREF(freevars);
+    return 0;
+}
+
+static int
+names__frame(tgc_names *ns, PyObject *obj, PyObject *owned)
+{
+    PyFrameObject *frame = (PyFrameObject *)obj;
+    PyFrameObject *back = PyFrame_GetBack(frame);      /* new reference or NULL */
+    PyCodeObject *code = PyFrame_GetCode(frame);       /* new reference */
+    int rc = names__fixed(ns, (PyObject *)back, "f_back");
+    if (rc == 0) {
+        rc = names__fixed(ns, (PyObject *)code, "f_code");
+    }
+    Py_XDECREF(back);
+    Py_XDECREF(code);
+    if (rc < 0) {
+        return -1;
+    }
+    int owned_by_frame = 0;
+    PyObject *locals = tgc_compat_frame_locals(frame, &owned_by_frame);
+    if (locals == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (owned_by_frame && PyDict_Check(locals)) {
+        /* The frame now keeps this dict: whoever frees the garbage must count its references. */
+        if (owned != NULL && PyList_Append(owned, locals) < 0) {
+            Py_DECREF(locals);
+            return -1;
+        }
+        names__fold(ns, locals);
+    }
+    PyObject *items = PyMapping_Items(locals);
+    Py_DECREF(locals);
+    if (items == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *kv = PyList_GET_ITEM(items, i);
+        if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(kv, 0))) {
+            continue;
+        }
+        PyObject *k = PyTuple_GET_ITEM(kv, 0), *v = PyTuple_GET_ITEM(kv, 1);
+        /* The value may be referenced directly from the frame's fast locals, through the
+         * locals dict, or through a cell for variables closures share. */
+        if (names__add(ns, v, NULL, PyUnicode_FromFormat("local %U", k)) < 0 ||
+            names__add(ns, v, locals, PyUnicode_FromFormat("local %U", k)) < 0) {
+            Py_DECREF(items);
+            return -1;
+        }
+    }
+    Py_DECREF(items);
+    return 0;
+}
+
+int
+tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    int rc = 0;
+
+    if (PyDict_Check(obj)) {
+        rc = names__dict_items(ns, obj, NULL, NULL);
+    }
+    else if (PyList_Check(obj) || PyTuple_Check(obj)) {
+        rc = names__sequence(ns, obj, NULL);
+    }
+    else if (PyAnySet_Check(obj)) {
+        PyObject *it = PyObject_GetIter(obj), *item;
+        if (it == NULL) {
+            return -1;
+        }
+        while (rc == 0 && (item = PyIter_Next(it)) != NULL) {
+            rc = names__fixed(ns, item, "member");
+            Py_DECREF(item);  /* the set still holds it; we only keep the address */
+        }
+        Py_DECREF(it);
+        if (rc == 0 && PyErr_Occurred()) {
+            rc = -1;
+        }
+    }
+    else if (PyCell_Check(obj)) {
+        rc = names__fixed(ns, PyCell_GET(obj), "cell_contents");
+    }
+    else if (PyMethod_Check(obj)) {
+        rc = names__fixed(ns, PyMethod_GET_SELF(obj), "__self__");
+        if (rc == 0) {
+            rc = names__fixed(ns, PyMethod_GET_FUNCTION(obj), "__func__");
+        }
+    }
+    else if (PyFunction_Check(obj)) {
+        rc = names__function(ns, obj);
+    }
+    else if (PyFrame_Check(obj)) {
+        rc = names__frame(ns, obj, owned);
+    }
+    else if (PyTraceBack_Check(obj)) {
+        PyTracebackObject *tb = (PyTracebackObject *)obj;
+        rc = names__fixed(ns, (PyObject *)tb->tb_next, "tb_next");
+        if (rc == 0) {
+            rc = names__fixed(ns, (PyObject *)tb->tb_frame, "tb_frame");
+        }
+    }
+    if (rc < 0) {
+        return -1;
+    }
+    if (PyExceptionInstance_Check(obj)) {
+        PyObject *tb = PyException_GetTraceback(obj);     /* new references or NULL */
+        PyObject *ctx = PyException_GetContext(obj);
+        PyObject *cause = PyException_GetCause(obj);
+        rc = names__fixed(ns, tb, "__traceback__");
+        if (rc == 0) rc = names__fixed(ns, ctx, "__context__");
+        if (rc == 0) rc = names__fixed(ns, cause, "__cause__");
+        if (rc == 0) rc = names__fixed(ns, ((PyBaseExceptionObject *)obj)->args, "args");
+        Py_XDECREF(tb);
+        Py_XDECREF(ctx);
+        Py_XDECREF(cause);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    if (!PyType_Check(obj) && !PyModule_Check(obj) && !PyFunction_Check(obj)) {
+        /* Instance attributes, drawn as the owner's own edges (no separate __dict__ node). A
+         * dict made here (3.11+ keeps attributes inline until asked) now belongs to obj. */
+        PyObject *d = tgc_compat_instance_dict(obj);
+        if (d != NULL) {
+            if (PyDict_Check(d)) {
+                rc = names__fixed(ns, d, "__dict__");
+                if (rc == 0) rc = names__dict_items(ns, d, d, ".%U");
+                if (rc == 0) rc = names__dict_items(ns, d, NULL, ".%U");
+                if (rc == 0 && owned != NULL) rc = PyList_Append(owned, d);
+                names__fold(ns, d);
+            }
+            Py_DECREF(d);
+            if (rc < 0) {
+                return -1;
+            }
+        }
+    }
+    else if (PyModule_Check(obj)) {
+        PyObject *d = PyModule_GetDict(obj);  /* borrowed */
+        if (d != NULL && (names__fixed(ns, d, "__dict__") < 0 ||
+                          names__dict_items(ns, d, d, ".%U") < 0)) {
+            return -1;
+        }
+        names__fold(ns, d);
+    }
+    if (names__members(ns, obj) < 0) {
+        return -1;
+    }
+    if (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) {
+        return names__fixed(ns, (PyObject *)tp, "__class__");
+    }
+    return 0;
+}
+
+PyObject *
+tgc_type_name(PyObject *obj)
+{
+    const char *name = Py_TYPE(obj)->tp_name;
+    const char *dot = strrchr(name, '.');
+    return PyUnicode_FromString(dot ? dot + 1 : name);
+}
+
+/* repr() that cannot hurt: a raising or non-str __repr__ becomes a placeholder, newlines become
+ * spaces, and the result is cut to `limit` characters. New reference. */
+static PyObject *
+names__safe_repr(PyObject *obj, Py_ssize_t limit)
+{
+    PyObject *r = PyObject_Repr(obj);
+    if (r == NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        r = PyUnicode_FromFormat("<repr raised %s>",
+                                 type ? ((PyTypeObject *)type)->tp_name : "an error");
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return r;
+    }
+    if (PyUnicode_GET_LENGTH(r) > limit) {
+        PyObject *cut = PyUnicode_Substring(r, 0, limit - 1);
+        Py_SETREF(r, cut ? PyUnicode_FromFormat("%U\xe2\x80\xa6", cut) : NULL);
+        Py_XDECREF(cut);
+    }
+    return r;
+}
+
+PyObject *
+tgc_describe(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (PyDict_Check(obj)) {
+        return PyUnicode_FromFormat("%zd items", PyDict_GET_SIZE(obj));
+    }
+    if (PyList_Check(obj) || PyTuple_Check(obj)) {
+        return PyUnicode_FromFormat("%zd items", Py_SIZE(obj));
+    }
+    if (PyAnySet_Check(obj)) {
+        return PyUnicode_FromFormat("%zd items", PySet_GET_SIZE(obj));
+    }
+    if (PyFunction_Check(obj)) {
+        PyObject *q = ((PyFunctionObject *)obj)->func_qualname;
+        return q && PyUnicode_Check(q) ? Py_NewRef(q) : PyUnicode_FromString("");
+    }
+    if (PyMethod_Check(obj)) {
+        PyObject *f = PyMethod_GET_FUNCTION(obj);
+        PyObject *q = PyFunction_Check(f) ? ((PyFunctionObject *)f)->func_qualname : NULL;
+        return q && PyUnicode_Check(q) ? PyUnicode_FromFormat("bound %U", q)
+                                       : PyUnicode_FromString("bound method");
+    }
+    if (PyFrame_Check(obj)) {
+        PyCodeObject *code = PyFrame_GetCode((PyFrameObject *)obj);  /* new reference */
+        PyObject *r = PyUnicode_FromFormat("%U at %U:%d", code->co_name, code->co_filename,
+                                           PyFrame_GetLineNumber((PyFrameObject *)obj));
+        Py_DECREF(code);
+        return r;
+    }
+    if (PyTraceBack_Check(obj)) {
+        return PyUnicode_FromFormat("line %d", ((PyTracebackObject *)obj)->tb_lineno);
+    }
+    if (PyCode_Check(obj)) {
+        return PyUnicode_FromFormat("%U", ((PyCodeObject *)obj)->co_name);
+    }
+    if (PyModule_Check(obj)) {
+        const char *name = PyModule_GetName(obj);
+        if (name == NULL) {
+            PyErr_Clear();
+            name = "?";
+        }
+        return PyUnicode_FromString(name);
+    }
+    if (PyType_Check(obj)) {
+        return PyUnicode_FromString(((PyTypeObject *)obj)->tp_name);
+    }
+    if (PyCell_Check(obj)) {
+        return PyUnicode_FromString(PyCell_GET(obj) ? "" : "empty");
+    }
+    if (tp->tp_repr == PyBaseObject_Type.tp_repr) {
+        return PyUnicode_FromString("");  /* "<Foo object at 0x..>" says nothing the type does not */
+    }
+    return names__safe_repr(obj, 60);
+}
+
+int
+tgc_buf_pystr(tgc_buf *b, PyObject *s, int how)
+{
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    PyObject *bytes = NULL;
+    if (u == NULL) {
+        /* lone surrogates and the like */
+        PyErr_Clear();
+        bytes = PyUnicode_AsEncodedString(s, "utf-8", "backslashreplace");
+        if (bytes == NULL) {
+            return -1;
+        }
+        u = PyBytes_AS_STRING(bytes);
+        n = PyBytes_GET_SIZE(bytes);
+    }
+    if (how == 'd') {
+        tgc_buf_dot(b, u, (size_t)n);
+    }
+    else if (how == 'h') {
+        tgc_buf_html(b, u, (size_t)n);
+    }
+    else {
+        tgc_buf_add(b, u, (size_t)n);
+    }
+    Py_XDECREF(bytes);
+    return b->oom ? (PyErr_NoMemory(), -1) : 0;
+}

@@ -1,0 +1,1462 @@
+/* report.c: turns one collection's garbage into a CycleReport: which objects are tensors of
+ * interest (C type checks only), the reference graph restricted to the garbage (tp_traverse), the
+ * cycles that hold tensors (graph.c), identical leaks grouped, a bounded drawing in DOT, the text
+ * summary and fix hints. Rendering to SVG/HTML is lazy (render.c), on first access. */
+#include "tgc.h"
+#include "ptrmap.h"
+
+#define TGC_DRAW_BUDGET 300     /* object nodes drawn per report, summary nodes aside */
+#define TGC_DRAW_GROUPS 12      /* distinct leak shapes drawn; the rest are listed only */
+#define TGC_STACK_LINES 6       /* frames shown on a tensor node */
+
+/* ------------------------------------------------------------------------------------------ */
+/* torch, seen from C                                                                          */
+
+int
+tgc_torch_resolve(tgc_state *st)
+{
+    if (st->tensor_type != NULL) {
+        return 1;
+    }
+    PyObject *modules = PyImport_GetModuleDict();                    /* borrowed */
+    PyObject *C = modules ? PyDict_GetItemString(modules, "torch._C") : NULL;  /* borrowed */
+    if (C == NULL) {
+        return 0;
+    }
+    PyObject *tb = PyObject_GetAttrString(C, "TensorBase");
+    if (tb == NULL) {
+        PyErr_Clear();
+        tb = PyObject_GetAttrString(C, "_TensorBase");  /* torch < 2.2 */
+    }
+    if (tb == NULL || !PyType_Check(tb)) {
+        PyErr_Clear();
+        Py_XDECREF(tb);
+        return 0;  /* torch._C is still initialising */
+    }
+    /* Attributes of the C base class: getset descriptors and method descriptors, called
+     * directly so that a subclass's Python properties never run. */
+    PyObject *shape = PyObject_GetAttrString(tb, "shape");
+    PyObject *dtype = PyObject_GetAttrString(tb, "dtype");
+    PyObject *device = PyObject_GetAttrString(tb, "device");
+    PyObject *storage = PyObject_GetAttrString(tb, "untyped_storage");
+    PyObject *sparse = PyObject_GetAttrString(tb, "is_sparse");
+    if (!shape || !dtype || !device || !storage || !sparse ||
+        !Py_TYPE(shape)->tp_descr_get || !Py_TYPE(dtype)->tp_descr_get ||
+        !Py_TYPE(device)->tp_descr_get || !Py_TYPE(sparse)->tp_descr_get) {
+        PyErr_Clear();
+        Py_XDECREF(shape); Py_XDECREF(dtype); Py_XDECREF(device); Py_XDECREF(storage);
+        Py_XDECREF(sparse); Py_DECREF(tb);
+        return 0;
+    }
+    PyObject *nosub = PyObject_GetAttrString(C, "DisableTorchFunctionSubclass");
+    if (nosub == NULL) {
+        PyErr_Clear();  /* older torch: subclasses with __torch_function__ may dispatch */
+    }
+    st->tensor_type = tb;
+    st->torch_get_shape = shape;
+    st->torch_get_dtype = dtype;
+    st->torch_get_device = device;
+    st->torch_untyped_storage = storage;
+    st->torch_is_sparse_getter = sparse;
+    st->torch_no_subclass_dispatch = nosub;
+    return 1;
+}
+
+int
+tgc_is_tensor(tgc_state *st, PyObject *obj)
+{
+    return st->tensor_type != NULL && PyObject_TypeCheck(obj, (PyTypeObject *)st->tensor_type);
+}
+
+static PyObject *
+report__get(PyObject *descr, PyObject *obj)
+{
+    return Py_TYPE(descr)->tp_descr_get(descr, obj, (PyObject *)Py_TYPE(obj));
+}
+
+/* What a report needs of one tensor, in C form plus the dict that .tensors exposes. */
+typedef struct {
+    PyObject *info;        /* new reference: the dict of CycleReport.tensors */
+    PyObject *storage_key; /* new reference: (device str, storage data_ptr) for dedupe */
+    char dev_type[32];
+    int dev_index;
+    unsigned long long nbytes;
+    int is_cuda;
+} report_tensor;
+
+static int
+report__storage(tgc_state *st, PyObject *t, unsigned long long *nbytes, unsigned long long *ptr)
+{
+    PyObject *s = PyObject_CallOneArg(st->torch_untyped_storage, t);
+    if (s == NULL) {
+        return -1;
+    }
+    PyObject *nb = PyObject_CallMethod(s, "nbytes", NULL);
+    PyObject *dp = nb ? PyObject_CallMethod(s, "data_ptr", NULL) : NULL;
+    Py_DECREF(s);
+    if (dp == NULL) {
+        Py_XDECREF(nb);
+        return -1;
+    }
+    *nbytes = PyLong_AsUnsignedLongLong(nb);
+    *ptr = PyLong_AsUnsignedLongLong(dp);
+    Py_DECREF(nb);
+    Py_DECREF(dp);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static int
+report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
+{
+    PyObject *shape = NULL, *size = NULL, *dtype = NULL, *dtype_s = NULL, *device = NULL;
+    PyObject *device_s = NULL, *dev_type = NULL, *dev_index = NULL, *type_name = NULL;
+    unsigned long long nbytes = 0, ptr = 0;
+    memset(out, 0, sizeof(*out));
+
+    size = report__get(st->torch_get_shape, t);
+    shape = size ? PySequence_Tuple(size) : NULL;
+    dtype = shape ? report__get(st->torch_get_dtype, t) : NULL;
+    dtype_s = dtype ? PyObject_Str(dtype) : NULL;
+    device = dtype_s ? report__get(st->torch_get_device, t) : NULL;
+    device_s = device ? PyObject_Str(device) : NULL;
+    dev_type = device_s ? PyObject_GetAttrString(device, "type") : NULL;
+    dev_index = dev_type ? PyObject_GetAttrString(device, "index") : NULL;
+    type_name = dev_index ? tgc_type_name(t) : NULL;
+    if (type_name == NULL) {
+        goto error;
+    }
+    if (PyUnicode_Check(dtype_s) && PyUnicode_GET_LENGTH(dtype_s) > 6 &&
+        PyUnicode_READ_CHAR(dtype_s, 5) == '.') {
+        Py_SETREF(dtype_s, PyUnicode_Substring(dtype_s, 6, PyUnicode_GET_LENGTH(dtype_s)));
+        if (dtype_s == NULL) {
+            goto error;
+        }
+    }
+    if (report__storage(st, t, &nbytes, &ptr) < 0) {
+        /* Sparse tensors have no single storage: count indices plus values. */
+        PyErr_Clear();
+        PyObject *sp = report__get(st->torch_is_sparse_getter, t);
+        int is_sparse = sp ? PyObject_IsTrue(sp) : -1;
+        Py_XDECREF(sp);
+        if (is_sparse != 1) {
+            PyErr_Clear();
+            nbytes = ptr = 0;
+        }
+        else {
+            const char *parts[2] = {"_indices", "_values"};
+            for (int i = 0; i < 2; i++) {
+                PyObject *p = PyObject_CallMethod(t, parts[i], NULL);
+                unsigned long long nb = 0, pp = 0;
+                if (p == NULL || report__storage(st, p, &nb, &pp) < 0) {
+                    PyErr_Clear();
+                }
+                Py_XDECREF(p);
+                nbytes += nb;
+                ptr = pp;
+            }
+        }
+    }
+    const char *dt = PyUnicode_AsUTF8(dev_type);
+    if (dt == NULL) {
+        goto error;
+    }
+    snprintf(out->dev_type, sizeof(out->dev_type), "%s", dt);
+    out->dev_index = dev_index == Py_None ? -1 : (int)PyLong_AsLong(dev_index);
+    out->is_cuda = strcmp(dt, "cuda") == 0;
+    out->nbytes = nbytes;
+    out->storage_key = Py_BuildValue("(OK)", device_s, ptr);
+    out->info = Py_BuildValue("{s:O,s:O,s:O,s:K,s:K,s:O,s:O}", "shape", shape, "dtype", dtype_s,
+                              "device", device_s, "nbytes", nbytes, "data_ptr", ptr,
+                              "stack", Py_None, "type", type_name);
+    if (out->info == NULL || out->storage_key == NULL) {
+        goto error;
+    }
+    Py_DECREF(size); Py_DECREF(shape); Py_DECREF(dtype); Py_DECREF(dtype_s); Py_DECREF(device);
+    Py_DECREF(device_s); Py_DECREF(dev_type); Py_DECREF(dev_index); Py_DECREF(type_name);
+    return 0;
+error:
+    Py_XDECREF(size); Py_XDECREF(shape); Py_XDECREF(dtype); Py_XDECREF(dtype_s);
+    Py_XDECREF(device); Py_XDECREF(device_s); Py_XDECREF(dev_type); Py_XDECREF(dev_index);
+    Py_XDECREF(type_name);
+    Py_CLEAR(out->info);
+    Py_CLEAR(out->storage_key);
+    return -1;
+}
+
+/* 1 when the tensor passes the observer's device filter, 0 when not, -1 with an exception. */
+static int
+report__wanted(const tgc_filter *f, PyObject *t, const report_tensor *rt)
+{
+    switch (f->kind) {
+    case TGC_DEV_ANY:
+        return 1;
+    case TGC_DEV_TYPE:
+        return strcmp(rt->dev_type, f->type) == 0 && (f->index < 0 || f->index == rt->dev_index);
+    default: {
+        PyObject *r = PyObject_CallOneArg(f->predicate, t);
+        int ok = r ? PyObject_IsTrue(r) : -1;
+        Py_XDECREF(r);
+        return ok;
+    }
+    }
+}
+
+/* Allocation stacks from torch's CUDA memory history, when it is recording. For each CUDA tensor,
+ * the active block that contains its storage gives the frames. */
+static void
+report__stacks(report_tensor *ts, Py_ssize_t n)
+{
+    int any_cuda = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        any_cuda |= ts[i].info != NULL && ts[i].is_cuda;
+    }
+    if (!any_cuda) {
+        return;
+    }
+    PyObject *snap = NULL, *segments = NULL;
+    PyObject *C = PyImport_ImportModule("torch._C");
+    PyObject *on = C ? PyObject_CallMethod(C, "_cuda_isHistoryEnabled", NULL) : NULL;
+    if (on == NULL || PyObject_IsTrue(on) != 1) {
+        goto done;
+    }
+    PyObject *mem = PyImport_ImportModule("torch.cuda.memory");
+    snap = mem ? PyObject_CallMethod(mem, "_snapshot", NULL) : NULL;
+    Py_XDECREF(mem);
+    segments = snap && PyDict_Check(snap) ? PyDict_GetItemString(snap, "segments") : NULL;
+    if (segments == NULL || !PyList_Check(segments)) {
+        goto done;
+    }
+    for (Py_ssize_t s = 0; s < PyList_GET_SIZE(segments); s++) {
+        PyObject *seg = PyList_GET_ITEM(segments, s);
+        PyObject *addr_o = PyDict_Check(seg) ? PyDict_GetItemString(seg, "address") : NULL;
+        PyObject *blocks = PyDict_Check(seg) ? PyDict_GetItemString(seg, "blocks") : NULL;
+        if (addr_o == NULL || blocks == NULL || !PyList_Check(blocks)) {
+            continue;
+        }
+        unsigned long long addr = PyLong_AsUnsignedLongLong(addr_o);
+        for (Py_ssize_t b = 0; b < PyList_GET_SIZE(blocks) && !PyErr_Occurred(); b++) {
+            PyObject *blk = PyList_GET_ITEM(blocks, b);
+            PyObject *size_o = PyDict_Check(blk) ? PyDict_GetItemString(blk, "size") : NULL;
+            if (size_o == NULL) {
+                break;
+            }
+            unsigned long long size = PyLong_AsUnsignedLongLong(size_o);
+            PyObject *frames = PyDict_GetItemString(blk, "frames");
+            for (Py_ssize_t i = 0; frames && PyList_Check(frames) && i < n; i++) {
+                if (ts[i].info == NULL || !ts[i].is_cuda) {
+                    continue;
+                }
+                PyObject *dp = PyDict_GetItemString(ts[i].info, "data_ptr");
+                unsigned long long p = dp ? PyLong_AsUnsignedLongLong(dp) : 0;
+                if (p < addr || p >= addr + size || PyList_GET_SIZE(frames) == 0) {
+                    continue;
+                }
+                tgc_buf sb = {0};
+                for (Py_ssize_t k = 0; k < PyList_GET_SIZE(frames); k++) {
+                    PyObject *fr = PyList_GET_ITEM(frames, k);
+                    PyObject *fn = PyDict_Check(fr) ? PyDict_GetItemString(fr, "filename") : NULL;
+                    PyObject *ln = PyDict_Check(fr) ? PyDict_GetItemString(fr, "line") : NULL;
+                    PyObject *nm = PyDict_Check(fr) ? PyDict_GetItemString(fr, "name") : NULL;
+                    if (!fn || !ln || !nm || !PyUnicode_Check(fn) || !PyUnicode_Check(nm)) {
+                        continue;
+                    }
+                    const char *f = PyUnicode_AsUTF8(fn);
+                    /* Skip C++ frames and torch's own Python: the user wants their line. */
+                    if (f == NULL || f[0] == '?' || strstr(f, ".cpp") || strstr(f, ".h") ||
+                        strstr(f, "/torch/") || f[0] == '\0') {
+                        PyErr_Clear();
+                        continue;
+                    }
+                    tgc_buf_printf(&sb, "%s:%ld %s\n", f, PyLong_AsLong(ln), PyUnicode_AsUTF8(nm));
+                }
+                if (sb.len > 0 && !sb.oom) {
+                    PyObject *st = PyUnicode_DecodeUTF8(sb.data, (Py_ssize_t)sb.len - 1, "replace");
+                    if (st != NULL) {
+                        PyDict_SetItemString(ts[i].info, "stack", st);
+                        Py_DECREF(st);
+                    }
+                }
+                tgc_buf_free(&sb);
+            }
+            addr += size;
+        }
+    }
+done:
+    PyErr_Clear();  /* stacks are a bonus: a torch without this API still gets its report */
+    Py_XDECREF(C);
+    Py_XDECREF(on);
+    Py_XDECREF(snap);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The reference graph of the garbage                                                          */
+
+typedef struct {
+    const tgc_ptrmap *map;
+    uint32_t src;
+    uint32_t *esrc, *edst;
+    size_t m, cap;
+    int oom;
+} edge_ctx;
+
+static int
+report__visit(PyObject *o, void *arg)
+{
+    edge_ctx *c = arg;
+    uint32_t j = tgc_ptrmap_get(c->map, o);
+    if (j == UINT32_MAX || c->oom) {
+        return 0;
+    }
+    if (c->m == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 1024;
+        uint32_t *s = realloc(c->esrc, cap * sizeof(uint32_t));
+        if (s == NULL) {
+            c->oom = 1;
+            return 0;
+        }
+        c->esrc = s;
+        uint32_t *d = realloc(c->edst, cap * sizeof(uint32_t));
+        if (d == NULL) {
+            c->oom = 1;
+            return 0;
+        }
+        c->edst = d;
+        c->cap = cap;
+    }
+    c->esrc[c->m] = c->src;
+    c->edst[c->m] = j;
+    c->m++;
+    return 0;
+}
+
+/* Groups of identical leaks share a signature: node types, edge type pairs and tensor
+ * shapes/dtypes, summed with two independent mixes so the order of discovery does not matter. */
+typedef struct {
+    uint32_t group;
+    uint32_t nodes, edges, targets;
+    uint64_t h1, h2;
+    unsigned long long nbytes;
+    uint32_t count;        /* on the representative: how many groups share the signature */
+    unsigned long long total_bytes;
+    uint32_t total_targets;
+    int drawn;
+} group_info;
+
+static uint64_t
+mix1(uint64_t x)
+{
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ULL;
+    x ^= x >> 27;
+    x *= 0x81dadef4bc2dd44dULL;
+    return x ^ (x >> 33);
+}
+
+static uint64_t
+mix2(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static int
+group_cmp_sig(const void *a, const void *b)
+{
+    const group_info *x = a, *y = b;
+#define CMP(f) if (x->f != y->f) return x->f < y->f ? -1 : 1
+    CMP(nodes); CMP(edges); CMP(targets); CMP(h1); CMP(h2); CMP(group);
+#undef CMP
+    return 0;
+}
+
+static int
+group_cmp_bytes(const void *a, const void *b)
+{
+    const group_info *x = a, *y = b;
+    if (x->total_bytes != y->total_bytes) {
+        return x->total_bytes > y->total_bytes ? -1 : 1;
+    }
+    return x->group < y->group ? -1 : x->group > y->group;
+}
+
+/* An emitted (drawn, folded) edge. */
+typedef struct {
+    uint32_t src, dst;
+    PyObject *label;   /* borrowed from the names tables, or the shared "?" */
+} drawn_edge;
+
+typedef struct {
+    tgc_state *st;
+    PyObject *objs;                  /* borrowed: the list that owns the garbage */
+    PyObject **items;
+    uint32_t n;
+    tgc_graph g;
+    tgc_analysis a;
+    uint8_t *is_target;
+    report_tensor *ts;               /* per node; .info NULL for non-targets */
+    uint8_t *draw;                   /* per node: drawn */
+    uint32_t *owner;                 /* per node: TGC_NONE, or the node it is folded into */
+    tgc_names *names;                /* per node, only for drawn nodes (else zeroed) */
+    drawn_edge *edges;
+    size_t nedges, cap_edges;
+    PyObject *unknown;               /* "?" */
+    tgc_ptrmap map;                  /* object address -> node */
+    group_info *groups;              /* by signature; representatives carry counts */
+    uint32_t ngroups;
+} builder;
+
+static int
+builder__emit(builder *b, uint32_t s, uint32_t d, PyObject *label)
+{
+    if (b->nedges == b->cap_edges) {
+        size_t cap = b->cap_edges ? b->cap_edges * 2 : 256;
+        drawn_edge *p = PyMem_Realloc(b->edges, cap * sizeof(drawn_edge));
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->edges = p;
+        b->cap_edges = cap;
+    }
+    b->edges[b->nedges].src = s;
+    b->edges[b->nedges].dst = d;
+    b->edges[b->nedges].label = label;
+    b->nedges++;
+    return 0;
+}
+
+/* Decides which drawn containers are folded into their owner: the owner named it as its own
+ * (instance dict, closure tuple and cells, frame locals) and nothing else drawn points at it. */
+static void
+builder__fold(builder *b)
+{
+    for (uint32_t x = 0; x < b->n; x++) {
+        if (!b->draw[x]) {
+            continue;
+        }
+        tgc_names *ns = &b->names[x];
+        for (int k = 0; k < ns->nfolds; k++) {
+            PyObject *c_obj = ns->folds[k];
+            uint32_t c = tgc_ptrmap_get(&b->map, c_obj);
+            if (c == UINT32_MAX || c == x || !b->draw[c] || b->owner[c] != TGC_NONE) {
+                continue;
+            }
+            int only_owner = 1;
+            for (uint32_t e = b->g.in_off[c]; e < b->g.in_off[c + 1]; e++) {
+                uint32_t r = b->g.in_src[e];
+                if (!b->draw[r] || r == x) {
+                    continue;
+                }
+                int is_fold = 0;
+                for (int j = 0; j < ns->nfolds; j++) {
+                    is_fold |= ns->folds[j] == b->items[r];
+                }
+                if (!is_fold) {
+                    only_owner = 0;
+                    break;
+                }
+            }
+            if (only_owner) {
+                b->owner[c] = x;
+            }
+        }
+    }
+}
+
+static int
+builder__emit_all(builder *b)
+{
+    for (uint32_t s = 0; s < b->n; s++) {
+        if (!b->draw[s]) {
+            continue;
+        }
+        uint32_t own = b->owner[s] != TGC_NONE ? b->owner[s] : s;
+        PyObject *via = own != s ? b->items[s] : NULL;
+        for (uint32_t e = b->g.out_off[s]; e < b->g.out_off[s + 1]; e++) {
+            uint32_t d = b->g.out_dst[e];
+            if (!b->draw[d] || b->owner[d] != TGC_NONE) {
+                continue;  /* not drawn, or drawn as part of its owner */
+            }
+            PyObject *label = tgc_names_take(&b->names[own], b->items[d], via);
+            if (label == NULL && via != NULL) {
+                label = tgc_names_take(&b->names[s], b->items[d], NULL);
+            }
+            if (label == NULL) {
+                label = b->unknown;
+            }
+            if (builder__emit(b, own, d, label) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Text: labels, a cycle per group, the fix hint                                               */
+
+static void
+buf_tensor_line(tgc_buf *o, const report_tensor *rt)
+{
+    PyObject *info = rt->info;
+    PyObject *shape = PyDict_GetItemString(info, "shape");
+    PyObject *s = shape ? PyObject_Str(shape) : NULL;
+    tgc_buf_pystr(o, PyDict_GetItemString(info, "type"), 0);
+    tgc_buf_puts(o, " ");
+    tgc_buf_pystr(o, PyDict_GetItemString(info, "dtype"), 0);
+    if (s != NULL) {
+        /* (3, 4) -> [3, 4]; () -> [] */
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+        if (u != NULL && n >= 2) {
+            tgc_buf_puts(o, "[");
+            tgc_buf_add(o, u + 1, (size_t)(n - 2 - (n >= 3 && u[n - 2] == ',')));
+            tgc_buf_puts(o, "]");
+        }
+        Py_DECREF(s);
+    }
+    PyErr_Clear();
+    tgc_buf_puts(o, " on ");
+    tgc_buf_pystr(o, PyDict_GetItemString(info, "device"), 0);
+    tgc_buf_puts(o, " (");
+    tgc_buf_bytes(o, rt->nbytes);
+    tgc_buf_puts(o, ")");
+}
+
+/* "Node.other" or "<lambda> closure self": how an edge reads in prose. */
+static void
+buf_edge_name(tgc_buf *o, builder *b, const drawn_edge *e)
+{
+    PyObject *tn = tgc_type_name(b->items[e->src]);
+    if (tn != NULL) {
+        tgc_buf_pystr(o, tn, 0);
+        Py_DECREF(tn);
+    }
+    PyErr_Clear();
+    Py_ssize_t n;
+    const char *l = PyUnicode_AsUTF8AndSize(e->label, &n);
+    if (l == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (l[0] != '.' && l[0] != '[') {
+        tgc_buf_puts(o, " ");
+    }
+    tgc_buf_add(o, l, (size_t)n);
+}
+
+/* The shortest cycle, in drawn edges, through a cycle node of group `grp`. Writes edge indices
+ * into path (at most cap), returns the length, 0 when none (the cycle is not fully drawn). */
+static size_t
+builder__cycle(builder *b, uint32_t grp, size_t *path, size_t cap)
+{
+    size_t *via_edge = PyMem_Malloc((b->n ? b->n : 1) * sizeof(size_t));
+    uint32_t *queue = PyMem_Malloc((b->n ? b->n : 1) * sizeof(uint32_t));
+    size_t len = 0;
+    if (via_edge == NULL || queue == NULL) {
+        goto done;
+    }
+    int tries = 0;
+    for (uint32_t s = 0; s < b->n && len == 0 && tries < 8; s++) {
+        if (!b->draw[s] || b->owner[s] != TGC_NONE || b->a.group[s] != grp ||
+            !(b->a.role[s] & TGC_ROLE_CYCLE)) {
+            continue;
+        }
+        tries++;
+        for (uint32_t v = 0; v < b->n; v++) {
+            via_edge[v] = SIZE_MAX;
+        }
+        uint32_t head = 0, tail = 0;
+        queue[tail++] = s;
+        size_t closing = SIZE_MAX;
+        while (head < tail && closing == SIZE_MAX) {
+            uint32_t v = queue[head++];
+            for (size_t e = 0; e < b->nedges; e++) {
+                if (b->edges[e].src != v) {
+                    continue;
+                }
+                uint32_t w = b->edges[e].dst;
+                if (w == s) {
+                    closing = e;
+                    break;
+                }
+                if (via_edge[w] == SIZE_MAX) {
+                    via_edge[w] = e;
+                    queue[tail++] = w;
+                }
+            }
+        }
+        if (closing == SIZE_MAX) {
+            continue;
+        }
+        /* walk back from the closing edge to s */
+        size_t rev[64];
+        size_t k = 0;
+        rev[k++] = closing;
+        uint32_t v = b->edges[closing].src;
+        while (v != s && k < 64) {
+            rev[k++] = via_edge[v];
+            v = b->edges[via_edge[v]].src;
+        }
+        for (size_t i = 0; i < k && i < cap; i++) {
+            path[i] = rev[k - 1 - i];
+        }
+        len = k < cap ? k : cap;
+    }
+done:
+    PyMem_Free(via_edge);
+    PyMem_Free(queue);
+    return len;
+}
+
+static int
+label_is(PyObject *label, const char *prefix)
+{
+    const char *l = PyUnicode_AsUTF8(label);
+    if (l == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return strncmp(l, prefix, strlen(prefix)) == 0;
+}
+
+/* Picks the reference most likely meant to be weak or cleared, and says how. */
+static void
+builder__hint(builder *b, const size_t *path, size_t len, tgc_buf *cyc, tgc_buf *hint)
+{
+    if (len == 0) {
+        tgc_buf_puts(hint, "the cycle is too large to draw whole; look for an attribute that "
+                           "points back to an owner and make it a weakref.ref");
+        return;
+    }
+    PyObject *t0 = tgc_type_name(b->items[b->edges[path[0]].src]);
+    if (t0 != NULL) {
+        tgc_buf_pystr(cyc, t0, 0);
+        Py_DECREF(t0);
+    }
+    for (size_t i = 0; i < len; i++) {
+        const drawn_edge *e = &b->edges[path[i]];
+        PyObject *tn = tgc_type_name(b->items[e->dst]);
+        tgc_buf_puts(cyc, " -");
+        tgc_buf_pystr(cyc, e->label, 0);
+        tgc_buf_puts(cyc, "-> ");
+        if (tn != NULL) {
+            tgc_buf_pystr(cyc, tn, 0);
+            Py_DECREF(tn);
+        }
+    }
+    PyErr_Clear();
+    const drawn_edge *pick = NULL;
+    /* 1. a self-reference */
+    for (size_t i = 0; i < len && !pick; i++) {
+        if (b->edges[path[i]].src == b->edges[path[i]].dst) {
+            pick = &b->edges[path[i]];
+            buf_edge_name(hint, b, pick);
+            tgc_buf_puts(hint, " refers to the object itself: drop that reference (del it or set "
+                               "it to None) once done, or hold a weakref.ref instead");
+            return;
+        }
+    }
+    /* 2. an exception's traceback kept alive: frames hold the locals that hold the owner */
+    for (size_t i = 0; i < len; i++) {
+        const drawn_edge *e = &b->edges[path[i]];
+        if (label_is(e->label, "__traceback__") || label_is(e->label, "tb_frame") ||
+            PyFrame_Check(b->items[e->src])) {
+            const drawn_edge *in = &b->edges[path[(i + len - 1) % len]];
+            buf_edge_name(hint, b, in);
+            tgc_buf_puts(hint, " keeps an exception whose traceback holds the frames (and their "
+                               "locals) that refer back to it: store the exception without its "
+                               "traceback (exc.with_traceback(None)), or del it once handled");
+            return;
+        }
+    }
+    /* 3. a lambda or closure capturing its owner */
+    for (size_t i = 0; i < len; i++) {
+        const drawn_edge *e = &b->edges[path[i]];
+        if (PyFunction_Check(b->items[e->src]) && label_is(e->label, "closure ")) {
+            const drawn_edge *in = &b->edges[path[(i + len - 1) % len]];
+            PyObject *q = ((PyFunctionObject *)b->items[e->src])->func_qualname;
+            tgc_buf_puts(hint, "the closure ");
+            if (q != NULL) {
+                tgc_buf_pystr(hint, q, 0);
+            }
+            tgc_buf_puts(hint, " stored at ");
+            buf_edge_name(hint, b, in);
+            tgc_buf_puts(hint, " captures '");
+            Py_ssize_t ln;
+            const char *l = PyUnicode_AsUTF8AndSize(e->label, &ln);
+            if (l != NULL && ln > 8) {
+                tgc_buf_add(hint, l + 8, (size_t)(ln - 8));  /* after "closure " */
+            }
+            PyErr_Clear();
+            tgc_buf_puts(hint, "': capture a weakref.ref(...) to it instead of the object, "
+                               "or clear the stored callback when done");
+            return;
+        }
+    }
+    /* 4. a bound method stored on its own instance */
+    for (size_t i = 0; i < len; i++) {
+        const drawn_edge *e = &b->edges[path[i]];
+        if (PyMethod_Check(b->items[e->src]) && label_is(e->label, "__self__")) {
+            const drawn_edge *in = &b->edges[path[(i + len - 1) % len]];
+            tgc_buf_puts(hint, "the bound method stored at ");
+            buf_edge_name(hint, b, in);
+            tgc_buf_puts(hint, " holds its __self__: store weakref.WeakMethod(obj.method) "
+                               "instead, or clear it when done");
+            return;
+        }
+    }
+    /* 5. otherwise the last attribute or item reference that closes the loop */
+    for (size_t i = len; i-- > 0 && !pick;) {
+        if (label_is(b->edges[path[i]].label, ".") || label_is(b->edges[path[i]].label, "[")) {
+            pick = &b->edges[path[i]];
+        }
+    }
+    if (pick == NULL) {
+        pick = &b->edges[path[len - 1]];
+    }
+    buf_edge_name(hint, b, pick);
+    tgc_buf_puts(hint, " closes the cycle: make it a weakref.ref (back-references to an owner "
+                       "usually are) or set it to None when done");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* DOT                                                                                         */
+
+static void
+dot_node(tgc_buf *o, builder *b, uint32_t v)
+{
+    PyObject *obj = b->items[v];
+    tgc_buf_printf(o, "  n%u [label=\"", v);
+    if (b->ts[v].info != NULL) {
+        PyObject *info = b->ts[v].info;
+        tgc_buf buf = {0};
+        buf_tensor_line(&buf, &b->ts[v]);
+        tgc_buf_dot(o, buf.data ? buf.data : "", buf.len);
+        tgc_buf_free(&buf);
+        tgc_buf_dot(o, "\n", 1);
+        PyObject *stack = PyDict_GetItemString(info, "stack");
+        if (stack != NULL && stack != Py_None) {
+            /* the first lines on the node, all of it in the tooltip */
+            Py_ssize_t n;
+            const char *s = PyUnicode_AsUTF8AndSize(stack, &n);
+            int lines = 0;
+            for (Py_ssize_t i = 0; s && i < n && lines < TGC_STACK_LINES; lines++) {
+                const char *nl = memchr(s + i, '\n', (size_t)(n - i));
+                Py_ssize_t end = nl ? nl - s : n;
+                tgc_buf_dot(o, s + i, (size_t)(end - i));
+                tgc_buf_dot(o, "\n", 1);
+                i = end + 1;
+            }
+            tgc_buf_puts(o, "\", tooltip=\"");
+            if (s != NULL) {
+                tgc_buf_dot(o, s, (size_t)n);
+            }
+        }
+        else if (b->ts[v].is_cuda) {
+            static const char msg[] = "no allocation stack: call torch.cuda.memory."
+                                      "_record_memory_history()\nbefore allocating to see it here\n";
+            tgc_buf_dot(o, msg, sizeof(msg) - 1);
+            tgc_buf_puts(o, "\", tooltip=\"allocation stacks need torch.cuda.memory."
+                            "_record_memory_history()");
+        }
+        else {
+            tgc_buf_puts(o, "(allocation stacks are recorded for CUDA tensors only)\\l\", "
+                            "tooltip=\"allocation stacks come from "
+                            "torch.cuda.memory._record_memory_history()");
+        }
+        tgc_buf_puts(o, "\", color=\"#c62828\", fillcolor=\"#ffcdd2\", fontcolor=\"#7f0000\", "
+                        "penwidth=2];\n");
+        return;
+    }
+    PyObject *tn = tgc_type_name(obj);
+    PyObject *desc = tn ? tgc_describe(obj) : NULL;
+    if (desc == NULL) {
+        PyErr_Clear();
+    }
+    if (tn != NULL) {
+        tgc_buf_pystr(o, tn, 'd');
+    }
+    tgc_buf_dot(o, "\n", 1);
+    if (desc != NULL && PyUnicode_GET_LENGTH(desc) > 0) {
+        tgc_buf_pystr(o, desc, 'd');
+        tgc_buf_dot(o, "\n", 1);
+    }
+    tgc_buf_puts(o, "\", tooltip=\"");
+    if (tn != NULL) {
+        tgc_buf_pystr(o, tn, 'd');
+    }
+    if (desc != NULL && PyUnicode_GET_LENGTH(desc) > 0) {
+        tgc_buf_puts(o, ": ");
+        tgc_buf_pystr(o, desc, 'd');
+    }
+    tgc_buf_puts(o, "\"");
+    if (b->a.role[v] & TGC_ROLE_CYCLE) {
+        tgc_buf_puts(o, ", color=\"#1565c0\"");
+    }
+    tgc_buf_puts(o, "];\n");
+    PyErr_Clear();
+    Py_XDECREF(tn);
+    Py_XDECREF(desc);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void
+builder_free(builder *b)
+{
+    if (b->names != NULL) {
+        for (uint32_t v = 0; v < b->n; v++) {
+            tgc_names_clear(&b->names[v]);
+        }
+    }
+    if (b->ts != NULL) {
+        for (uint32_t v = 0; v < b->n; v++) {
+            Py_XDECREF(b->ts[v].info);
+            Py_XDECREF(b->ts[v].storage_key);
+        }
+    }
+    PyMem_Free(b->names);
+    PyMem_Free(b->ts);
+    PyMem_Free(b->edges);
+    free(b->is_target);
+    free(b->draw);
+    free(b->owner);
+    free(b->groups);
+    tgc_graph_free(&b->g);
+    tgc_analysis_free(&b->a);
+    tgc_ptrmap_free(&b->map);
+    Py_XDECREF(b->unknown);
+}
+
+static PyObject *
+buf_to_str(tgc_buf *o)
+{
+    if (o->oom) {
+        return PyErr_NoMemory();
+    }
+    return PyUnicode_DecodeUTF8(o->data ? o->data : "", (Py_ssize_t)o->len, "replace");
+}
+
+/* The tensors of interest in objs, with their info; 0 when there are none. */
+static int
+builder__tensors(builder *b, const tgc_filter *f)
+{
+    tgc_state *st = b->st;
+    int found = 0;
+    PyObject *ctx = NULL, *entered = NULL;
+    for (uint32_t i = 0; i < b->n; i++) {
+        PyObject *op = b->items[i];
+        if (!tgc_is_tensor(st, op)) {
+            continue;
+        }
+        if (ctx == NULL && st->torch_no_subclass_dispatch != NULL) {
+            /* tensor subclasses with __torch_function__ must not run Python for .shape */
+            ctx = PyObject_CallNoArgs(st->torch_no_subclass_dispatch);
+            entered = ctx ? PyObject_CallMethod(ctx, "__enter__", NULL) : NULL;
+            if (entered == NULL) {
+                PyErr_Clear();
+                Py_CLEAR(ctx);
+            }
+        }
+        if (report__tensor(st, op, &b->ts[i]) < 0) {
+            tgc_log_exception(st, "reading a tensor's metadata");
+            continue;
+        }
+        int want = report__wanted(f, op, &b->ts[i]);
+        if (want < 0) {
+            tgc_log_exception(st, "the device predicate");
+        }
+        if (want == 1) {
+            b->is_target[i] = 1;
+            found = 1;
+        }
+        else {
+            Py_CLEAR(b->ts[i].info);
+            Py_CLEAR(b->ts[i].storage_key);
+        }
+    }
+    if (ctx != NULL) {
+        PyObject *r = PyObject_CallMethod(ctx, "__exit__", "OOO", Py_None, Py_None, Py_None);
+        if (r == NULL) {
+            PyErr_Clear();
+        }
+        Py_XDECREF(r);
+        Py_DECREF(ctx);
+        Py_XDECREF(entered);
+    }
+    return found;
+}
+
+static int
+builder__graph(builder *b)
+{
+    edge_ctx ec = {0};
+    if (tgc_ptrmap_init(&b->map, b->n) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (uint32_t i = 0; i < b->n; i++) {
+        tgc_ptrmap_put(&b->map, b->items[i], i);
+    }
+    ec.map = &b->map;
+    for (uint32_t i = 0; i < b->n && !ec.oom; i++) {
+        traverseproc trav = Py_TYPE(b->items[i])->tp_traverse;
+        if (trav != NULL && PyObject_IS_GC(b->items[i])) {
+            ec.src = i;
+            trav(b->items[i], report__visit, &ec);
+        }
+    }
+    int rc = -1;
+    if (!ec.oom && ec.m < UINT32_MAX &&
+        tgc_graph_build(&b->g, b->n, (uint32_t)ec.m, ec.esrc, ec.edst) == 0 &&
+        tgc_analyze(&b->g, b->is_target, &b->a) == 0) {
+        rc = 0;
+    }
+    else {
+        PyErr_NoMemory();
+    }
+    free(ec.esrc);
+    free(ec.edst);
+    return rc;
+}
+
+static int
+builder__groups(builder *b)
+{
+    uint32_t ng = b->a.ngroups;
+    b->ngroups = ng;
+    b->groups = calloc(ng ? ng : 1, sizeof(group_info));
+    if (b->groups == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (uint32_t k = 0; k < ng; k++) {
+        b->groups[k].group = k;
+    }
+    for (uint32_t v = 0; v < b->n; v++) {
+        uint32_t k = b->a.group[v];
+        if (k == TGC_NONE) {
+            continue;
+        }
+        group_info *gi = &b->groups[k];
+        uint64_t h = (uint64_t)(uintptr_t)Py_TYPE(b->items[v]);
+        if (b->ts[v].info != NULL && (b->a.role[v] & TGC_ROLE_TARGET)) {
+            PyObject *shape = PyDict_GetItemString(b->ts[v].info, "shape");
+            Py_hash_t sh = shape ? PyObject_Hash(shape) : 0;
+            h ^= mix1((uint64_t)sh) ^ (uint64_t)b->ts[v].nbytes;
+            gi->targets++;
+            gi->nbytes += b->ts[v].nbytes;
+        }
+        gi->nodes++;
+        gi->h1 += mix1(h);
+        gi->h2 += mix2(h);
+        for (uint32_t e = b->g.out_off[v]; e < b->g.out_off[v + 1]; e++) {
+            uint32_t w = b->g.out_dst[e];
+            if (b->a.group[w] != k) {
+                continue;
+            }
+            uint64_t he = mix2((uint64_t)(uintptr_t)Py_TYPE(b->items[v])) ^
+                          (uint64_t)(uintptr_t)Py_TYPE(b->items[w]) ^ (v == w ? 0x5bd1e995 : 0);
+            gi->edges++;
+            gi->h1 += mix1(he + 1);
+            gi->h2 += mix2(he + 2);
+        }
+    }
+    PyErr_Clear();
+    /* Sort by signature, fold runs into their first member, then order by bytes. */
+    qsort(b->groups, ng, sizeof(group_info), group_cmp_sig);
+    uint32_t out = 0;
+    for (uint32_t i = 0; i < ng;) {
+        uint32_t j = i;
+        group_info rep = b->groups[i];
+        rep.count = 0;
+        rep.total_bytes = 0;
+        rep.total_targets = 0;
+        while (j < ng && b->groups[j].nodes == rep.nodes && b->groups[j].edges == rep.edges &&
+               b->groups[j].targets == rep.targets && b->groups[j].h1 == rep.h1 &&
+               b->groups[j].h2 == rep.h2) {
+            rep.count++;
+            rep.total_bytes += b->groups[j].nbytes;
+            rep.total_targets += b->groups[j].targets;
+            j++;
+        }
+        b->groups[out++] = rep;
+        i = j;
+    }
+    b->ngroups = out;
+    qsort(b->groups, out, sizeof(group_info), group_cmp_bytes);
+    return 0;
+}
+
+PyObject *
+tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generation)
+{
+    builder b;
+    memset(&b, 0, sizeof(b));
+    tgc_buf dot = {0}, text = {0};
+    PyObject *result = NULL, *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
+    PyObject *seen = NULL;
+    uint32_t *elided = NULL;
+
+    if (tgc_torch_resolve(st) <= 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n0 = PyList_GET_SIZE(objs);
+    if (n0 <= 0 || n0 >= (Py_ssize_t)UINT32_MAX) {
+        Py_RETURN_NONE;
+    }
+    b.st = st;
+    b.objs = objs;
+    b.n = (uint32_t)n0;
+    /* The list may grow while we name objects (materialised dicts): snapshot the pointers. */
+    b.items = PyMem_Malloc(b.n * sizeof(PyObject *));
+    b.is_target = calloc(b.n, 1);
+    b.ts = PyMem_Calloc(b.n, sizeof(report_tensor));
+    b.draw = calloc(b.n, 1);
+    b.owner = malloc(b.n * sizeof(uint32_t));
+    b.names = PyMem_Calloc(b.n, sizeof(tgc_names));
+    b.unknown = PyUnicode_FromString("?");
+    if (!b.items || !b.is_target || !b.ts || !b.draw || !b.owner || !b.names || !b.unknown) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    memcpy(b.items, PySequence_Fast_ITEMS(objs), b.n * sizeof(PyObject *));
+    for (uint32_t v = 0; v < b.n; v++) {
+        b.owner[v] = TGC_NONE;
+    }
+
+    if (!builder__tensors(&b, f)) {
+        builder_free(&b);
+        PyMem_Free(b.items);
+        Py_RETURN_NONE;
+    }
+    if (builder__graph(&b) < 0) {
+        goto error;
+    }
+    if (b.a.kept == 0) {
+        builder_free(&b);
+        PyMem_Free(b.items);
+        Py_RETURN_NONE;
+    }
+    report__stacks(b.ts, b.n);
+    if (builder__groups(&b) < 0) {
+        goto error;
+    }
+
+    /* What to draw: the largest groups first, within the node budget. */
+    uint32_t budget = TGC_DRAW_BUDGET;
+    elided = calloc(b.ngroups ? b.ngroups : 1, sizeof(uint32_t));
+    if (elided == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (uint32_t k = 0; k < b.ngroups && k < TGC_DRAW_GROUPS && budget > 0; k++) {
+        group_info *gi = &b.groups[k];
+        long picked;
+        if (gi->nodes <= budget) {
+            for (uint32_t v = 0; v < b.n; v++) {
+                if (b.a.group[v] == gi->group) {
+                    b.draw[v] = 1;
+                }
+            }
+            picked = gi->nodes;
+        }
+        else {
+            picked = tgc_pick(&b.g, &b.a, gi->group, budget, b.draw);
+            if (picked < 0) {
+                PyErr_NoMemory();
+                goto error;
+            }
+        }
+        elided[k] = gi->nodes - (uint32_t)picked;
+        budget -= (uint32_t)picked;
+        gi->drawn = 1;
+    }
+    /* Names of drawn objects, then folding and the drawn edges. */
+    for (uint32_t v = 0; v < b.n; v++) {
+        if (b.draw[v] && tgc_names_collect(b.items[v], &b.names[v], objs) < 0) {
+            tgc_log_exception(st, "naming references");
+        }
+    }
+    builder__fold(&b);
+    if (builder__emit_all(&b) < 0) {
+        goto error;
+    }
+
+    /* Tensors of interest, largest first, and bytes counted once per storage. */
+    tensors = PyList_New(0);
+    seen = PySet_New(NULL);
+    groups = PyList_New(0);
+    edges = PyList_New(0);
+    hints = PyList_New(0);
+    if (!tensors || !seen || !groups || !edges || !hints) {
+        goto error;
+    }
+    unsigned long long total = 0;
+    uint32_t ntensors = 0;
+    for (uint32_t v = 0; v < b.n; v++) {
+        if (b.ts[v].info == NULL || !(b.a.role[v] & TGC_ROLE_TARGET)) {
+            continue;
+        }
+        ntensors++;
+        if (PyList_Append(tensors, b.ts[v].info) < 0) {
+            goto error;
+        }
+        int known = PySet_Contains(seen, b.ts[v].storage_key);
+        if (known < 0 || (known == 0 && PySet_Add(seen, b.ts[v].storage_key) < 0)) {
+            goto error;
+        }
+        if (!known) {
+            total += b.ts[v].nbytes;
+        }
+    }
+
+    /* DOT */
+    tgc_buf_puts(&dot, "digraph tensorgc {\n"
+                       "  graph [rankdir=LR, fontname=\"Helvetica\", fontsize=11, nodesep=0.25, "
+                       "ranksep=0.45, bgcolor=\"white\"];\n"
+                       "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#f7f7f7\", "
+                       "color=\"#607d8b\", fontname=\"Helvetica\", fontsize=10];\n"
+                       "  edge [fontname=\"Helvetica\", fontsize=9, color=\"#455a64\"];\n");
+    Py_ssize_t objects_drawn = 0;
+    for (uint32_t k = 0; k < b.ngroups; k++) {
+        group_info *gi = &b.groups[k];
+        if (!gi->drawn) {
+            continue;
+        }
+        tgc_buf_printf(&dot, "  subgraph cluster_%u {\n    label=\"", k);
+        tgc_buf title = {0};
+        tgc_buf_printf(&title, "#%u: ", k + 1);
+        if (gi->count > 1) {
+            tgc_buf_count(&title, gi->count);
+            tgc_buf_puts(&title, " identical leaks, one drawn; ");
+        }
+        tgc_buf_count(&title, gi->nodes);
+        tgc_buf_puts(&title, gi->count > 1 ? " objects each, " : " objects, ");
+        tgc_buf_bytes(&title, gi->total_bytes);
+        tgc_buf_puts(&title, " held");
+        tgc_buf_dot(&dot, title.data ? title.data : "", title.len);
+        tgc_buf_free(&title);
+        tgc_buf_puts(&dot, "\"; style=\"rounded,dashed\"; color=\"#90a4ae\"; fontcolor=\"#37474f\";\n");
+        for (uint32_t v = 0; v < b.n; v++) {
+            if (b.draw[v] && b.owner[v] == TGC_NONE && b.a.group[v] == gi->group) {
+                tgc_buf_puts(&dot, "  ");
+                dot_node(&dot, &b, v);
+                objects_drawn++;
+            }
+        }
+        if (elided[k] > 0) {
+            /* The rest of a large group, as one node with its type counts. */
+            PyObject *counts = PyDict_New();
+            for (uint32_t v = 0; counts && v < b.n; v++) {
+                if (b.a.group[v] != gi->group || b.draw[v]) {
+                    continue;
+                }
+                PyObject *tn = tgc_type_name(b.items[v]);
+                PyObject *c = tn ? PyDict_GetItemWithError(counts, tn) : NULL;
+                PyObject *c1 = tn ? PyLong_FromLong(c ? PyLong_AsLong(c) + 1 : 1) : NULL;
+                if (c1 == NULL || PyDict_SetItem(counts, tn, c1) < 0) {
+                    Py_CLEAR(counts);
+                }
+                Py_XDECREF(tn);
+                Py_XDECREF(c1);
+            }
+            tgc_buf more = {0};
+            tgc_buf_puts(&more, "\xe2\x80\xa6 ");
+            tgc_buf_count(&more, elided[k]);
+            tgc_buf_puts(&more, " more objects in this leak\n");
+            Py_ssize_t pos = 0;
+            PyObject *key, *val;
+            int shown = 0;
+            while (counts && PyDict_Next(counts, &pos, &key, &val) && shown < 6) {
+                tgc_buf_pystr(&more, key, 0);
+                tgc_buf_puts(&more, " \xc3\x97");
+                tgc_buf_count(&more, (uint64_t)PyLong_AsLong(val));
+                tgc_buf_puts(&more, "\n");
+                shown++;
+            }
+            Py_XDECREF(counts);
+            PyErr_Clear();
+            tgc_buf_printf(&dot, "    more%u [label=\"", k);
+            tgc_buf_dot(&dot, more.data ? more.data : "", more.len);
+            tgc_buf_puts(&dot, "\", style=\"rounded,dashed\", fillcolor=\"white\"];\n");
+            tgc_buf_free(&more);
+        }
+        tgc_buf_puts(&dot, "  }\n");
+        if (elided[k] > 0) {
+            for (uint32_t v = 0; v < b.n; v++) {
+                if (!b.draw[v] || b.owner[v] != TGC_NONE || b.a.group[v] != gi->group) {
+                    continue;
+                }
+                int out = 0, in = 0;
+                for (uint32_t e = b.g.out_off[v]; e < b.g.out_off[v + 1]; e++) {
+                    out |= !b.draw[b.g.out_dst[e]];
+                }
+                for (uint32_t e = b.g.in_off[v]; e < b.g.in_off[v + 1]; e++) {
+                    in |= !b.draw[b.g.in_src[e]];
+                }
+                if (out) {
+                    tgc_buf_printf(&dot, "  n%u -> more%u [style=dashed];\n", v, k);
+                }
+                if (in) {
+                    tgc_buf_printf(&dot, "  more%u -> n%u [style=dashed];\n", k, v);
+                }
+            }
+        }
+    }
+    for (size_t e = 0; e < b.nedges; e++) {
+        drawn_edge *de = &b.edges[e];
+        tgc_buf_printf(&dot, "  n%u -> n%u [label=\"", de->src, de->dst);
+        tgc_buf_pystr(&dot, de->label, 'd');
+        tgc_buf_puts(&dot, "\"");
+        if (b.is_target[de->dst]) {
+            tgc_buf_puts(&dot, ", color=\"#c62828\", fontcolor=\"#c62828\"");
+        }
+        tgc_buf_puts(&dot, "];\n");
+        PyObject *tup = Py_BuildValue("(NON)", tgc_type_name(b.items[de->src]), de->label,
+                                      tgc_type_name(b.items[de->dst]));
+        if (tup == NULL || PyList_Append(edges, tup) < 0) {
+            Py_XDECREF(tup);
+            goto error;
+        }
+        Py_DECREF(tup);
+    }
+    tgc_buf_puts(&dot, "}\n");
+
+    /* Text and groups */
+    tgc_buf_printf(&text, "tensorgc: garbage collection (generation %d) found ", generation);
+    tgc_buf_count(&text, b.a.kept);
+    tgc_buf_puts(&text, " objects in reference cycles keeping ");
+    tgc_buf_count(&text, ntensors);
+    tgc_buf_puts(&text, ntensors == 1 ? " tensor (" : " tensors (");
+    tgc_buf_bytes(&text, total);
+    tgc_buf_puts(&text, ") alive until the collector ran; they are freed now.\n");
+    for (uint32_t k = 0; k < b.ngroups; k++) {
+        group_info *gi = &b.groups[k];
+        tgc_buf cyc = {0}, hint = {0}, line = {0};
+        size_t path[64];
+        size_t len = gi->drawn ? builder__cycle(&b, gi->group, path, 64) : 0;
+        if (gi->drawn) {
+            builder__hint(&b, path, len, &cyc, &hint);
+        }
+        else {
+            tgc_buf_puts(&hint, "not drawn (the page shows the largest leaks first)");
+        }
+        tgc_buf_printf(&line, "  #%u ", k + 1);
+        if (gi->count > 1) {
+            tgc_buf_puts(&line, "\xc3\x97");
+            tgc_buf_count(&line, gi->count);
+            tgc_buf_puts(&line, " ");
+        }
+        tgc_buf_puts(&line, "cycle ");
+        if (cyc.len > 0) {
+            tgc_buf_add(&line, cyc.data, cyc.len);
+        }
+        else {
+            tgc_buf_puts(&line, "(too large to spell out)");
+        }
+        tgc_buf_puts(&line, " (");
+        tgc_buf_count(&line, gi->nodes);
+        tgc_buf_puts(&line, gi->count > 1 ? " objects each) holds " : " objects) holds ");
+        tgc_buf_count(&line, gi->targets);
+        tgc_buf_puts(&line, gi->targets == 1 ? " tensor" : " tensors");
+        if (gi->count > 1) {
+            tgc_buf_puts(&line, " each");
+        }
+        /* the largest tensor of the representative */
+        uint32_t best = TGC_NONE;
+        for (uint32_t v = 0; v < b.n; v++) {
+            if (b.a.group[v] == gi->group && b.ts[v].info && (b.a.role[v] & TGC_ROLE_TARGET) &&
+                (best == TGC_NONE || b.ts[v].nbytes > b.ts[best].nbytes)) {
+                best = v;
+            }
+        }
+        if (best != TGC_NONE) {
+            tgc_buf_puts(&line, gi->targets > 1 ? ", largest " : ": ");
+            buf_tensor_line(&line, &b.ts[best]);
+        }
+        tgc_buf_puts(&line, "; ");
+        tgc_buf_bytes(&line, gi->total_bytes);
+        tgc_buf_puts(&line, " in all\n      fix: ");
+        tgc_buf_add(&line, hint.data ? hint.data : "", hint.len);
+        tgc_buf_puts(&line, "\n");
+        tgc_buf_add(&text, line.data ? line.data : "", line.len);
+
+        PyObject *hint_s = buf_to_str(&hint);
+        PyObject *cyc_s = hint_s ? buf_to_str(&cyc) : NULL;
+        PyObject *gd = cyc_s ? Py_BuildValue("{s:I,s:I,s:I,s:K,s:O,s:O,s:O}", "count", gi->count,
+                                             "objects", gi->nodes, "tensors", gi->total_targets,
+                                             "nbytes", gi->total_bytes, "hint", hint_s,
+                                             "cycle", cyc_s, "drawn", gi->drawn ? Py_True : Py_False)
+                             : NULL;
+        tgc_buf_free(&cyc);
+        tgc_buf_free(&hint);
+        tgc_buf_free(&line);
+        if (gd == NULL || PyList_Append(groups, gd) < 0 || PyList_Append(hints, hint_s) < 0) {
+            Py_XDECREF(gd);
+            Py_XDECREF(hint_s);
+            Py_XDECREF(cyc_s);
+            goto error;
+        }
+        Py_DECREF(gd);
+        Py_DECREF(hint_s);
+        Py_DECREF(cyc_s);
+    }
+    if (dot.oom || text.oom) {
+        PyErr_NoMemory();
+        goto error;
+    }
+
+    tgc_report *r = PyObject_GC_New(tgc_report, st->report_type);
+    if (r == NULL) {
+        goto error;
+    }
+    r->text = buf_to_str(&text);
+    r->dot = buf_to_str(&dot);
+    r->tensors = tensors;
+    r->groups = groups;
+    r->edges = edges;
+    r->hints = hints;
+    tensors = groups = edges = hints = NULL;
+    r->svg = r->html = r->svg_error = NULL;
+    r->nbytes = total;
+    r->objects = objects_drawn;
+    r->garbage = b.n;
+    r->generation = generation;
+    PyObject_GC_Track((PyObject *)r);
+    result = (PyObject *)r;
+    if (r->text == NULL || r->dot == NULL) {
+        Py_CLEAR(result);
+    }
+error:
+    builder_free(&b);
+    PyMem_Free(b.items);
+    free(elided);
+    tgc_buf_free(&dot);
+    tgc_buf_free(&text);
+    Py_XDECREF(tensors);
+    Py_XDECREF(groups);
+    Py_XDECREF(edges);
+    Py_XDECREF(hints);
+    Py_XDECREF(seen);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Lazy rendering                                                                              */
+
+PyObject *
+tgc_report_svg(tgc_state *st, tgc_report *r)
+{
+    if (r->svg != NULL) {
+        return Py_NewRef(r->svg);
+    }
+    if (r->svg_error != NULL) {
+        PyErr_SetObject(st->error_type, r->svg_error);
+        return NULL;
+    }
+    Py_ssize_t n;
+    const char *dot = PyUnicode_AsUTF8AndSize(r->dot, &n);  /* lives as long as r->dot */
+    if (dot == NULL) {
+        return NULL;
+    }
+    char *svg = NULL, err[640] = "";
+    size_t len = 0;
+    int rc;
+    if (st->busy) {
+        /* Inside our gc callback: keep the GIL, so no other thread runs while the collector is
+         * mid-collection (a layout takes milliseconds). */
+        rc = tgc_render_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
+    }
+    else {
+        Py_INCREF(r);  /* r->dot must outlive the unlocked section */
+        Py_BEGIN_ALLOW_THREADS
+        rc = tgc_render_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
+        Py_END_ALLOW_THREADS
+        Py_DECREF(r);
+    }
+    if (rc < 0) {
+        r->svg_error = PyUnicode_DecodeUTF8(err, (Py_ssize_t)strlen(err), "replace");
+        if (r->svg_error != NULL) {
+            PyErr_SetObject(st->error_type, r->svg_error);
+        }
+        return NULL;
+    }
+    r->svg = PyUnicode_DecodeUTF8(svg, (Py_ssize_t)len, "replace");
+    free(svg);
+    return Py_XNewRef(r->svg);
+}
+
+PyObject *
+tgc_report_html(tgc_state *st, tgc_report *r)
+{
+    if (r->html != NULL) {
+        return Py_NewRef(r->html);
+    }
+    PyObject *svg = tgc_report_svg(st, r);
+    if (svg == NULL) {
+        if (!PyErr_ExceptionMatches(st->error_type)) {
+            return NULL;
+        }
+        PyErr_Clear();  /* the page says why there is no picture */
+    }
+    tgc_buf table = {0}, title = {0}, page = {0};
+    tgc_buf_puts(&title, "tensorgc: reference cycles kept ");
+    tgc_buf_count(&title, (uint64_t)PyList_GET_SIZE(r->tensors));
+    tgc_buf_puts(&title, PyList_GET_SIZE(r->tensors) == 1 ? " tensor (" : " tensors (");
+    tgc_buf_bytes(&title, r->nbytes);
+    tgc_buf_printf(&title, ") alive until gc generation %d ran", r->generation);
+
+    tgc_buf_puts(&table, "<table id=\"groups\">\n<tr><th>#</th><th>leaks</th><th>objects each</th>"
+                         "<th>tensors</th><th>held</th><th>cycle</th><th>fix</th></tr>\n");
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(r->groups); i++) {
+        PyObject *gd = PyList_GET_ITEM(r->groups, i);
+        PyObject *count = PyDict_GetItemString(gd, "count");
+        PyObject *objects = PyDict_GetItemString(gd, "objects");
+        PyObject *tensors = PyDict_GetItemString(gd, "tensors");
+        PyObject *nbytes = PyDict_GetItemString(gd, "nbytes");
+        PyObject *cycle = PyDict_GetItemString(gd, "cycle");
+        PyObject *hint = PyDict_GetItemString(gd, "hint");
+        if (!count || !objects || !tensors || !nbytes || !cycle || !hint) {
+            continue;
+        }
+        tgc_buf_printf(&table, "<tr><td class=\"num\">%zd</td><td class=\"num\">", i + 1);
+        tgc_buf_count(&table, PyLong_AsUnsignedLongLong(count));
+        tgc_buf_puts(&table, "</td><td class=\"num\">");
+        tgc_buf_count(&table, PyLong_AsUnsignedLongLong(objects));
+        tgc_buf_puts(&table, "</td><td class=\"num\">");
+        tgc_buf_count(&table, PyLong_AsUnsignedLongLong(tensors));
+        tgc_buf_puts(&table, "</td><td class=\"num\">");
+        tgc_buf_bytes(&table, PyLong_AsUnsignedLongLong(nbytes));
+        tgc_buf_puts(&table, "</td><td>");
+        tgc_buf_pystr(&table, cycle, 'h');
+        tgc_buf_puts(&table, "</td><td>");
+        tgc_buf_pystr(&table, hint, 'h');
+        tgc_buf_puts(&table, "</td></tr>\n");
+    }
+    tgc_buf_puts(&table, "</table>\n");
+    PyErr_Clear();
+
+    const char *text = PyUnicode_AsUTF8(r->text);
+    const char *svg_s = svg ? PyUnicode_AsUTF8(svg) : NULL;
+    const char *svg_err = r->svg_error ? PyUnicode_AsUTF8(r->svg_error) : NULL;
+    PyObject *result = NULL;
+    if (text != NULL && !table.oom && !title.oom) {
+        tgc_page p = {title.data, text, table.data, svg_s, svg_err};
+        tgc_html_page(&page, &p);
+        r->html = buf_to_str(&page);
+        result = Py_XNewRef(r->html);
+    }
+    else if (!PyErr_Occurred()) {
+        PyErr_NoMemory();
+    }
+    Py_XDECREF(svg);
+    tgc_buf_free(&table);
+    tgc_buf_free(&title);
+    tgc_buf_free(&page);
+    return result;
+}

@@ -1,0 +1,125 @@
+/* tgc.h: what the files of cycles/ share: module state, the two heap types, and the functions
+ * each file offers the others. Not installed; the public C surface is include/tensorgc/. */
+#ifndef TGC_H
+#define TGC_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "tensorgc/compat.h"
+#include "tensorgc/graph.h"
+#include "buf.h"
+
+/* Which tensors an observer cares about. */
+enum { TGC_DEV_ANY = 0, TGC_DEV_TYPE = 1, TGC_DEV_PREDICATE = 2 };
+typedef struct {
+    int kind;
+    char type[32];      /* TGC_DEV_TYPE: "cuda", "cpu", ... */
+    int index;          /* TGC_DEV_TYPE: device index, -1 for every index */
+    PyObject *predicate;  /* TGC_DEV_PREDICATE: new reference */
+} tgc_filter;
+
+/* What an observer receives. */
+enum { TGC_OBS_GARBAGE = 0, TGC_OBS_REPORT = 1, TGC_OBS_HTML = 2 };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *module;     /* new reference while registered, NULL once removed */
+    PyObject *callback;   /* new reference */
+    int kind;             /* TGC_OBS_* */
+    tgc_filter filter;
+} tgc_handle;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *text, *dot, *tensors, *groups, *edges, *hints;  /* new references, set at build */
+    PyObject *svg, *html;  /* new references, NULL until first asked for (rendering is lazy) */
+    PyObject *svg_error;   /* str when rendering failed, so the page can say why */
+    unsigned long long nbytes;
+    Py_ssize_t objects, garbage;
+    int generation;
+} tgc_report;
+
+typedef struct {
+    /* Set in module exec, released in m_clear; everything here is used with the GIL held. */
+    PyTypeObject *report_type;
+    PyTypeObject *handle_type;
+    PyObject *gc_module;      /* new reference */
+    PyObject *hook;           /* our gc.callbacks entry, a builtin bound to the module */
+    PyObject *observers;      /* list of tgc_handle, registration order */
+    PyObject *logger;         /* logging.getLogger("tensorgc"), made on first use */
+    PyObject *error_type;     /* tensorgc.GraphvizError */
+
+    /* torch, resolved once torch is imported (we never import it ourselves in the hook). */
+    PyObject *tensor_type;    /* torch._C.TensorBase */
+    PyObject *torch_get_shape, *torch_get_dtype, *torch_get_device;   /* getset descriptors */
+    PyObject *torch_untyped_storage, *torch_is_sparse_getter;
+    PyObject *torch_no_subclass_dispatch;  /* torch._C.DisableTorchFunctionSubclass */
+
+    /* Only touched inside our gc callback, which runs with the GIL held and never nests: the
+     * collector refuses to start a collection while one is running, and `busy` guards the rest. */
+    int armed;                /* "start" set DEBUG_SAVEALL and expects a "stop" */
+    int busy;                 /* inside "stop": observers are running */
+    int user_saveall;         /* the user had DEBUG_SAVEALL on: leave their garbage alone */
+    long saved_flags;         /* the user's gc debug flags, restored in "stop" */
+    Py_ssize_t garbage_len;   /* len(gc.garbage) at "start" */
+    PyObject *garbage;        /* gc.garbage between "start" and "stop", new reference */
+} tgc_state;
+
+/* module.c */
+tgc_state *tgc_state_of(PyObject *module);
+
+/* hook.c: the gc callback and the observers. */
+PyObject *tgc_hook_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+int tgc_hook_add(tgc_state *st, PyObject *module, tgc_handle *h);
+int tgc_hook_remove(tgc_handle *h);
+/* Frees objs (a list owning one reference to each object) as the collector would, sparing
+ * anything still reachable from outside the list. Returns how many were cleared, never fails
+ * (out of memory: nothing is cleared and the objects die or live by refcount). */
+Py_ssize_t tgc_hook_free(PyObject *objs);
+void tgc_log_exception(tgc_state *st, const char *what);
+void tgc_filter_clear(tgc_filter *f);
+
+/* names.c: what objects are, and what their references are called. */
+typedef struct {
+    PyObject *target;   /* borrowed; only compared by address */
+    PyObject *via;      /* borrowed; the container the reference sits in, NULL when direct */
+    PyObject *label;    /* new reference (str) */
+    int used;
+} tgc_name;
+typedef struct {
+    tgc_name *items;
+    size_t n, cap;
+    PyObject *folds[8];  /* borrowed; containers drawn as part of the owner (dict, closure) */
+    int nfolds;
+} tgc_names;
+int tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned);
+PyObject *tgc_names_take(tgc_names *ns, PyObject *target, PyObject *via);  /* borrowed or NULL */
+void tgc_names_clear(tgc_names *ns);
+PyObject *tgc_type_name(PyObject *obj);  /* new reference */
+PyObject *tgc_describe(PyObject *obj);   /* new reference: one short line, may be "" */
+int tgc_buf_pystr(tgc_buf *b, PyObject *s, int how);  /* how: 0 raw, 'd' DOT, 'h' HTML */
+
+/* report.c */
+int tgc_torch_resolve(tgc_state *st);   /* 1 when torch's types are known, 0 when not, -1 error */
+int tgc_is_tensor(tgc_state *st, PyObject *obj);
+PyObject *tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generation);
+PyObject *tgc_report_svg(tgc_state *st, tgc_report *r);    /* new reference */
+PyObject *tgc_report_html(tgc_state *st, tgc_report *r);   /* new reference */
+
+/* render.c: Graphviz, no Python. Returns 0 and a malloc'd SVG, or -1 with a message in err. */
+int tgc_render_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
+                   char *err, size_t err_len);
+void tgc_render_shutdown(void);
+/* The self-contained HTML page around an SVG. */
+typedef struct {
+    const char *title;
+    const char *text;          /* the plain-text summary */
+    const char *table_html;    /* rows already escaped */
+    const char *svg;           /* Graphviz output, or NULL */
+    const char *svg_error;     /* why there is no picture */
+} tgc_page;
+void tgc_html_page(tgc_buf *out, const tgc_page *p);
+
+#endif /* TGC_H */

@@ -1,0 +1,92 @@
+/* compat.h: every Python- and Graphviz-version #if of tensorgc lives here.
+ * Other files call the tgc_compat_* names and never test PY_VERSION_HEX themselves. */
+#ifndef TENSORGC_COMPAT_H
+#define TENSORGC_COMPAT_H
+
+#ifdef Py_PYTHON_H  /* the Python half: only for files that include Python.h first */
+
+#include <frameobject.h>
+
+/* Interpreter shutdown: public from 3.13, underscored before. */
+#if PY_VERSION_HEX >= 0x030D0000
+#  define tgc_compat_is_finalizing() Py_IsFinalizing()
+#else
+#  define tgc_compat_is_finalizing() _Py_IsFinalizing()
+#endif
+
+/* PyObject_CallOneArg / PyObject_CallNoArgs are 3.9+; the package needs 3.9. */
+#if PY_VERSION_HEX < 0x03090000
+#  error "tensorgc needs Python 3.9 or newer"
+#endif
+
+/* Py_NewRef is 3.10+. */
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *tgc_compat_newref(PyObject *o) { Py_INCREF(o); return o; }
+#  define Py_NewRef(o) tgc_compat_newref((PyObject *)(o))
+#  define Py_XNewRef(o) ((o) ? tgc_compat_newref((PyObject *)(o)) : NULL)
+#endif
+
+/* The frame's local variables as a mapping (new reference), or NULL with an exception.
+ * 3.13 returns a write-through proxy that holds no strong references of its own. 3.11 and 3.12
+ * materialise frame->f_locals, a dict that the frame keeps: the caller must account for it
+ * (cycles/names.c adds it to the set it owns), which is why *owned_by_frame says so. */
+static inline PyObject *
+tgc_compat_frame_locals(PyFrameObject *frame, int *owned_by_frame)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    *owned_by_frame = 0;
+    return PyFrame_GetLocals(frame);
+#elif PY_VERSION_HEX >= 0x030B0000
+    *owned_by_frame = 1;
+    return PyFrame_GetLocals(frame);
+#else
+    *owned_by_frame = 1;
+    if (PyFrame_FastToLocalsWithError(frame) < 0) {
+        return NULL;
+    }
+    return Py_XNewRef(frame->f_locals);
+#endif
+}
+
+/* The instance __dict__ (new reference), made if the instance keeps its attributes inline (3.11+
+ * managed dicts); NULL without an exception when the type has none. A dict made here is owned by
+ * the instance: callers that count references must add it to the set they account for. */
+static inline PyObject *
+tgc_compat_instance_dict(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+#if PY_VERSION_HEX >= 0x030B0000
+    if (tp->tp_dictoffset == 0 && !(tp->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
+        return NULL;
+    }
+#else
+    if (tp->tp_dictoffset == 0) {
+        return NULL;
+    }
+#endif
+    PyObject *d = PyObject_GenericGetDict(obj, NULL);
+    if (d == NULL) {
+        PyErr_Clear();
+    }
+    return d;
+}
+
+/* The type's managed-dict flag, 0 where it does not exist. */
+#if PY_VERSION_HEX >= 0x030B0000
+#  define TGC_TPFLAGS_MANAGED_DICT Py_TPFLAGS_MANAGED_DICT
+#else
+#  define TGC_TPFLAGS_MANAGED_DICT 0
+#endif
+
+#endif /* Py_PYTHON_H */
+
+/* The Graphviz half. gvRenderData's length argument became size_t in Graphviz 13. */
+#ifdef TGC_GRAPHVIZ_MAJOR
+#  if TGC_GRAPHVIZ_MAJOR >= 13
+typedef size_t tgc_gv_len_t;
+#  else
+typedef unsigned int tgc_gv_len_t;
+#  endif
+#endif
+
+#endif /* TENSORGC_COMPAT_H */

@@ -1,0 +1,66 @@
+"""Build of tensorgc's C extension. Metadata lives in setup.cfg; this file only finds Graphviz
+with pkg-config and lists the C sources of cycles/ (and later reporter/, allocator/)."""
+import glob
+import os
+import shlex
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+
+
+def pkg_config(*args):
+    try:
+        out = subprocess.run(["pkg-config", *args], check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        sys.exit("tensorgc: Graphviz's C library was not found with pkg-config "
+                 f"({detail.strip()}). Install it with `make deps` "
+                 "(Debian: apt-get install libgraphviz-dev pkg-config).")
+    return out.stdout.strip()
+
+
+def graphviz():
+    version = pkg_config("--modversion", "libgvc")
+    major = int(version.split(".")[0])
+    cflags = shlex.split(pkg_config("--cflags", "libgvc", "libcgraph"))
+    libs = shlex.split(pkg_config("--libs", "libgvc", "libcgraph"))
+    libdir = pkg_config("--variable=libdir", "libgvc")
+    plugin_dir = os.path.join(libdir, "graphviz")
+    include_dirs = [f[2:] for f in cflags if f.startswith("-I")]
+    library_dirs = [f[2:] for f in libs if f.startswith("-L")] + [plugin_dir]
+    libraries = [f[2:] for f in libs if f.startswith("-l")]
+    # The dot layout and the core (SVG) renderer are linked in and registered through
+    # gvContextPlugins, so no plugin configuration is read at run time.
+    libraries += ["gvplugin_dot_layout", "gvplugin_core"]
+    return dict(
+        include_dirs=include_dirs,
+        library_dirs=library_dirs,
+        libraries=libraries,
+        runtime_library_dirs=[libdir, plugin_dir],
+        define_macros=[("TGC_GRAPHVIZ_MAJOR", str(major))],
+    )
+
+
+gv = graphviz()
+warnings = ["-Wall", "-Wextra", "-Wno-missing-field-initializers", "-Wno-cast-function-type"]
+if os.environ.get("TENSORGC_WERROR"):
+    warnings.append("-Werror")
+extra = shlex.split(os.environ.get("TENSORGC_CFLAGS", ""))
+extra_link = shlex.split(os.environ.get("TENSORGC_LDFLAGS", ""))
+
+sources = sorted(glob.glob("cycles/*.c") + glob.glob("reporter/*.c") + glob.glob("allocator/*.c"))
+ext = Extension(
+    "tensorgc._tensorgc",
+    sources=sources,
+    depends=sorted(glob.glob("cycles/*.h") + glob.glob("include/tensorgc/*.h")),
+    include_dirs=["include", "cycles"] + gv["include_dirs"],
+    library_dirs=gv["library_dirs"],
+    libraries=gv["libraries"],
+    runtime_library_dirs=gv["runtime_library_dirs"],
+    define_macros=gv["define_macros"],
+    extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + warnings + extra,
+    extra_link_args=extra_link,
+)
+
+setup(ext_modules=[ext])

@@ -1,0 +1,63 @@
+"""tensorgc: where your GPU memory is and why it was not freed.
+
+The cycle detector is C (tensorgc._tensorgc); this package adds the file-writing warning and
+re-exports the API. See docs/api.md.
+"""
+import atexit
+import logging
+import os
+import tempfile
+
+from . import _tensorgc
+from ._tensorgc import (
+    CycleReport,
+    GraphvizError,
+    Handle,
+    observe_cycles,
+    observe_garbage,
+    observe_tensor_cycles,
+    render_svg,
+)
+
+__all__ = [
+    "CycleReport",
+    "GraphvizError",
+    "Handle",
+    "observe_cycles",
+    "observe_garbage",
+    "observe_tensor_cycles",
+    "render_svg",
+    "warn_tensor_cycles",
+]
+__version__ = "0.1.0"
+
+logger = logging.getLogger("tensorgc")
+
+# Collections during interpreter exit must not call back into a half-torn-down world.
+atexit.register(_tensorgc._shutdown)
+
+
+def warn_tensor_cycles(*, device="cuda", directory=None):
+    """Write each cycle report to a new HTML file and log a WARNING with its path and summary.
+
+    Files are created with mkstemp (O_EXCL, mode 0600, unpredictable name
+    ``tensorgc-cycle-XXXXXXXX.html``) in ``directory`` or the temporary directory.
+    Returns the Handle; call it to stop.
+    """
+    if directory is not None:
+        directory = os.fspath(directory)
+        if not os.path.exists(directory):
+            raise FileNotFoundError(f"tensorgc: no such directory: {directory!r}")
+        if not os.path.isdir(directory):
+            raise NotADirectoryError(f"tensorgc: not a directory: {directory!r}")
+
+    def write_and_log(report):
+        fd, path = tempfile.mkstemp(prefix="tensorgc-cycle-", suffix=".html", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(report.html)
+        logger.warning("reference cycles kept tensors alive until gc ran; picture: %s\n%s",
+                       path, report.text.rstrip())
+
+    handle = observe_cycles(write_and_log, device=device)
+    logger.info("tensorgc: watching reference cycles that hold %s tensors", device)
+    return handle

@@ -1,0 +1,77 @@
+"""Shared helpers for the tensorgc test-suite (no tensorgc import here)."""
+
+import gc
+import os
+
+import torch
+
+# The whole suite runs on this device: `TENSORGC_TEST_DEVICE=cuda pytest tests`
+# runs the same tests with CUDA tensors and CUDA observers.
+DEVICE = os.environ.get("TENSORGC_TEST_DEVICE", "cpu")
+DEVICE_TYPE = torch.device(DEVICE).type
+IS_CUDA = DEVICE_TYPE == "cuda"
+OTHER_DEVICE = "cpu" if IS_CUDA else "cuda"
+
+
+def T(*shape, device=None, dtype=torch.float32):
+    """A zero tensor on the test device (or `device`)."""
+    if not shape:
+        shape = (4,)
+    return torch.zeros(*shape, device=DEVICE if device is None else device, dtype=dtype)
+
+
+def new_class(name="Node", bases=(), **namespace):
+    """A fresh class per test, so leftovers of another test can never be counted."""
+    return type(name, bases, dict(namespace))
+
+
+def instances(cls):
+    """Live (gc-tracked) instances of exactly `cls`."""
+    return [o for o in gc.get_objects() if type(o) is cls]
+
+
+def live_tensors_with_ptr(ptr):
+    return [
+        o
+        for o in gc.get_objects()
+        if issubclass(type(o), torch.Tensor) and o.data_ptr() == ptr
+    ]
+
+
+def _type_ok(actual, expected):
+    if expected is None:
+        return True
+    return actual == expected or actual.endswith("." + expected)
+
+
+def find_edges(report, src=None, label=None, dst=None):
+    """Edges of report.edges matching (src_type, label, dst_type); None = wildcard.
+
+    Type names are compared to type(obj).__name__; a module-qualified name
+    ("torch.Tensor") is accepted too.
+    """
+    return [
+        e
+        for e in report.edges
+        if _type_ok(e[0], src) and (label is None or e[1] == label) and _type_ok(e[2], dst)
+    ]
+
+
+def has_edge(report, src, label, dst):
+    return bool(find_edges(report, src, label, dst))
+
+
+def is_plain_data(value, depth=0):
+    """Only str/int/float/bool/None and list/tuple/dict of those."""
+    if depth > 20:
+        return False
+    if value is None or type(value) in (str, int, float, bool):
+        return True
+    if type(value) in (list, tuple):
+        return all(is_plain_data(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return all(
+            is_plain_data(k, depth + 1) and is_plain_data(v, depth + 1)
+            for k, v in value.items()
+        )
+    return False

@@ -84,8 +84,10 @@ tgc_hook_add(tgc_state *st, PyObject *module, tgc_handle *h)
     /* Someone may have cleared gc.callbacks (test suites do): put the hook back if missing. */
     int found = hook__registered(st);
     if (found == 0) {
+        /* First in line: "stop" then sees the garbage before any other callback can touch it,
+         * which is what lets hook__stop skip the resurrection check when nothing else ran. */
         PyObject *cbs = PyObject_GetAttrString(st->gc_module, "callbacks");
-        found = cbs ? PyList_Append(cbs, st->hook) : -1;
+        found = cbs ? PyList_Insert(cbs, 0, st->hook) : -1;
         Py_XDECREF(cbs);
     }
     if (found < 0) {
@@ -171,7 +173,7 @@ free__mark(PyObject *o, void *arg)
 }
 
 Py_ssize_t
-tgc_hook_free(PyObject *objs)
+tgc_hook_free(PyObject *objs, int check)
 {
     Py_ssize_t n = PyList_GET_SIZE(objs);
     if (n == 0 || n >= (Py_ssize_t)UINT32_MAX) {
@@ -181,6 +183,23 @@ tgc_hook_free(PyObject *objs)
     tgc_ptrmap map;
     free_ctx c = {0};
     Py_ssize_t cleared = 0;
+    if (!check) {
+        /* No Python code ran since the collector's own resurrection check: all unreachable. */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *op = items[i];
+            inquiry clear = Py_TYPE(op)->tp_clear;
+            if (clear != NULL) {
+                Py_INCREF(op);
+                (void)clear(op);
+                if (PyErr_Occurred()) {
+                    PyErr_WriteUnraisable(op);
+                }
+                Py_DECREF(op);
+                cleared++;
+            }
+        }
+        return cleared;
+    }
     if (tgc_ptrmap_init(&map, (size_t)n) < 0) {
         return 0;
     }
@@ -309,13 +328,16 @@ hook__call(tgc_state *st, tgc_handle *h, PyObject *arg, const char *what)
     Py_XDECREF(r);
 }
 
-static void
+/* Runs the observers on objs. Returns 1 when Python code may have run (and so may have made
+ * some of objs reachable again), 0 when nothing ran. */
+static int
 hook__notify(tgc_state *st, PyObject *objs, int generation)
 {
+    int ran = 0;
     PyObject *snapshot = PyList_AsTuple(st->observers);  /* observers may (un)register meanwhile */
     if (snapshot == NULL) {
         tgc_log_exception(st, "listing observers");
-        return;
+        return 1;
     }
     Py_ssize_t nobs = PyTuple_GET_SIZE(snapshot);
     int want_tensors = 0;
@@ -333,6 +355,7 @@ hook__notify(tgc_state *st, PyObject *objs, int generation)
             }
             hook__call(st, h, copy, "an observe_garbage observer");
             Py_DECREF(copy);
+            ran = 1;
         }
         else {
             want_tensors = 1;
@@ -360,6 +383,7 @@ hook__notify(tgc_state *st, PyObject *objs, int generation)
                     report = Py_NewRef(made[k]);
                 }
             }
+            ran = 1;  /* building a report calls reprs, the predicate, torch */
             if (report == NULL) {
                 report = tgc_report_build(st, objs, &h->filter, generation);
                 if (report == NULL) {
@@ -394,6 +418,7 @@ hook__notify(tgc_state *st, PyObject *objs, int generation)
     }
     PyErr_Clear();
     Py_DECREF(snapshot);
+    return ran;
 }
 
 static void
@@ -413,21 +438,26 @@ hook__stop(tgc_state *st, PyObject *info)
         Py_DECREF(garbage);
         return;
     }
-    PyObject *objs = PyList_GetSlice(garbage, st->garbage_len, now);  /* new reference */
-    if (objs == NULL) {
-        PyErr_WriteUnraisable(st->hook);
-        Py_DECREF(garbage);
-        return;
-    }
     int generation = -1;
     PyObject *gen = PyDict_Check(info) ? PyDict_GetItemString(info, "generation") : NULL;
     if (gen != NULL) {
         generation = (int)PyLong_AsLong(gen);
         PyErr_Clear();
     }
-    st->busy = 1;
+    Py_ssize_t k = now - st->garbage_len;
+    PyObject *objs = PyList_New(k);  /* new reference */
+    if (objs == NULL) {
+        PyErr_WriteUnraisable(st->hook);
+        Py_DECREF(garbage);
+        return;
+    }
+    PyObject **src = ((PyListObject *)garbage)->ob_item + st->garbage_len;
     if (st->user_saveall) {
         /* The user asked the collector to keep garbage: we only look. */
+        for (Py_ssize_t i = 0; i < k; i++) {
+            PyList_SET_ITEM(objs, i, Py_NewRef(src[i]));
+        }
+        st->busy = 1;
         if (!tgc_compat_is_finalizing()) {
             hook__notify(st, objs, generation);
         }
@@ -436,24 +466,28 @@ hook__stop(tgc_state *st, PyObject *info)
         Py_DECREF(garbage);
         return;
     }
-    if (PyList_SetSlice(garbage, st->garbage_len, now, NULL) < 0) {
-        PyErr_WriteUnraisable(st->hook);
-        st->busy = 0;
-        Py_DECREF(objs);
-        Py_DECREF(garbage);
-        return;
-    }
+    /* Move this collection's entries out of gc.garbage: the references change owner, so no
+     * refcount traffic, and the list keeps its capacity for the next collection. */
+    memcpy(((PyListObject *)objs)->ob_item, src, (size_t)k * sizeof(PyObject *));
+    Py_SET_SIZE(garbage, st->garbage_len);
     /* Objects with a legacy tp_del are uncollectable: the collector leaves them in gc.garbage. */
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs); i++) {
+    for (Py_ssize_t i = 0; i < k; i++) {
         PyObject *op = PyList_GET_ITEM(objs, i);
         if (Py_TYPE(op)->tp_del != NULL && PyList_Append(garbage, op) < 0) {
             PyErr_WriteUnraisable(st->hook);
         }
     }
+    /* If another gc callback ran before ours, it may have looked at gc.garbage. */
+    PyObject *cbs = PyObject_GetAttrString(st->gc_module, "callbacks");
+    int check = cbs == NULL || !PyList_Check(cbs) || PyList_GET_SIZE(cbs) == 0 ||
+                PyList_GET_ITEM(cbs, 0) != st->hook;
+    Py_XDECREF(cbs);
+    PyErr_Clear();
+    st->busy = 1;
     if (!tgc_compat_is_finalizing()) {
-        hook__notify(st, objs, generation);
+        check |= hook__notify(st, objs, generation);
     }
-    tgc_hook_free(objs);
+    tgc_hook_free(objs, check);
     st->busy = 0;
     Py_DECREF(objs);
     Py_DECREF(garbage);

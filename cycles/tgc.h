@@ -77,7 +77,7 @@ int tgc_hook_remove(tgc_handle *h);
 /* Frees objs (a list owning one reference to each object) as the collector would, sparing
  * anything still reachable from outside the list. Returns how many were cleared, never fails
  * (out of memory: nothing is cleared and the objects die or live by refcount). */
-Py_ssize_t tgc_hook_free(PyObject *objs);
+Py_ssize_t tgc_hook_free(PyObject *objs, int check);
 void tgc_log_exception(tgc_state *st, const char *what);
 void tgc_filter_clear(tgc_filter *f);
 

@@ -5,9 +5,7 @@ import gc
 import logging
 import os
 import re
-import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import threading

@@ -6,8 +6,18 @@ SO := tensorgc/_tensorgc$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.
 SOURCES := $(wildcard cycles/*.c cycles/*.h include/tensorgc/*.h reporter/*.c allocator/*.c) setup.py
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
+GV_MAJOR = $(shell pkg-config --modversion libgvc 2>/dev/null | cut -d. -f1)
+GV_LIBDIR = $(shell pkg-config --variable=libdir libgvc 2>/dev/null)
+UNIT_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers \
+  -Iinclude -Icycles $(shell pkg-config --cflags libgvc) \
+  $(shell $(PYTHON) -c "import sysconfig; print('-I' + sysconfig.get_paths()['include'])") \
+  -DTGC_GRAPHVIZ_MAJOR=$(GV_MAJOR)
+UNIT_LIBS = $(shell pkg-config --libs libgvc libcgraph) -L$(GV_LIBDIR)/graphviz \
+  -lgvplugin_dot_layout -lgvplugin_core -Wl,-rpath,$(GV_LIBDIR):$(GV_LIBDIR)/graphviz -lpthread
+REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
+
 .DEFAULT_GOAL := build
-.PHONY: help deps build test demo bench valgrind asan clean
+.PHONY: help deps build test demo bench units valgrind asan clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -35,17 +45,21 @@ demo: deps build ## Run a leak with the detector on: prints the summary and the 
 bench: deps build ## Run the benchmarks (B1 overhead, B2 reporting cost); see docs/benchmarks.md
 	$(PYTHON) bench/run_all.py
 
-valgrind: deps ## Run the C-heavy tests under valgrind (memcheck, errors fail)
-	rm -f $(SO); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O0 -g" $(PYTHON) setup.py -q build_ext --inplace --force
-	PYTHONMALLOC=malloc valgrind --error-exitcode=99 --quiet --suppressions=tests/valgrind.supp \
-	  $(PYTHON) -m pytest tests/test_graph_engine.py tests/test_cycles.py -q -x -p no:cacheprovider
-	rm -f $(SO)
+build/test_units: tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c $(wildcard cycles/*.h include/tensorgc/*.h)
+	@mkdir -p build
+	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c -o $@ $(UNIT_LIBS)
 
-asan: deps ## Build with AddressSanitizer and run the tests
+units: build/test_units ## Build and run the plain-C unit tests (graph engine, escapers, Graphviz)
+	./build/test_units
+
+valgrind: deps build/test_units ## Run the plain-C units under valgrind memcheck (errors and definite leaks fail)
+	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet ./build/test_units
+
+asan: deps ## Build the extension with AddressSanitizer+UBSan and run the Python tests
 	rm -f $(SO); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 	  TENSORGC_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) setup.py -q build_ext --inplace --force
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-	  ASAN_OPTIONS=detect_leaks=0 $(PYTHON) -m pytest tests -q -x
+	  ASAN_OPTIONS=detect_leaks=0 $(REAL_PYTHON) -m pytest tests -q -x
 	rm -f $(SO)
 
 clean: ## Remove build products

@@ -1,0 +1,20 @@
+"""Drives the plain-C unit tests (tests/c/test_units.c: graph engine, escapers, Graphviz render,
+HTML page) from pytest: built by `make build/test_units`, run, and its exit status checked."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make and a C compiler")
+def test_c_units():
+    build = subprocess.run(["make", "-s", "build/test_units"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run([os.path.join(ROOT, "build", "test_units")], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "all passed" in run.stdout

@@ -62,16 +62,29 @@ tgc_log_exception(tgc_state *st, const char *what)
 /* ------------------------------------------------------------------------------------------ */
 /* Registration                                                                                */
 
-static int
+/* How many times the hook sits on gc.callbacks (by identity: no user __eq__ runs). */
+static Py_ssize_t
 hook__registered(tgc_state *st)
 {
-    PyObject *cbs = PyObject_GetAttrString(st->gc_module, "callbacks");
-    if (cbs == NULL) {
-        return -1;
+    Py_ssize_t found = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->gc_callbacks); i++) {
+        found += PyList_GET_ITEM(st->gc_callbacks, i) == st->hook;
     }
-    int found = PySequence_Contains(cbs, st->hook);
-    Py_DECREF(cbs);
     return found;
+}
+
+/* Takes every occurrence of the hook off gc.callbacks. Only safe where the collector is not
+ * iterating the list, or from the list's last entry. */
+static int
+hook__unhook(tgc_state *st)
+{
+    PyObject *cbs = st->gc_callbacks;
+    for (Py_ssize_t i = PyList_GET_SIZE(cbs) - 1; i >= 0; i--) {
+        if (PyList_GET_ITEM(cbs, i) == st->hook && PySequence_DelItem(cbs, i) < 0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 int
@@ -81,16 +94,18 @@ tgc_hook_add(tgc_state *st, PyObject *module, tgc_handle *h)
         return -1;
     }
     h->module = Py_NewRef(module);
+    st->unhook_pending = 0;
     /* Someone may have cleared gc.callbacks (test suites do): put the hook back if missing. */
-    int found = hook__registered(st);
-    if (found == 0) {
+    int rc = 0;
+    if (hook__registered(st) == 0) {
         /* First in line: "stop" then sees the garbage before any other callback can touch it,
-         * which is what lets hook__stop skip the resurrection check when nothing else ran. */
-        PyObject *cbs = PyObject_GetAttrString(st->gc_module, "callbacks");
-        found = cbs ? PyList_Insert(cbs, 0, st->hook) : -1;
-        Py_XDECREF(cbs);
+         * which is what lets hook__stop skip the resurrection check when nothing else ran.
+         * Inside a collection the collector is walking the list by index: append instead, so
+         * no callback runs twice. */
+        rc = st->busy ? PyList_Append(st->gc_callbacks, st->hook)
+                      : PyList_Insert(st->gc_callbacks, 0, st->hook);
     }
-    if (found < 0) {
+    if (rc < 0) {
         Py_ssize_t last = PyList_GET_SIZE(st->observers) - 1;
         PySequence_DelItem(st->observers, last);
         Py_CLEAR(h->module);
@@ -116,21 +131,19 @@ tgc_hook_remove(tgc_handle *h)
                 break;
             }
         }
-        /* The hook stays on gc.callbacks only while someone listens: otherwise zero cost. */
-        if (rc == 0 && PyList_GET_SIZE(st->observers) == 0 && st->gc_module != NULL &&
-            !st->armed) {
-            PyObject *cbs = PyObject_GetAttrString(st->gc_module, "callbacks");
-            if (cbs != NULL) {
-                int found = PySequence_Contains(cbs, st->hook);
-                if (found == 1) {
-                    PyObject *r = PyObject_CallMethod(cbs, "remove", "O", st->hook);
-                    Py_XDECREF(r);
+        /* The hook stays on gc.callbacks only while someone listens: otherwise zero cost.
+         * Inside our own "stop" the collector is iterating gc.callbacks by index, and removing
+         * our entry would make it skip the next callback: append the hook once more instead;
+         * that last call of the phase takes every copy off, with nothing left to skip. */
+        if (rc == 0 && PyList_GET_SIZE(st->observers) == 0 && st->gc_callbacks != NULL) {
+            if (st->busy) {
+                if (!st->unhook_pending) {
+                    rc = PyList_Append(st->gc_callbacks, st->hook);
                 }
-                rc = PyErr_Occurred() ? -1 : 0;
-                Py_DECREF(cbs);
+                st->unhook_pending = 1;
             }
-            else {
-                rc = -1;
+            else if (!st->armed) {
+                rc = hook__unhook(st);
             }
         }
     }
@@ -184,19 +197,21 @@ tgc_hook_free(PyObject *objs, int check)
     free_ctx c = {0};
     Py_ssize_t cleared = 0;
     if (!check) {
-        /* No Python code ran since the collector's own resurrection check: all unreachable. */
+        /* No Python code ran since the collector's own resurrection check: all unreachable.
+         * Each object's list reference is dropped right after its clear, so objects die while
+         * still in cache, in the order the collector itself would free them. */
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *op = items[i];
             inquiry clear = Py_TYPE(op)->tp_clear;
             if (clear != NULL) {
-                Py_INCREF(op);
                 (void)clear(op);
                 if (PyErr_Occurred()) {
-                    PyErr_WriteUnraisable(op);
+                    PyErr_WriteUnraisable((PyObject *)Py_TYPE(op));
                 }
-                Py_DECREF(op);
                 cleared++;
             }
+            items[i] = NULL;  /* the list no longer owns it */
+            Py_DECREF(op);
         }
         return cleared;
     }
@@ -249,16 +264,16 @@ tgc_hook_free(PyObject *objs, int check)
         }
         PyObject *op = items[i];
         inquiry clear = Py_TYPE(op)->tp_clear;
-        if (clear == NULL) {
-            continue;
+        if (clear != NULL) {
+            (void)clear(op);
+            if (PyErr_Occurred()) {
+                PyErr_WriteUnraisable((PyObject *)Py_TYPE(op));
+            }
+            cleared++;
         }
-        Py_INCREF(op);
-        (void)clear(op);
-        if (PyErr_Occurred()) {
-            PyErr_WriteUnraisable(op);
-        }
+        /* Drop this reference now, as above; duplicates further on still hold theirs. */
+        items[i] = NULL;
         Py_DECREF(op);
-        cleared++;
     }
 done:
     tgc_ptrmap_free(&map);
@@ -275,7 +290,7 @@ done:
 static long
 hook__get_debug(tgc_state *st)
 {
-    PyObject *r = PyObject_CallMethod(st->gc_module, "get_debug", NULL);
+    PyObject *r = PyObject_CallNoArgs(st->gc_get_debug);
     long flags = r ? PyLong_AsLong(r) : -1;
     Py_XDECREF(r);
     return flags;
@@ -284,25 +299,33 @@ hook__get_debug(tgc_state *st)
 static int
 hook__set_debug(tgc_state *st, long flags)
 {
-    PyObject *r = PyObject_CallMethod(st->gc_module, "set_debug", "l", flags);
+    PyObject *f = PyLong_FromLong(flags);
+    PyObject *r = f ? PyObject_CallOneArg(st->gc_set_debug, f) : NULL;
+    Py_XDECREF(f);
     Py_XDECREF(r);
     return r ? 0 : -1;
 }
 
+static void hook__stop(tgc_state *st, PyObject *info);
+
 static void
 hook__start(tgc_state *st)
 {
+    if (st->armed && !st->busy) {
+        /* The last "stop" never came (gc.callbacks changed mid-collection): restore the flags
+         * and drain what that collection left, with the full check since we know nothing. */
+        hook__stop(st, NULL);
+    }
     if (st->armed || st->busy || PyList_GET_SIZE(st->observers) == 0 ||
         tgc_compat_is_finalizing()) {
         return;
     }
     long flags = hook__get_debug(st);
-    PyObject *garbage = flags >= 0 ? PyObject_GetAttrString(st->gc_module, "garbage") : NULL;
-    if (garbage == NULL || !PyList_Check(garbage)) {
-        Py_XDECREF(garbage);
+    if (flags < 0) {
         PyErr_Clear();
         return;
     }
+    PyObject *garbage = Py_NewRef(st->gc_garbage);
     st->user_saveall = (flags & TGC_DEBUG_SAVEALL) != 0;
     if (!st->user_saveall && hook__set_debug(st, flags | TGC_DEBUG_SAVEALL) < 0) {
         Py_DECREF(garbage);
@@ -331,7 +354,7 @@ hook__call(tgc_state *st, tgc_handle *h, PyObject *arg, const char *what)
 /* Runs the observers on objs. Returns 1 when Python code may have run (and so may have made
  * some of objs reachable again), 0 when nothing ran. */
 static int
-hook__notify(tgc_state *st, PyObject *objs, int generation)
+hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor)
 {
     int ran = 0;
     PyObject *snapshot = PyList_AsTuple(st->observers);  /* observers may (un)register meanwhile */
@@ -361,11 +384,8 @@ hook__notify(tgc_state *st, PyObject *objs, int generation)
             want_tensors = 1;
         }
     }
-    if (want_tensors && tgc_torch_resolve(st) == 1) {
-        int any = 0;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs) && !any; i++) {
-            any = tgc_is_tensor(st, PyList_GET_ITEM(objs, i));
-        }
+    if (want_tensors && any_tensor) {
+        int any = 1;
         /* One report per distinct filter: observers with the same device share it. */
         PyObject *made[8] = {NULL};
         const tgc_filter *made_for[8] = {NULL};
@@ -421,6 +441,53 @@ hook__notify(tgc_state *st, PyObject *objs, int generation)
     return ran;
 }
 
+/* info["collected"] / info["uncollectable"] of the "stop" phase, -1 when missing. */
+static Py_ssize_t
+hook__info_count(PyObject *info, const char *key)
+{
+    PyObject *v = info && PyDict_Check(info) ? PyDict_GetItemString(info, key) : NULL;  /* borrowed */
+    Py_ssize_t n = v != NULL && PyLong_Check(v) ? PyLong_AsSsize_t(v) : -1;
+    PyErr_Clear();
+    return n;
+}
+
+/* One pass over this collection's garbage: whether it holds a tensor, and (when `garbage` is
+ * given) objects with a legacy tp_del put back into gc.garbage, where the collector leaves them
+ * as uncollectable. Types repeat a lot in garbage, so their answers are cached for this pass;
+ * the objects keep their types alive meanwhile. */
+static int
+hook__scan(tgc_state *st, PyObject *objs, PyObject *garbage)
+{
+    enum { CACHE = 8, TENSOR = 1, LEGACY = 2 };
+    PyTypeObject *types[CACHE] = {NULL};
+    int flags[CACHE] = {0};
+    int any_tensor = 0, next = 0;
+    int torch_known = tgc_torch_resolve(st) == 1;
+    PyErr_Clear();
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs); i++) {
+        PyObject *op = PyList_GET_ITEM(objs, i);
+        PyTypeObject *tp = Py_TYPE(op);
+        int f = -1;
+        for (int c = 0; c < CACHE; c++) {
+            if (types[c] == tp) {
+                f = flags[c];
+                break;
+            }
+        }
+        if (f < 0) {
+            f = (torch_known && tgc_is_tensor(st, op) ? TENSOR : 0) | (tp->tp_del ? LEGACY : 0);
+            types[next] = tp;
+            flags[next] = f;
+            next = (next + 1) % CACHE;
+        }
+        any_tensor |= f & TENSOR;
+        if ((f & LEGACY) && garbage != NULL && PyList_Append(garbage, op) < 0) {
+            PyErr_WriteUnraisable(st->hook);
+        }
+    }
+    return any_tensor;
+}
+
 static void
 hook__stop(tgc_state *st, PyObject *info)
 {
@@ -433,25 +500,48 @@ hook__stop(tgc_state *st, PyObject *info)
     if (!st->user_saveall && hook__set_debug(st, st->saved_flags) < 0) {
         PyErr_WriteUnraisable(st->hook);  /* nothing better to do; flags must not stay */
     }
+    /* If another gc callback ran before ours, it may have looked at gc.garbage. */
+    PyObject *cbs = st->gc_callbacks;
+    int check = PyList_GET_SIZE(cbs) == 0 || PyList_GET_ITEM(cbs, 0) != st->hook;
+    /* With DEBUG_SAVEALL the collector appends its final garbage ("collected"), then the legacy
+     * finalizer set ("uncollectable"), after every finalizer, weakref callback and "start"
+     * callback ran. Whatever those appended to gc.garbage sits before that tail and is the
+     * user's: take only the tail. */
     Py_ssize_t now = PyList_GET_SIZE(garbage);
-    if (now <= st->garbage_len) {
+    Py_ssize_t ncol = hook__info_count(info, "collected");
+    Py_ssize_t nunc = hook__info_count(info, "uncollectable");
+    Py_ssize_t grew = now - st->garbage_len;
+    Py_ssize_t k = ncol >= 0 && nunc >= 0 ? ncol + nunc : -1;
+    if (k != grew) {
+        /* Python code appended or removed entries during the collection, or "collected" also
+         * counts weakrefs freed by their callbacks: the range may hold the user's objects, so
+         * only the full resurrection check is safe. */
+        check = 1;
+        if (k < 0 || k > grew) {
+            k = grew;
+        }
+    }
+    if (nunc != 0) {
+        check = 1;  /* the legacy finalizer set never went through the resurrection check */
+    }
+    if (k <= 0) {
         Py_DECREF(garbage);
         return;
     }
+    Py_ssize_t from = now - k;
     int generation = -1;
-    PyObject *gen = PyDict_Check(info) ? PyDict_GetItemString(info, "generation") : NULL;
+    PyObject *gen = info && PyDict_Check(info) ? PyDict_GetItemString(info, "generation") : NULL;
     if (gen != NULL) {
         generation = (int)PyLong_AsLong(gen);
         PyErr_Clear();
     }
-    Py_ssize_t k = now - st->garbage_len;
     PyObject *objs = PyList_New(k);  /* new reference */
     if (objs == NULL) {
         PyErr_WriteUnraisable(st->hook);
         Py_DECREF(garbage);
         return;
     }
-    PyObject **src = ((PyListObject *)garbage)->ob_item + st->garbage_len;
+    PyObject **src = ((PyListObject *)garbage)->ob_item + from;
     if (st->user_saveall) {
         /* The user asked the collector to keep garbage: we only look. */
         for (Py_ssize_t i = 0; i < k; i++) {
@@ -459,7 +549,7 @@ hook__stop(tgc_state *st, PyObject *info)
         }
         st->busy = 1;
         if (!tgc_compat_is_finalizing()) {
-            hook__notify(st, objs, generation);
+            hook__notify(st, objs, generation, hook__scan(st, objs, NULL));
         }
         st->busy = 0;
         Py_DECREF(objs);
@@ -469,23 +559,11 @@ hook__stop(tgc_state *st, PyObject *info)
     /* Move this collection's entries out of gc.garbage: the references change owner, so no
      * refcount traffic, and the list keeps its capacity for the next collection. */
     memcpy(((PyListObject *)objs)->ob_item, src, (size_t)k * sizeof(PyObject *));
-    Py_SET_SIZE(garbage, st->garbage_len);
-    /* Objects with a legacy tp_del are uncollectable: the collector leaves them in gc.garbage. */
-    for (Py_ssize_t i = 0; i < k; i++) {
-        PyObject *op = PyList_GET_ITEM(objs, i);
-        if (Py_TYPE(op)->tp_del != NULL && PyList_Append(garbage, op) < 0) {
-            PyErr_WriteUnraisable(st->hook);
-        }
-    }
-    /* If another gc callback ran before ours, it may have looked at gc.garbage. */
-    PyObject *cbs = PyObject_GetAttrString(st->gc_module, "callbacks");
-    int check = cbs == NULL || !PyList_Check(cbs) || PyList_GET_SIZE(cbs) == 0 ||
-                PyList_GET_ITEM(cbs, 0) != st->hook;
-    Py_XDECREF(cbs);
-    PyErr_Clear();
+    Py_SET_SIZE(garbage, from);
+    int any_tensor = hook__scan(st, objs, garbage);
     st->busy = 1;
     if (!tgc_compat_is_finalizing()) {
-        check |= hook__notify(st, objs, generation);
+        check |= hook__notify(st, objs, generation, any_tensor);
     }
     tgc_hook_free(objs, check);
     st->busy = 0;
@@ -498,6 +576,14 @@ tgc_hook_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
     if (st == NULL || nargs != 2 || !PyUnicode_Check(args[0]) || st->observers == NULL) {
+        Py_RETURN_NONE;
+    }
+    if (st->unhook_pending && !st->busy) {
+        /* the trailing copy appended by tgc_hook_remove: the last callback of this phase */
+        st->unhook_pending = 0;
+        if (PyList_GET_SIZE(st->observers) == 0 && hook__unhook(st) < 0) {
+            PyErr_WriteUnraisable(st->hook);
+        }
         Py_RETURN_NONE;
     }
     if (PyUnicode_CompareWithASCIIString(args[0], "start") == 0) {

@@ -125,7 +125,7 @@ static PyType_Slot handle_slots[] = {
 static PyType_Spec handle_spec = {
     .name = "tensorgc.Handle",
     .basicsize = sizeof(tgc_handle),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = handle_slots,
 };
 
@@ -145,6 +145,7 @@ report_traverse(tgc_report *r, visitproc visit, void *arg)
     Py_VISIT(r->svg);
     Py_VISIT(r->html);
     Py_VISIT(r->svg_error);
+    Py_VISIT(r->table);
     return 0;
 }
 
@@ -160,6 +161,7 @@ report_clear(tgc_report *r)
     Py_CLEAR(r->svg);
     Py_CLEAR(r->html);
     Py_CLEAR(r->svg_error);
+    Py_CLEAR(r->table);
     return 0;
 }
 
@@ -173,22 +175,36 @@ report_dealloc(tgc_report *r)
     Py_DECREF(tp);
 }
 
+/* The module's state, or NULL with RuntimeError once the module is torn down. */
+static tgc_state *
+live_state(tgc_report *r)
+{
+    tgc_state *st = state_of_type(Py_TYPE(r));
+    if (st == NULL || st->error_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tensorgc has been shut down");
+        return NULL;
+    }
+    return st;
+}
+
 static PyObject *
 report_get_svg(tgc_report *r, void *Py_UNUSED(closure))
 {
-    return tgc_report_svg(state_of_type(Py_TYPE(r)), r);
+    tgc_state *st = live_state(r);
+    return st ? tgc_report_svg(st, r) : NULL;
 }
 
 static PyObject *
 report_get_html(tgc_report *r, void *Py_UNUSED(closure))
 {
-    return tgc_report_html(state_of_type(Py_TYPE(r)), r);
+    tgc_state *st = live_state(r);
+    return st ? tgc_report_html(st, r) : NULL;
 }
 
 static PyObject *
 report_repr_html(tgc_report *r, PyObject *Py_UNUSED(ignored))
 {
-    return tgc_report_html(state_of_type(Py_TYPE(r)), r);
+    return report_get_html(r, NULL);
 }
 
 static PyObject *
@@ -489,7 +505,8 @@ shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
 static PyObject *
 observer_count(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
-    return PyLong_FromSsize_t(PyList_GET_SIZE(tgc_state_of(module)->observers));
+    tgc_state *st = tgc_state_of(module);
+    return PyLong_FromSsize_t(st->observers ? PyList_GET_SIZE(st->observers) : 0);
 }
 
 static PyMethodDef module_methods[] = {
@@ -532,9 +549,21 @@ module_exec(PyObject *module)
         return -1;
     }
     st->gc_module = PyImport_ImportModule("gc");
+    if (st->gc_module == NULL) {
+        return -1;
+    }
+    st->gc_get_debug = PyObject_GetAttrString(st->gc_module, "get_debug");
+    st->gc_set_debug = PyObject_GetAttrString(st->gc_module, "set_debug");
+    st->gc_callbacks = PyObject_GetAttrString(st->gc_module, "callbacks");
+    st->gc_garbage = PyObject_GetAttrString(st->gc_module, "garbage");
     st->observers = PyList_New(0);
     st->hook = PyCFunction_NewEx(&hook_def, module, NULL);
-    if (st->gc_module == NULL || st->observers == NULL || st->hook == NULL) {
+    if (!st->gc_get_debug || !st->gc_set_debug || !st->gc_callbacks || !st->gc_garbage ||
+        !st->observers || !st->hook) {
+        return -1;
+    }
+    if (!PyList_Check(st->gc_callbacks) || !PyList_Check(st->gc_garbage)) {
+        PyErr_SetString(PyExc_ImportError, "tensorgc: gc.callbacks and gc.garbage must be lists");
         return -1;
     }
     return 0;
@@ -548,6 +577,10 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->handle_type);
     Py_VISIT(st->error_type);
     Py_VISIT(st->gc_module);
+    Py_VISIT(st->gc_get_debug);
+    Py_VISIT(st->gc_set_debug);
+    Py_VISIT(st->gc_callbacks);
+    Py_VISIT(st->gc_garbage);
     Py_VISIT(st->observers);
     Py_VISIT(st->hook);
     Py_VISIT(st->logger);
@@ -570,6 +603,10 @@ module_clear(PyObject *module)
     Py_CLEAR(st->handle_type);
     Py_CLEAR(st->error_type);
     Py_CLEAR(st->gc_module);
+    Py_CLEAR(st->gc_get_debug);
+    Py_CLEAR(st->gc_set_debug);
+    Py_CLEAR(st->gc_callbacks);
+    Py_CLEAR(st->gc_garbage);
     Py_CLEAR(st->observers);
     Py_CLEAR(st->hook);
     Py_CLEAR(st->logger);

@@ -87,7 +87,7 @@ names__key(PyObject *key)
     }
     if (r != NULL && PyUnicode_GET_LENGTH(r) > 40) {
         PyObject *cut = PyUnicode_Substring(r, 0, 39);
-        Py_SETREF(r, cut ? PyUnicode_FromFormat("%U\xe2\x80\xa6", cut) : NULL);
+        Py_SETREF(r, cut ? PyUnicode_FromFormat("%U%c", cut, 0x2026) : NULL);
         Py_XDECREF(cut);
     }
     return r;
@@ -278,7 +278,8 @@ tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned)
         rc = names__sequence(ns, obj, NULL);
     }
     else if (PyAnySet_Check(obj)) {
-        PyObject *it = PyObject_GetIter(obj), *item;
+        /* The set type's own iterator: a subclass's Python __iter__ never runs. */
+        PyObject *it = PySet_Type.tp_iter(obj), *item;
         if (it == NULL) {
             return -1;
         }
@@ -337,10 +338,11 @@ tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned)
         PyObject *d = tgc_compat_instance_dict(obj);
         if (d != NULL) {
             if (PyDict_Check(d)) {
-                rc = names__fixed(ns, d, "__dict__");
+                /* Accounted for first, so a failure below cannot leave it uncounted. */
+                rc = owned != NULL ? PyList_Append(owned, d) : 0;
+                if (rc == 0) rc = names__fixed(ns, d, "__dict__");
                 if (rc == 0) rc = names__dict_items(ns, d, d, ".%U");
                 if (rc == 0) rc = names__dict_items(ns, d, NULL, ".%U");
-                if (rc == 0 && owned != NULL) rc = PyList_Append(owned, d);
                 names__fold(ns, d);
             }
             Py_DECREF(d);
@@ -392,7 +394,7 @@ names__safe_repr(PyObject *obj, Py_ssize_t limit)
     }
     if (PyUnicode_GET_LENGTH(r) > limit) {
         PyObject *cut = PyUnicode_Substring(r, 0, limit - 1);
-        Py_SETREF(r, cut ? PyUnicode_FromFormat("%U\xe2\x80\xa6", cut) : NULL);
+        Py_SETREF(r, cut ? PyUnicode_FromFormat("%U%c", cut, 0x2026) : NULL);
         Py_XDECREF(cut);
     }
     return r;

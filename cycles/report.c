@@ -18,9 +18,11 @@ tgc_torch_resolve(tgc_state *st)
     if (st->tensor_type != NULL) {
         return 1;
     }
-    PyObject *modules = PyImport_GetModuleDict();                    /* borrowed */
-    PyObject *C = modules ? PyDict_GetItemString(modules, "torch._C") : NULL;  /* borrowed */
+    PyObject *name = PyUnicode_FromString("torch._C");
+    PyObject *C = name ? PyImport_GetModule(name) : NULL;  /* new reference, NULL if absent */
+    Py_XDECREF(name);
     if (C == NULL) {
+        PyErr_Clear();
         return 0;
     }
     PyObject *tb = PyObject_GetAttrString(C, "TensorBase");
@@ -31,6 +33,7 @@ tgc_torch_resolve(tgc_state *st)
     if (tb == NULL || !PyType_Check(tb)) {
         PyErr_Clear();
         Py_XDECREF(tb);
+        Py_DECREF(C);
         return 0;  /* torch._C is still initialising */
     }
     /* Attributes of the C base class: getset descriptors and method descriptors, called
@@ -45,13 +48,14 @@ tgc_torch_resolve(tgc_state *st)
         !Py_TYPE(device)->tp_descr_get || !Py_TYPE(sparse)->tp_descr_get) {
         PyErr_Clear();
         Py_XDECREF(shape); Py_XDECREF(dtype); Py_XDECREF(device); Py_XDECREF(storage);
-        Py_XDECREF(sparse); Py_DECREF(tb);
+        Py_XDECREF(sparse); Py_DECREF(tb); Py_DECREF(C);
         return 0;
     }
     PyObject *nosub = PyObject_GetAttrString(C, "DisableTorchFunctionSubclass");
     if (nosub == NULL) {
         PyErr_Clear();  /* older torch: subclasses with __torch_function__ may dispatch */
     }
+    Py_DECREF(C);
     st->tensor_type = tb;
     st->torch_get_shape = shape;
     st->torch_get_dtype = dtype;
@@ -267,7 +271,9 @@ report__stacks(report_tensor *ts, Py_ssize_t n)
                         PyErr_Clear();
                         continue;
                     }
-                    tgc_buf_printf(&sb, "%s:%ld %s\n", f, PyLong_AsLong(ln), PyUnicode_AsUTF8(nm));
+                    const char *func = PyUnicode_AsUTF8(nm);
+                    tgc_buf_printf(&sb, "%s:%ld %s\n", f, PyLong_AsLong(ln), func ? func : "?");
+                    PyErr_Clear();
                 }
                 if (sb.len > 0 && !sb.oom) {
                     PyObject *st = PyUnicode_DecodeUTF8(sb.data, (Py_ssize_t)sb.len - 1, "replace");
@@ -996,7 +1002,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
 {
     builder b;
     memset(&b, 0, sizeof(b));
-    tgc_buf dot = {0}, text = {0};
+    tgc_buf dot = {0}, text = {0}, table = {0};
     PyObject *result = NULL, *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
     PyObject *seen = NULL;
     uint32_t *elided = NULL;
@@ -1235,6 +1241,8 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     tgc_buf_puts(&text, ntensors == 1 ? " tensor (" : " tensors (");
     tgc_buf_bytes(&text, total);
     tgc_buf_puts(&text, ") alive until the collector ran; they are freed now.\n");
+    tgc_buf_puts(&table, "<table id=\"groups\">\n<tr><th>#</th><th>leaks</th><th>objects each</th>"
+                         "<th>tensors</th><th>held</th><th>cycle</th><th>fix</th></tr>\n");
     for (uint32_t k = 0; k < b.ngroups; k++) {
         group_info *gi = &b.groups[k];
         tgc_buf cyc = {0}, hint = {0}, line = {0};
@@ -1285,6 +1293,19 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         tgc_buf_add(&line, hint.data ? hint.data : "", hint.len);
         tgc_buf_puts(&line, "\n");
         tgc_buf_add(&text, line.data ? line.data : "", line.len);
+        tgc_buf_printf(&table, "<tr><td class=\"num\">%u</td><td class=\"num\">", k + 1);
+        tgc_buf_count(&table, gi->count);
+        tgc_buf_puts(&table, "</td><td class=\"num\">");
+        tgc_buf_count(&table, gi->nodes);
+        tgc_buf_puts(&table, "</td><td class=\"num\">");
+        tgc_buf_count(&table, gi->total_targets);
+        tgc_buf_puts(&table, "</td><td class=\"num\">");
+        tgc_buf_bytes(&table, gi->total_bytes);
+        tgc_buf_puts(&table, "</td><td>");
+        tgc_buf_html(&table, cyc.data ? cyc.data : "", cyc.len);
+        tgc_buf_puts(&table, "</td><td>");
+        tgc_buf_html(&table, hint.data ? hint.data : "", hint.len);
+        tgc_buf_puts(&table, "</td></tr>\n");
 
         PyObject *hint_s = buf_to_str(&hint);
         PyObject *cyc_s = hint_s ? buf_to_str(&cyc) : NULL;
@@ -1306,7 +1327,8 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         Py_DECREF(hint_s);
         Py_DECREF(cyc_s);
     }
-    if (dot.oom || text.oom) {
+    tgc_buf_puts(&table, "</table>\n");
+    if (dot.oom || text.oom || table.oom) {
         PyErr_NoMemory();
         goto error;
     }
@@ -1317,6 +1339,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     }
     r->text = buf_to_str(&text);
     r->dot = buf_to_str(&dot);
+    r->table = buf_to_str(&table);
     r->tensors = tensors;
     r->groups = groups;
     r->edges = edges;
@@ -1329,7 +1352,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     r->generation = generation;
     PyObject_GC_Track((PyObject *)r);
     result = (PyObject *)r;
-    if (r->text == NULL || r->dot == NULL) {
+    if (r->text == NULL || r->dot == NULL || r->table == NULL) {
         Py_CLEAR(result);
     }
 error:
@@ -1338,6 +1361,7 @@ error:
     free(elided);
     tgc_buf_free(&dot);
     tgc_buf_free(&text);
+    tgc_buf_free(&table);
     Py_XDECREF(tensors);
     Py_XDECREF(groups);
     Py_XDECREF(edges);
@@ -1379,14 +1403,19 @@ tgc_report_svg(tgc_state *st, tgc_report *r)
         Py_END_ALLOW_THREADS
         Py_DECREF(r);
     }
+    /* Another thread may have rendered the same report while the GIL was released. */
     if (rc < 0) {
-        r->svg_error = PyUnicode_DecodeUTF8(err, (Py_ssize_t)strlen(err), "replace");
+        if (r->svg_error == NULL) {
+            r->svg_error = PyUnicode_DecodeUTF8(err, (Py_ssize_t)strlen(err), "replace");
+        }
         if (r->svg_error != NULL) {
             PyErr_SetObject(st->error_type, r->svg_error);
         }
         return NULL;
     }
-    r->svg = PyUnicode_DecodeUTF8(svg, (Py_ssize_t)len, "replace");
+    if (r->svg == NULL) {
+        r->svg = PyUnicode_DecodeUTF8(svg, (Py_ssize_t)len, "replace");
+    }
     free(svg);
     return Py_XNewRef(r->svg);
 }
@@ -1404,58 +1433,30 @@ tgc_report_html(tgc_state *st, tgc_report *r)
         }
         PyErr_Clear();  /* the page says why there is no picture */
     }
-    tgc_buf table = {0}, title = {0}, page = {0};
+    tgc_buf title = {0}, page = {0};
     tgc_buf_puts(&title, "tensorgc: reference cycles kept ");
     tgc_buf_count(&title, (uint64_t)PyList_GET_SIZE(r->tensors));
     tgc_buf_puts(&title, PyList_GET_SIZE(r->tensors) == 1 ? " tensor (" : " tensors (");
     tgc_buf_bytes(&title, r->nbytes);
     tgc_buf_printf(&title, ") alive until gc generation %d ran", r->generation);
 
-    tgc_buf_puts(&table, "<table id=\"groups\">\n<tr><th>#</th><th>leaks</th><th>objects each</th>"
-                         "<th>tensors</th><th>held</th><th>cycle</th><th>fix</th></tr>\n");
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(r->groups); i++) {
-        PyObject *gd = PyList_GET_ITEM(r->groups, i);
-        PyObject *count = PyDict_GetItemString(gd, "count");
-        PyObject *objects = PyDict_GetItemString(gd, "objects");
-        PyObject *tensors = PyDict_GetItemString(gd, "tensors");
-        PyObject *nbytes = PyDict_GetItemString(gd, "nbytes");
-        PyObject *cycle = PyDict_GetItemString(gd, "cycle");
-        PyObject *hint = PyDict_GetItemString(gd, "hint");
-        if (!count || !objects || !tensors || !nbytes || !cycle || !hint) {
-            continue;
-        }
-        tgc_buf_printf(&table, "<tr><td class=\"num\">%zd</td><td class=\"num\">", i + 1);
-        tgc_buf_count(&table, PyLong_AsUnsignedLongLong(count));
-        tgc_buf_puts(&table, "</td><td class=\"num\">");
-        tgc_buf_count(&table, PyLong_AsUnsignedLongLong(objects));
-        tgc_buf_puts(&table, "</td><td class=\"num\">");
-        tgc_buf_count(&table, PyLong_AsUnsignedLongLong(tensors));
-        tgc_buf_puts(&table, "</td><td class=\"num\">");
-        tgc_buf_bytes(&table, PyLong_AsUnsignedLongLong(nbytes));
-        tgc_buf_puts(&table, "</td><td>");
-        tgc_buf_pystr(&table, cycle, 'h');
-        tgc_buf_puts(&table, "</td><td>");
-        tgc_buf_pystr(&table, hint, 'h');
-        tgc_buf_puts(&table, "</td></tr>\n");
-    }
-    tgc_buf_puts(&table, "</table>\n");
-    PyErr_Clear();
-
     const char *text = PyUnicode_AsUTF8(r->text);
     const char *svg_s = svg ? PyUnicode_AsUTF8(svg) : NULL;
     const char *svg_err = r->svg_error ? PyUnicode_AsUTF8(r->svg_error) : NULL;
+    const char *table = PyUnicode_AsUTF8(r->table);
     PyObject *result = NULL;
-    if (text != NULL && !table.oom && !title.oom) {
-        tgc_page p = {title.data, text, table.data, svg_s, svg_err};
+    if (text != NULL && table != NULL && !title.oom) {
+        tgc_page p = {title.data, text, table, svg_s, svg_err};
         tgc_html_page(&page, &p);
-        r->html = buf_to_str(&page);
+        if (r->html == NULL) {
+            r->html = buf_to_str(&page);
+        }
         result = Py_XNewRef(r->html);
     }
     else if (!PyErr_Occurred()) {
         PyErr_NoMemory();
     }
     Py_XDECREF(svg);
-    tgc_buf_free(&table);
     tgc_buf_free(&title);
     tgc_buf_free(&page);
     return result;

@@ -36,6 +36,7 @@ typedef struct {
     PyObject *text, *dot, *tensors, *groups, *edges, *hints;  /* new references, set at build */
     PyObject *svg, *html;  /* new references, NULL until first asked for (rendering is lazy) */
     PyObject *svg_error;   /* str when rendering failed, so the page can say why */
+    PyObject *table;       /* the page's summary table, HTML made at build time (str) */
     unsigned long long nbytes;
     Py_ssize_t objects, garbage;
     int generation;
@@ -46,6 +47,10 @@ typedef struct {
     PyTypeObject *report_type;
     PyTypeObject *handle_type;
     PyObject *gc_module;      /* new reference */
+    PyObject *gc_get_debug, *gc_set_debug;  /* gc's functions, looked up once */
+    PyObject *gc_callbacks;   /* the interpreter's gc.callbacks list */
+    PyObject *gc_garbage;     /* the interpreter's gc.garbage list (rebinding gc.garbage does
+                                 not change what the collector appends to) */
     PyObject *hook;           /* our gc.callbacks entry, a builtin bound to the module */
     PyObject *observers;      /* list of tgc_handle, registration order */
     PyObject *logger;         /* logging.getLogger("tensorgc"), made on first use */
@@ -61,6 +66,8 @@ typedef struct {
      * collector refuses to start a collection while one is running, and `busy` guards the rest. */
     int armed;                /* "start" set DEBUG_SAVEALL and expects a "stop" */
     int busy;                 /* inside "stop": observers are running */
+    int unhook_pending;       /* the last observer left during "stop"; a trailing copy of the
+                                 hook on gc.callbacks takes the hook off */
     int user_saveall;         /* the user had DEBUG_SAVEALL on: leave their garbage alone */
     long saved_flags;         /* the user's gc debug flags, restored in "stop" */
     Py_ssize_t garbage_len;   /* len(gc.garbage) at "start" */

@@ -66,8 +66,10 @@ tgc_graph_free(tgc_graph *g)
     memset(g, 0, sizeof(*g));
 }
 
-int
-tgc_scc(const tgc_graph *g, uint32_t *scc, uint32_t *nscc)
+/* Tarjan over the nodes with mask[v] != 0 (all nodes when mask is NULL); the others get
+ * scc[v] = TGC_NONE and are never entered. */
+static int
+graph__scc(const tgc_graph *g, const uint8_t *mask, uint32_t *scc, uint32_t *nscc)
 {
     const uint32_t n = g->n;
     uint32_t *index = malloc((n ? n : 1) * sizeof(uint32_t));
@@ -81,10 +83,11 @@ tgc_scc(const tgc_graph *g, uint32_t *scc, uint32_t *nscc)
     }
     for (uint32_t v = 0; v < n; v++) {
         index[v] = TGC_NONE;
+        scc[v] = TGC_NONE;
     }
     uint32_t next_index = 0, sp = 0, comps = 0;
     for (uint32_t root = 0; root < n; root++) {
-        if (index[root] != TGC_NONE) {
+        if (index[root] != TGC_NONE || (mask && !mask[root])) {
             continue;
         }
         uint32_t depth = 0;
@@ -98,6 +101,9 @@ tgc_scc(const tgc_graph *g, uint32_t *scc, uint32_t *nscc)
             uint32_t v = call_v[depth - 1];
             if (call_e[depth - 1] < g->out_off[v + 1]) {
                 uint32_t w = g->out_dst[call_e[depth - 1]++];
+                if (mask && !mask[w]) {
+                    continue;
+                }
                 if (index[w] == TGC_NONE) {
                     index[w] = low[w] = next_index++;
                     stack[sp++] = w;
@@ -138,6 +144,12 @@ error:
     return -1;
 }
 
+int
+tgc_scc(const tgc_graph *g, uint32_t *scc, uint32_t *nscc)
+{
+    return graph__scc(g, NULL, scc, nscc);
+}
+
 static uint32_t
 graph__find(uint32_t *parent, uint32_t v)
 {
@@ -163,7 +175,7 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
 {
     const uint32_t n = g->n;
     const size_t nn = n ? n : 1;
-    uint8_t *reach = NULL;
+    uint8_t *reach = NULL, *anc = NULL;
     uint32_t *order = NULL, *start = NULL, *queue = NULL, *parent = NULL, *uf = NULL;
 
     memset(a, 0, sizeof(*a));
@@ -173,7 +185,35 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
     if (!a->scc || !a->role || !a->group) {
         goto error;
     }
-    if (tgc_scc(g, a->scc, &a->nscc) < 0) {
+    /* Only nodes that reach a target matter: a cycle that holds a tensor, and every shortest
+     * path from it to the tensor, consist of such nodes. Find them by walking in-edges back from
+     * the targets, and leave everything else out of Tarjan (in a young collection that is most
+     * of the garbage). */
+    anc = calloc(nn, 1);
+    queue = malloc(nn * sizeof(uint32_t));
+    if (anc == NULL || queue == NULL) {
+        goto error;
+    }
+    {
+        uint32_t head = 0, tail = 0;
+        for (uint32_t v = 0; v < n; v++) {
+            if (is_target[v]) {
+                anc[v] = 1;
+                queue[tail++] = v;
+            }
+        }
+        while (head < tail) {
+            uint32_t v = queue[head++];
+            for (uint32_t e = g->in_off[v]; e < g->in_off[v + 1]; e++) {
+                uint32_t u = g->in_src[e];
+                if (!anc[u]) {
+                    anc[u] = 1;
+                    queue[tail++] = u;
+                }
+            }
+        }
+    }
+    if (graph__scc(g, anc, a->scc, &a->nscc) < 0) {
         goto error;
     }
     const size_t nc = a->nscc ? a->nscc : 1;
@@ -187,7 +227,9 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
 
     /* Nodes bucketed by component (counting sort), so components can be visited sinks first. */
     for (uint32_t v = 0; v < n; v++) {
-        start[a->scc[v] + 1]++;
+        if (a->scc[v] != TGC_NONE) {
+            start[a->scc[v] + 1]++;
+        }
     }
     for (uint32_t c = 0; c < a->nscc; c++) {
         start[c + 1] += start[c];
@@ -202,7 +244,9 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
         }
         memcpy(fill, start, nc * sizeof(uint32_t));
         for (uint32_t v = 0; v < n; v++) {
-            order[fill[a->scc[v]]++] = v;
+            if (a->scc[v] != TGC_NONE) {
+                order[fill[a->scc[v]]++] = v;
+            }
         }
         free(fill);
     }
@@ -218,7 +262,7 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
                 if (w == v) {
                     a->cyclic[c] = 1;
                 }
-                else if (a->scc[w] != c && reach[a->scc[w]]) {
+                else if (a->scc[w] != c && a->scc[w] != TGC_NONE && reach[a->scc[w]]) {
                     reach[c] = 1;
                 }
             }
@@ -227,16 +271,15 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
 
     /* Multi-source BFS from every kept cycle: the BFS tree holds a shortest path from the
      * cycles to each target they reach. */
-    queue = malloc(nn * sizeof(uint32_t));
     parent = malloc(nn * sizeof(uint32_t));
-    if (!queue || !parent) {
+    if (!parent) {
         goto error;
     }
     uint32_t head = 0, tail = 0;
     for (uint32_t v = 0; v < n; v++) {
         parent[v] = TGC_NONE;
         uint32_t c = a->scc[v];
-        if (a->cyclic[c] && reach[c]) {
+        if (c != TGC_NONE && a->cyclic[c] && reach[c]) {
             a->role[v] |= TGC_ROLE_CYCLE;
             parent[v] = v;
             queue[tail++] = v;
@@ -246,7 +289,7 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
         uint32_t v = queue[head++];
         for (uint32_t e = g->out_off[v]; e < g->out_off[v + 1]; e++) {
             uint32_t w = g->out_dst[e];
-            if (parent[w] == TGC_NONE) {
+            if (parent[w] == TGC_NONE && anc[w]) {
                 parent[w] = v;
                 queue[tail++] = w;
             }
@@ -306,10 +349,10 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
         a->group[v] = parent[r];
     }
 
-    free(reach); free(order); free(start); free(queue); free(parent); free(uf);
+    free(reach); free(anc); free(order); free(start); free(queue); free(parent); free(uf);
     return 0;
 error:
-    free(reach); free(order); free(start); free(queue); free(parent); free(uf);
+    free(reach); free(anc); free(order); free(start); free(queue); free(parent); free(uf);
     tgc_analysis_free(a);
     return -1;
 }

@@ -591,6 +591,8 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->torch_untyped_storage);
     Py_VISIT(st->torch_is_sparse_getter);
     Py_VISIT(st->torch_no_subclass_dispatch);
+    Py_VISIT(st->torch_disabled_tf);
+    Py_VISIT(st->torch_strs);
     Py_VISIT(st->garbage);
     return 0;
 }
@@ -617,6 +619,8 @@ module_clear(PyObject *module)
     Py_CLEAR(st->torch_untyped_storage);
     Py_CLEAR(st->torch_is_sparse_getter);
     Py_CLEAR(st->torch_no_subclass_dispatch);
+    Py_CLEAR(st->torch_disabled_tf);
+    Py_CLEAR(st->torch_strs);
     Py_CLEAR(st->garbage);
     return 0;
 }

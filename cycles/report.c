@@ -55,7 +55,13 @@ tgc_torch_resolve(tgc_state *st)
     if (nosub == NULL) {
         PyErr_Clear();  /* older torch: subclasses with __torch_function__ may dispatch */
     }
+    st->torch_disabled_tf = PyObject_GetAttrString(C, "_disabled_torch_function_impl");
+    PyErr_Clear();
+    st->torch_strs = PyDict_New();
     Py_DECREF(C);
+    if (st->torch_strs == NULL) {
+        PyErr_Clear();
+    }
     st->tensor_type = tb;
     st->torch_get_shape = shape;
     st->torch_get_dtype = dtype;
@@ -70,6 +76,38 @@ int
 tgc_is_tensor(tgc_state *st, PyObject *obj)
 {
     return st->tensor_type != NULL && PyObject_TypeCheck(obj, (PyTypeObject *)st->tensor_type);
+}
+
+/* str(dtype) / str(device), cached: both are small immutable torch values. New reference. */
+static PyObject *
+report__str(tgc_state *st, PyObject *v)
+{
+    PyObject *s = st->torch_strs ? PyDict_GetItemWithError(st->torch_strs, v) : NULL;
+    if (s != NULL) {
+        return Py_NewRef(s);
+    }
+    PyErr_Clear();
+    s = PyObject_Str(v);
+    if (s != NULL && st->torch_strs != NULL && PyDict_GET_SIZE(st->torch_strs) < 256 &&
+        PyDict_SetItem(st->torch_strs, v, s) < 0) {
+        PyErr_Clear();
+    }
+    return s;
+}
+
+/* Whether reading this tensor type's properties could run a Python __torch_function__. */
+static int
+report__may_dispatch(tgc_state *st, PyTypeObject *tp)
+{
+    if ((PyObject *)tp == st->tensor_type) {
+        return 0;
+    }
+    PyObject *tf = PyObject_GetAttrString((PyObject *)tp, "__torch_function__");
+    PyObject *fn = tf && PyMethod_Check(tf) ? PyMethod_GET_FUNCTION(tf) : tf;
+    int disabled = fn != NULL && fn == st->torch_disabled_tf;
+    Py_XDECREF(tf);
+    PyErr_Clear();
+    return !disabled;
 }
 
 static PyObject *
@@ -120,9 +158,9 @@ report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
     size = report__get(st->torch_get_shape, t);
     shape = size ? PySequence_Tuple(size) : NULL;
     dtype = shape ? report__get(st->torch_get_dtype, t) : NULL;
-    dtype_s = dtype ? PyObject_Str(dtype) : NULL;
+    dtype_s = dtype ? report__str(st, dtype) : NULL;
     device = dtype_s ? report__get(st->torch_get_device, t) : NULL;
-    device_s = device ? PyObject_Str(device) : NULL;
+    device_s = device ? report__str(st, device) : NULL;
     dev_type = device_s ? PyObject_GetAttrString(device, "type") : NULL;
     dev_index = dev_type ? PyObject_GetAttrString(device, "index") : NULL;
     type_name = dev_index ? tgc_type_name(t) : NULL;
@@ -858,7 +896,8 @@ builder__tensors(builder *b, const tgc_filter *f)
         if (!tgc_is_tensor(st, op)) {
             continue;
         }
-        if (ctx == NULL && st->torch_no_subclass_dispatch != NULL) {
+        if (ctx == NULL && st->torch_no_subclass_dispatch != NULL &&
+            report__may_dispatch(st, Py_TYPE(op))) {
             /* tensor subclasses with __torch_function__ must not run Python for .shape */
             ctx = PyObject_CallNoArgs(st->torch_no_subclass_dispatch);
             entered = ctx ? PyObject_CallMethod(ctx, "__enter__", NULL) : NULL;

@@ -61,6 +61,8 @@ typedef struct {
     PyObject *torch_get_shape, *torch_get_dtype, *torch_get_device;   /* getset descriptors */
     PyObject *torch_untyped_storage, *torch_is_sparse_getter;
     PyObject *torch_no_subclass_dispatch;  /* torch._C.DisableTorchFunctionSubclass */
+    PyObject *torch_disabled_tf;  /* torch._C._disabled_torch_function_impl */
+    PyObject *torch_strs;     /* dtype / device object -> its str(), small cache */
 
     /* Only touched inside our gc callback, which runs with the GIL held and never nests: the
      * collector refuses to start a collection while one is running, and `busy` guards the rest. */

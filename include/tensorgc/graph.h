@@ -33,7 +33,8 @@ enum {
 };
 
 typedef struct {
-    uint32_t *scc;        /* component of each node; components are numbered sinks first */
+    uint32_t *scc;        /* component of each node that reaches a target, TGC_NONE for the
+                             rest (never analysed); components are numbered sinks first */
     uint32_t nscc;
     uint8_t *cyclic;      /* per scc: 1 when it holds a cycle (size > 1 or a self-loop) */
     uint8_t *role;        /* per node: TGC_ROLE_* bits; 0 = dropped */

@@ -1,0 +1,66 @@
+#!/usr/bin/env python
+"""Run the tensorgc benchmarks B1 (overhead) and B2 (report cost); markdown on stdout.
+
+    python bench/run_all.py --repeat 5 --timeout 120 --json-dir bench/results
+
+Each benchmark runs as its own process (``sys.executable``); their markdown tables
+go to stdout one after the other, progress to stderr, and with ``--json-dir`` each
+writes ``b1.json`` / ``b2.json`` there.  ``--quick`` is a smoke test (small heap,
+few pairs, one repeat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Run B1 and B2; markdown tables on stdout.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--timeout", type=float, default=120.0, help="per-run cap on the measured section")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--heaps", default="100000,1000000", help="B1 heaps")
+    p.add_argument("--pairs", type=int, default=300_000, help="B1 garbage pairs")
+    p.add_argument("--b2-heap", type=int, default=1_000_000, help="B2 heap")
+    p.add_argument("--json-dir", default=None, help="write b1.json and b2.json here")
+    p.add_argument("--only", choices=["b1", "b2"], default=None, help="run just one benchmark")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: --repeat 1 --heaps 100000 --pairs 30000 --b2-heap 100000 --timeout 60")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.repeat, args.heaps, args.pairs, args.b2_heap, args.timeout = 1, "100000", 30_000, 100_000, 60.0
+
+    common = ["--repeat", str(args.repeat), "--timeout", str(args.timeout), "--device", args.device]
+    jobs = []
+    if args.only in (None, "b1"):
+        cmd = [sys.executable, os.path.join(HERE, "b1_overhead.py"), *common,
+               "--heaps", args.heaps, "--pairs", str(args.pairs)]
+        if args.json_dir:
+            cmd += ["--json", os.path.join(args.json_dir, "b1.json")]
+        jobs.append(cmd)
+    if args.only in (None, "b2"):
+        cmd = [sys.executable, os.path.join(HERE, "b2_report_cost.py"), *common, "--heap", str(args.b2_heap)]
+        if args.json_dir:
+            cmd += ["--json", os.path.join(args.json_dir, "b2.json")]
+        jobs.append(cmd)
+
+    rc = 0
+    for cmd in jobs:
+        print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        r = subprocess.call(cmd)
+        print(f"[{os.path.basename(cmd[1])}: exit {r}, {time.perf_counter() - t0:.0f}s]", file=sys.stderr, flush=True)
+        print(flush=True)
+        rc = rc or r
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -752,14 +752,22 @@ builder__hint(builder *b, const size_t *path, size_t len, tgc_buf *cyc, tgc_buf 
             return;
         }
     }
-    /* 5. otherwise the last attribute or item reference that closes the loop */
-    for (size_t i = len; i-- > 0 && !pick;) {
-        if (label_is(b->edges[path[i]].label, ".") || label_is(b->edges[path[i]].label, "[")) {
-            pick = &b->edges[path[i]];
+    /* 5. otherwise the back-reference: an attribute (containers holding their items is normal)
+     * pointing at an object whose next step in the cycle is a collection, i.e. an item that
+     * points back at the owner of the collection it sits in. */
+    int best = -1;
+    for (size_t i = 0; i < len; i++) {
+        const drawn_edge *e = &b->edges[path[i]];
+        int score = label_is(e->label, ".") ? 2 : label_is(e->label, "[") ? 1 : 0;
+        PyObject *next = b->items[b->edges[path[(i + 1) % len]].dst];
+        if (score == 2 && (PyList_Check(next) || PyDict_Check(next) || PyAnySet_Check(next) ||
+                           PyTuple_Check(next))) {
+            score = 3;
         }
-    }
-    if (pick == NULL) {
-        pick = &b->edges[path[len - 1]];
+        if (score >= best) {
+            best = score;
+            pick = e;
+        }
     }
     buf_edge_name(hint, b, pick);
     tgc_buf_puts(hint, " closes the cycle: make it a weakref.ref (back-references to an owner "

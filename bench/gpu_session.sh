@@ -24,7 +24,7 @@ for step in "$@"; do
         echo "== $d"; timeout 240 python3 "$d" 2>&1 | tail -40
       done 2>&1 | tee "$OUT/demos.log" | tail -60 ;;
     bench)
-      python3 bench/run_all.py --repeat 5 --timeout 90 --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
+      python3 bench/run_all.py --repeat 5 --timeout 60 --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
     quickbench)
       python3 bench/run_all.py --quick --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
   esac

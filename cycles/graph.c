@@ -402,3 +402,54 @@ tgc_pick(const tgc_graph *g, const tgc_analysis *a, uint32_t group, uint32_t bud
     free(queue);
     return (long)tail;
 }
+
+long
+tgc_relevant(const tgc_graph *g, const uint8_t *is_target, uint8_t *keep)
+{
+    const uint32_t n = g->n;
+    uint32_t *queue = malloc((n ? n : 1) * sizeof(uint32_t));
+    uint8_t *anc = calloc(n ? n : 1, 1);
+    if (queue == NULL || anc == NULL) {
+        free(queue);
+        free(anc);
+        return -1;
+    }
+    uint32_t head = 0, tail = 0;
+    for (uint32_t v = 0; v < n; v++) {
+        keep[v] = 0;
+        if (is_target[v]) {
+            anc[v] = 1;
+            queue[tail++] = v;
+        }
+    }
+    while (head < tail) {  /* back along in-edges: the ancestors */
+        uint32_t v = queue[head++];
+        for (uint32_t e = g->in_off[v]; e < g->in_off[v + 1]; e++) {
+            uint32_t u = g->in_src[e];
+            if (!anc[u]) {
+                anc[u] = 1;
+                queue[tail++] = u;
+            }
+        }
+    }
+    head = tail = 0;
+    for (uint32_t v = 0; v < n; v++) {
+        if (anc[v]) {
+            keep[v] = 1;
+            queue[tail++] = v;
+        }
+    }
+    while (head < tail) {  /* forward: whatever a kept object refers to stays intact too */
+        uint32_t v = queue[head++];
+        for (uint32_t e = g->out_off[v]; e < g->out_off[v + 1]; e++) {
+            uint32_t w = g->out_dst[e];
+            if (!keep[w]) {
+                keep[w] = 1;
+                queue[tail++] = w;
+            }
+        }
+    }
+    free(queue);
+    free(anc);
+    return (long)tail;
+}

@@ -354,7 +354,8 @@ hook__call(tgc_state *st, tgc_handle *h, PyObject *arg, const char *what)
 /* Runs the observers on objs. Returns 1 when Python code may have run (and so may have made
  * some of objs reachable again), 0 when nothing ran. */
 static int
-hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor)
+hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor,
+             Py_ssize_t garbage_total)
 {
     int ran = 0;
     PyObject *snapshot = PyList_AsTuple(st->observers);  /* observers may (un)register meanwhile */
@@ -405,7 +406,7 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor)
             }
             ran = 1;  /* building a report calls reprs, the predicate, torch */
             if (report == NULL) {
-                report = tgc_report_build(st, objs, &h->filter, generation);
+                report = tgc_report_build(st, objs, &h->filter, generation, garbage_total);
                 if (report == NULL) {
                     tgc_log_exception(st, "building a cycle report");
                     continue;
@@ -439,6 +440,120 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor)
     PyErr_Clear();
     Py_DECREF(snapshot);
     return ran;
+}
+
+typedef struct {
+    const tgc_ptrmap *map;
+    uint32_t src;
+    uint32_t *esrc, *edst;
+    size_t m, cap;
+    int oom;
+} split_ctx;
+
+static int
+split__visit(PyObject *o, void *arg)
+{
+    split_ctx *c = arg;
+    uint32_t j = tgc_ptrmap_get(c->map, o);
+    if (j == UINT32_MAX || c->oom) {
+        return 0;
+    }
+    if (c->m == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 1024;
+        uint32_t *s = realloc(c->esrc, cap * sizeof(uint32_t));
+        uint32_t *d = s ? realloc(c->edst, cap * sizeof(uint32_t)) : NULL;
+        if (s) c->esrc = s;
+        if (d == NULL) {
+            c->oom = 1;
+            return 0;
+        }
+        c->edst = d;
+        c->cap = cap;
+    }
+    c->esrc[c->m] = c->src;
+    c->edst[c->m] = j;
+    c->m++;
+    return 0;
+}
+
+/* Called while the collector's own resurrection check still holds (no Python code ran since):
+ * frees at once every object of *objs that neither reaches a tensor nor is reached from one
+ * that does, the way the fast path would, and replaces *objs (stolen) with a list of the rest.
+ * Reports and the later check then only look at that part. On any failure *objs is left as it
+ * was. Returns the number freed. */
+static Py_ssize_t
+hook__split(tgc_state *st, PyObject **objs_p)
+{
+    PyObject *objs = *objs_p;
+    Py_ssize_t n = PyList_GET_SIZE(objs);
+    if (n < 64 || n >= (Py_ssize_t)UINT32_MAX) {
+        return 0;  /* small sets: not worth it */
+    }
+    PyObject **items = PySequence_Fast_ITEMS(objs);
+    tgc_ptrmap map;
+    split_ctx c = {0};
+    tgc_graph g = {0};
+    uint8_t *target = calloc((size_t)n, 1), *keep = malloc((size_t)n);
+    Py_ssize_t freed = 0;
+    if (target == NULL || keep == NULL || tgc_ptrmap_init(&map, (size_t)n) < 0) {
+        free(target);
+        free(keep);
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        tgc_ptrmap_put(&map, items[i], (uint32_t)i);
+        target[i] = (uint8_t)tgc_is_tensor(st, items[i]);
+    }
+    c.map = &map;
+    for (Py_ssize_t i = 0; i < n && !c.oom; i++) {
+        traverseproc trav = Py_TYPE(items[i])->tp_traverse;
+        if (trav != NULL && PyObject_IS_GC(items[i])) {
+            c.src = (uint32_t)i;
+            trav(items[i], split__visit, &c);
+        }
+    }
+    long kept = -1;
+    if (!c.oom && c.m < UINT32_MAX &&
+        tgc_graph_build(&g, (uint32_t)n, (uint32_t)c.m, c.esrc, c.edst) == 0) {
+        kept = tgc_relevant(&g, target, keep);
+    }
+    PyObject *rest = kept >= 0 && kept < n ? PyList_New((Py_ssize_t)kept) : NULL;
+    if (rest != NULL) {
+        /* Move the kept references first, so clearing the others cannot free them. */
+        Py_ssize_t j = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (keep[i]) {
+                PyList_SET_ITEM(rest, j++, items[i]);
+                items[i] = NULL;
+            }
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *op = items[i];
+            if (op == NULL) {
+                continue;
+            }
+            inquiry clear = Py_TYPE(op)->tp_clear;
+            if (clear != NULL) {
+                (void)clear(op);
+                if (PyErr_Occurred()) {
+                    PyErr_WriteUnraisable((PyObject *)Py_TYPE(op));
+                }
+            }
+            items[i] = NULL;
+            Py_DECREF(op);
+            freed++;
+        }
+        Py_DECREF(objs);  /* all its slots are NULL now */
+        *objs_p = rest;
+    }
+    PyErr_Clear();
+    tgc_graph_free(&g);
+    tgc_ptrmap_free(&map);
+    free(c.esrc);
+    free(c.edst);
+    free(target);
+    free(keep);
+    return freed;
 }
 
 /* info["collected"] / info["uncollectable"] of the "stop" phase, -1 when missing. */
@@ -549,7 +664,7 @@ hook__stop(tgc_state *st, PyObject *info)
         }
         st->busy = 1;
         if (!tgc_compat_is_finalizing()) {
-            hook__notify(st, objs, generation, hook__scan(st, objs, NULL));
+            hook__notify(st, objs, generation, hook__scan(st, objs, NULL), k);
         }
         st->busy = 0;
         Py_DECREF(objs);
@@ -561,9 +676,21 @@ hook__stop(tgc_state *st, PyObject *info)
     memcpy(((PyListObject *)objs)->ob_item, src, (size_t)k * sizeof(PyObject *));
     Py_SET_SIZE(garbage, from);
     int any_tensor = hook__scan(st, objs, garbage);
+    if (any_tensor && !check && !tgc_compat_is_finalizing()) {
+        /* Only cycle observers can need more than the tensors' part of the garbage: an
+         * observe_garbage observer is handed every object, intact. */
+        int garbage_observers = 0;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->observers); i++) {
+            garbage_observers |= ((tgc_handle *)PyList_GET_ITEM(st->observers, i))->kind ==
+                                 TGC_OBS_GARBAGE;
+        }
+        if (!garbage_observers) {
+            hook__split(st, &objs);
+        }
+    }
     st->busy = 1;
     if (!tgc_compat_is_finalizing()) {
-        check |= hook__notify(st, objs, generation, any_tensor);
+        check |= hook__notify(st, objs, generation, any_tensor, k);
     }
     tgc_hook_free(objs, check);
     st->busy = 0;

@@ -1045,7 +1045,8 @@ builder__groups(builder *b)
 }
 
 PyObject *
-tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generation)
+tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generation,
+                 Py_ssize_t garbage_total)
 {
     builder b;
     memset(&b, 0, sizeof(b));
@@ -1395,7 +1396,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     r->svg = r->html = r->svg_error = NULL;
     r->nbytes = total;
     r->objects = objects_drawn;
-    r->garbage = b.n;
+    r->garbage = garbage_total > (Py_ssize_t)b.n ? garbage_total : (Py_ssize_t)b.n;
     r->generation = generation;
     PyObject_GC_Track((PyObject *)r);
     result = (PyObject *)r;

@@ -113,7 +113,10 @@ int tgc_buf_pystr(tgc_buf *b, PyObject *s, int how);  /* how: 0 raw, 'd' DOT, 'h
 /* report.c */
 int tgc_torch_resolve(tgc_state *st);   /* 1 when torch's types are known, 0 when not, -1 error */
 int tgc_is_tensor(tgc_state *st, PyObject *obj);
-PyObject *tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generation);
+/* objs: the garbage the report may look at (a list owning it); garbage_total: how many objects
+ * the collection found in all (objs may be the tensors' part only). */
+PyObject *tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generation,
+                           Py_ssize_t garbage_total);
 PyObject *tgc_report_svg(tgc_state *st, tgc_report *r);    /* new reference */
 PyObject *tgc_report_html(tgc_state *st, tgc_report *r);   /* new reference */
 

@@ -197,3 +197,17 @@ def test_empty_graph(engine):
     assert e.scc() == ([], 0)
     e.analyze(set())
     assert e.a.kept == 0
+
+
+lib.tgc_relevant.argtypes = [ctypes.POINTER(Graph), u8p, u8p]
+lib.tgc_relevant.restype = ctypes.c_long
+
+
+def test_relevant_is_ancestors_plus_their_forward_closure(engine):
+    # 0<->1 holds target 2; 2 -> 3 (tensor's own referent); 4 -> 0 (referrer); 5<->6 unrelated;
+    # 7 -> 5 (refers to the unrelated pair only)
+    e = engine(8, [(0, 1), (1, 0), (1, 2), (2, 3), (4, 0), (5, 6), (6, 5), (7, 5)])
+    target = (ctypes.c_uint8 * 8)(*[1 if v == 2 else 0 for v in range(8)])
+    keep = (ctypes.c_uint8 * 8)()
+    assert lib.tgc_relevant(ctypes.byref(e.g), target, keep) == 5
+    assert [v for v in range(8) if keep[v]] == [0, 1, 2, 3, 4]

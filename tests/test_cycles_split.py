@@ -1,0 +1,76 @@
+"""The split path: in a collection whose garbage holds a tensor, the part that neither reaches a
+tensor nor is reached from one is freed before the report is built (the collector's own check
+still holds then); the report and the later resurrection check only see the tensors' part."""
+import gc
+import weakref
+
+import tensorgc
+from _util import DEVICE, T, instances, new_class
+
+
+def make_mixed(n_pairs=500):
+    Pair = new_class("Pair")
+    Holder = new_class("Holder")
+    Referrer = new_class("Referrer")
+    pair_refs = []
+    for _ in range(n_pairs):
+        a, b = Pair(), Pair()
+        a.other, b.other = b, a
+        pair_refs.append(weakref.ref(a))
+    h = Holder()
+    h.me = h
+    h.t = T(64)
+    r = Referrer()  # reaches the tensor cycle without being in it
+    r.holder = h
+    r.me = r
+    return Pair, Holder, Referrer, pair_refs, weakref.ref(h), weakref.ref(r)
+
+
+def test_unrelated_garbage_freed_and_report_intact(track):
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Pair, Holder, Referrer, pair_refs, h_ref, r_ref = make_mixed()
+    gc.collect()
+    assert len(reports) == 1
+    r = reports[0]
+    assert r.garbage >= 1000 + 2  # the whole collection, not only the tensors' part
+    assert ("Holder", ".t", "Tensor") in r.edges and ("Holder", ".me", "Holder") in r.edges
+    assert r.tensors[0]["nbytes"] == 64 * 4
+    assert all(ref() is None for ref in pair_refs)
+    assert h_ref() is None and r_ref() is None
+    assert instances(Pair) == [] and instances(Holder) == [] and instances(Referrer) == []
+
+
+def test_garbage_observer_still_gets_every_object_intact(track):
+    seen = []
+    reports = []
+
+    def observer(objs):
+        pairs = [o for o in objs if type(o).__name__ == "Pair"]
+        # intact: every pair still points at its partner when the observer runs
+        seen.append((len(pairs), all(p.other.other is p for p in pairs)))
+
+    track(tensorgc.observe_garbage(observer))
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    make_mixed(200)
+    gc.collect()
+    assert seen == [(400, True)]
+    assert len(reports) == 1
+
+
+def test_callback_keeping_a_tensor_keeps_its_holder_intact(track):
+    kept = []
+
+    def keep(report):
+        # reach the garbage through gc introspection and keep the holder alive
+        kept.extend(o for o in gc.get_objects() if type(o).__name__ == "Holder")
+
+    track(tensorgc.observe_cycles(keep, device=DEVICE))
+    make_mixed(300)
+    gc.collect()
+    try:
+        assert len(kept) == 1
+        holder = kept[0]
+        assert holder.me is holder and holder.t.numel() == 64  # not cleared
+    finally:
+        kept.clear()

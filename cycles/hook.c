@@ -7,7 +7,6 @@
  *          sparing anything an observer made reachable again. No extra collections, no profiler
  *          trampoline; the user's gc.garbage entries, flags and sys.getprofile() are untouched. */
 #include "tgc.h"
-#include "ptrmap.h"
 
 #define TGC_DEBUG_SAVEALL 32   /* gc.DEBUG_SAVEALL, fixed since Python 2 */
 
@@ -442,40 +441,6 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor,
     return ran;
 }
 
-typedef struct {
-    const tgc_ptrmap *map;
-    uint32_t src;
-    uint32_t *esrc, *edst;
-    size_t m, cap;
-    int oom;
-} split_ctx;
-
-static int
-split__visit(PyObject *o, void *arg)
-{
-    split_ctx *c = arg;
-    uint32_t j = tgc_ptrmap_get(c->map, o);
-    if (j == UINT32_MAX || c->oom) {
-        return 0;
-    }
-    if (c->m == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 1024;
-        uint32_t *s = realloc(c->esrc, cap * sizeof(uint32_t));
-        uint32_t *d = s ? realloc(c->edst, cap * sizeof(uint32_t)) : NULL;
-        if (s) c->esrc = s;
-        if (d == NULL) {
-            c->oom = 1;
-            return 0;
-        }
-        c->edst = d;
-        c->cap = cap;
-    }
-    c->esrc[c->m] = c->src;
-    c->edst[c->m] = j;
-    c->m++;
-    return 0;
-}
-
 /* Called while the collector's own resurrection check still holds (no Python code ran since):
  * frees at once every object of *objs that neither reaches a tensor nor is reached from one
  * that does, the way the fast path would, and replaces *objs (stolen) with a list of the rest.
@@ -491,30 +456,22 @@ hook__split(tgc_state *st, PyObject **objs_p)
     }
     PyObject **items = PySequence_Fast_ITEMS(objs);
     tgc_ptrmap map;
-    split_ctx c = {0};
     tgc_graph g = {0};
+    uint32_t *src = NULL, *dst = NULL, m = 0;
     uint8_t *target = calloc((size_t)n, 1), *keep = malloc((size_t)n);
     Py_ssize_t freed = 0;
-    if (target == NULL || keep == NULL || tgc_ptrmap_init(&map, (size_t)n) < 0) {
+    long kept = -1;
+    if (target == NULL || keep == NULL ||
+        tgc_edges(items, (uint32_t)n, &map, &src, &dst, &m) < 0) {
+        PyErr_Clear();
         free(target);
         free(keep);
         return 0;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        tgc_ptrmap_put(&map, items[i], (uint32_t)i);
         target[i] = (uint8_t)tgc_is_tensor(st, items[i]);
     }
-    c.map = &map;
-    for (Py_ssize_t i = 0; i < n && !c.oom; i++) {
-        traverseproc trav = Py_TYPE(items[i])->tp_traverse;
-        if (trav != NULL && PyObject_IS_GC(items[i])) {
-            c.src = (uint32_t)i;
-            trav(items[i], split__visit, &c);
-        }
-    }
-    long kept = -1;
-    if (!c.oom && c.m < UINT32_MAX &&
-        tgc_graph_build(&g, (uint32_t)n, (uint32_t)c.m, c.esrc, c.edst) == 0) {
+    if (tgc_graph_build(&g, (uint32_t)n, m, src, dst) == 0) {
         kept = tgc_relevant(&g, target, keep);
     }
     PyObject *rest = kept >= 0 && kept < n ? PyList_New((Py_ssize_t)kept) : NULL;
@@ -549,8 +506,8 @@ hook__split(tgc_state *st, PyObject **objs_p)
     PyErr_Clear();
     tgc_graph_free(&g);
     tgc_ptrmap_free(&map);
-    free(c.esrc);
-    free(c.edst);
+    free(src);
+    free(dst);
     free(target);
     free(keep);
     return freed;

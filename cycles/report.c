@@ -3,7 +3,6 @@
  * cycles that hold tensors (graph.c), identical leaks grouped, a bounded drawing in DOT, the text
  * summary and fix hints. Rendering to SVG/HTML is lazy (render.c), on first access. */
 #include "tgc.h"
-#include "ptrmap.h"
 
 #define TGC_DRAW_BUDGET 300     /* object nodes drawn per report, summary nodes aside */
 #define TGC_DRAW_GROUPS 12      /* distinct leak shapes drawn; the rest are listed only */
@@ -334,44 +333,6 @@ done:
 
 /* ------------------------------------------------------------------------------------------ */
 /* The reference graph of the garbage                                                          */
-
-typedef struct {
-    const tgc_ptrmap *map;
-    uint32_t src;
-    uint32_t *esrc, *edst;
-    size_t m, cap;
-    int oom;
-} edge_ctx;
-
-static int
-report__visit(PyObject *o, void *arg)
-{
-    edge_ctx *c = arg;
-    uint32_t j = tgc_ptrmap_get(c->map, o);
-    if (j == UINT32_MAX || c->oom) {
-        return 0;
-    }
-    if (c->m == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 1024;
-        uint32_t *s = realloc(c->esrc, cap * sizeof(uint32_t));
-        if (s == NULL) {
-            c->oom = 1;
-            return 0;
-        }
-        c->esrc = s;
-        uint32_t *d = realloc(c->edst, cap * sizeof(uint32_t));
-        if (d == NULL) {
-            c->oom = 1;
-            return 0;
-        }
-        c->edst = d;
-        c->cap = cap;
-    }
-    c->esrc[c->m] = c->src;
-    c->edst[c->m] = j;
-    c->m++;
-    return 0;
-}
 
 /* Groups of identical leaks share a signature: node types, edge type pairs and tensor
  * shapes/dtypes, summed with two independent mixes so the order of discovery does not matter. */
@@ -946,33 +907,19 @@ builder__tensors(builder *b, const tgc_filter *f)
 static int
 builder__graph(builder *b)
 {
-    edge_ctx ec = {0};
-    if (tgc_ptrmap_init(&b->map, b->n) < 0) {
-        PyErr_NoMemory();
+    uint32_t *src, *dst, m;
+    if (tgc_edges(b->items, b->n, &b->map, &src, &dst, &m) < 0) {
         return -1;
     }
-    for (uint32_t i = 0; i < b->n; i++) {
-        tgc_ptrmap_put(&b->map, b->items[i], i);
-    }
-    ec.map = &b->map;
-    for (uint32_t i = 0; i < b->n && !ec.oom; i++) {
-        traverseproc trav = Py_TYPE(b->items[i])->tp_traverse;
-        if (trav != NULL && PyObject_IS_GC(b->items[i])) {
-            ec.src = i;
-            trav(b->items[i], report__visit, &ec);
-        }
-    }
     int rc = -1;
-    if (!ec.oom && ec.m < UINT32_MAX &&
-        tgc_graph_build(&b->g, b->n, (uint32_t)ec.m, ec.esrc, ec.edst) == 0 &&
-        tgc_analyze(&b->g, b->is_target, &b->a) == 0) {
+    if (tgc_graph_build(&b->g, b->n, m, src, dst) == 0 && tgc_analyze(&b->g, b->is_target, &b->a) == 0) {
         rc = 0;
     }
     else {
         PyErr_NoMemory();
     }
-    free(ec.esrc);
-    free(ec.edst);
+    free(src);
+    free(dst);
     return rc;
 }
 

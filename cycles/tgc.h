@@ -10,6 +10,7 @@
 #include "tensorgc/compat.h"
 #include "tensorgc/graph.h"
 #include "buf.h"
+#include "ptrmap.h"
 
 /* Which tensors an observer cares about. */
 enum { TGC_DEV_ANY = 0, TGC_DEV_TYPE = 1, TGC_DEV_PREDICATE = 2 };
@@ -109,6 +110,12 @@ void tgc_names_clear(tgc_names *ns);
 PyObject *tgc_type_name(PyObject *obj);  /* new reference */
 PyObject *tgc_describe(PyObject *obj);   /* new reference: one short line, may be "" */
 int tgc_buf_pystr(tgc_buf *b, PyObject *s, int how);  /* how: 0 raw, 'd' DOT, 'h' HTML */
+
+/* edges.c: the references among a set of objects, found with tp_traverse. Fills *map (object
+ * address -> index in items; the caller frees it with tgc_ptrmap_free) and malloc'd edge arrays
+ * (the caller frees them). Returns 0, or -1 with MemoryError set. */
+int tgc_edges(PyObject *const *items, uint32_t n, tgc_ptrmap *map,
+              uint32_t **src, uint32_t **dst, uint32_t *m);
 
 /* report.c */
 int tgc_torch_resolve(tgc_state *st);   /* 1 when torch's types are known, 0 when not, -1 error */

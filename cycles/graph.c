@@ -160,6 +160,30 @@ graph__find(uint32_t *parent, uint32_t v)
     return v;
 }
 
+/* anc[v] = 1 for every node that reaches a target (targets included), walking in-edges back
+ * from the targets; queue is scratch space of n entries. */
+static void
+graph__ancestors(const tgc_graph *g, const uint8_t *is_target, uint8_t *anc, uint32_t *queue)
+{
+    uint32_t head = 0, tail = 0;
+    for (uint32_t v = 0; v < g->n; v++) {
+        anc[v] = is_target[v] != 0;
+        if (anc[v]) {
+            queue[tail++] = v;
+        }
+    }
+    while (head < tail) {
+        uint32_t v = queue[head++];
+        for (uint32_t e = g->in_off[v]; e < g->in_off[v + 1]; e++) {
+            uint32_t u = g->in_src[e];
+            if (!anc[u]) {
+                anc[u] = 1;
+                queue[tail++] = u;
+            }
+        }
+    }
+}
+
 void
 tgc_analysis_free(tgc_analysis *a)
 {
@@ -194,25 +218,7 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
     if (anc == NULL || queue == NULL) {
         goto error;
     }
-    {
-        uint32_t head = 0, tail = 0;
-        for (uint32_t v = 0; v < n; v++) {
-            if (is_target[v]) {
-                anc[v] = 1;
-                queue[tail++] = v;
-            }
-        }
-        while (head < tail) {
-            uint32_t v = queue[head++];
-            for (uint32_t e = g->in_off[v]; e < g->in_off[v + 1]; e++) {
-                uint32_t u = g->in_src[e];
-                if (!anc[u]) {
-                    anc[u] = 1;
-                    queue[tail++] = u;
-                }
-            }
-        }
-    }
+    graph__ancestors(g, is_target, anc, queue);
     if (graph__scc(g, anc, a->scc, &a->nscc) < 0) {
         goto error;
     }
@@ -414,26 +420,10 @@ tgc_relevant(const tgc_graph *g, const uint8_t *is_target, uint8_t *keep)
         free(anc);
         return -1;
     }
+    graph__ancestors(g, is_target, anc, queue);
     uint32_t head = 0, tail = 0;
     for (uint32_t v = 0; v < n; v++) {
         keep[v] = 0;
-        if (is_target[v]) {
-            anc[v] = 1;
-            queue[tail++] = v;
-        }
-    }
-    while (head < tail) {  /* back along in-edges: the ancestors */
-        uint32_t v = queue[head++];
-        for (uint32_t e = g->in_off[v]; e < g->in_off[v + 1]; e++) {
-            uint32_t u = g->in_src[e];
-            if (!anc[u]) {
-                anc[u] = 1;
-                queue[tail++] = u;
-            }
-        }
-    }
-    head = tail = 0;
-    for (uint32_t v = 0; v < n; v++) {
         if (anc[v]) {
             keep[v] = 1;
             queue[tail++] = v;

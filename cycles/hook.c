@@ -184,6 +184,23 @@ free__mark(PyObject *o, void *arg)
     return 0;
 }
 
+/* Clears items[i] the way the collector's delete_garbage does and drops the list's reference
+ * at once, so objects die in the order (and while in cache) the collector would free them. */
+static void
+hook__clear_release(PyObject **items, Py_ssize_t i)
+{
+    PyObject *op = items[i];
+    inquiry clear = Py_TYPE(op)->tp_clear;
+    if (clear != NULL) {
+        (void)clear(op);
+        if (PyErr_Occurred()) {
+            PyErr_WriteUnraisable((PyObject *)Py_TYPE(op));
+        }
+    }
+    items[i] = NULL;  /* the list no longer owns it */
+    Py_DECREF(op);
+}
+
 Py_ssize_t
 tgc_hook_free(PyObject *objs, int check)
 {
@@ -200,19 +217,9 @@ tgc_hook_free(PyObject *objs, int check)
          * Each object's list reference is dropped right after its clear, so objects die while
          * still in cache, in the order the collector itself would free them. */
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *op = items[i];
-            inquiry clear = Py_TYPE(op)->tp_clear;
-            if (clear != NULL) {
-                (void)clear(op);
-                if (PyErr_Occurred()) {
-                    PyErr_WriteUnraisable((PyObject *)Py_TYPE(op));
-                }
-                cleared++;
-            }
-            items[i] = NULL;  /* the list no longer owns it */
-            Py_DECREF(op);
+            hook__clear_release(items, i);
         }
-        return cleared;
+        return n;
     }
     if (tgc_ptrmap_init(&map, (size_t)n) < 0) {
         return 0;
@@ -261,18 +268,9 @@ tgc_hook_free(PyObject *objs, int check)
         if (slot[i] != (uint32_t)i || c.alive[i]) {
             continue;
         }
-        PyObject *op = items[i];
-        inquiry clear = Py_TYPE(op)->tp_clear;
-        if (clear != NULL) {
-            (void)clear(op);
-            if (PyErr_Occurred()) {
-                PyErr_WriteUnraisable((PyObject *)Py_TYPE(op));
-            }
-            cleared++;
-        }
-        /* Drop this reference now, as above; duplicates further on still hold theirs. */
-        items[i] = NULL;
-        Py_DECREF(op);
+        /* duplicates further on still hold their own references */
+        hook__clear_release(items, i);
+        cleared++;
     }
 done:
     tgc_ptrmap_free(&map);
@@ -485,20 +483,10 @@ hook__split(tgc_state *st, PyObject **objs_p)
             }
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *op = items[i];
-            if (op == NULL) {
-                continue;
+            if (items[i] != NULL) {
+                hook__clear_release(items, i);
+                freed++;
             }
-            inquiry clear = Py_TYPE(op)->tp_clear;
-            if (clear != NULL) {
-                (void)clear(op);
-                if (PyErr_Occurred()) {
-                    PyErr_WriteUnraisable((PyObject *)Py_TYPE(op));
-                }
-            }
-            items[i] = NULL;
-            Py_DECREF(op);
-            freed++;
         }
         Py_DECREF(objs);  /* all its slots are NULL now */
         *objs_p = rest;

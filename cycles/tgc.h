@@ -84,9 +84,11 @@ tgc_state *tgc_state_of(PyObject *module);
 PyObject *tgc_hook_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 int tgc_hook_add(tgc_state *st, PyObject *module, tgc_handle *h);
 int tgc_hook_remove(tgc_handle *h);
-/* Frees objs (a list owning one reference to each object) as the collector would, sparing
- * anything still reachable from outside the list. Returns how many were cleared, never fails
- * (out of memory: nothing is cleared and the objects die or live by refcount). */
+/* Frees objs (a list owning one reference to each object) as the collector would. With check,
+ * first redoes the collector's resurrection check and spares anything still reachable from
+ * outside the list; without, every object is taken as unreachable (only valid while no Python
+ * code ran since the collector's own check). Returns how many were released; never fails (out
+ * of memory: nothing is cleared and the objects die or live by refcount). */
 Py_ssize_t tgc_hook_free(PyObject *objs, int check);
 void tgc_log_exception(tgc_state *st, const char *what);
 void tgc_filter_clear(tgc_filter *f);

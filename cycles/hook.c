@@ -383,12 +383,11 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor,
         }
     }
     if (want_tensors && any_tensor) {
-        int any = 1;
         /* One report per distinct filter: observers with the same device share it. */
         PyObject *made[8] = {NULL};
         const tgc_filter *made_for[8] = {NULL};
         int nmade = 0;
-        for (Py_ssize_t i = 0; any && i < nobs; i++) {
+        for (Py_ssize_t i = 0; i < nobs; i++) {
             tgc_handle *h = (tgc_handle *)PyTuple_GET_ITEM(snapshot, i);
             if (h->module == NULL || h->kind == TGC_OBS_GARBAGE) {
                 continue;
@@ -621,6 +620,7 @@ hook__stop(tgc_state *st, PyObject *info)
     memcpy(((PyListObject *)objs)->ob_item, src, (size_t)k * sizeof(PyObject *));
     Py_SET_SIZE(garbage, from);
     int any_tensor = hook__scan(st, objs, garbage);
+    st->busy = 1;  /* from here on, clearing objects can run __del__ of objects they release */
     if (any_tensor && !check && !tgc_compat_is_finalizing()) {
         /* Only cycle observers can need more than the tensors' part of the garbage: an
          * observe_garbage observer is handed every object, intact. */
@@ -633,7 +633,6 @@ hook__stop(tgc_state *st, PyObject *info)
             hook__split(st, &objs);
         }
     }
-    st->busy = 1;
     if (!tgc_compat_is_finalizing()) {
         check |= hook__notify(st, objs, generation, any_tensor, k);
     }

@@ -26,6 +26,28 @@ static lt_symlist_t render__builtins[] = {
 static pthread_mutex_t render__lock = PTHREAD_MUTEX_INITIALIZER;
 static GVC_t *render__gvc;
 static char render__errmsg[512];
+static pthread_once_t render__atfork_once = PTHREAD_ONCE_INIT;
+
+/* A fork while another thread renders would hand the child a lock held forever and Graphviz's
+ * global parser state mid-parse: fork waits for the render in progress instead (prepare takes
+ * the lock; parent and child release it), so the child inherits a quiet Graphviz. */
+static void
+render__before_fork(void)
+{
+    pthread_mutex_lock(&render__lock);
+}
+
+static void
+render__after_fork(void)
+{
+    pthread_mutex_unlock(&render__lock);
+}
+
+static void
+render__register_atfork(void)
+{
+    (void)pthread_atfork(render__before_fork, render__after_fork, render__after_fork);
+}
 
 static int
 render__on_error(char *msg)
@@ -66,6 +88,7 @@ tgc_render_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
     *svg = NULL;
     *svg_len = 0;
     (void)dot_len;  /* agmemread reads up to the NUL */
+    pthread_once(&render__atfork_once, render__register_atfork);
     pthread_mutex_lock(&render__lock);
     render__errmsg[0] = '\0';
     if (render__gvc == NULL) {

@@ -5,6 +5,7 @@ import gc
 import logging
 import os
 import re
+import signal
 import stat
 import sys
 import tempfile
@@ -677,3 +678,30 @@ def test_warn_tensor_cycles_unwritable_directory_does_not_break_gc(track, tmp_pa
     assert isinstance(gc.collect(), int)
     assert unraisable == []
     assert instances(Node) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_while_another_thread_renders_does_not_deadlock_the_child():
+    big = "digraph g {" + " ".join(f"n{i} -> n{i + 1};" for i in range(400)) + "}"
+    stop = threading.Event()
+
+    def render_forever():
+        while not stop.is_set():
+            tensorgc.render_svg(big)
+
+    t = threading.Thread(target=render_forever)
+    t.start()
+    try:
+        for _ in range(5):
+            pid = os.fork()
+            if pid == 0:  # child: rendering must still work
+                signal.alarm(20)  # a deadlocked child dies instead of hanging the suite
+                try:
+                    ok = "<svg" in tensorgc.render_svg("digraph { a -> b }")
+                finally:
+                    os._exit(0 if ok else 1)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        stop.set()
+        t.join()

@@ -438,6 +438,98 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor,
     return ran;
 }
 
+/* Tensors outside the garbage that the garbage holds the last references to: a young collection
+ * only examines young objects, so a new cycle holding an old tensor frees that tensor through
+ * refcounting once the cycle is cleared, without the tensor ever being in the garbage list.
+ * Such a tensor is kept alive by the garbage just the same, so it joins objs (and is freed with
+ * it, exactly when it would have died anyway). Called while no Python code has run since the
+ * collector's check, so reference counts are exact. Returns 1 when any tensor joined. */
+typedef struct {
+    tgc_state *st;
+    tgc_ptrmap *counts;   /* tensor address -> slot in refs[] */
+    PyObject **tensors;
+    Py_ssize_t *refs;
+    uint32_t n, cap;
+    int oom;
+    PyTypeObject *plain[4];  /* recently seen types that are not tensors (alive: objects of
+                                them are referenced by the garbage we hold) */
+    int next;
+} held_ctx;
+
+static int
+held__visit(PyObject *o, void *arg)
+{
+    held_ctx *c = arg;
+    PyTypeObject *tp = Py_TYPE(o);
+    if (tp == c->plain[0] || tp == c->plain[1] || tp == c->plain[2] || tp == c->plain[3] ||
+        c->oom) {
+        return 0;
+    }
+    if (!tgc_is_tensor(c->st, o)) {
+        c->plain[c->next] = tp;
+        c->next = (c->next + 1) & 3;
+        return 0;
+    }
+    uint32_t slot = tgc_ptrmap_get(c->counts, o);
+    if (slot == UINT32_MAX) {
+        if (c->n == c->cap || c->n >= (c->counts->mask + 1) / 2) {
+            c->oom = 1;  /* more held tensors than we made room for: the caller retries bigger */
+            return 0;
+        }
+        slot = tgc_ptrmap_put(c->counts, o, c->n);
+        c->tensors[c->n] = o;
+        c->refs[c->n] = 0;
+        c->n++;
+    }
+    c->refs[slot]++;
+    return 0;
+}
+
+static int
+hook__held_tensors(tgc_state *st, PyObject *objs)
+{
+    Py_ssize_t n = PyList_GET_SIZE(objs);
+    uint32_t cap = 64;
+    int joined = 0;
+    for (int attempt = 0; attempt < 6; attempt++, cap *= 8) {
+        tgc_ptrmap counts;
+        held_ctx c = {st, &counts, NULL, NULL, 0, cap, 0, {NULL, NULL, NULL, NULL}, 0};
+        c.tensors = malloc(cap * sizeof(PyObject *));
+        c.refs = malloc(cap * sizeof(Py_ssize_t));
+        if (c.tensors == NULL || c.refs == NULL || tgc_ptrmap_init(&counts, cap) < 0) {
+            free(c.tensors);
+            free(c.refs);
+            return 0;
+        }
+        for (Py_ssize_t i = 0; i < n && !c.oom; i++) {
+            PyObject *op = PyList_GET_ITEM(objs, i);
+            traverseproc trav = Py_TYPE(op)->tp_traverse;
+            if (trav != NULL && PyObject_IS_GC(op)) {
+                trav(op, held__visit, &c);
+            }
+        }
+        int retry = c.oom;
+        for (uint32_t k = 0; !retry && k < c.n; k++) {
+            /* Every reference is one from the garbage: nothing else keeps it. (A tensor that is
+             * itself garbage has one more, from objs, so it is not added twice.) */
+            if (Py_REFCNT(c.tensors[k]) == c.refs[k]) {
+                if (PyList_Append(objs, c.tensors[k]) < 0) {
+                    PyErr_Clear();
+                    break;
+                }
+                joined = 1;
+            }
+        }
+        tgc_ptrmap_free(&counts);
+        free(c.tensors);
+        free(c.refs);
+        if (!retry) {
+            break;
+        }
+    }
+    return joined;
+}
+
 /* Called while the collector's own resurrection check still holds (no Python code ran since):
  * frees at once every object of *objs that neither reaches a tensor nor is reached from one
  * that does, the way the fast path would, and replaces *objs (stolen) with a list of the rest.
@@ -620,6 +712,17 @@ hook__stop(tgc_state *st, PyObject *info)
     memcpy(((PyListObject *)objs)->ob_item, src, (size_t)k * sizeof(PyObject *));
     Py_SET_SIZE(garbage, from);
     int any_tensor = hook__scan(st, objs, garbage);
+    if (generation != 2 && !check && tgc_torch_resolve(st) == 1) {
+        /* Only cycle observers care about tensors. */
+        int cycle_observers = 0;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->observers); i++) {
+            cycle_observers |= ((tgc_handle *)PyList_GET_ITEM(st->observers, i))->kind !=
+                               TGC_OBS_GARBAGE;
+        }
+        if (cycle_observers) {
+            any_tensor |= hook__held_tensors(st, objs);
+        }
+    }
     st->busy = 1;  /* from here on, clearing objects can run __del__ of objects they release */
     if (any_tensor && !check && !tgc_compat_is_finalizing()) {
         /* Only cycle observers can need more than the tensors' part of the garbage: an

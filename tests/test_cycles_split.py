@@ -74,3 +74,42 @@ def test_callback_keeping_a_tensor_keeps_its_holder_intact(track):
         assert holder.me is holder and holder.t.numel() == 64  # not cleared
     finally:
         kept.clear()
+
+
+def test_young_cycle_holding_the_last_reference_to_an_old_tensor_is_reported(track):
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Holder = new_class("Holder")
+    t = T(1000)
+    t_ref = weakref.ref(t)
+    gc.collect()  # the tensor is old now; a young collection never examines it
+    assert reports == []
+
+    def make():
+        h = Holder()
+        h.me = h
+        h.t = t
+    make()
+    del t
+    gc.collect(0)
+    assert len(reports) == 1
+    assert reports[0].tensors[0]["nbytes"] == 4000 and reports[0].generation == 0
+    assert ("Holder", ".t", "Tensor") in reports[0].edges
+    assert t_ref() is None and instances(Holder) == []
+
+
+def test_young_cycle_holding_an_old_tensor_that_lives_on_is_not_reported(track):
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Holder = new_class("Holder")
+    t = T(1000)
+    gc.collect()
+
+    def make():
+        h = Holder()
+        h.me = h
+        h.t = t
+    make()
+    gc.collect(0)
+    assert reports == []  # the tensor is still ours: the garbage does not keep it alive
+    assert t.numel() == 1000 and instances(Holder) == []

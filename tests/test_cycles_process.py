@@ -64,6 +64,7 @@ def test_removing_observers_at_exit_restores_gc_callbacks():
     assert "hook registered at exit: 1" in proc.stdout
 
 
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
 def test_sparse_tensor_in_cycle_counts_indices_and_values(track):
     reports = []
     track(tensorgc.observe_cycles(reports.append, device="cpu"))

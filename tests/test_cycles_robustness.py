@@ -681,6 +681,7 @@ def test_warn_tensor_cycles_unwritable_directory_does_not_break_gc(track, tmp_pa
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_fork_while_another_thread_renders_does_not_deadlock_the_child():
     big = "digraph g {" + " ".join(f"n{i} -> n{i + 1};" for i in range(400)) + "}"
     stop = threading.Event()

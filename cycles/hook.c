@@ -712,29 +712,21 @@ hook__stop(tgc_state *st, PyObject *info)
     memcpy(((PyListObject *)objs)->ob_item, src, (size_t)k * sizeof(PyObject *));
     Py_SET_SIZE(garbage, from);
     int any_tensor = hook__scan(st, objs, garbage);
-    if (generation != 2 && !check && tgc_torch_resolve(st) == 1) {
-        /* Only cycle observers care about tensors. */
-        int cycle_observers = 0;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->observers); i++) {
-            cycle_observers |= ((tgc_handle *)PyList_GET_ITEM(st->observers, i))->kind !=
-                               TGC_OBS_GARBAGE;
-        }
-        if (cycle_observers) {
-            any_tensor |= hook__held_tensors(st, objs);
-        }
+    /* Which kinds of observer are listening decides the extra work below. */
+    int garbage_observers = 0, cycle_observers = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->observers); i++) {
+        int kind = ((tgc_handle *)PyList_GET_ITEM(st->observers, i))->kind;
+        garbage_observers |= kind == TGC_OBS_GARBAGE;
+        cycle_observers |= kind != TGC_OBS_GARBAGE;
+    }
+    if (cycle_observers && generation != 2 && !check && tgc_torch_resolve(st) == 1) {
+        any_tensor |= hook__held_tensors(st, objs);
     }
     st->busy = 1;  /* from here on, clearing objects can run __del__ of objects they release */
-    if (any_tensor && !check && !tgc_compat_is_finalizing()) {
-        /* Only cycle observers can need more than the tensors' part of the garbage: an
-         * observe_garbage observer is handed every object, intact. */
-        int garbage_observers = 0;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->observers); i++) {
-            garbage_observers |= ((tgc_handle *)PyList_GET_ITEM(st->observers, i))->kind ==
-                                 TGC_OBS_GARBAGE;
-        }
-        if (!garbage_observers) {
-            hook__split(st, &objs);
-        }
+    /* An observe_garbage observer is handed every object intact; otherwise only the tensors'
+     * part of the garbage needs to outlive the report. */
+    if (any_tensor && !check && !garbage_observers && !tgc_compat_is_finalizing()) {
+        hook__split(st, &objs);
     }
     if (!tgc_compat_is_finalizing()) {
         check |= hook__notify(st, objs, generation, any_tensor, k);

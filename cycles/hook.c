@@ -191,7 +191,10 @@ hook__clear_release(PyObject **items, Py_ssize_t i)
 {
     PyObject *op = items[i];
     inquiry clear = Py_TYPE(op)->tp_clear;
-    if (clear != NULL) {
+    /* Only our list still holds it: dropping that reference deallocates it, which releases
+     * everything it references. That is what the collector's cascade does to such an object
+     * (clearing a neighbour freed it), and it halves the tp_clear calls on pairs and rings. */
+    if (clear != NULL && Py_REFCNT(op) > 1) {
         (void)clear(op);
         if (PyErr_Occurred()) {
             PyErr_WriteUnraisable((PyObject *)Py_TYPE(op));
@@ -442,19 +445,45 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor,
  * only examines young objects, so a new cycle holding an old tensor frees that tensor through
  * refcounting once the cycle is cleared, without the tensor ever being in the garbage list.
  * Such a tensor is kept alive by the garbage just the same, so it joins objs (and is freed with
- * it, exactly when it would have died anyway). Called while no Python code has run since the
- * collector's check, so reference counts are exact. Returns 1 when any tensor joined. */
+ * it, exactly when it would have died anyway). Only valid while no Python code has run since the
+ * collector's check, so reference counts are exact.
+ *
+ * The common case (a few referenced tensors at most) needs no allocation: the table and arrays
+ * live in the context; more distinct tensors than HELD_INLINE sends the caller to the heap-sized
+ * retry in hook__held_more. */
+#define HELD_INLINE 32
 typedef struct {
     tgc_state *st;
-    tgc_ptrmap *counts;   /* tensor address -> slot in refs[] */
+    tgc_ptrmap counts;   /* tensor address -> slot in tensors[]/refs[] */
     PyObject **tensors;
     Py_ssize_t *refs;
     uint32_t n, cap;
-    int oom;
+    int full;
     PyTypeObject *plain[4];  /* recently seen types that are not tensors (alive: objects of
                                 them are referenced by the garbage we hold) */
     int next;
+    const void *keys_inline[2 * HELD_INLINE];
+    uint32_t vals_inline[2 * HELD_INLINE];
+    PyObject *tensors_inline[HELD_INLINE];
+    Py_ssize_t refs_inline[HELD_INLINE];
 } held_ctx;
+
+static void
+held__init_inline(held_ctx *c, tgc_state *st)
+{
+    c->st = st;
+    memset(c->keys_inline, 0, sizeof(c->keys_inline));
+    c->counts.keys = c->keys_inline;
+    c->counts.vals = c->vals_inline;
+    c->counts.mask = 2 * HELD_INLINE - 1;
+    c->tensors = c->tensors_inline;
+    c->refs = c->refs_inline;
+    c->n = 0;
+    c->cap = HELD_INLINE;
+    c->full = 0;
+    memset(c->plain, 0, sizeof(c->plain));
+    c->next = 0;
+}
 
 static int
 held__visit(PyObject *o, void *arg)
@@ -462,7 +491,7 @@ held__visit(PyObject *o, void *arg)
     held_ctx *c = arg;
     PyTypeObject *tp = Py_TYPE(o);
     if (tp == c->plain[0] || tp == c->plain[1] || tp == c->plain[2] || tp == c->plain[3] ||
-        c->oom) {
+        c->full) {
         return 0;
     }
     if (!tgc_is_tensor(c->st, o)) {
@@ -470,13 +499,13 @@ held__visit(PyObject *o, void *arg)
         c->next = (c->next + 1) & 3;
         return 0;
     }
-    uint32_t slot = tgc_ptrmap_get(c->counts, o);
+    uint32_t slot = tgc_ptrmap_get(&c->counts, o);
     if (slot == UINT32_MAX) {
-        if (c->n == c->cap || c->n >= (c->counts->mask + 1) / 2) {
-            c->oom = 1;  /* more held tensors than we made room for: the caller retries bigger */
+        if (c->n == c->cap) {
+            c->full = 1;  /* more distinct tensors than we made room for: retry bigger */
             return 0;
         }
-        slot = tgc_ptrmap_put(c->counts, o, c->n);
+        slot = tgc_ptrmap_put(&c->counts, o, c->n);
         c->tensors[c->n] = o;
         c->refs[c->n] = 0;
         c->n++;
@@ -485,44 +514,62 @@ held__visit(PyObject *o, void *arg)
     return 0;
 }
 
+/* Appends to objs every tensor of c whose references all come from the garbage. Returns 1 when
+ * any joined. */
 static int
-hook__held_tensors(tgc_state *st, PyObject *objs)
+held__join(held_ctx *c, PyObject *objs)
 {
-    Py_ssize_t n = PyList_GET_SIZE(objs);
-    uint32_t cap = 64;
     int joined = 0;
-    for (int attempt = 0; attempt < 6; attempt++, cap *= 8) {
-        tgc_ptrmap counts;
-        held_ctx c = {st, &counts, NULL, NULL, 0, cap, 0, {NULL, NULL, NULL, NULL}, 0};
-        c.tensors = malloc(cap * sizeof(PyObject *));
-        c.refs = malloc(cap * sizeof(Py_ssize_t));
-        if (c.tensors == NULL || c.refs == NULL || tgc_ptrmap_init(&counts, cap) < 0) {
-            free(c.tensors);
-            free(c.refs);
+    for (uint32_t k = 0; k < c->n; k++) {
+        /* Every reference is one from the garbage: nothing else keeps it. (A tensor that is
+         * itself garbage has one more, from objs, so it is not added twice.) */
+        if (Py_REFCNT(c->tensors[k]) == c->refs[k]) {
+            if (PyList_Append(objs, c->tensors[k]) < 0) {
+                PyErr_Clear();
+                break;
+            }
+            joined = 1;
+        }
+    }
+    return joined;
+}
+
+/* The slow path, for garbage that references more than HELD_INLINE distinct tensors: one more
+ * traversal with heap tables sized for all of them. Returns 1 when any tensor joined objs. */
+static int
+hook__held_more(tgc_state *st, PyObject *objs, Py_ssize_t n)
+{
+    int joined = 0;
+    for (uint32_t cap = 8 * HELD_INLINE; cap != 0 && cap <= (1u << 24); cap *= 8) {
+        held_ctx *c = malloc(sizeof(held_ctx));
+        if (c == NULL) {
             return 0;
         }
-        for (Py_ssize_t i = 0; i < n && !c.oom; i++) {
+        held__init_inline(c, st);
+        c->tensors = malloc(cap * sizeof(PyObject *));
+        c->refs = malloc(cap * sizeof(Py_ssize_t));
+        c->cap = cap;
+        if (c->tensors == NULL || c->refs == NULL || tgc_ptrmap_init(&c->counts, cap) < 0) {
+            free(c->tensors);
+            free(c->refs);
+            free(c);
+            return 0;
+        }
+        for (Py_ssize_t i = 0; i < n && !c->full; i++) {
             PyObject *op = PyList_GET_ITEM(objs, i);
             traverseproc trav = Py_TYPE(op)->tp_traverse;
             if (trav != NULL && PyObject_IS_GC(op)) {
-                trav(op, held__visit, &c);
+                trav(op, held__visit, c);
             }
         }
-        int retry = c.oom;
-        for (uint32_t k = 0; !retry && k < c.n; k++) {
-            /* Every reference is one from the garbage: nothing else keeps it. (A tensor that is
-             * itself garbage has one more, from objs, so it is not added twice.) */
-            if (Py_REFCNT(c.tensors[k]) == c.refs[k]) {
-                if (PyList_Append(objs, c.tensors[k]) < 0) {
-                    PyErr_Clear();
-                    break;
-                }
-                joined = 1;
-            }
+        int retry = c->full;
+        if (!retry) {
+            joined = held__join(c, objs);
         }
-        tgc_ptrmap_free(&counts);
-        free(c.tensors);
-        free(c.refs);
+        tgc_ptrmap_free(&c->counts);
+        free(c->tensors);
+        free(c->refs);
+        free(c);
         if (!retry) {
             break;
         }
@@ -604,10 +651,12 @@ hook__info_count(PyObject *info, const char *key)
 
 /* One pass over this collection's garbage: whether it holds a tensor, and (when `garbage` is
  * given) objects with a legacy tp_del put back into gc.garbage, where the collector leaves them
- * as uncollectable. Types repeat a lot in garbage, so their answers are cached for this pass;
- * the objects keep their types alive meanwhile. */
+ * as uncollectable. With `held`, the same pass also traverses each object for the tensors it
+ * references (see held_ctx), so the garbage is walked once while it is in cache. Types repeat a
+ * lot in garbage, so their answers are cached for this pass; the objects keep their types alive
+ * meanwhile. */
 static int
-hook__scan(tgc_state *st, PyObject *objs, PyObject *garbage)
+hook__scan(tgc_state *st, PyObject *objs, PyObject *garbage, held_ctx *held)
 {
     enum { CACHE = 8, TENSOR = 1, LEGACY = 2 };
     PyTypeObject *types[CACHE] = {NULL};
@@ -615,23 +664,39 @@ hook__scan(tgc_state *st, PyObject *objs, PyObject *garbage)
     int any_tensor = 0, next = 0;
     int torch_known = tgc_torch_resolve(st) == 1;
     PyErr_Clear();
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs); i++) {
-        PyObject *op = PyList_GET_ITEM(objs, i);
+    PyTypeObject *last = NULL;
+    int last_f = 0;
+    Py_ssize_t n = PyList_GET_SIZE(objs);
+    PyObject **items = PySequence_Fast_ITEMS(objs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *op = items[i];
         PyTypeObject *tp = Py_TYPE(op);
-        int f = -1;
-        for (int c = 0; c < CACHE; c++) {
-            if (types[c] == tp) {
-                f = flags[c];
-                break;
-            }
+        int f;
+        if (tp == last) {
+            f = last_f;  /* runs of one type are the common case */
         }
-        if (f < 0) {
-            f = (torch_known && tgc_is_tensor(st, op) ? TENSOR : 0) | (tp->tp_del ? LEGACY : 0);
-            types[next] = tp;
-            flags[next] = f;
-            next = (next + 1) % CACHE;
+        else {
+            f = -1;
+            for (int c = 0; c < CACHE; c++) {
+                if (types[c] == tp) {
+                    f = flags[c];
+                    break;
+                }
+            }
+            if (f < 0) {
+                f = (torch_known && tgc_is_tensor(st, op) ? TENSOR : 0) |
+                    (tp->tp_del ? LEGACY : 0);
+                types[next] = tp;
+                flags[next] = f;
+                next = (next + 1) % CACHE;
+            }
+            last = tp;
+            last_f = f;
         }
         any_tensor |= f & TENSOR;
+        if (held != NULL && !held->full && tp->tp_traverse != NULL && PyObject_IS_GC(op)) {
+            tp->tp_traverse(op, held__visit, held);
+        }
         if ((f & LEGACY) && garbage != NULL && PyList_Append(garbage, op) < 0) {
             PyErr_WriteUnraisable(st->hook);
         }
@@ -700,7 +765,7 @@ hook__stop(tgc_state *st, PyObject *info)
         }
         st->busy = 1;
         if (!tgc_compat_is_finalizing()) {
-            hook__notify(st, objs, generation, hook__scan(st, objs, NULL), k);
+            hook__notify(st, objs, generation, hook__scan(st, objs, NULL, NULL), k);
         }
         st->busy = 0;
         Py_DECREF(objs);
@@ -711,7 +776,6 @@ hook__stop(tgc_state *st, PyObject *info)
      * refcount traffic, and the list keeps its capacity for the next collection. */
     memcpy(((PyListObject *)objs)->ob_item, src, (size_t)k * sizeof(PyObject *));
     Py_SET_SIZE(garbage, from);
-    int any_tensor = hook__scan(st, objs, garbage);
     /* Which kinds of observer are listening decides the extra work below. */
     int garbage_observers = 0, cycle_observers = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->observers); i++) {
@@ -719,8 +783,17 @@ hook__stop(tgc_state *st, PyObject *info)
         garbage_observers |= kind == TGC_OBS_GARBAGE;
         cycle_observers |= kind != TGC_OBS_GARBAGE;
     }
-    if (cycle_observers && generation != 2 && !check && tgc_torch_resolve(st) == 1) {
-        any_tensor |= hook__held_tensors(st, objs);
+    /* A full collection examined every tensor itself; a younger one may have left out old
+     * tensors that only this garbage keeps alive. */
+    held_ctx held;
+    int want_held = cycle_observers && generation != 2 && !check && tgc_torch_resolve(st) == 1;
+    if (want_held) {
+        held__init_inline(&held, st);
+    }
+    PyErr_Clear();
+    int any_tensor = hook__scan(st, objs, garbage, want_held ? &held : NULL);
+    if (want_held) {
+        any_tensor |= held.full ? hook__held_more(st, objs, k) : held__join(&held, objs);
     }
     st->busy = 1;  /* from here on, clearing objects can run __del__ of objects they release */
     /* An observe_garbage observer is handed every object intact; otherwise only the tensors'

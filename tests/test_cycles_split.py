@@ -113,3 +113,29 @@ def test_young_cycle_holding_an_old_tensor_that_lives_on_is_not_reported(track):
     gc.collect(0)
     assert reports == []  # the tensor is still ours: the garbage does not keep it alive
     assert t.numel() == 1000 and instances(Holder) == []
+
+
+def test_young_cycle_holding_many_old_tensors_takes_the_heap_sized_pass(track):
+    # More distinct held tensors (100) than the allocation-free table holds (32): the retry must
+    # still find every one, some held twice, and free them with the cycle.
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Holder = new_class("Holder")
+    ts = [T(i + 1) for i in range(100)]
+    refs = [weakref.ref(t) for t in ts]
+    kept = T(7)  # referenced by the cycle but also by us: not held
+    gc.collect()
+
+    def make():
+        h = Holder()
+        h.me = h
+        h.ts = list(ts)
+        h.first = ts[0]
+        h.kept = kept
+    make()
+    ts.clear()
+    gc.collect(0)
+    assert len(reports) == 1
+    assert sorted(t["nbytes"] for t in reports[0].tensors) == [4 * (i + 1) for i in range(100)]
+    assert all(r() is None for r in refs) and instances(Holder) == []
+    assert kept.numel() == 7

@@ -2,6 +2,8 @@
 PYTHON ?= python3
 PYTEST_ARGS ?= -q
 TORCH_VERSION ?= 2.13.0
+NVML_DEV_VERSION ?= 13.0.87
+MEMLAB_VERSION ?= 0.3.2
 SO := tensorgc/_tensorgc$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 SOURCES := $(wildcard cycles/*.c cycles/*.h include/tensorgc/*.h reporter/*.c allocator/*.c) setup.py
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
@@ -14,6 +16,8 @@ UNIT_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -Wno-missing-f
   -DTGC_GRAPHVIZ_MAJOR=$(GV_MAJOR)
 UNIT_LIBS = $(shell pkg-config --libs libgvc libcgraph) -L$(GV_LIBDIR)/graphviz \
   -lgvplugin_dot_layout -lgvplugin_core -Wl,-rpath,$(GV_LIBDIR):$(GV_LIBDIR)/graphviz -lpthread
+# The device query's types: cuda.h from the toolkit, nvml.h from it or from nvidia-nvml-dev.
+DEVICE_CFLAGS = $(shell $(PYTHON) tools/cuda_flags.py 2>/dev/null)
 REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 
 .DEFAULT_GOAL := build
@@ -22,7 +26,7 @@ REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Graphviz headers (apt), torch==2.13.0 CPU build and pytest (pip)
+deps: ## Install what is missing: Graphviz headers (apt); torch==2.13.0 CPU build, pytest, nvml.h (pip)
 	@if ! pkg-config --exists libgvc libcgraph 2>/dev/null; then \
 	  echo "tensorgc: installing Graphviz's C library (libgraphviz-dev, pkg-config)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libgraphviz-dev pkg-config; \
@@ -30,6 +34,9 @@ deps: ## Install what is missing: Graphviz headers (apt), torch==2.13.0 CPU buil
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q "torch==$(TORCH_VERSION)"
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
 	@$(PYTHON) -c "import setuptools, wheel" 2>/dev/null || $(PYTHON) -m pip install -q setuptools wheel
+	@# nvml.h for the device view (CUDA 13 toolkits do not ship it); headers only, 124 KB
+	@ls $$($(PYTHON) -c "import sys; print(' '.join(p + '/nvidia/cu13/include/nvml.h' for p in sys.path if p))") >/dev/null 2>&1 || \
+	  $(PYTHON) -m pip install -q --no-deps "nvidia-nvml-dev==$(NVML_DEV_VERSION)"
 
 $(SO): $(SOURCES)
 	TENSORGC_WERROR=1 $(PYTHON) setup.py -q build_ext --inplace
@@ -42,18 +49,28 @@ test: deps build ## Run the test suite (TENSORGC_TEST_DEVICE=cuda for CUDA tenso
 demo: deps build ## Run a leak with the detector on: prints the summary and the HTML page's path
 	$(PYTHON) demos/run_all.py
 
-bench: deps build ## Run the benchmarks (B1 overhead, B2 reporting cost); see docs/benchmarks.md
+bench: deps build ## Run the benchmarks (B1 overhead, B2 report cost, B3 reporter vs memlab); see docs/benchmarks.md
+	@# pytorch_memlab for B3's side-by-side; --no-deps: it would pull pandas and an unpinned torch
+	@$(PYTHON) -c "import importlib.util as u; exit(u.find_spec('pytorch_memlab') is None)" || \
+	  $(PYTHON) -m pip install -q --no-deps "pytorch_memlab==$(MEMLAB_VERSION)" "calmsize==0.1.3"
 	$(PYTHON) bench/run_all.py
 
 build/test_units: tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c $(wildcard cycles/*.h include/tensorgc/*.h)
 	@mkdir -p build
 	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c -o $@ $(UNIT_LIBS)
 
-units: build/test_units ## Build and run the plain-C unit tests (graph engine, escapers, Graphviz)
-	./build/test_units
+build/test_device: tests/c/test_device.c allocator/device.c include/tensorgc/device.h
+	@mkdir -p build
+	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -Iinclude $(DEVICE_CFLAGS) \
+	  tests/c/test_device.c allocator/device.c -o $@ -ldl -lpthread
 
-valgrind: deps build/test_units ## Run the plain-C units under valgrind memcheck (errors and definite leaks fail)
+units: build/test_units build/test_device ## Build and run the plain-C unit tests (graph engine, escapers, Graphviz, device query)
+	./build/test_units
+	./build/test_device
+
+valgrind: deps build/test_units build/test_device ## Run the plain-C units under valgrind memcheck (errors and definite leaks fail)
 	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet ./build/test_units
+	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet ./build/test_device
 
 asan: deps ## Build the extension with AddressSanitizer+UBSan and run the Python tests
 	rm -f $(SO); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \

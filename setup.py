@@ -1,5 +1,6 @@
 """Build of tensorgc's C extension. Metadata lives in setup.cfg; this file only finds Graphviz
-with pkg-config and lists the C sources of cycles/ (and later reporter/, allocator/)."""
+with pkg-config and lists the C sources of cycles/, reporter/ and allocator/; the CUDA toolkit's headers are used
+when present (for the driver/NVML types; both are dlopen'd at run time)."""
 import glob
 import os
 import shlex
@@ -42,7 +43,39 @@ def graphviz():
     )
 
 
+def nvml_include(cuda_incs):
+    """Where nvml.h is: $TENSORGC_NVML_INCLUDE, the toolkit, or PyPI's nvidia-nvml-dev (which
+    `make deps` installs, since CUDA 13 toolkits no longer ship the header)."""
+    cands = [os.environ.get("TENSORGC_NVML_INCLUDE")] + list(cuda_incs)
+    for path in sys.path:
+        cands += sorted(glob.glob(os.path.join(path or ".", "nvidia", "cu*", "include")))
+    for d in filter(None, cands):
+        if os.path.exists(os.path.join(d, "nvml.h")):
+            return d
+    return None
+
+
+def cuda_headers():
+    """The CUDA toolkit's include directories and macros: cuda.h gives the driver's types, nvml.h
+    NVML's. Types only: the driver and NVML are loaded with dlopen at run time, so nothing links
+    against CUDA and the module imports on machines without it."""
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    for root in filter(None, roots):
+        incs = [os.path.join(root, "include"), os.path.join(root, "targets", "x86_64-linux", "include")]
+        incs = [d for d in incs if os.path.isdir(d)]
+        if any(os.path.exists(os.path.join(d, "cuda.h")) for d in incs):
+            macros = [("TGC_HAVE_CUDA_HEADERS", "1")]
+            nv = nvml_include(incs)
+            if nv is not None:
+                macros.append(("TGC_HAVE_NVML_HEADER", "1"))
+                if nv not in incs:
+                    incs.append(nv)
+            return incs, macros
+    return [], []
+
+
 gv = graphviz()
+cuda_inc, cuda_macros = cuda_headers()
 warnings = ["-Wall", "-Wextra", "-Wno-missing-field-initializers", "-Wno-cast-function-type"]
 if os.environ.get("TENSORGC_WERROR"):
     warnings.append("-Werror")
@@ -53,12 +86,12 @@ sources = sorted(glob.glob("cycles/*.c") + glob.glob("reporter/*.c") + glob.glob
 ext = Extension(
     "tensorgc._tensorgc",
     sources=sources,
-    depends=sorted(glob.glob("cycles/*.h") + glob.glob("include/tensorgc/*.h")),
-    include_dirs=["include", "cycles"] + gv["include_dirs"],
+    depends=sorted(glob.glob("cycles/*.h") + glob.glob("include/tensorgc/*.h")),  # noqa: E501
+    include_dirs=["include", "cycles"] + gv["include_dirs"] + cuda_inc,
     library_dirs=gv["library_dirs"],
-    libraries=gv["libraries"],
+    libraries=gv["libraries"] + ["dl", "pthread"],
     runtime_library_dirs=gv["runtime_library_dirs"],
-    define_macros=gv["define_macros"],
+    define_macros=gv["define_macros"] + cuda_macros,
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + warnings + extra,
     extra_link_args=extra_link,
 )

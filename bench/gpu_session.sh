@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One session on the GPU machine: build from source, then the steps named on the command line
-# (tests, demos, bench, quickbench), logs under $OUT. Usage (after `source .gpu/enter.sh`):
+# (tests, demos, bench, quickbench, reporter, b1, units), logs under $OUT. Usage (after `source .gpu/enter.sh`):
 #   bash bench/gpu_session.sh tests demos bench
 set -uo pipefail
 OUT=${OUT:-/tmp/tensorgc-gpu}
@@ -12,6 +12,11 @@ export PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   pkg-config --modversion libgvc
 } 2>&1 | tee "$OUT/env.log"
+# Wheels staged in .gpu/wheels (the GPU machine has no registry): nvml.h, pytorch_memlab, calmsize.
+if ls .gpu/wheels/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-deps --no-index --target /tmp/tgc-extra .gpu/wheels/*.whl > "$OUT/wheels.log" 2>&1
+  export PYTHONPATH=/tmp/tgc-extra${PYTHONPATH:+:$PYTHONPATH}
+fi
 TENSORGC_WERROR=1 python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 echo "build ok"
 for step in "$@"; do
@@ -25,6 +30,15 @@ for step in "$@"; do
       done 2>&1 | tee "$OUT/demos.log" | tail -60 ;;
     bench)
       python3 bench/run_all.py --repeat 5 --timeout 60 --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
+    reporter)
+      python3 bench/b3_reporter.py --repeat 7 --print-report --json "$OUT/b3.json" 2>"$OUT/b3.err" | tee "$OUT/b3.md" ;;
+    b1)
+      python3 bench/b1_overhead.py --heaps 1000000 --modes plain,tensorgc --repeat 9 --json "$OUT/b1.json" 2>"$OUT/b1.err" | tee "$OUT/b1.md"
+      python3 bench/micro_collect.py --batches 15 2>&1 | tee "$OUT/micro.md" ;;
+    profile)
+      python3 bench/profile_reporter.py --repeat 7 2>&1 | tee "$OUT/profile.md" ;;
+    units)
+      make -s build/test_device PYTHON=python3 2>&1 | tail -5; ./build/test_device 2>&1 | tee "$OUT/device.log" ;;
     quickbench)
       python3 bench/run_all.py --quick --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
   esac

@@ -3,6 +3,7 @@
  * names.c (labels), render.c (Graphviz, HTML) and graph.c (the graph engine).
  * Multi-phase init, per-module state, heap types with GC support. */
 #include "tgc.h"
+#include "tensorgc/device.h"
 
 static struct PyModuleDef module_def;
 
@@ -509,6 +510,102 @@ observer_count(PyObject *module, PyObject *Py_UNUSED(ignored))
     return PyLong_FromSsize_t(st->observers ? PyList_GET_SIZE(st->observers) : 0);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Reporter and allocator bindings: argument conversion only; the work is in reporter/walk.c,
+ * allocator/binding.c (blocks.c) and allocator/device.c. */
+
+PyDoc_STRVAR(live_tensors_doc,
+"_live_tensors() -> list\n\nEvery tensor object the collector tracks (frozen objects excepted).");
+
+static PyObject *
+live_tensors(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return tgc_walk_tensors(tgc_state_of(module));
+}
+
+PyDoc_STRVAR(is_tensor_doc, "_is_tensor(obj) -> bool\n\nA type check in C (no isinstance, no __class__).");
+
+static PyObject *
+is_tensor(PyObject *module, PyObject *obj)
+{
+    tgc_state *st = tgc_state_of(module);
+    if (tgc_torch_resolve(st) < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(tgc_is_tensor(st, obj));
+}
+
+PyDoc_STRVAR(tensor_rows_doc,
+"_tensor_rows(tensors) -> list\n\nFor each tensor: (storage_ptr, storage_nbytes, device, "
+"device_type, device_index, shape, dtype, numel, is_sparse).");
+
+static PyObject *
+tensor_rows(PyObject *module, PyObject *tensors)
+{
+    tgc_state *st = tgc_state_of(module);
+    if (!PyList_Check(tensors)) {
+        PyErr_SetString(PyExc_TypeError, "_tensor_rows() takes a list of tensors");
+        return NULL;
+    }
+    if (tgc_torch_resolve(st) <= 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "tensorgc: torch is not imported");
+        }
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(tensors);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *row = tgc_tensor_row(st, PyList_GET_ITEM(tensors, i));
+        if (row == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, row);  /* steals row */
+    }
+    return out;
+}
+
+PyDoc_STRVAR(alloc_attribute_doc,
+"_alloc_attribute(segments, storages) -> (per_storage, totals, unseen)\n\n"
+"Maps storages (device, data_ptr, named) to the allocator blocks of a snapshot's segments.");
+
+static PyObject *
+alloc_attribute(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_alloc_attribute() takes (segments, storages)");
+        return NULL;
+    }
+    return tgc_alloc_attribute(args[0], args[1]);
+}
+
+PyDoc_STRVAR(device_memory_doc,
+"_device_memory(ordinal) -> dict\n\nThe CUDA driver's and NVML's view of one device, loaded at "
+"run time; {'ok': False, 'error': ...} without a driver.");
+
+static PyObject *
+device_memory(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    int ordinal = PyLong_Check(arg) ? (int)PyLong_AsLong(arg) : -1;
+    if (ordinal < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "_device_memory() takes a device ordinal >= 0");
+        }
+        return NULL;
+    }
+    tgc_device_mem m;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS  /* the first call loads libcuda and NVML */
+    rc = tgc_device_query(ordinal, &m);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("{s:O,s:i,s:K,s:L,s:L,s:L,s:O,s:s,s:s,s:s}",
+                         "ok", rc == 0 ? Py_True : Py_False, "ordinal", ordinal,
+                         "total", m.total, "free", m.free, "device_used", m.device_used,
+                         "process_used", m.process_used, "nvml", m.nvml ? Py_True : Py_False,
+                         "name", m.name, "source", m.source, "error", m.error);
+}
+
 static PyMethodDef module_methods[] = {
     {"observe_garbage", (PyCFunction)observe_garbage, METH_O, observe_garbage_doc},
     {"observe_cycles", (PyCFunction)(void (*)(void))observe_cycles, METH_VARARGS | METH_KEYWORDS,
@@ -518,6 +615,12 @@ static PyMethodDef module_methods[] = {
     {"render_svg", (PyCFunction)render_svg, METH_O, render_svg_doc},
     {"_shutdown", (PyCFunction)shutdown, METH_NOARGS, shutdown_doc},
     {"_observer_count", (PyCFunction)observer_count, METH_NOARGS, NULL},
+    {"_live_tensors", (PyCFunction)live_tensors, METH_NOARGS, live_tensors_doc},
+    {"_tensor_rows", (PyCFunction)tensor_rows, METH_O, tensor_rows_doc},
+    {"_is_tensor", (PyCFunction)is_tensor, METH_O, is_tensor_doc},
+    {"_alloc_attribute", (PyCFunction)(void (*)(void))alloc_attribute, METH_FASTCALL,
+     alloc_attribute_doc},
+    {"_device_memory", (PyCFunction)device_memory, METH_O, device_memory_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -562,6 +665,15 @@ module_exec(PyObject *module)
         !st->observers || !st->hook) {
         return -1;
     }
+    st->str_torch_dot = PyUnicode_InternFromString("torch.");
+    st->str_type = PyUnicode_InternFromString("type");
+    st->str_index = PyUnicode_InternFromString("index");
+    st->str_nbytes = PyUnicode_InternFromString("nbytes");
+    st->str_data_ptr = PyUnicode_InternFromString("data_ptr");
+    if (!st->str_torch_dot || !st->str_type || !st->str_index || !st->str_nbytes ||
+        !st->str_data_ptr) {
+        return -1;
+    }
     if (!PyList_Check(st->gc_callbacks) || !PyList_Check(st->gc_garbage)) {
         PyErr_SetString(PyExc_ImportError, "tensorgc: gc.callbacks and gc.garbage must be lists");
         return -1;
@@ -594,6 +706,11 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->torch_disabled_tf);
     Py_VISIT(st->torch_strs);
     Py_VISIT(st->garbage);
+    Py_VISIT(st->str_torch_dot);
+    Py_VISIT(st->str_type);
+    Py_VISIT(st->str_index);
+    Py_VISIT(st->str_nbytes);
+    Py_VISIT(st->str_data_ptr);
     return 0;
 }
 
@@ -622,6 +739,11 @@ module_clear(PyObject *module)
     Py_CLEAR(st->torch_disabled_tf);
     Py_CLEAR(st->torch_strs);
     Py_CLEAR(st->garbage);
+    Py_CLEAR(st->str_torch_dot);
+    Py_CLEAR(st->str_type);
+    Py_CLEAR(st->str_index);
+    Py_CLEAR(st->str_nbytes);
+    Py_CLEAR(st->str_data_ptr);
     return 0;
 }
 

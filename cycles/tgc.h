@@ -65,6 +65,9 @@ typedef struct {
     PyObject *torch_disabled_tf;  /* torch._C._disabled_torch_function_impl */
     PyObject *torch_strs;     /* dtype / device object -> its str(), small cache */
 
+    /* Interned names the reporter looks up per tensor; set in module exec. */
+    PyObject *str_torch_dot, *str_type, *str_index, *str_nbytes, *str_data_ptr;
+
     /* Only touched inside our gc callback, which runs with the GIL held and never nests: the
      * collector refuses to start a collection while one is running, and `busy` guards the rest. */
     int armed;                /* "start" set DEBUG_SAVEALL and expects a "stop" */
@@ -142,5 +145,12 @@ typedef struct {
     const char *svg_error;     /* why there is no picture */
 } tgc_page;
 void tgc_html_page(tgc_buf *out, const tgc_page *p);
+
+/* reporter/walk.c: every live tensor object, and what a report needs of one. */
+PyObject *tgc_walk_tensors(tgc_state *st);              /* new reference: list */
+PyObject *tgc_tensor_row(tgc_state *st, PyObject *t);   /* new reference: tuple */
+
+/* allocator/binding.c: block attribution over an allocator snapshot (see alloc.h). */
+PyObject *tgc_alloc_attribute(PyObject *segments, PyObject *storages);
 
 #endif /* TGC_H */

@@ -1,7 +1,8 @@
 """tensorgc: where your GPU memory is and why it was not freed.
 
-The cycle detector is C (tensorgc._tensorgc); this package adds the file-writing warning and
-re-exports the API. See docs/api.md.
+The cycle detector and the reporter's walk are C (tensorgc._tensorgc); this package adds the
+file-writing warning, the reporter's naming (reporter.py) and the allocator helpers
+(allocator.py), and re-exports the API. See docs/api.md.
 """
 import atexit
 import logging
@@ -18,11 +19,15 @@ from ._tensorgc import (
     observe_tensor_cycles,
     render_svg,
 )
+from .reporter import MemReporter, Report, Row  # noqa: E402  (memlab-compatible reporter)
 
 __all__ = [
     "CycleReport",
     "GraphvizError",
     "Handle",
+    "MemReporter",
+    "Report",
+    "Row",
     "observe_cycles",
     "observe_garbage",
     "observe_tensor_cycles",

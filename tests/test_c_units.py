@@ -18,3 +18,19 @@ def test_c_units():
                          text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "all passed" in run.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make and a C compiler")
+def test_c_device_query_answers_with_or_without_a_driver():
+    build = subprocess.run(["make", "-s", "build/test_device"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run([os.path.join(ROOT, "build", "test_device")], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = dict(line.split("=", 1) for line in run.stdout.splitlines() if "=" in line)
+    assert out["ok"] in ("0", "1")
+    if out["ok"] == "0":
+        assert out["error"]  # says why: no driver, no device, no headers
+    else:
+        assert int(out["total"]) > 0

@@ -72,6 +72,14 @@ tgc_compat_instance_dict(PyObject *obj)
 }
 
 /* The type's managed-dict flag, 0 where it does not exist. */
+/* PyUnstable_GC_VisitObjects walks every tracked object without building a list (3.12+);
+ * before that the reporter asks gc.get_objects(). */
+#if PY_VERSION_HEX >= 0x030C0000
+#  define TGC_HAVE_GC_VISIT 1
+#else
+#  define TGC_HAVE_GC_VISIT 0
+#endif
+
 #if PY_VERSION_HEX >= 0x030B0000
 #  define TGC_TPFLAGS_MANAGED_DICT Py_TPFLAGS_MANAGED_DICT
 #else

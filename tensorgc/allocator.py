@@ -1,0 +1,95 @@
+"""The caching allocator's and the device's view of memory, for the reporter.
+
+``segments(device)`` reads the allocator's state (cheap form when torch has it);
+``attribute(...)`` maps storages to blocks in C (allocator/blocks.c); ``device_memory(i)``
+asks the CUDA driver and NVML, loaded at run time (allocator/device.c). Nothing here imports
+torch.cuda state on machines without CUDA.
+"""
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+
+from . import _tensorgc
+
+__all__ = ["segments", "attribute", "device_memory", "top_sites"]
+
+
+def _snapshot_fn():
+    import torch
+
+    fn = getattr(torch.cuda.memory, "memory_snapshot", None)
+    try:
+        if fn is not None and "include_traces" in inspect.signature(fn).parameters:
+            # Segments and their blocks' frames without the trace ring: the cheap form.
+            return lambda: fn(include_traces=False)
+    except (TypeError, ValueError):
+        pass
+    return lambda: torch.cuda.memory._snapshot()["segments"]
+
+
+_SNAPSHOT = None
+
+
+def segments(device_index=None):
+    """The allocator's segments (list of dicts, torch's snapshot format), all devices or one."""
+    global _SNAPSHOT
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return []
+    if _SNAPSHOT is None:
+        _SNAPSHOT = _snapshot_fn()
+    segs = _SNAPSHOT()
+    if device_index is not None:
+        segs = [s for s in segs if s.get("device") == device_index]
+    return segs
+
+
+def attribute(segs, storages):
+    """storages: [(device_index, data_ptr, named)] -> (per_storage, totals, unseen); see
+    ``_tensorgc._alloc_attribute``."""
+    return _tensorgc._alloc_attribute(list(segs), list(storages))
+
+
+def blocks_in_order(segs):
+    """The block dicts in snapshot order (the numbering ``attribute`` uses)."""
+    out = []
+    for s in segs:
+        out.extend(s.get("blocks", ()))
+    return out
+
+
+def top_sites(segs, unseen, limit=5):
+    """The allocation sites (innermost frame outside torch) of allocated blocks no storage
+    was found in, largest total first: [(site, bytes, blocks)]."""
+    blocks = blocks_in_order(segs)
+    total = Counter()
+    count = Counter()
+    for number, size, _device in unseen:
+        frames = blocks[number].get("frames") or []
+        if not frames:
+            continue
+        site = _site(frames)
+        total[site] += size
+        count[site] += 1
+    return [(site, nbytes, count[site]) for site, nbytes in total.most_common(limit)]
+
+
+def _site(frames):
+    def fmt(f):
+        return f"{f.get('filename', '?')}:{f.get('line', '?')} {f.get('name', '?')}"
+
+    for f in frames:
+        name = str(f.get("filename", ""))
+        if name.endswith(".py") and "/torch/" not in name:
+            return fmt(f)
+    for f in frames:
+        if str(f.get("filename", "")).endswith(".py"):
+            return fmt(f)
+    return fmt(frames[0])
+
+
+def device_memory(index):
+    """The driver's and NVML's numbers for one CUDA device (dict; ok False without a driver)."""
+    return _tensorgc._device_memory(int(index))

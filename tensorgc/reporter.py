@@ -1,0 +1,451 @@
+"""MemReporter: where every byte of tensor memory is, by name (pytorch_memlab-compatible API).
+
+The live tensors are found and measured in C (reporter/walk.c: a walk of the collector's object
+lists, TensorBase's own descriptors, no isinstance and no warnings); this module gives them
+names -- parameters, grads, buffers, optimizer state, tensors saved for backward -- counts
+every storage once, and on CUDA maps each storage to its caching-allocator block
+(allocator/blocks.c) and reconciles the totals with the driver's view (allocator/device.c).
+
+    reporter = MemReporter(model, optimizer=opt)
+    reporter.report(verbose=True)            # memlab's table, plus an explained footer
+    rep = reporter.collect(device="cuda:0")  # the same as data: rep.rows, rep.totals
+"""
+from __future__ import annotations
+
+import gc
+import weakref
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+from . import _tensorgc
+from . import allocator as _alloc
+
+__all__ = ["MemReporter", "Report", "Row", "KINDS", "readable_size"]
+
+KINDS = ("parameter", "grad", "buffer", "optimizer_state", "saved_for_backward", "other")
+LEN = 79
+_TEMPLATE = "{:<40s}{:>20s}{:>10s}"
+
+
+def readable_size(num_bytes) -> str:
+    """memlab's (calmsize's) format: two decimals and a 1024-based unit, e.g. '4.00M'."""
+    n = float(num_bytes)
+    for unit in ("B", "K", "M", "G", "T", "P"):
+        if abs(n) < 1024.0 or unit == "P":
+            return f"{n:.2f}{unit}"
+        n /= 1024.0
+    return f"{n:.2f}P"  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class Row:
+    """One tensor (or one part of a sparse tensor) in a report. Holds no reference to it."""
+    name: str
+    kind: str
+    shape: tuple
+    dtype: str
+    device: str
+    numel: int
+    storage_bytes: int          # bytes of its storage, 0 when another row already counted it
+    block_bytes: Optional[int]  # the allocator block's size (CUDA), 0 when already counted
+    shares_with: Optional[str]  # the row that counted the storage, when not this one
+
+    @property
+    def used(self) -> int:
+        """What the table's "Used MEM" shows: the block on CUDA, the storage elsewhere."""
+        return self.block_bytes if self.block_bytes is not None else self.storage_bytes
+
+
+@dataclass
+class Report:
+    """What MemReporter.collect() found. ``rows`` per device in table order; ``totals`` per
+    device string (bytes; allocator and driver numbers where the device is CUDA)."""
+    rows: List[Row]
+    totals: Dict[str, dict]
+    sites: Dict[str, list] = field(default_factory=dict)
+
+    def devices(self):
+        return list(self.totals)
+
+    def format(self, verbose: bool = False) -> str:
+        lines = [_TEMPLATE.format("Element type", "Size", "Used MEM")]
+        for dev in self.totals:
+            lines.append("-" * LEN)
+            lines.append(f"Storage on {dev}")
+            for r in self.rows:
+                if r.device != dev:
+                    continue
+                name = r.name if not (verbose and r.shares_with) else f"{r.name}(->{r.shares_with})"
+                shape = r.shape if r.shape else (1,)
+                lines.append(_TEMPLATE.format(name, str(tuple(shape)), readable_size(r.used)))
+            t = self.totals[dev]
+            lines.append("-" * LEN)
+            lines.append(f"Total Tensors: {t['numel']} \tUsed Memory: {readable_size(t['used'])}")
+            lines.extend(_footer(dev, t, self.sites.get(dev, []), verbose))
+            lines.append("-" * LEN)
+        return "\n".join(lines)
+
+    @property
+    def text(self) -> str:
+        return self.format(verbose=False)
+
+    def __str__(self):
+        return self.text
+
+    def to_dict(self) -> dict:
+        return {
+            "rows": [dict(asdict(r), shape=list(r.shape)) for r in self.rows],
+            "totals": {d: dict(t) for d, t in self.totals.items()},
+            "sites": {d: [list(s) for s in v] for d, v in self.sites.items()},
+        }
+
+
+def _footer(dev, t, sites, verbose):
+    R = readable_size
+    if "allocated" not in t:
+        return [f"Named: {R(t['named_storage'])} of {R(t['storage'])} in "
+                f"{t['storages']} storages; views and shared storages counted once."]
+    out = [f"The allocated memory on {dev}: {R(t['allocated'])}"]
+    a, res = t["allocated"], t["reserved"]
+    out.append(f"  allocated {R(a)} = named {R(t['named'])} + unnamed tensors "
+               f"{R(t['seen'] - t['named'])} + stack-attributed {R(t['stack_attributed'])} + "
+               f"unattributed {R(t['unattributed'])}")
+    if t["unattributed"]:
+        out.append("    unattributed: blocks with no live tensor object and no recorded stack "
+                   "(tensors held only in C++, e.g. autograd buffers); turn on "
+                   "torch.cuda.memory._record_memory_history() to see where they come from")
+    out.append(f"  reserved {R(res)} >= allocated: {R(res - a)} cached = "
+               f"{R(t['inactive_whole'])} free segments (torch.cuda.empty_cache() releases them) + "
+               f"{R(t['inactive_split'])} inactive splits (fragmentation) + "
+               f"{R(t['pending_free'])} pending free")
+    out.append(f"  requested {R(t['requested'])}, rounded up to {R(a)} by the allocator "
+               f"(+{R(a - t['requested'])})")
+    pu = t.get("process_used", -1)
+    if pu is not None and pu >= 0:
+        out.append(f"  process uses {R(pu)} on the device (NVML) >= reserved: "
+                   f"{R(max(pu - res, 0))} outside PyTorch's allocator (CUDA context, "
+                   "library workspaces and handles, other allocators)")
+    elif t.get("device_used", -1) >= 0:
+        out.append(f"  device used {R(t['device_used'])} by all processes of "
+                   f"{R(t['device_total'])} ({t.get('device_source') or 'driver'}); this "
+                   "process's share is not visible here")
+    if sites:
+        out.append("  unnamed blocks by allocation site (recorded stacks):")
+        for site, nbytes, count in sites[: (10 if verbose else 3)]:
+            out.append(f"    {R(nbytes):>9s} in {count} block(s) at {site}")
+    return out
+
+
+def _parse_device(device):
+    """None, or (type, index or None) for the device filter; ValueError when invalid."""
+    if device is None:
+        return None
+    import torch
+
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = f"cuda:{device}"
+    if isinstance(device, torch.device):
+        return (device.type, device.index)
+    if not isinstance(device, str):
+        raise ValueError(f"device must be None, a str, an int or a torch.device, not "
+                         f"{type(device).__name__}")
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"invalid device {device!r}: {exc}") from None
+    return (d.type, d.index)
+
+
+def _matches(filt, dev_type, dev_index):
+    if filt is None:
+        return True
+    if filt[0] != dev_type:
+        return False
+    if filt[1] is None:
+        return True
+    return (dev_index if dev_index is not None else 0) == filt[1]
+
+
+class MemReporter:
+    """Reports the memory of live tensors, named after the model's parameters, grads and
+    buffers, the optimizers' state and the autograd nodes that save tensors for backward.
+
+    memlab-compatible: ``MemReporter(model).report(verbose=False, device=None)``. The
+    reporter keeps only weak references to the model and the optimizers, and none to tensors.
+    """
+
+    def __init__(self, model=None, *, optimizer=None, pre_collect: bool = False):
+        import torch
+
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+        self._model = weakref.ref(model) if model is not None else None
+        self._optimizers: list = []
+        self.pre_collect = bool(pre_collect)
+        if optimizer is not None:
+            self.add_optimizer(optimizer)
+
+    def add_optimizer(self, optimizer) -> None:
+        import torch
+
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, not "
+                            f"{type(optimizer).__name__}")
+        self._optimizers.append(weakref.ref(optimizer))
+
+    # ------------------------------------------------------------------ public
+
+    def report(self, verbose: bool = False, device=None) -> None:
+        """Print memlab's table for every device (or ``device``), with the explained footer."""
+        print(self.collect(device=device).format(verbose=verbose))
+
+    def collect(self, device=None) -> Report:
+        """The report as data (see Report, Row)."""
+        filt = _parse_device(device)
+        if self.pre_collect:
+            gc.collect()
+        named = self._named()                  # [(tensor, name, kind)]
+        live = _tensorgc._live_tensors()       # every tensor object the collector tracks
+        named.extend(_saved_for_backward(live, named))
+        try:
+            return self._build(named, live, filt)
+        finally:
+            del named, live  # no tensor outlives the call
+
+    # ------------------------------------------------------------------ naming
+
+    def _named(self):
+        out = []
+        model = self._model() if self._model is not None else None
+        pnames: dict = {}
+        if model is not None:
+            groups: dict = {}
+            for name, p in model.named_parameters(remove_duplicate=False):
+                groups.setdefault(id(p), (p, []))[1].append(name)
+            for p, names in groups.values():
+                pnames[id(p)] = "+".join(names)
+                out.append((p, pnames[id(p)], "parameter"))
+                g = p.grad
+                if g is not None:
+                    out.append((g, pnames[id(p)] + ".grad", "grad"))
+            bgroups: dict = {}
+            for name, b in model.named_buffers(remove_duplicate=False):
+                if b is not None:
+                    bgroups.setdefault(id(b), (b, []))[1].append(name)
+            for b, names in bgroups.values():
+                out.append((b, "+".join(names), "buffer"))
+        for ref in self._optimizers:
+            opt = ref()
+            if opt is None:
+                continue
+            oname = type(opt).__name__
+            k = 0
+            for group in opt.param_groups:
+                for p in group.get("params", ()):
+                    pname = pnames.get(id(p))
+                    if pname is None:
+                        pname = f"param{k}"
+                        if p.grad is not None:
+                            out.append((p.grad, f"{oname}.{pname}.grad", "grad"))
+                    k += 1
+                    state = opt.state.get(p) if hasattr(opt.state, "get") else None
+                    for key, v in (state or {}).items():
+                        if _is_tensor(v):
+                            out.append((v, f"{oname}.{pname}.{key}", "optimizer_state"))
+        return out
+
+    # ------------------------------------------------------------------ measuring
+
+    def _build(self, named, live, filt):
+        seen_ids = set()
+        entries = []  # (tensor, name or None, kind)
+        for t, name, kind in named:
+            if id(t) not in seen_ids:
+                seen_ids.add(id(t))
+                entries.append((t, name, kind))
+        for t in live:
+            if id(t) not in seen_ids:
+                seen_ids.add(id(t))
+                entries.append((t, None, "other"))
+        infos = _tensorgc._tensor_rows([e[0] for e in entries])
+
+        rows_raw = []  # (name, kind, shape, dtype, device, dev_type, dev_index, numel, ptr, nbytes)
+        counter = 0
+        for (t, name, kind), info in zip(entries, infos):
+            ptr, nbytes, dev, dev_type, dev_index, shape, dtype, numel, sparse = info
+            if not _matches(filt, dev_type, dev_index) or numel == 0:
+                continue
+            if name is None:
+                name = f"{type(t).__name__}{counter}"
+                counter += 1
+            if sparse:
+                for part, sub in (("indices", t._indices()), ("values", t._values())):
+                    p2, n2, _, _, _, s2, d2, e2, _ = _tensorgc._tensor_rows([sub])[0]
+                    rows_raw.append([f"{name}.{part}", kind, s2, d2, dev, dev_type, dev_index,
+                                     e2, p2, n2])
+            else:
+                rows_raw.append([name, kind, shape, dtype, dev, dev_type, dev_index, numel, ptr,
+                                 nbytes])
+
+        # each storage once: the first row (named rows come first) counts it
+        first_of = {}
+        for r in rows_raw:
+            key = (r[4], r[8])
+            if r[8] is None or r[8] == 0:
+                r.append(None)
+                continue
+            if key in first_of:
+                r.append(first_of[key])
+            else:
+                first_of[key] = r[0]
+                r.append(None)
+
+        devices = []
+        for r in rows_raw:
+            if r[4] not in devices:
+                devices.append(r[4])
+        block = {}  # row index -> block bytes
+        totals: Dict[str, dict] = {}
+        sites: Dict[str, list] = {}
+        cuda_idx = sorted({(r[6] if r[6] is not None else 0) for r in rows_raw if r[5] == "cuda"})
+        if filt is not None and filt[0] == "cuda":
+            import torch
+
+            want = filt[1] if filt[1] is not None else None
+            if want is not None:
+                cuda_idx = sorted(set(cuda_idx) | {want})
+                dev_s = str(torch.device("cuda", want))
+                if dev_s not in devices:
+                    devices.append(dev_s)
+        if cuda_idx:
+            segs = _alloc.segments()
+            storages, which = [], []
+            for i, r in enumerate(rows_raw):
+                if r[5] == "cuda" and r[8] and r[10] is None:
+                    storages.append(((r[6] or 0), r[8], r[1] != "other"))
+                    which.append(i)
+            per, ctot, unseen = _alloc.attribute(segs, storages)
+            for i, p in zip(which, per):
+                if p is not None:
+                    block[i] = p[2] if p[3] else 0
+            for i, r in enumerate(rows_raw):
+                if r[5] == "cuda" and i not in block:
+                    block[i] = 0
+            for idx in cuda_idx:
+                dev_s = f"cuda:{idx}"
+                t = dict(ctot.get(idx, {}))
+                if not t:
+                    t = {k: 0 for k in ("reserved", "allocated", "requested", "pending_free",
+                                        "inactive_split", "inactive_whole", "named", "seen",
+                                        "stack_attributed", "unattributed")}
+                dm = _alloc.device_memory(idx)
+                t["process_used"] = dm["process_used"] if dm["ok"] else -1
+                t["device_used"] = dm["device_used"] if dm["ok"] else -1
+                t["device_total"] = dm["total"] if dm["ok"] else -1
+                t["device_free"] = dm["free"] if dm["ok"] else -1
+                t["device_source"] = dm["source"] if dm["ok"] else dm["error"]
+                t["non_pytorch"] = (t["process_used"] - t["reserved"]
+                                    if t["process_used"] >= 0 else None)
+                totals[dev_s] = t
+                sites[dev_s] = _alloc.top_sites(segs, [u for u in unseen if u[2] == idx])
+        rows = []
+        for i, r in enumerate(rows_raw):
+            name, kind, shape, dtype, dev, dev_type, dev_index, numel, ptr, nbytes, shares = r
+            rows.append(Row(name=name, kind=kind, shape=tuple(shape), dtype=dtype, device=dev,
+                            numel=int(numel), storage_bytes=0 if shares or nbytes is None else int(nbytes),
+                            block_bytes=block.get(i) if dev_type == "cuda" else None,
+                            shares_with=shares))
+        for dev in devices:
+            t = totals.setdefault(dev, {})
+            mine = [r for r in rows if r.device == dev]
+            t["numel"] = sum(r.numel for r in mine)
+            t["used"] = sum(r.used or 0 for r in mine)
+            t["storage"] = sum(r.storage_bytes for r in mine)
+            t["named_storage"] = sum(r.storage_bytes for r in mine if r.kind != "other")
+            t["storages"] = sum(1 for r in mine if r.storage_bytes)
+            t["tensors"] = len(mine)
+        # devices in first-seen order, CUDA ones included even when only filtered for
+        ordered = {d: totals[d] for d in devices if d in totals}
+        ordered.update({d: t for d, t in totals.items() if d not in ordered})
+        return Report(rows=rows, totals=ordered, sites=sites)
+
+
+_is_tensor = _tensorgc._is_tensor  # a C type check: no isinstance, no __class__ property
+
+# ---------------------------------------------------------------------- autograd
+
+_SAVED_ATTRS: dict = {}  # grad_fn type -> names of its _saved_ attributes
+
+
+def _saved_attrs(node):
+    tp = type(node)
+    names = _SAVED_ATTRS.get(tp)
+    if names is None:
+        names = tuple(a for a in dir(node) if a.startswith("_saved_"))
+        _SAVED_ATTRS[tp] = names
+    return names
+
+
+def _module_of(node, pname_of):
+    """The module a node's op ran in, from the parameters it accumulates into (two levels)."""
+    frontier = [node]
+    for _ in range(2):
+        nxt = []
+        for n in frontier:
+            for child, _ in getattr(n, "next_functions", ()) or ():
+                if child is None:
+                    continue
+                var = getattr(child, "variable", None)
+                if var is not None:
+                    name = pname_of.get(id(var))
+                    if name:
+                        return name.split("+")[0].rsplit(".", 1)[0] if "." in name else name
+                else:
+                    nxt.append(child)
+        frontier = nxt
+    return None
+
+
+def _saved_for_backward(live, named, limit=200000):
+    """(tensor, name, kind) for tensors that autograd nodes save for backward, found by walking
+    the grad_fn graphs reachable from live tensors. Tensors already named keep their name."""
+    pname_of = {id(t): n for t, n, k in named if k == "parameter"}
+    out = []
+    seen_nodes = set()
+    stack = []
+    for t in live:
+        try:
+            fn = t.grad_fn
+        except Exception:  # noqa: BLE001 -- exotic subclasses
+            continue
+        if fn is not None and id(fn) not in seen_nodes:
+            seen_nodes.add(id(fn))
+            stack.append(fn)
+    keep = []  # nodes stay alive while we walk, so ids are not reused
+    while stack and len(seen_nodes) < limit:
+        node = stack.pop()
+        keep.append(node)
+        attrs = _saved_attrs(node)
+        where = None
+        for a in attrs:
+            try:
+                v = getattr(node, a)
+            except Exception:  # noqa: BLE001 -- freed after backward, or not a tensor
+                continue
+            vals = v if isinstance(v, (tuple, list)) else (v,)
+            for j, x in enumerate(vals):
+                if x is None or not _is_tensor(x):
+                    continue
+                if where is None:
+                    where = _module_of(node, pname_of) or ""
+                label = a[len("_saved_"):] + (f"[{j}]" if len(vals) > 1 else "")
+                name = f"saved by {type(node).__name__} ({label})"
+                if where:
+                    name += f" \u2190 {where}"
+                out.append((x, name, "saved_for_backward"))
+        for child, _ in getattr(node, "next_functions", ()) or ():
+            if child is not None and id(child) not in seen_nodes:
+                seen_nodes.add(id(child))
+                stack.append(child)
+    del keep
+    return out

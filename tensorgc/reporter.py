@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import gc
 import weakref
-from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Dict, List, NamedTuple, Optional
 
 from . import _tensorgc
 from . import allocator as _alloc
@@ -37,9 +37,9 @@ def readable_size(num_bytes) -> str:
     return f"{n:.2f}P"  # pragma: no cover
 
 
-@dataclass(frozen=True)
-class Row:
-    """One tensor (or one part of a sparse tensor) in a report. Holds no reference to it."""
+class Row(NamedTuple):
+    """One tensor (or one part of a sparse tensor) in a report. Holds no reference to it.
+    (A NamedTuple: a report of a large model makes thousands, and they must be cheap.)"""
     name: str
     kind: str
     shape: tuple
@@ -94,7 +94,7 @@ class Report:
 
     def to_dict(self) -> dict:
         return {
-            "rows": [dict(asdict(r), shape=list(r.shape)) for r in self.rows],
+            "rows": [dict(r._asdict(), shape=list(r.shape)) for r in self.rows],
             "totals": {d: dict(t) for d, t in self.totals.items()},
             "sites": {d: [list(s) for s in v] for d, v in self.sites.items()},
         }
@@ -357,13 +357,16 @@ class MemReporter:
                             shares_with=shares))
         for dev in devices:
             t = totals.setdefault(dev, {})
-            mine = [r for r in rows if r.device == dev]
-            t["numel"] = sum(r.numel for r in mine)
-            t["used"] = sum(r.used or 0 for r in mine)
-            t["storage"] = sum(r.storage_bytes for r in mine)
-            t["named_storage"] = sum(r.storage_bytes for r in mine if r.kind != "other")
-            t["storages"] = sum(1 for r in mine if r.storage_bytes)
-            t["tensors"] = len(mine)
+            t.update(numel=0, used=0, storage=0, named_storage=0, storages=0, tensors=0)
+        for r in rows:
+            t = totals[r.device]
+            t["numel"] += r.numel
+            t["used"] += r.used or 0
+            t["storage"] += r.storage_bytes
+            if r.kind != "other":
+                t["named_storage"] += r.storage_bytes
+            t["storages"] += r.storage_bytes > 0
+            t["tensors"] += 1
         # devices in first-seen order, CUDA ones included even when only filtered for
         ordered = {d: totals[d] for d in devices if d in totals}
         ordered.update({d: t for d, t in totals.items() if d not in ordered})

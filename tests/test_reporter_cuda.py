@@ -22,12 +22,24 @@ def clean_cuda():
     torch.cuda.empty_cache()
 
 
+def owned_elsewhere():
+    """Bytes allocated before the test that no tensor owns: cuBLAS keeps its workspaces in the
+    caching allocator once a matmul ran (32 MB per handle and stream on recent GPUs)."""
+    a = torch.ones(8, 8, device="cuda")
+    (a @ a).sum().item()
+    del a
+    gc.collect()
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated(0)
+
+
 def net(layers=8, width=256):
     torch.manual_seed(0)
     return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)]).cuda()
 
 
 def test_blocks_are_attributed_and_total_is_memory_allocated():
+    base = owned_elsewhere()
     m = net()
     opt = torch.optim.Adam(m.parameters())
     m(torch.randn(16, 256, device="cuda")).sum().backward()
@@ -41,7 +53,7 @@ def test_blocks_are_attributed_and_total_is_memory_allocated():
     # every named storage lies in an allocated block, counted once
     assert t["named"] == sum(r.block_bytes for r in rep.rows if r.kind != "other")
     assert t["seen"] + t["stack_attributed"] + t["unattributed"] == t["allocated"]
-    assert t["named"] >= 0.95 * t["allocated"]
+    assert t["named"] >= 0.95 * (t["allocated"] - base)
 
 
 def test_driver_and_nvml_agree_with_mem_get_info():
@@ -78,6 +90,7 @@ def test_fragmentation_is_reported_as_inactive_split():
 
 
 def test_saved_for_backward_accounts_for_the_graph():
+    base = owned_elsewhere()
     m = net(layers=10, width=512)
     x = torch.randn(64, 512, device="cuda")
     seen = {}
@@ -93,7 +106,8 @@ def test_saved_for_backward_accounts_for_the_graph():
     t = rep.totals["cuda:0"]
     saved = [r for r in rep.rows if r.kind == "saved_for_backward"]
     assert len([r for r in saved if "(mat1)" in r.name]) >= 6
-    assert t["seen"] + t["stack_attributed"] >= 0.99 * t["allocated"]
+    assert t["seen"] >= 0.99 * (t["allocated"] - base)
+    assert t["seen"] + t["stack_attributed"] + t["unattributed"] == t["allocated"]
     del out
 
 

@@ -74,7 +74,8 @@ valgrind: deps build/test_units build/test_device ## Run the plain-C units under
 
 asan: deps ## Build the extension with AddressSanitizer+UBSan and run the Python tests
 	rm -f $(SO); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
-	  TENSORGC_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) setup.py -q build_ext --inplace --force
+	  TENSORGC_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) setup.py -q build_ext --inplace --force \
+	  --build-temp build/asan-temp
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0 $(REAL_PYTHON) -m pytest tests -q -x
 	rm -f $(SO)

@@ -55,69 +55,83 @@ bind__state(PyObject *b)
 }
 
 /* Loads the segments into *a. Each block's ext is its running number in snapshot order, so the
- * caller can find the block's dict (and its frames) again. */
+ * caller can find the block's dict (and its frames) again. A dict lookup can run Python (__eq__ of
+ * a key whose hash collides), which could drop a segment, its blocks or a block from under us:
+ * each is held by a strong reference while in use. */
 static int
 bind__load(PyObject *segments, tgc_alloc *a)
 {
+    PyObject *s = NULL, *blocks = NULL, *b = NULL;  /* new references while in use */
+    int rc = -1;
     if (!PyList_Check(segments)) {
         PyErr_SetString(PyExc_TypeError, "allocator snapshot: segments must be a list");
         return -1;
     }
     uint32_t ext = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(segments); i++) {
-        PyObject *s = PyList_GET_ITEM(segments, i);  /* borrowed */
+        s = Py_NewRef(PyList_GET_ITEM(segments, i));
         if (!PyDict_Check(s)) {
             PyErr_SetString(PyExc_ValueError, "allocator snapshot: a segment must be a dict");
-            return -1;
+            goto done;
         }
         uint64_t dev, addr, total;
         if (bind__u64(s, "device", &dev, 0, 0) < 0 || bind__u64(s, "address", &addr, 0, 0) < 0 ||
             bind__u64(s, "total_size", &total, 0, 0) < 0) {
-            return -1;
+            goto done;
         }
-        if (dev > INT32_MAX || addr + total < addr) {
+        if (dev > 127 || addr + total < addr) {  /* torch device indices are int8 */
             PyErr_SetString(PyExc_ValueError, "allocator snapshot: segment out of range");
-            return -1;
+            goto done;
         }
         if (tgc_alloc_add_segment(a, (int32_t)dev, addr, total) < 0) {
             PyErr_NoMemory();
-            return -1;
+            goto done;
         }
-        PyObject *blocks = PyDict_GetItemString(s, "blocks");  /* borrowed */
+        blocks = PyDict_GetItemString(s, "blocks");  /* borrowed, then held */
         if (blocks == NULL || !PyList_Check(blocks)) {
+            blocks = NULL;
             PyErr_SetString(PyExc_ValueError, "allocator snapshot: a segment's blocks must be a list");
-            return -1;
+            goto done;
         }
+        Py_INCREF(blocks);
         uint64_t at = addr;  /* older snapshots give no block address: blocks tile the segment */
         for (Py_ssize_t j = 0; j < PyList_GET_SIZE(blocks); j++, ext++) {
-            PyObject *b = PyList_GET_ITEM(blocks, j);
+            b = Py_NewRef(PyList_GET_ITEM(blocks, j));
             if (!PyDict_Check(b)) {
                 PyErr_SetString(PyExc_ValueError, "allocator snapshot: a block must be a dict");
-                return -1;
+                goto done;
             }
             uint64_t baddr, size, req;
             int state = bind__state(b);
             if (state < 0 || bind__u64(b, "size", &size, 0, 0) < 0 ||
                 bind__u64(b, "address", &baddr, 1, at) < 0 ||
                 bind__u64(b, "requested_size", &req, 1, size) < 0) {
-                return -1;
+                goto done;
             }
             if (baddr < addr || size > total || baddr - addr > total - size) {
                 PyErr_SetString(PyExc_ValueError,
                                 "allocator snapshot: a block lies outside its segment");
-                return -1;
+                goto done;
             }
             PyObject *frames = PyDict_GetItemString(b, "frames");  /* borrowed */
             int has_frames = frames != NULL && PyList_Check(frames) && PyList_GET_SIZE(frames) > 0;
             if (tgc_alloc_add_block(a, baddr, size, req, state, has_frames, ext) < 0) {
                 PyErr_NoMemory();
-                return -1;
+                goto done;
             }
             at = baddr + size;
+            Py_CLEAR(b);
         }
+        Py_CLEAR(blocks);
+        Py_CLEAR(s);
     }
     tgc_alloc_sort(a);
-    return 0;
+    rc = 0;
+done:
+    Py_XDECREF(b);
+    Py_XDECREF(blocks);
+    Py_XDECREF(s);
+    return rc;
 }
 
 /* _attribute(segments, storages) -> (per_storage, totals, unseen)
@@ -132,7 +146,7 @@ tgc_alloc_attribute(PyObject *segments, PyObject *storages)
 {
     tgc_alloc a;
     uint8_t *mark = NULL;
-    PyObject *per = NULL, *totals = NULL, *unseen = NULL, *result = NULL;
+    PyObject *items = NULL, *per = NULL, *totals = NULL, *unseen = NULL, *result = NULL;
     tgc_alloc_init(&a);
     if (!PyList_Check(storages)) {
         PyErr_SetString(PyExc_TypeError, "storages must be a list");
@@ -141,8 +155,14 @@ tgc_alloc_attribute(PyObject *segments, PyObject *storages)
     if (bind__load(segments, &a) < 0) {
         goto done;
     }
+    /* new reference: a fixed copy, since converting an item ("i": __index__, "p": __bool__) can
+     * run Python that resizes the list */
+    items = PyList_AsTuple(storages);
+    if (items == NULL) {
+        goto done;
+    }
     mark = calloc(a.nblk ? a.nblk : 1, 1);
-    per = PyList_New(PyList_GET_SIZE(storages));
+    per = PyList_New(PyTuple_GET_SIZE(items));
     totals = PyDict_New();
     unseen = PyList_New(0);
     if (mark == NULL || per == NULL || totals == NULL || unseen == NULL) {
@@ -151,8 +171,8 @@ tgc_alloc_attribute(PyObject *segments, PyObject *storages)
         }
         goto done;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(storages); i++) {
-        PyObject *t = PyList_GET_ITEM(storages, i);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); i++) {
+        PyObject *t = PyTuple_GET_ITEM(items, i);  /* borrowed from items */
         int dev, named;
         unsigned long long ptr;
         if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "iKp", &dev, &ptr, &named)) {
@@ -227,6 +247,7 @@ tgc_alloc_attribute(PyObject *segments, PyObject *storages)
 done:
     free(mark);
     tgc_alloc_free(&a);
+    Py_XDECREF(items);
     Py_XDECREF(per);
     Py_XDECREF(totals);
     Py_XDECREF(unseen);

@@ -25,10 +25,13 @@ alloc__grow(void **p, size_t *cap, size_t need, size_t elem)
     if (need <= *cap) {
         return 0;
     }
-    size_t n = *cap ? *cap * 2 : 64;
-    while (n < need) {
+    size_t n = *cap ? *cap : 32;
+    do {
+        if (n > SIZE_MAX / 2 / elem) {
+            return -1;  /* n * elem would overflow (reachable only with a 32-bit size_t) */
+        }
         n *= 2;
-    }
+    } while (n < need);
     void *q = realloc(*p, n * elem);
     if (q == NULL) {
         return -1;

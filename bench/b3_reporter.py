@@ -229,8 +229,11 @@ def accuracy(tensorgc, ML, model, opt, args, device):
                 r = ML(model)
                 r.add_optimizer(opt)
                 _, _, text = timed(r.report)
+                dev = None
                 for line in text.splitlines():
-                    if "Used Memory:" in line:
+                    if line.startswith("Storage on "):
+                        dev = line[len("Storage on "):].strip()
+                    elif "Used Memory:" in line and dev is not None and dev.startswith("cuda"):
                         out["memlab_used_text"] = line.split("Used Memory:")[1].strip()
                 out["memlab_used"] = _parse_size(out.get("memlab_used_text"))
         h = mid.register_forward_hook(hook)

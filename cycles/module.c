@@ -553,17 +553,7 @@ tensor_rows(PyObject *module, PyObject *tensors)
         }
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(tensors);
-    PyObject *out = PyList_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        PyObject *row = tgc_tensor_row(st, PyList_GET_ITEM(tensors, i));
-        if (row == NULL) {
-            Py_CLEAR(out);
-            break;
-        }
-        PyList_SET_ITEM(out, i, row);  /* steals row */
-    }
-    return out;
+    return tgc_tensor_rows(st, tensors);
 }
 
 PyDoc_STRVAR(alloc_attribute_doc,
@@ -587,7 +577,8 @@ PyDoc_STRVAR(device_memory_doc,
 static PyObject *
 device_memory(PyObject *Py_UNUSED(module), PyObject *arg)
 {
-    int ordinal = PyLong_Check(arg) ? (int)PyLong_AsLong(arg) : -1;
+    long v = PyLong_Check(arg) ? PyLong_AsLong(arg) : -1;
+    int ordinal = v > INT_MAX ? -1 : (int)v;  /* not truncated: 2**32 + 1 is no device 1 */
     if (ordinal < 0) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_ValueError, "_device_memory() takes a device ordinal >= 0");

@@ -149,6 +149,7 @@ void tgc_html_page(tgc_buf *out, const tgc_page *p);
 /* reporter/walk.c: every live tensor object, and what a report needs of one. */
 PyObject *tgc_walk_tensors(tgc_state *st);              /* new reference: list */
 PyObject *tgc_tensor_row(tgc_state *st, PyObject *t);   /* new reference: tuple */
+PyObject *tgc_tensor_rows(tgc_state *st, PyObject *tensors);  /* list in, new list out */
 
 /* allocator/binding.c: block attribution over an allocator snapshot (see alloc.h). */
 PyObject *tgc_alloc_attribute(PyObject *segments, PyObject *storages);

@@ -101,9 +101,7 @@ walk__str(tgc_state *st, PyObject *v)
     if (s != NULL) {
         return Py_NewRef(s);
     }
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
+    PyErr_Clear();  /* an unhashable dtype/device from a subclass: just not cached */
     s = PyObject_Str(v);
     if (s != NULL && st->torch_strs != NULL && PyDict_GET_SIZE(st->torch_strs) < 256 &&
         PyDict_SetItem(st->torch_strs, v, s) < 0) {
@@ -150,7 +148,8 @@ tgc_tensor_row(tgc_state *st, PyObject *t)
             }
             d = 0;
         }
-        numel = d == 0 ? 0 : numel * d;
+        /* a subclass may report any shape: saturate rather than overflow */
+        numel = d == 0 ? 0 : numel > PY_SSIZE_T_MAX / d ? PY_SSIZE_T_MAX : numel * d;
     }
     int is_sparse = PyObject_IsTrue(sp);
     if (is_sparse < 0) {
@@ -178,4 +177,50 @@ done:
     Py_XDECREF(device); Py_XDECREF(device_s); Py_XDECREF(dev_type); Py_XDECREF(dev_index);
     Py_XDECREF(sp); Py_XDECREF(storage); Py_XDECREF(nb); Py_XDECREF(dp);
     return row;
+}
+
+/* Rows for every tensor of the list (new reference), with torch's subclass dispatch off
+ * (DisableTorchFunctionSubclass, where torch has it) so a subclass's __torch_function__ does not
+ * run for .shape and friends. Works on a tuple copy that also keeps each tensor alive: a row can
+ * still run Python (a torch function mode) that changes the caller's list. */
+PyObject *
+tgc_tensor_rows(tgc_state *st, PyObject *tensors)
+{
+    PyObject *items = PyList_AsTuple(tensors);  /* new reference */
+    if (items == NULL) {
+        return NULL;
+    }
+    PyObject *ctx = NULL, *entered = NULL;
+    if (st->torch_no_subclass_dispatch != NULL) {
+        ctx = PyObject_CallNoArgs(st->torch_no_subclass_dispatch);
+        entered = ctx ? PyObject_CallMethod(ctx, "__enter__", NULL) : NULL;
+        if (entered == NULL) {
+            PyErr_Clear();  /* dispatch stays on: subclass code may run, nothing worse */
+            Py_CLEAR(ctx);
+        }
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *row = tgc_tensor_row(st, PyTuple_GET_ITEM(items, i));
+        if (row == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, row);  /* steals row */
+    }
+    if (ctx != NULL) {
+        PyObject *exc, *val, *tb;
+        PyErr_Fetch(&exc, &val, &tb);  /* keep a row's error across __exit__ */
+        PyObject *r = PyObject_CallMethod(ctx, "__exit__", "OOO", Py_None, Py_None, Py_None);
+        if (r == NULL) {
+            PyErr_Clear();
+        }
+        Py_XDECREF(r);
+        PyErr_Restore(exc, val, tb);
+        Py_DECREF(ctx);
+        Py_XDECREF(entered);
+    }
+    Py_DECREF(items);
+    return out;
 }

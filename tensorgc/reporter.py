@@ -390,9 +390,11 @@ def _saved_attrs(node):
 
 
 def _module_of(node, pname_of):
-    """The module a node's op ran in, from the parameters it accumulates into (two levels)."""
+    """Where a node's op ran, from the parameters it accumulates into: "← layers.3" when its
+    own inputs include a parameter (directly or through one view/transpose node), "after
+    layers.3" when only its inputs' op does (an activation following that module), else None."""
     frontier = [node]
-    for _ in range(2):
+    for depth in range(3):
         nxt = []
         for n in frontier:
             for child, _ in getattr(n, "next_functions", ()) or ():
@@ -402,11 +404,24 @@ def _module_of(node, pname_of):
                 if var is not None:
                     name = pname_of.get(id(var))
                     if name:
-                        return name.split("+")[0].rsplit(".", 1)[0] if "." in name else name
+                        mod = name.split("+")[0].rsplit(".", 1)[0] if "." in name else name
+                        # depth 0: a parameter input; 1: through a view of one (Linear's weight
+                        # goes through TBackward0), or the previous op's parameter
+                        own = depth == 0 or (depth == 1 and n is not node and _is_view(n))
+                        return f"← {mod}" if own else f"after {mod}"
                 else:
                     nxt.append(child)
         frontier = nxt
     return None
+
+
+_VIEW_NODES = ("TBackward", "ViewBackward", "TransposeBackward", "PermuteBackward",
+               "ExpandBackward", "UnsqueezeBackward", "SqueezeBackward", "ReshapeAliasBackward",
+               "ToCopyBackward")
+
+
+def _is_view(node):
+    return type(node).__name__.startswith(_VIEW_NODES)
 
 
 def _saved_for_backward(live, named, limit=200000):
@@ -444,7 +459,7 @@ def _saved_for_backward(live, named, limit=200000):
                 label = a[len("_saved_"):] + (f"[{j}]" if len(vals) > 1 else "")
                 name = f"saved by {type(node).__name__} ({label})"
                 if where:
-                    name += f" \u2190 {where}"
+                    name += f" {where}"
                 out.append((x, name, "saved_for_backward"))
         for child, _ in getattr(node, "next_functions", ()) or ():
             if child is not None and id(child) not in seen_nodes:

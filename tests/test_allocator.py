@@ -103,3 +103,67 @@ def test_device_query_without_a_driver_or_bad_ordinal():
         assert d["error"]
     with pytest.raises(ValueError):
         _tensorgc._device_memory(-1)
+
+
+def test_storages_changed_while_converting_are_safe():
+    # "p" calls __bool__, which may resize the list: the C side works on a fixed copy
+    grown, shrunk = [], []
+
+    class Grow:
+        def __bool__(self):
+            grown.extend([(0, 1, True)] * 1000)
+            return True
+
+    class Shrink:
+        def __bool__(self):
+            shrunk.clear()
+            return True
+
+    grown.append((0, 0x7000_0000, Grow()))
+    per, _, _ = _tensorgc._alloc_attribute(snapshot(), grown)
+    assert len(per) == 1 and per[0][0] == 0
+    shrunk.extend([(0, 1, Shrink()), (0, 2, True), (0, 3, True)])
+    per, _, _ = _tensorgc._alloc_attribute(snapshot(), shrunk)
+    assert per == [None, None, None]
+
+
+def test_snapshot_dicts_changed_during_lookup_are_safe():
+    # a key whose hash collides with "size" runs __eq__ during the lookup, which drops the
+    # segment's blocks list: the C side holds its own references
+    segment = {}
+
+    class Key:
+        def __hash__(self):
+            return hash("size")
+
+        def __eq__(self, other):
+            segment.pop("blocks", None)
+            return False
+
+    segment.update(device=0, address=0x1000, total_size=100,
+                   blocks=[{Key(): 0, "size": 4, "state": "active_allocated"} for _ in range(3)])
+    _, totals, _ = _tensorgc._alloc_attribute([segment], [])
+    assert totals[0]["allocated"] == 12
+
+
+def test_device_ordinal_is_not_truncated():
+    with pytest.raises(ValueError):
+        _tensorgc._device_memory(2**32 + 1)  # not device 1
+    with pytest.raises((ValueError, OverflowError)):
+        _tensorgc._device_memory(2**64)
+
+
+def test_tensor_rows_survive_a_list_changed_by_torch_function():
+    # (the reporter's binding, kept here with the other untrusted-input tests)
+    torch = pytest.importorskip("torch")
+    tensors = []
+
+    class Clearing(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            tensors.clear()
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    tensors.extend([torch.zeros(3).as_subclass(Clearing), torch.zeros(2), torch.zeros(4)])
+    rows = _tensorgc._tensor_rows(tensors)
+    assert [r[7] for r in rows] == [3, 2, 4]

@@ -119,6 +119,8 @@ def test_saved_for_backward_named_by_the_autograd_node(model):
     saved = [r for r in rep.rows if r.kind == "saved_for_backward"]
     assert any(r.name.startswith("saved by AddmmBackward0 (mat1)") and r.name.endswith("\u2190 3")
                for r in saved), [r.name for r in saved]
+    # an activation is placed after the module whose output it consumes
+    assert any(r.name.startswith("saved by ReluBackward0 (result) after 1") for r in saved)
     # mat2 of a Linear is its weight, transposed: a view, counted under the parameter
     mat2 = [r for r in saved if "(mat2)" in r.name]
     assert mat2 and all(r.shares_with and r.shares_with.endswith("weight") for r in mat2)
@@ -246,3 +248,22 @@ def test_c_walk_finds_tensor_subclasses_without_running_their_properties():
     with pytest.raises(TypeError):
         tensorgc._tensorgc._tensor_rows([object()])
     del x, found
+
+
+def test_rows_do_not_run_a_subclass_torch_function():
+    calls = []
+
+    class Traced(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            calls.append(func)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = torch.ones(2, 3, device=DEV).as_subclass(Traced)
+    calls.clear()
+    row = tensorgc._tensorgc._tensor_rows([x])[0]
+    assert row[5] == (2, 3) and row[7] == 6
+    assert calls == []
+    rep = MemReporter().collect(device=DEV)
+    assert any(r.name.startswith("Traced") and r.shape == (2, 3) for r in rep.rows)
+    del x

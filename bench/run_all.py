@@ -1,11 +1,12 @@
 #!/usr/bin/env python
-"""Run the tensorgc benchmarks B1 (overhead) and B2 (report cost); markdown on stdout.
+"""Run the tensorgc benchmarks B1 (overhead), B2 (report cost) and B3 (MemReporter vs
+pytorch_memlab); markdown on stdout.
 
     python bench/run_all.py --repeat 5 --timeout 120 --json-dir bench/results
 
 Each benchmark runs as its own process (``sys.executable``); their markdown tables
 go to stdout one after the other, progress to stderr, and with ``--json-dir`` each
-writes ``b1.json`` / ``b2.json`` there.  ``--quick`` is a smoke test (small heap,
+writes ``b1.json`` / ``b2.json`` / ``b3.json`` there.  ``--quick`` is a smoke test (small heap,
 few pairs, one repeat).
 """
 
@@ -21,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Run B1 and B2; markdown tables on stdout.",
+    p = argparse.ArgumentParser(description="Run B1, B2 and B3; markdown tables on stdout.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--timeout", type=float, default=120.0, help="per-run cap on the measured section")
@@ -30,12 +31,14 @@ def main(argv=None) -> int:
     p.add_argument("--pairs", type=int, default=300_000, help="B1 garbage pairs")
     p.add_argument("--b2-heap", type=int, default=1_000_000, help="B2 heap")
     p.add_argument("--json-dir", default=None, help="write b1.json and b2.json here")
-    p.add_argument("--only", choices=["b1", "b2"], default=None, help="run just one benchmark")
+    p.add_argument("--b3-heap", type=int, default=1_000_000, help="B3 heap")
+    p.add_argument("--only", choices=["b1", "b2", "b3"], default=None, help="run just one benchmark")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: --repeat 1 --heaps 100000 --pairs 30000 --b2-heap 100000 --timeout 60")
     args = p.parse_args(argv)
     if args.quick:
         args.repeat, args.heaps, args.pairs, args.b2_heap, args.timeout = 1, "100000", 30_000, 100_000, 60.0
+        args.b3_heap = 100_000
 
     common = ["--repeat", str(args.repeat), "--timeout", str(args.timeout), "--device", args.device]
     jobs = []
@@ -49,6 +52,15 @@ def main(argv=None) -> int:
         cmd = [sys.executable, os.path.join(HERE, "b2_report_cost.py"), *common, "--heap", str(args.b2_heap)]
         if args.json_dir:
             cmd += ["--json", os.path.join(args.json_dir, "b2.json")]
+        jobs.append(cmd)
+
+    if args.only in (None, "b3"):
+        cmd = [sys.executable, os.path.join(HERE, "b3_reporter.py"), "--repeat", str(args.repeat),
+               "--device", args.device, "--heap", str(args.b3_heap)]
+        if args.quick:
+            cmd += ["--layers", "10"]
+        if args.json_dir:
+            cmd += ["--json", os.path.join(args.json_dir, "b3.json")]
         jobs.append(cmd)
 
     rc = 0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One session on the GPU machine: build from source, then the steps named on the command line
-# (tests, demos, bench, quickbench, reporter, b1, units), logs under $OUT. Usage (after `source .gpu/enter.sh`):
+# (tests, demos, bench, quickbench, reporter, b1, units, profile, index), logs under $OUT. Usage (after `source .gpu/enter.sh`):
 #   bash bench/gpu_session.sh tests demos bench
 set -uo pipefail
 OUT=${OUT:-/tmp/tensorgc-gpu}
@@ -35,6 +35,8 @@ for step in "$@"; do
     b1)
       python3 bench/b1_overhead.py --heaps 1000000 --modes plain,tensorgc --repeat 9 --json "$OUT/b1.json" 2>"$OUT/b1.err" | tee "$OUT/b1.md"
       python3 bench/micro_collect.py --batches 15 2>&1 | tee "$OUT/micro.md" ;;
+    index)
+      python3 bench/micro_index.py --batches 15 2>&1 | tee "$OUT/micro-index.md" ;;
     profile)
       python3 bench/profile_reporter.py --repeat 7 2>&1 | tee "$OUT/profile.md" ;;
     units)

@@ -485,7 +485,7 @@ render_svg(PyObject *module, PyObject *arg)
 }
 
 PyDoc_STRVAR(shutdown_doc,
-"_shutdown()\n--\n\nRemove every observer and the gc hook (registered with atexit).");
+"_shutdown()\n--\n\nRemove every observer, the gc hook and the tensor index (registered with atexit).");
 
 static PyObject *
 shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
@@ -499,6 +499,9 @@ shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
         if (rc < 0) {
             return NULL;
         }
+    }
+    if (tgc_index_disable(st) < 0) {
+        return NULL;
     }
     Py_RETURN_NONE;
 }
@@ -520,7 +523,23 @@ PyDoc_STRVAR(live_tensors_doc,
 static PyObject *
 live_tensors(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
-    return tgc_walk_tensors(tgc_state_of(module));
+    tgc_state *st = tgc_state_of(module);
+    return st->index != NULL ? tgc_index_tensors(st) : tgc_walk_tensors(st);
+}
+
+PyDoc_STRVAR(track_tensors_doc,
+"_track_tensors(enabled) -> bool\n\nTurns the index of live tensors on or off (see "
+"reporter/index.c); returns whether it is on (False where the collector has no generations).");
+
+static PyObject *
+track_tensors(PyObject *module, PyObject *arg)
+{
+    tgc_state *st = tgc_state_of(module);
+    int on = PyObject_IsTrue(arg);
+    if (on < 0 || (on ? tgc_index_enable(st) : tgc_index_disable(st)) < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(st->index != NULL);
 }
 
 PyDoc_STRVAR(is_tensor_doc, "_is_tensor(obj) -> bool\n\nA type check in C (no isinstance, no __class__).");
@@ -607,6 +626,7 @@ static PyMethodDef module_methods[] = {
     {"_shutdown", (PyCFunction)shutdown, METH_NOARGS, shutdown_doc},
     {"_observer_count", (PyCFunction)observer_count, METH_NOARGS, NULL},
     {"_live_tensors", (PyCFunction)live_tensors, METH_NOARGS, live_tensors_doc},
+    {"_track_tensors", (PyCFunction)track_tensors, METH_O, track_tensors_doc},
     {"_tensor_rows", (PyCFunction)tensor_rows, METH_O, tensor_rows_doc},
     {"_is_tensor", (PyCFunction)is_tensor, METH_O, is_tensor_doc},
     {"_alloc_attribute", (PyCFunction)(void (*)(void))alloc_attribute, METH_FASTCALL,
@@ -616,6 +636,11 @@ static PyMethodDef module_methods[] = {
 };
 
 /* The gc.callbacks entry, bound to the module so it finds the state. */
+static PyMethodDef index_hook_def = {
+    "_index_hook", (PyCFunction)(void (*)(void))tgc_index_callback, METH_FASTCALL,
+    "tensorgc's tensor-index gc callback (internal).",
+};
+
 static PyMethodDef hook_def = {
     "_gc_hook", (PyCFunction)(void (*)(void))tgc_hook_callback, METH_FASTCALL,
     "tensorgc's gc callback (internal).",
@@ -652,6 +677,10 @@ module_exec(PyObject *module)
     st->gc_garbage = PyObject_GetAttrString(st->gc_module, "garbage");
     st->observers = PyList_New(0);
     st->hook = PyCFunction_NewEx(&hook_def, module, NULL);
+    st->index_hook = PyCFunction_NewEx(&index_hook_def, module, NULL);
+    if (st->index_hook == NULL) {
+        return -1;
+    }
     if (!st->gc_get_debug || !st->gc_set_debug || !st->gc_callbacks || !st->gc_garbage ||
         !st->observers || !st->hook) {
         return -1;
@@ -697,6 +726,8 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->torch_disabled_tf);
     Py_VISIT(st->torch_strs);
     Py_VISIT(st->garbage);
+    Py_VISIT(st->index);
+    Py_VISIT(st->index_hook);
     Py_VISIT(st->str_torch_dot);
     Py_VISIT(st->str_type);
     Py_VISIT(st->str_index);
@@ -730,6 +761,8 @@ module_clear(PyObject *module)
     Py_CLEAR(st->torch_disabled_tf);
     Py_CLEAR(st->torch_strs);
     Py_CLEAR(st->garbage);
+    Py_CLEAR(st->index);
+    Py_CLEAR(st->index_hook);
     Py_CLEAR(st->str_torch_dot);
     Py_CLEAR(st->str_type);
     Py_CLEAR(st->str_index);

@@ -65,6 +65,14 @@ typedef struct {
     PyObject *torch_disabled_tf;  /* torch._C._disabled_torch_function_impl */
     PyObject *torch_strs;     /* dtype / device object -> its str(), small cache */
 
+    /* The reporter's tensor index (reporter/index.c), GIL-protected; index_busy guards its gc
+     * callback against re-entry. */
+    PyObject *index;          /* dict: tensor address -> weakref, NULL while off */
+    PyObject *index_hook;     /* its gc.callbacks entry */
+    int index_busy, index_stale;
+    long index_freeze;        /* gc.get_freeze_count() when last checked */
+    long index_promotions;    /* collections of generation >= 1 seen while on */
+
     /* Interned names the reporter looks up per tensor; set in module exec. */
     PyObject *str_torch_dot, *str_type, *str_index, *str_nbytes, *str_data_ptr;
 
@@ -150,6 +158,12 @@ void tgc_html_page(tgc_buf *out, const tgc_page *p);
 PyObject *tgc_walk_tensors(tgc_state *st);              /* new reference: list */
 PyObject *tgc_tensor_row(tgc_state *st, PyObject *t);   /* new reference: tuple */
 PyObject *tgc_tensor_rows(tgc_state *st, PyObject *tensors);  /* list in, new list out */
+
+/* reporter/index.c: the opt-in index of live tensors. */
+PyObject *tgc_index_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+int tgc_index_enable(tgc_state *st);
+int tgc_index_disable(tgc_state *st);
+PyObject *tgc_index_tensors(tgc_state *st);  /* new reference: list */
 
 /* allocator/binding.c: block attribution over an allocator snapshot (see alloc.h). */
 PyObject *tgc_alloc_attribute(PyObject *segments, PyObject *storages);

@@ -19,7 +19,7 @@ from ._tensorgc import (
     observe_tensor_cycles,
     render_svg,
 )
-from .reporter import MemReporter, Report, Row  # noqa: E402  (memlab-compatible reporter)
+from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
 
 __all__ = [
     "CycleReport",
@@ -28,6 +28,7 @@ __all__ = [
     "MemReporter",
     "Report",
     "Row",
+    "track_tensors",
     "observe_cycles",
     "observe_garbage",
     "observe_tensor_cycles",

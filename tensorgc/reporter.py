@@ -20,7 +20,7 @@ from typing import Dict, List, NamedTuple, Optional
 from . import _tensorgc
 from . import allocator as _alloc
 
-__all__ = ["MemReporter", "Report", "Row", "KINDS", "readable_size"]
+__all__ = ["MemReporter", "Report", "Row", "KINDS", "readable_size", "track_tensors"]
 
 KINDS = ("parameter", "grad", "buffer", "optimizer_state", "saved_for_backward", "other")
 LEN = 79
@@ -166,6 +166,14 @@ def _matches(filt, dev_type, dev_index):
     return (dev_index if dev_index is not None else 0) == filt[1]
 
 
+def track_tensors(enabled: bool = True) -> bool:
+    """Keep an index of live tensors so that reports walk only the young generations (see
+    reporter/index.c). Process-wide; costs one walk of generations 0 and 1 per collection of
+    generation 1 or 2 while on. Returns whether it is on (False where the collector has no
+    generations: free-threaded builds and Python 3.14+, which keep the full walk)."""
+    return _tensorgc._track_tensors(bool(enabled))
+
+
 class MemReporter:
     """Reports the memory of live tensors, named after the model's parameters, grads and
     buffers, the optimizers' state and the autograd nodes that save tensors for backward.
@@ -174,7 +182,8 @@ class MemReporter:
     reporter keeps only weak references to the model and the optimizers, and none to tensors.
     """
 
-    def __init__(self, model=None, *, optimizer=None, pre_collect: bool = False):
+    def __init__(self, model=None, *, optimizer=None, pre_collect: bool = False,
+                 track: bool = False):
         import torch
 
         if model is not None and not isinstance(model, torch.nn.Module):
@@ -184,6 +193,8 @@ class MemReporter:
         self.pre_collect = bool(pre_collect)
         if optimizer is not None:
             self.add_optimizer(optimizer)
+        if track:
+            track_tensors(True)
 
     def add_optimizer(self, optimizer) -> None:
         import torch

@@ -80,6 +80,37 @@ tgc_compat_instance_dict(PyObject *obj)
 #  define TGC_HAVE_GC_VISIT 0
 #endif
 
+/* The reporter's tensor index relies on the generational collector's promotion rule (objects
+ * reach the oldest generation only through collections of generation >= 1). 3.14's incremental
+ * collector and free-threaded builds have no such generations: the index is off there. */
+#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+#  define TGC_HAVE_GEN_INDEX 1
+#else
+#  define TGC_HAVE_GEN_INDEX 0
+#endif
+
+/* A weak reference's target as a new reference, NULL when dead (PyWeakref_GetObject is
+ * deprecated from 3.13, where PyWeakref_GetRef replaces it). Never leaves an exception set. */
+static inline PyObject *
+tgc_compat_weakref_target(PyObject *ref)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(ref, &o) <= 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return o;
+#else
+    PyObject *o = PyWeakref_GetObject(ref);  /* borrowed */
+    if (o == NULL || o == Py_None) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return Py_NewRef(o);
+#endif
+}
+
 #if PY_VERSION_HEX >= 0x030B0000
 #  define TGC_TPFLAGS_MANAGED_DICT Py_TPFLAGS_MANAGED_DICT
 #else

@@ -66,6 +66,19 @@ def memlab_version():
         return None
 
 
+def make_model(args, device):
+    """The issue's model: layers x Linear(width), with Adam after one step."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width)
+                                  for _ in range(args.layers)]).to(device)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(args.batch, args.width, device=device)).sum().backward()
+    opt.step()
+    return model, opt
+
+
 def timed(fn):
     sink = io.StringIO()
     with warnings.catch_warnings(record=True) as w:
@@ -102,12 +115,7 @@ def main():
     ML, ml_how = load_memlab()
 
     heap = C.build_heap(args.heap)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width)
-                                  for _ in range(args.layers)]).to(device)
-    opt = torch.optim.Adam(model.parameters())
-    model(torch.randn(args.batch, args.width, device=device)).sum().backward()
-    opt.step()
+    model, opt = make_model(args, device)
     gc.collect()
     tracked = len(gc.get_objects())
 
@@ -200,12 +208,7 @@ def accuracy_main(args):
     device = C.resolve_device(args.device)
     torch.cuda.memory._record_memory_history(max_entries=100000)
     ML = None if args.no_memlab else load_memlab()[0]
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width)
-                                  for _ in range(args.layers)]).to(device)
-    opt = torch.optim.Adam(model.parameters())
-    model(torch.randn(args.batch, args.width, device=device)).sum().backward()
-    opt.step()
+    model, opt = make_model(args, device)
     acc = accuracy(tensorgc, ML, model, opt, args, device)
     C.emit_result(acc)
 

@@ -159,15 +159,7 @@ tgc_index_tensors(tgc_state *st)
     long fc = index__freeze_count(st);
     if (st->index_stale || fc < st->index_freeze) {
         /* gc.unfreeze() moved frozen objects to the oldest generation behind our back */
-        Py_CLEAR(st->index);
-        PyObject *cbs = st->gc_callbacks;
-        for (Py_ssize_t i = PyList_GET_SIZE(cbs) - 1; i >= 0; i--) {
-            if (PyList_GET_ITEM(cbs, i) == st->index_hook) {
-                PySequence_DelItem(cbs, i);
-            }
-        }
-        PyErr_Clear();
-        if (tgc_index_enable(st) < 0) {
+        if (tgc_index_disable(st) < 0 || tgc_index_enable(st) < 0) {
             return NULL;
         }
     }

@@ -39,7 +39,7 @@ deps: ## Install what is missing: Graphviz headers (apt); torch==2.13.0 CPU buil
 	  $(PYTHON) -m pip install -q --no-deps "nvidia-nvml-dev==$(NVML_DEV_VERSION)"
 
 $(SO): $(SOURCES)
-	TENSORGC_WERROR=1 $(PYTHON) setup.py -q build_ext --inplace
+	TENSORGC_WERROR=1 $(PYTHON) setup.py -q build_ext --inplace --force  # --force: never reuse objects of another flavour (asan)
 
 build: $(SO) ## Build the extension in place (warnings are errors)
 
@@ -75,7 +75,7 @@ valgrind: deps build/test_units build/test_device ## Run the plain-C units under
 asan: deps ## Build the extension with AddressSanitizer+UBSan and run the Python tests
 	rm -f $(SO); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 	  TENSORGC_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) setup.py -q build_ext --inplace --force \
-	  --build-temp build/asan-temp
+	  --build-temp build/asan-temp --build-lib build/asan-lib
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0 $(REAL_PYTHON) -m pytest tests -q -x
 	rm -f $(SO)

@@ -20,6 +20,13 @@ from ._tensorgc import (
     render_svg,
 )
 from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
+from .snapshot import (  # noqa: E402
+    SnapshotError,
+    dump_snapshot,
+    load_snapshot,
+    record_memory_history,
+    snapshot,
+)
 
 __all__ = [
     "CycleReport",
@@ -28,6 +35,11 @@ __all__ = [
     "MemReporter",
     "Report",
     "Row",
+    "SnapshotError",
+    "dump_snapshot",
+    "load_snapshot",
+    "record_memory_history",
+    "snapshot",
     "track_tensors",
     "observe_cycles",
     "observe_garbage",

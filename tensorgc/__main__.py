@@ -1,0 +1,6 @@
+"""python -m tensorgc: the tensorgc command (see tensorgc/cli.py)."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,205 @@
+"""Snapshot files: dump/load round trips of snapshots built as dicts, the hostile-pickle cases
+(globals, reduce, persistent ids, extension codes, huge lengths, truncation), limits, the shape
+check, the `tensorgc stats` command, and recording on CUDA when there is one."""
+import os
+import pickle
+import stat
+import struct
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tensorgc
+from tensorgc import SnapshotError, dump_snapshot, load_snapshot
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MB = 1 << 20
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def made_snapshot():
+    frames = [{"filename": "/home/u/train.py", "line": 7, "name": "step"}]
+    blocks = [{"address": 0x7000_0000, "size": 2 * MB, "requested_size": 2 * MB - 8,
+               "state": "active_allocated", "frames": frames},
+              {"address": 0x7000_0000 + 2 * MB, "size": 2 * MB, "requested_size": 2 * MB,
+               "state": "inactive", "frames": []}]
+    seg = {"device": 0, "address": 0x7000_0000, "total_size": 4 * MB, "stream": 0,
+           "segment_type": "large", "allocated_size": 2 * MB, "active_size": 2 * MB,
+           "requested_size": 2 * MB - 8, "blocks": blocks}
+    trace = [{"action": "segment_alloc", "addr": 0x7000_0000, "size": 4 * MB, "stream": 0,
+              "time_us": 1, "frames": frames},
+             {"action": "alloc", "addr": 0x7000_0000, "size": 2 * MB, "stream": 0, "time_us": 2,
+              "frames": frames}]
+    return {"segments": [seg], "device_traces": [trace]}
+
+
+def write(tmp_path, data, name="s.pickle"):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_round_trip_any_protocol(tmp_path, protocol):
+    snap = made_snapshot()
+    p = write(tmp_path, pickle.dumps(snap, protocol=protocol))
+    assert load_snapshot(p) == snap
+
+
+def test_dump_writes_protocol_4_atomically_with_mode_0600(tmp_path):
+    snap = made_snapshot()
+    p = tmp_path / "snap.pickle"
+    assert dump_snapshot(p, snap) == str(p)
+    data = p.read_bytes()
+    assert data[:2] == b"\x80\x04"  # memory_viz reads protocol 4
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+    assert [f for f in os.listdir(tmp_path)] == ["snap.pickle"]  # no temp file left
+    assert load_snapshot(p) == snap
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > " + os.devnull,))
+
+
+@pytest.mark.parametrize("payload", [
+    pickle.dumps(Evil(), protocol=2),                      # GLOBAL + REDUCE
+    pickle.dumps(Evil(), protocol=4),                      # STACK_GLOBAL + REDUCE
+    pickle.dumps({"segments": [Evil()]}, protocol=4),      # nested
+    b"\x80\x02cos\nsystem\nq\x00X\x02\x00\x00\x00idq\x01\x85q\x02Rq\x03.",  # hand-made REDUCE
+    b"\x80\x02(cos\nsystem\nX\x02\x00\x00\x00idi.",         # INST-like via MARK + GLOBAL
+    b"\x80\x02P1\n.",                                      # persistent id
+    b"\x80\x02\x82\x01.",                                  # EXT1: the copyreg registry
+])
+def test_hostile_pickles_never_run_code(tmp_path, payload):
+    p = write(tmp_path, payload)
+    with pytest.raises(SnapshotError) as ei:
+        load_snapshot(p)
+    assert str(p) in str(ei.value)
+
+
+def test_huge_declared_length_does_not_allocate(tmp_path):
+    # BINUNICODE8 claiming 2**60 bytes in a 20-byte file
+    p = write(tmp_path, b"\x80\x04\x8d" + struct.pack("<Q", 1 << 60) + b"abc.")
+    with pytest.raises(SnapshotError, match="truncated|corrupt"):
+        load_snapshot(p)
+    p = write(tmp_path, b"\x80\x04B" + struct.pack("<I", 0xFFFFFFF0) + b"xy.", "b.pickle")
+    with pytest.raises(SnapshotError, match="truncated|corrupt"):
+        load_snapshot(p)
+
+
+def test_truncated_files_say_so(tmp_path):
+    data = pickle.dumps(made_snapshot(), protocol=4)
+    for cut in (3, len(data) // 2, len(data) - 1):
+        p = write(tmp_path, data[:cut], f"t{cut}.pickle")
+        with pytest.raises(SnapshotError, match="truncated|corrupt"):
+            load_snapshot(p)
+
+
+def test_limits_and_non_pickles(tmp_path):
+    data = pickle.dumps(made_snapshot(), protocol=4)
+    p = write(tmp_path, data)
+    with pytest.raises(SnapshotError, match="over the limit"):
+        load_snapshot(p, max_bytes=10)
+    with pytest.raises(SnapshotError, match="empty"):
+        load_snapshot(write(tmp_path, b"", "e.pickle"))
+    with pytest.raises(SnapshotError, match="not a pickle"):
+        load_snapshot(write(tmp_path, b"{\"segments\": []}", "j.pickle"))
+    with pytest.raises(SnapshotError, match="trailing"):
+        load_snapshot(write(tmp_path, data + b"junk", "x.pickle"))
+    with pytest.raises(SnapshotError, match="cannot read"):
+        load_snapshot(tmp_path / "missing.pickle")
+
+
+@pytest.mark.parametrize("obj, msg", [
+    (42, "a snapshot is a dict"),
+    ({"segments": "x"}, "'segments' must be a list"),
+    ({"segments": [1]}, "segment 0"),
+    ({"segments": [], "device_traces": [5]}, "'device_traces'"),
+    ({"segments": [], "device_traces": [[1]]}, "trace entry 0"),
+])
+def test_shape_is_checked(tmp_path, obj, msg):
+    with pytest.raises(SnapshotError, match=msg):
+        load_snapshot(write(tmp_path, pickle.dumps(obj, protocol=4)))
+
+
+def test_segments_only_list_is_accepted(tmp_path):
+    segs = made_snapshot()["segments"]
+    snap = load_snapshot(write(tmp_path, pickle.dumps(segs, protocol=4)))
+    assert snap["segments"] == segs and snap["device_traces"] == []
+
+
+def run_cli(*args):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "tensorgc", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_cli_stats(tmp_path):
+    p = tmp_path / "snap.pickle"
+    dump_snapshot(p, made_snapshot())
+    r = run_cli("stats", str(p))
+    assert r.returncode == 0, r.stderr
+    assert "1 segments, 2 blocks, 2 trace entries" in r.stdout
+    lines = {ln.split()[0] + (" " + ln.split()[1] if ln.split()[1].isalpha() else ""): ln
+             for ln in r.stdout.splitlines() if ln.startswith("  ")}
+    assert lines["allocated"].split()[1:5] == ["2.00M", "in", "1", "blocks"]
+    assert lines["inactive split"].split()[2] == "2.00M"
+    assert lines["reserved"].split()[1] == "4.00M"
+    assert "trace cuda:0: segment_alloc 1, alloc 1" in r.stdout
+
+
+def test_cli_errors_and_help(tmp_path):
+    r = run_cli("stats", str(write(tmp_path, pickle.dumps(Evil(), protocol=4))))
+    assert r.returncode == 1 and "refusing to load" in r.stderr and "system" in r.stderr
+    r = run_cli("stats", str(tmp_path / "nope.pickle"))
+    assert r.returncode == 1 and "cannot read" in r.stderr
+    r = run_cli()
+    assert r.returncode == 2 and "usage: tensorgc" in r.stderr
+    r = run_cli("stats", "--help")
+    assert r.returncode == 0 and "snapshot" in r.stdout
+    r = run_cli("bogus")
+    assert r.returncode == 2
+
+
+def test_real_snapshot_fixture_recorded_on_the_gpu_machine():
+    path = os.path.join(HERE, "data", "h100_small_snapshot.pickle")
+    if not os.path.exists(path):
+        pytest.skip("fixture not recorded yet")
+    snap = load_snapshot(path)
+    assert snap["segments"] and any(t for t in snap["device_traces"])
+    actions = {e["action"] for t in snap["device_traces"] for e in t}
+    assert {"alloc", "free_requested", "free_completed"} <= actions
+    r = run_cli("stats", path)
+    assert r.returncode == 0 and "cuda:0" in r.stdout
+
+
+def test_record_memory_history_validates_arguments():
+    with pytest.raises(ValueError):
+        tensorgc.record_memory_history(enabled="yes")
+    with pytest.raises(ValueError):
+        tensorgc.record_memory_history(stacks="cpp")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_record_dump_load_on_cuda(tmp_path):
+    tensorgc.record_memory_history(max_entries=10000)
+    try:
+        x = torch.empty(3 * MB, dtype=torch.uint8, device="cuda")
+        del x
+        y = torch.empty(MB, dtype=torch.uint8, device="cuda")
+        p = dump_snapshot(tmp_path / "real.pickle")
+    finally:
+        tensorgc.record_memory_history(enabled=None)
+    snap = load_snapshot(p)
+    trace = [e for t in snap["device_traces"] for e in t]
+    assert any(e["action"] == "alloc" and e["size"] >= 3 * MB for e in trace)
+    assert any(e["action"] == "free_requested" for e in trace)
+    assert any(b["state"] == "active_allocated" and b["size"] >= MB
+               for s in snap["segments"] for b in s["blocks"])
+    if os.environ.get("TENSORGC_SAVE_FIXTURE"):
+        import shutil
+        shutil.copy(p, os.environ["TENSORGC_SAVE_FIXTURE"])
+    del y

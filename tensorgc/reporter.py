@@ -12,6 +12,7 @@ every storage once, and on CUDA maps each storage to its caching-allocator block
 """
 from __future__ import annotations
 
+import functools
 import gc
 import weakref
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ LEN = 79
 _TEMPLATE = "{:<40s}{:>20s}{:>10s}"
 
 
+@functools.lru_cache(maxsize=4096)  # a model's sizes repeat: most rows hit the cache
 def readable_size(num_bytes) -> str:
     """memlab's (calmsize's) format: two decimals and a 1024-based unit, e.g. '4.00M'."""
     n = float(num_bytes)
@@ -72,12 +74,12 @@ class Report:
         for dev in self.totals:
             lines.append("-" * LEN)
             lines.append(f"Storage on {dev}")
+            fmt = _TEMPLATE.format
             for r in self.rows:
                 if r.device != dev:
                     continue
                 name = r.name if not (verbose and r.shares_with) else f"{r.name}(->{r.shares_with})"
-                shape = r.shape if r.shape else (1,)
-                lines.append(_TEMPLATE.format(name, str(tuple(shape)), readable_size(r.used)))
+                lines.append(fmt(name, str(r.shape) if r.shape else "(1,)", readable_size(r.used)))
             t = self.totals[dev]
             lines.append("-" * LEN)
             lines.append(f"Total Tensors: {t['numel']} \tUsed Memory: {readable_size(t['used'])}")
@@ -360,23 +362,23 @@ class MemReporter:
                 totals[dev_s] = t
                 sites[dev_s] = _alloc.top_sites(segs, [u for u in unseen if u[2] == idx])
         rows = []
-        for i, r in enumerate(rows_raw):
-            name, kind, shape, dtype, dev, dev_type, dev_index, numel, ptr, nbytes, shares = r
-            rows.append(Row(name=name, kind=kind, shape=tuple(shape), dtype=dtype, device=dev,
-                            numel=int(numel), storage_bytes=0 if shares or nbytes is None else int(nbytes),
-                            block_bytes=block.get(i) if dev_type == "cuda" else None,
-                            shares_with=shares))
+        append = rows.append
         for dev in devices:
-            t = totals.setdefault(dev, {})
-            t.update(numel=0, used=0, storage=0, named_storage=0, storages=0, tensors=0)
-        for r in rows:
-            t = totals[r.device]
-            t["numel"] += r.numel
-            t["used"] += r.used or 0
-            t["storage"] += r.storage_bytes
-            if r.kind != "other":
-                t["named_storage"] += r.storage_bytes
-            t["storages"] += r.storage_bytes > 0
+            totals.setdefault(dev, {}).update(numel=0, used=0, storage=0, named_storage=0,
+                                              storages=0, tensors=0)
+        for i, (name, kind, shape, dtype, dev, dev_type, _idx, numel, _ptr, nbytes,
+                shares) in enumerate(rows_raw):
+            sb = 0 if shares or nbytes is None else nbytes
+            bb = block.get(i, 0) if dev_type == "cuda" else None
+            append(Row(name, kind, shape, dtype, dev, numel, sb, bb, shares))
+            t = totals[dev]
+            t["numel"] += numel
+            t["used"] += sb if bb is None else bb
+            t["storage"] += sb
+            if kind != "other":
+                t["named_storage"] += sb
+            if sb:
+                t["storages"] += 1
             t["tensors"] += 1
         # devices in first-seen order, CUDA ones included even when only filtered for
         ordered = {d: totals[d] for d in devices if d in totals}

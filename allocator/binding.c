@@ -4,6 +4,7 @@
  * snapshot is a ValueError, never a crash. */
 #include "tgc.h"
 #include "tensorgc/alloc.h"
+#include "tensorgc/timeline.h"
 
 /* d[key] as an unsigned 64-bit int; `dflt` when missing and dflt_ok, else ValueError. */
 static int
@@ -251,5 +252,165 @@ done:
     Py_XDECREF(per);
     Py_XDECREF(totals);
     Py_XDECREF(unseen);
+    return result;
+}
+
+/* One trace entry's action as an event kind; -1 for actions the timeline ignores. */
+static int
+bind__action(PyObject *e, int free_action_requested)
+{
+    PyObject *a = PyDict_GetItemString(e, "action");  /* borrowed */
+    if (a == NULL || !PyUnicode_Check(a)) {
+        return -2;
+    }
+    if (PyUnicode_CompareWithASCIIString(a, "alloc") == 0) {
+        return TGC_EV_ALLOC;
+    }
+    if (PyUnicode_CompareWithASCIIString(a, free_action_requested ? "free_requested"
+                                                                  : "free_completed") == 0) {
+        return TGC_EV_FREE;
+    }
+    if (PyUnicode_CompareWithASCIIString(a, "oom") == 0) {
+        return TGC_EV_OOM;
+    }
+    return -1;
+}
+
+static PyObject *
+bind__u64_list(const uint64_t *v, uint32_t n)
+{
+    PyObject *l = PyList_New(n);
+    for (uint32_t i = 0; l != NULL && i < n; i++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(v[i]);
+        if (x == NULL) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, x);
+    }
+    return l;
+}
+
+/* _timeline(trace, pre, columns, detail, use_free_requested) -> dict
+ *   trace: one device's trace entries (dicts with action, addr, size); pre: [(addr, size)]
+ *   allocations alive before the trace. Event indices in the result are positions in trace
+ *   (pre-existing ones: -1). */
+PyObject *
+tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned detail,
+                   int use_free_requested)
+{
+    if (!PyList_Check(trace) || !PyList_Check(pre)) {
+        PyErr_SetString(PyExc_TypeError, "_timeline(trace: list, pre: list, ...)");
+        return NULL;
+    }
+    if (columns == 0 || columns > 100000 || detail > 100000) {
+        PyErr_SetString(PyExc_ValueError, "columns must be 1..100000 and detail 0..100000");
+        return NULL;
+    }
+    PyObject *items = PyList_AsTuple(trace);  /* new: a fixed copy */
+    PyObject *pres = items ? PyList_AsTuple(pre) : NULL;
+    PyObject *result = NULL, *ooms = NULL, *bands = NULL;
+    tgc_event *ev = NULL;
+    tgc_timeline tl = {0};
+    int built = 0;
+    if (pres == NULL) {
+        goto done;
+    }
+    Py_ssize_t nt = PyTuple_GET_SIZE(items), np = PyTuple_GET_SIZE(pres);
+    if (nt + np >= (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "trace too long");
+        goto done;
+    }
+    ev = malloc((size_t)(nt + np + 1) * sizeof(tgc_event));
+    ooms = PyList_New(0);
+    if (ev == NULL || ooms == NULL) {
+        if (ev == NULL) {
+            PyErr_NoMemory();
+        }
+        goto done;
+    }
+    size_t n = 0;
+    for (Py_ssize_t i = 0; i < np; i++) {
+        unsigned long long addr, size;
+        PyObject *t = PyTuple_GET_ITEM(pres, i);
+        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "KK", &addr, &size)) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "pre: expected (addr, size) tuples");
+            }
+            goto done;
+        }
+        ev[n++] = (tgc_event){addr, size, UINT32_MAX, TGC_EV_PRE};
+    }
+    for (Py_ssize_t i = 0; i < nt; i++) {
+        PyObject *e = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple keeps it */
+        if (!PyDict_Check(e)) {
+            PyErr_Format(PyExc_ValueError, "trace entry %zd is not a dict", i);
+            goto done;
+        }
+        int kind = bind__action(e, use_free_requested);
+        if (kind == -2) {
+            PyErr_Format(PyExc_ValueError, "trace entry %zd has no str 'action'", i);
+            goto done;
+        }
+        if (kind < 0) {
+            continue;
+        }
+        uint64_t addr = 0, size = 0;
+        if (kind != TGC_EV_OOM &&
+            (bind__u64(e, "addr", &addr, 0, 0) < 0 || bind__u64(e, "size", &size, 0, 0) < 0)) {
+            goto done;
+        }
+        if (kind == TGC_EV_OOM) {
+            PyObject *ix = PyLong_FromSsize_t(i);
+            int rc = ix ? PyList_Append(ooms, ix) : -1;
+            Py_XDECREF(ix);
+            if (rc < 0) {
+                goto done;
+            }
+        }
+        ev[n++] = (tgc_event){addr, size, (uint32_t)i, (uint8_t)kind};
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS  /* plain C over our own arrays */
+    rc = tgc_timeline_build(ev, n, columns, detail, &tl);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    built = 1;
+    bands = PyList_New(tl.nbands);
+    for (uint32_t b = 0; bands != NULL && b < tl.nbands; b++) {
+        const tgc_band *bd = &tl.bands[b];
+        PyObject *offs = bind__u64_list(bd->offset, bd->col1 - bd->col0);
+        PyObject *item = offs ? Py_BuildValue(
+            "(nnKIIN)", bd->alloc_event == UINT32_MAX ? (Py_ssize_t)-1 : (Py_ssize_t)bd->alloc_event,
+            bd->free_event == UINT32_MAX ? (Py_ssize_t)-1 : (Py_ssize_t)bd->free_event,
+            (unsigned long long)bd->size, bd->col0, bd->col1, offs) : NULL;
+        if (item == NULL) {
+            Py_CLEAR(bands);
+            break;
+        }
+        PyList_SET_ITEM(bands, b, item);
+    }
+    if (bands == NULL) {
+        goto done;
+    }
+    result = Py_BuildValue("{s:N,s:N,s:N,s:K,s:n,s:O,s:O,s:n}",
+                           "active", bind__u64_list(tl.active, tl.columns),
+                           "peak", bind__u64_list(tl.peak, tl.columns),
+                           "small", bind__u64_list(tl.small, tl.columns),
+                           "max", (unsigned long long)tl.max_active,
+                           "allocs", (Py_ssize_t)tl.nallocs, "bands", bands, "ooms", ooms,
+                           "events", (Py_ssize_t)n);
+done:
+    if (built) {
+        tgc_timeline_free(&tl);
+    }
+    free(ev);
+    Py_XDECREF(items);
+    Py_XDECREF(pres);
+    Py_XDECREF(ooms);
+    Py_XDECREF(bands);
     return result;
 }

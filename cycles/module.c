@@ -589,6 +589,23 @@ alloc_attribute(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     return tgc_alloc_attribute(args[0], args[1]);
 }
 
+PyDoc_STRVAR(timeline_doc,
+"_timeline(trace, pre, columns, detail, use_free_requested) -> dict\n\n"
+"Replays one device's allocator trace into the Active Memory Timeline (allocator/timeline.c).");
+
+static PyObject *
+timeline(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *trace, *pre;
+    unsigned int columns, detail;
+    int use_req;
+    if (!PyArg_ParseTuple(args, "O!O!IIp:_timeline", &PyList_Type, &trace, &PyList_Type, &pre,
+                          &columns, &detail, &use_req)) {
+        return NULL;
+    }
+    return tgc_alloc_timeline(trace, pre, columns, detail, use_req);
+}
+
 PyDoc_STRVAR(device_memory_doc,
 "_device_memory(ordinal) -> dict\n\nThe CUDA driver's and NVML's view of one device, loaded at "
 "run time; {'ok': False, 'error': ...} without a driver.");
@@ -632,6 +649,7 @@ static PyMethodDef module_methods[] = {
     {"_alloc_attribute", (PyCFunction)(void (*)(void))alloc_attribute, METH_FASTCALL,
      alloc_attribute_doc},
     {"_device_memory", (PyCFunction)device_memory, METH_O, device_memory_doc},
+    {"_timeline", (PyCFunction)timeline, METH_VARARGS, timeline_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -75,3 +75,54 @@ def is_plain_data(value, depth=0):
             for k, v in value.items()
         )
     return False
+
+
+def png_colors(path, limit=1 << 16):
+    """Distinct RGB(A) pixel values of an 8-bit RGB/RGBA PNG (a screenshot), without Pillow:
+    inflate the IDAT stream and undo the per-row filters. Stops counting at `limit`."""
+    import struct
+    import zlib
+
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat = 8, b""
+    w = h = bpp = None
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and ctype in (2, 6), f"unsupported PNG: depth {depth} type {ctype}"
+            bpp = 3 if ctype == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    stride = w * bpp
+    prev = bytearray(stride)
+    seen = set()
+    for r in range(h):
+        f = raw[r * (stride + 1)]
+        line = bytearray(raw[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+                line[i] = (line[i] + pred) & 255
+        if r % 4 == 0:  # every fourth row is plenty to tell a picture from a blank page
+            for i in range(0, stride, bpp * 2):
+                seen.add(bytes(line[i:i + bpp]))
+                if len(seen) >= limit:
+                    return seen
+        prev = line
+    return seen

@@ -1,0 +1,171 @@
+#!/usr/bin/env python
+"""B4 -- the Active Memory Timeline of a large snapshot: tensorgc vs torch's memory_viz.
+
+Input: ``--snapshot PATH``, or a synthetic trace of ``--events`` entries (default 1M: allocations
+of 0.25-16 MB from a few call sites, about half of them freed, a few OOM events, one distinct
+frame dict per entry as in real dumps), or with ``--record`` (CUDA) a real one recorded from a
+synthetic workload with tensorgc.record_memory_history(max_entries=events).
+
+Measured, each in a fresh process (``--repeat`` times, median):
+* ``tensorgc timeline SNAP -o out.html`` (load with the restricted unpickler, C replay, SVG);
+* ``python -m torch.cuda._memory_viz trace_plot SNAP -o out.html`` (plain pickle.load);
+* page size, and whether the page needs the network (an external script or module URL);
+* with ``--chromium``: wall time of ``chromium --headless --screenshot`` of each page, and of
+  an empty page as the browser's own start-up baseline.
+
+    python bench/b4_timeline.py --events 1000000 --repeat 3 --chromium
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MB = 1 << 20
+
+
+def synthetic(n, seed=0):
+    rnd = random.Random(seed)
+    sites = [("/w/model.py", 10, "forward"), ("/w/train.py", 42, "step"),
+             ("/w/data.py", 7, "load"), ("/w/opt.py", 88, "adam_step"), ("/w/loss.py", 3, "ce")]
+    trace, live, addr = [], [], 0x7F0000000000
+    for i in range(n):
+        if i and i % (n // 4 + 1) == 0:
+            trace.append({"action": "oom", "addr": 0, "size": 0, "stream": 0, "time_us": i,
+                          "device_free": 0, "frames": []})
+            continue
+        if live and rnd.random() < 0.5:
+            a, s = live.pop(rnd.randrange(len(live)))
+            f = rnd.choice(sites)
+            trace.append({"action": "free_requested", "addr": a, "size": s, "stream": 0,
+                          "time_us": i, "frames": [{"filename": f[0], "line": f[1], "name": f[2]}]})
+        else:
+            s = rnd.choice((1, 2, 4, 8, 16, 64)) * MB // 4
+            addr += 0x4000000
+            f = rnd.choice(sites)
+            live.append((addr, s))
+            trace.append({"action": "alloc", "addr": addr, "size": s, "stream": 0, "time_us": i,
+                          "frames": [{"filename": f[0], "line": f[1], "name": f[2]}]})
+    return {"segments": [], "device_traces": [trace]}
+
+
+def record(n):
+    import torch
+
+    sys.path.insert(0, ROOT)
+    import tensorgc
+
+    tensorgc.record_memory_history(max_entries=n, stacks="python")
+    keep = []
+    rnd = random.Random(0)
+    events = 0
+    while events < n:
+        if keep and rnd.random() < 0.5:
+            keep.pop(rnd.randrange(len(keep)))
+        else:
+            keep.append(torch.empty(rnd.choice((1, 2, 4, 8)) * MB // 4, dtype=torch.uint8,
+                                    device="cuda"))
+        events += 1 if not keep else 2  # an alloc, or a free_requested + free_completed
+        if len(keep) > 400:
+            keep = keep[200:]
+    snap = tensorgc.snapshot()
+    tensorgc.record_memory_history(enabled=None)
+    return snap
+
+
+def timed(cmd, env=None):
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    return time.perf_counter() - t0, r
+
+
+def needs_network(path):
+    with open(path, "r", encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    return bool(re.search(r"""(?:src=|from\s+|import\s*\(?\s*)["']https?://""", text))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--snapshot")
+    p.add_argument("--record", action="store_true")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--chromium", action="store_true")
+    p.add_argument("--keep", help="directory to keep the snapshot and pages in")
+    args = p.parse_args()
+    work = args.keep or tempfile.mkdtemp(prefix="tensorgc-b4-")
+    os.makedirs(work, exist_ok=True)
+    snap_path = args.snapshot
+    source = f"file {args.snapshot}"
+    if snap_path is None:
+        t0 = time.perf_counter()
+        snap = record(args.events) if args.record else synthetic(args.events)
+        source = ("recorded on CUDA" if args.record else "synthetic") + \
+            f" ({sum(len(t) for t in snap['device_traces']):,} trace entries, made in " \
+            f"{time.perf_counter() - t0:.1f} s)"
+        snap_path = os.path.join(work, "snapshot.pickle")
+        with open(snap_path, "wb") as f:
+            pickle.dump(snap, f, protocol=4)
+        del snap
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    ours = os.path.join(work, "tensorgc-timeline.html")
+    theirs = os.path.join(work, "memory_viz-trace_plot.html")
+    tools = {
+        "tensorgc timeline": [sys.executable, "-m", "tensorgc", "timeline", snap_path, "-o", ours],
+        "torch memory_viz trace_plot": [sys.executable, "-m", "torch.cuda._memory_viz",
+                                        "trace_plot", snap_path, "-o", theirs],
+    }
+    res = {k: [] for k in tools}
+    err = {}
+    for _ in range(args.repeat):
+        for k, cmd in tools.items():
+            dt, r = timed(cmd, env)
+            if r.returncode != 0:
+                err[k] = (r.stderr or r.stdout)[-500:]
+                continue
+            res[k].append(dt)
+    size = os.path.getsize(snap_path)
+    print(f"### B4 timeline: {source}, snapshot {size / MB:.1f} MB\n")
+    print("| tool | median wall (s) | runs (s) | page size | needs the network |")
+    print("| --- | ---: | --- | ---: | --- |")
+    for k, out in (("tensorgc timeline", ours), ("torch memory_viz trace_plot", theirs)):
+        if not res[k]:
+            print(f"| {k} | failed | {err.get(k, '')!r} | | |")
+            continue
+        print(f"| {k} | {statistics.median(res[k]):.2f} | "
+              f"{', '.join(f'{x:.2f}' for x in res[k])} | {os.path.getsize(out) / MB:.2f} MB | "
+              f"{'yes (blank offline)' if needs_network(out) else 'no'} |")
+    chrome = shutil.which("chromium") or shutil.which("chromium-browser")
+    if args.chromium and chrome:
+        blank = os.path.join(work, "blank.html")
+        with open(blank, "w") as f:
+            f.write("<!DOCTYPE html><html><body></body></html>")
+        print("\n| page | headless chromium --screenshot wall (s), median | runs |")
+        print("| --- | ---: | --- |")
+        for name, page in (("empty page (browser start-up)", blank), ("tensorgc timeline", ours),
+                           ("memory_viz trace_plot", theirs)):
+            if not os.path.exists(page):
+                continue
+            ts = []
+            for _ in range(args.repeat):
+                shot = os.path.join(work, "shot.png")
+                dt, r = timed([chrome, "--headless", "--no-sandbox", "--disable-gpu",
+                               f"--screenshot={shot}", "--window-size=1300,600",
+                               "file://" + os.path.abspath(page)])
+                ts.append(dt)
+            print(f"| {name} | {statistics.median(ts):.2f} | {', '.join(f'{x:.2f}' for x in ts)} |")
+    print(f"\nfiles in {work}")
+
+
+if __name__ == "__main__":
+    main()

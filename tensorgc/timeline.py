@@ -1,0 +1,149 @@
+"""The Active Memory Timeline of a snapshot as a self-contained HTML page (SVG drawn here, no
+script from anywhere, opens offline). The replay is C (allocator/timeline.c); this module picks
+the events, draws polygons and escapes every string that comes from the file.
+
+    html = timeline_html(load_snapshot(path), device=0, detail=300)
+"""
+from __future__ import annotations
+
+import hashlib
+import html as _html
+
+from . import _tensorgc
+from .reporter import readable_size as R
+
+__all__ = ["timeline_html", "replay"]
+
+WIDTH, HEIGHT, LEFT, TOP = 1200, 420, 70, 10
+
+
+def replay(snap, device=0, columns=WIDTH, detail=300):
+    """The C replay of one device's trace: dict with active/peak/small per column, bands
+    (alloc_event, free_event, size, col0, col1, offsets), ooms, max."""
+    traces = snap.get("device_traces") or []
+    if not isinstance(device, int) or device < 0:
+        raise ValueError(f"device must be an int >= 0, not {device!r}")
+    trace = traces[device] if device < len(traces) else []
+    use_req = any(e.get("action") == "free_requested" for e in trace)
+    allocated = {e.get("addr") for e in trace if e.get("action") == "alloc"}
+    pre = [(b["address"], b["size"])
+           for s in snap.get("segments", []) if s.get("device") == device
+           for b in s.get("blocks", [])
+           if b.get("state") == "active_allocated" and "address" in b
+           and b["address"] not in allocated]
+    tl = _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req)
+    tl["pre"] = len(pre)
+    return tl, trace
+
+
+def _frames_text(entry, limit=8):
+    frames = entry.get("frames") or [] if isinstance(entry, dict) else []
+    py = [f for f in frames if str(f.get("filename", "")).endswith(".py")] or frames
+    return "\n".join(f"{f.get('filename', '?')}:{f.get('line', '?')} {f.get('name', '?')}"
+                     for f in py[:limit])
+
+
+def _color(key):
+    h = int.from_bytes(hashlib.blake2s(key.encode("utf-8", "replace"), digest_size=4).digest(), "big")
+    return f"hsl({h % 360},{55 + h // 360 % 30}%,{55 + h // 10800 % 15}%)"
+
+
+def _site(entry):
+    frames = entry.get("frames") or [] if isinstance(entry, dict) else []
+    for f in frames:
+        if str(f.get("filename", "")).endswith(".py") and "/torch/" not in str(f.get("filename")):
+            return f"{f.get('filename')}:{f.get('line')}"
+    return frames[0].get("filename", "?") if frames else "?"
+
+
+def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH):
+    """The page (str). ``detail``: how many of the largest allocations get their own band (the
+    rest is one summarized band), as memory_viz's slider."""
+    tl, trace = replay(snap, device=device, columns=columns, detail=detail)
+    cols = len(tl["active"])
+    top = max(tl["max"], 1)
+    ys = HEIGHT / top
+
+    def y(v):
+        return f"{TOP + HEIGHT - v * ys:.1f}"
+
+    def x(c):
+        return f"{LEFT + c * WIDTH / cols:.1f}"
+
+    parts = []
+    # bands: top edge left to right, bottom edge back; only points where the offset changes
+    for alloc_ev, free_ev, size, c0, c1, offs in tl["bands"]:
+        if c1 <= c0:
+            continue
+        pts_top, pts_bot = [], []
+        prev = None
+        for k, off in enumerate(offs):
+            if off != prev:
+                if prev is not None:
+                    pts_top.append(f"{x(c0 + k)},{y(prev + size)}")
+                    pts_bot.append(f"{x(c0 + k)},{y(prev)}")
+                pts_top.append(f"{x(c0 + k)},{y(off + size)}")
+                pts_bot.append(f"{x(c0 + k)},{y(off)}")
+                prev = off
+        pts_top.append(f"{x(c1)},{y(prev + size)}")
+        pts_bot.append(f"{x(c1)},{y(prev)}")
+        entry = trace[alloc_ev] if 0 <= alloc_ev < len(trace) else {}
+        when = (f"allocated at event {alloc_ev}" if alloc_ev >= 0 else "allocated before the trace")
+        when += f", freed at event {free_ev}" if free_ev >= 0 else ", alive at the end"
+        tip = f"{R(size)} ({size:,} bytes), {when}\n{_frames_text(entry) or 'no stack recorded'}"
+        parts.append(f'<polygon class="b" fill="{_color(_site(entry))}" points="'
+                     + " ".join(pts_top + pts_bot[::-1])
+                     + f'"><title>{_html.escape(tip)}</title></polygon>')
+    # the summarized rest, on top of the bands
+    if any(tl["small"]):
+        upper = [f"{x(c)},{y(a)} {x(c + 1)},{y(a)}" for c, a in enumerate(tl["active"])]
+        lower = [f"{x(c + 1)},{y(a - s)} {x(c)},{y(a - s)}"
+                 for c, (a, s) in reversed(list(enumerate(zip(tl["active"], tl["small"]))))]
+        n_small = tl["allocs"] - len(tl["bands"])
+        parts.append('<polygon class="s" points="' + " ".join(upper + lower) + '"><title>'
+                     + _html.escape(f"{n_small:,} smaller allocations, summarized "
+                                    f"(raise --detail to draw more of them)") + "</title></polygon>")
+    peak = " ".join(f"{x(c)},{y(p)} {x(c + 1)},{y(p)}" for c, p in enumerate(tl["peak"]))
+    parts.append(f'<polyline class="pk" points="{peak}"><title>peak within each column</title></polyline>')
+    cols_per_event = cols / max(tl["events"], 1)
+    for i in tl["ooms"]:
+        e = trace[i]
+        # the column of an OOM: its position among the replayed events (pre-existing first)
+        c = min(cols - 1, int((tl["pre"] + _event_position(trace, i)) * cols_per_event))
+        tip = f"OOM at event {i}: device free {R(e.get('device_free', 0))}\n{_frames_text(e)}"
+        parts.append(f'<line class="oom" x1="{x(c)}" x2="{x(c)}" y1="{TOP}" y2="{TOP + HEIGHT}">'
+                     f"<title>{_html.escape(tip)}</title></line>")
+    ticks = []
+    for k in range(5):
+        v = top * k / 4
+        ticks.append(f'<text x="{LEFT - 6}" y="{y(v)}" class="ax">{_html.escape(R(v))}</text>')
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LEFT + WIDTH + 10} '
+           f'{TOP + HEIGHT + 30}" width="100%">'
+           f'<rect x="{LEFT}" y="{TOP}" width="{WIDTH}" height="{HEIGHT}" class="bg"/>'
+           + "".join(parts) + "".join(ticks)
+           + f'<text x="{LEFT}" y="{TOP + HEIGHT + 20}" class="ax0">event 0</text>'
+           f'<text x="{LEFT + WIDTH}" y="{TOP + HEIGHT + 20}" class="ax1">event {len(trace):,}</text>'
+           "</svg>")
+    head = title or f"Active memory timeline, cuda:{device}"
+    summary = (f"{len(trace):,} trace entries; {tl['allocs']:,} allocations; peak {R(tl['max'])}; "
+               f"{len(tl['bands'])} largest drawn one by one, the rest summarized on top; "
+               f"{len(tl['ooms'])} OOM event(s) marked in red. Hover a band for its size and "
+               "allocation stack.")
+    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>"
+            + _html.escape(head) + "</title><style>"
+            "body{font:14px sans-serif;margin:16px;color:#222}"
+            ".bg{fill:#fafafa;stroke:#ccc}.b{stroke:#fff;stroke-width:.3}"
+            ".b:hover{stroke:#000;stroke-width:1.5}.s{fill:#bbb}.s:hover{fill:#999}"
+            ".pk{fill:none;stroke:#444;stroke-width:.6}.oom{stroke:#d00;stroke-width:2}"
+            ".ax{font-size:11px;text-anchor:end;dominant-baseline:middle}"
+            ".ax0{font-size:11px}.ax1{font-size:11px;text-anchor:end}"
+            "</style></head><body><h2>" + _html.escape(head) + "</h2><p>"
+            + _html.escape(summary) + "</p>" + svg + "</body></html>")
+
+
+def _event_position(trace, i):
+    """Position of trace entry i among the events the replay used (allocs, frees, ooms)."""
+    # the replay keeps allocs, one kind of free, and ooms, in trace order; count those before i
+    use_req = any(e.get("action") == "free_requested" for e in trace)
+    kinds = {"alloc", "oom", "free_requested" if use_req else "free_completed"}
+    return sum(1 for e in trace[:i] if e.get("action") in kinds)

@@ -1,0 +1,144 @@
+"""The Active Memory Timeline: the C replay on traces built as dicts (pairing, pre-existing
+allocations, address reuse, detail, OOM), the page (self-contained, escaped), the CLI, and a
+headless Chromium screenshot that must not be blank."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tensorgc import _tensorgc, dump_snapshot, load_snapshot
+from tensorgc.timeline import replay, timeline_html
+from _util import png_colors
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MB = 1 << 20
+
+
+def ev(action, addr=0, size=0, frames=None, **kw):
+    e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": 0,
+         "frames": frames or [{"filename": "/w/train.py", "line": 3, "name": "f"}]}
+    e.update(kw)
+    return e
+
+
+def snap_of(trace, blocks=()):
+    seg = {"device": 0, "address": 0x1000, "total_size": 64 * MB, "stream": 0,
+           "blocks": list(blocks)}
+    return {"segments": [seg], "device_traces": [trace]}
+
+
+def test_replay_pairs_allocs_and_frees():
+    trace = [ev("alloc", 0x1000, 4 * MB), ev("alloc", 0x2000, 2 * MB),
+             ev("free_requested", 0x1000, 4 * MB), ev("free_completed", 0x1000, 4 * MB),
+             ev("alloc", 0x1000, MB)]  # the address is reused
+    tl, _ = replay(snap_of(trace), columns=4, detail=10)
+    # events used: alloc, alloc, free_requested, alloc -> one per column
+    assert tl["active"] == [4 * MB, 6 * MB, 2 * MB, 3 * MB]
+    assert tl["max"] == 6 * MB and tl["allocs"] == 3
+    sizes = sorted(b[2] for b in tl["bands"])
+    assert sizes == [MB, 2 * MB, 4 * MB]
+    big = next(b for b in tl["bands"] if b[2] == 4 * MB)
+    assert big[0] == 0 and big[1] == 2 and (big[3], big[4]) == (0, 2)
+
+
+def test_pre_existing_allocations_start_at_zero():
+    # freed in the trace without an alloc, and alive at the end without an alloc
+    trace = [ev("alloc", 0x5000, MB), ev("free_requested", 0x9000, 2 * MB)]
+    blocks = [{"address": 0x7000, "size": 3 * MB, "state": "active_allocated"},
+              {"address": 0x5000, "size": MB, "state": "active_allocated"}]
+    tl, _ = replay(snap_of(trace, blocks), columns=3, detail=10)
+    # pre: 0x7000 (3M); events: pre, alloc 1M, free of the unknown 2M (alive from the start)
+    assert tl["active"] == [5 * MB, 6 * MB, 4 * MB]
+
+
+def test_detail_summarizes_the_rest_on_top():
+    trace = [ev("alloc", 0x1000 * (i + 1), (i + 1) * MB) for i in range(10)]
+    tl, _ = replay(snap_of(trace), columns=10, detail=3)
+    assert [b[2] for b in tl["bands"]] == [8 * MB, 9 * MB, 10 * MB]  # stacked in alloc order
+    assert tl["small"][-1] == sum(range(1, 8)) * MB
+    assert tl["active"][-1] == 55 * MB
+    # the bands lie at the bottom, each on the ones allocated before it
+    assert tl["bands"][1][5][-1] == 8 * MB and tl["bands"][2][5][-1] == 17 * MB
+
+
+def test_ooms_are_reported_and_marked():
+    trace = [ev("alloc", 0x1000, MB), ev("oom", device_free=123), ev("alloc", 0x2000, MB)]
+    tl, _ = replay(snap_of(trace), columns=3, detail=5)
+    assert tl["ooms"] == [1]
+    page = timeline_html(snap_of(trace), detail=5)
+    assert page.count('class="oom"') == 1 and "OOM at event 1" in page
+
+
+def test_page_is_self_contained_and_escaped():
+    evil = [{"filename": "<script>alert(1)</script>.py", "line": 1, "name": "\"&'"}]
+    page = timeline_html(snap_of([ev("alloc", 0x1000, MB, frames=evil)]), detail=5)
+    assert "<script>alert" not in page and "&lt;script&gt;" in page
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in page and "<script" not in page
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+
+
+@pytest.mark.parametrize("bad", [
+    [{"action": 5}], [{"action": "alloc", "addr": "x", "size": 1}], [7],
+    [{"action": "alloc", "addr": -1, "size": 1}],
+])
+def test_malformed_traces_are_value_errors(bad):
+    with pytest.raises((ValueError, TypeError)):
+        _tensorgc._timeline(bad, [], 10, 10, True)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        _tensorgc._timeline([], [], 0, 10, True)
+    with pytest.raises(ValueError):
+        replay(snap_of([]), device=-1)
+    tl, _ = replay(snap_of([]), device=3)  # no trace for that device: an empty picture
+    assert tl["max"] == 0 and tl["bands"] == []
+
+
+def run_cli(*args):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "tensorgc", *args], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_cli_timeline(tmp_path):
+    p = tmp_path / "s.pickle"
+    dump_snapshot(p, snap_of([ev("alloc", 0x1000, MB), ev("free_requested", 0x1000, MB)]))
+    out = tmp_path / "t.html"
+    r = run_cli("timeline", str(p), "-o", str(out), "--detail", "10")
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    r = run_cli("timeline", str(p))
+    assert r.returncode == 2 and "-o" in r.stderr
+    r = run_cli("timeline", "--help")
+    assert r.returncode == 0 and "--detail" in r.stdout
+
+
+def test_real_fixture_renders():
+    path = os.path.join(ROOT, "tests", "data", "h100_small_snapshot.pickle")
+    page = timeline_html(load_snapshot(path))
+    assert page.count('class="b"') >= 2
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make deps installs it)")
+def test_headless_chromium_screenshot_is_not_blank(tmp_path):
+    trace = []
+    for i in range(200):
+        trace.append(ev("alloc", 0x100000 * (i + 1), (1 + i % 7) * MB))
+        if i % 3 == 2:
+            trace.append(ev("free_requested", 0x100000 * (i - 1), (1 + (i - 2) % 7) * MB))
+    trace.append(ev("oom", device_free=0))
+    page = tmp_path / "t.html"
+    page.write_text(timeline_html(snap_of(trace), detail=50))
+    shot = tmp_path / "t.png"
+    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                        f"--screenshot={shot}", "--window-size=1300,600", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert shot.exists(), r.stderr[-2000:]
+    assert len(png_colors(shot)) > 20  # bands in many colours, not a blank page

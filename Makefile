@@ -26,11 +26,14 @@ REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Graphviz headers (apt); torch==2.13.0 CPU build, pytest, nvml.h (pip)
+deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build, pytest, nvml.h (pip)
 	@if ! pkg-config --exists libgvc libcgraph 2>/dev/null; then \
 	  echo "tensorgc: installing Graphviz's C library (libgraphviz-dev, pkg-config)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libgraphviz-dev pkg-config; \
 	fi
+	@# headless Chromium: the timeline page's screenshot test
+	@command -v chromium >/dev/null 2>&1 || { echo "tensorgc: installing chromium"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q "torch==$(TORCH_VERSION)"
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
 	@$(PYTHON) -c "import setuptools, wheel" 2>/dev/null || $(PYTHON) -m pip install -q setuptools wheel

@@ -38,7 +38,7 @@ deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
 	@$(PYTHON) -c "import setuptools, wheel" 2>/dev/null || $(PYTHON) -m pip install -q setuptools wheel
 	@# nvml.h for the device view (CUDA 13 toolkits do not ship it); headers only, 124 KB
-	@ls $$($(PYTHON) -c "import sys; print(' '.join(p + '/nvidia/cu13/include/nvml.h' for p in sys.path if p))") >/dev/null 2>&1 || \
+	@$(PYTHON) -c "import glob, sys; sys.exit(not any(glob.glob(p + '/nvidia/cu*/include/nvml.h') for p in sys.path if p))" || \
 	  $(PYTHON) -m pip install -q --no-deps "nvidia-nvml-dev==$(NVML_DEV_VERSION)"
 
 $(SO): $(SOURCES)

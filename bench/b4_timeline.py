@@ -67,16 +67,18 @@ def record(n):
     tensorgc.record_memory_history(max_entries=n, stacks="python")
     keep = []
     rnd = random.Random(0)
-    events = 0
+    events = 0  # trace entries: an alloc is one, a free two (free_requested, free_completed)
     while events < n:
         if keep and rnd.random() < 0.5:
             keep.pop(rnd.randrange(len(keep)))
+            events += 2
         else:
             keep.append(torch.empty(rnd.choice((1, 2, 4, 8)) * MB // 4, dtype=torch.uint8,
                                     device="cuda"))
-        events += 1 if not keep else 2  # an alloc, or a free_requested + free_completed
+            events += 1
         if len(keep) > 400:
-            keep = keep[200:]
+            del keep[:200]
+            events += 400
     snap = tensorgc.snapshot()
     tensorgc.record_memory_history(enabled=None)
     return snap

@@ -15,11 +15,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
 
+def _quiet(fn):
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        fn()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--heap", type=int, default=1_000_000)
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--device", default="auto")
+    p.add_argument("--track", action="store_true", help="with tensorgc.track_tensors() on")
     args = p.parse_args()
     import torch
 
@@ -33,6 +42,7 @@ def main():
     model(torch.randn(64, 1024, device=device)).sum().backward()
     opt.step()
     gc.collect()
+    tensorgc.track_tensors(args.track)
     r = tensorgc.MemReporter(model, optimizer=opt)
     live = tensorgc._tensorgc._live_tensors()
     named = r._named()
@@ -48,10 +58,13 @@ def main():
         pieces["allocator.segments"] = lambda: allocator.segments()
         pieces["attribute (C)"] = lambda: allocator.attribute(segs, [(0, t.data_ptr(), True) for t in live[:0]])
         pieces["device_memory (driver+NVML)"] = lambda: allocator.device_memory(0)
+        pieces["top_sites"] = lambda: allocator.top_sites(segs, [])
     pieces["collect (all)"] = lambda: r.collect()
     rep = r.collect()
     pieces["format"] = lambda: rep.format(verbose=False)
-    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, device={device}, "
+    pieces["report (collect + format + print)"] = lambda: _quiet(r.report)
+    print(f"track_tensors: {args.track}; "
+          f"python {sys.version.split()[0]}, torch {torch.__version__}, device={device}, "
           f"{len(gc.get_objects()):,} tracked, {len(live)} live tensors, repeat={args.repeat}")
     print("| piece | median (ms) | min (ms) |")
     print("| --- | ---: | ---: |")

@@ -217,13 +217,20 @@ class MemReporter:
         filt = _parse_device(device)
         if self.pre_collect:
             gc.collect()
-        named = self._named()                  # [(tensor, name, kind)]
-        live = _tensorgc._live_tensors()       # every tensor object the collector tracks
-        named.extend(_saved_for_backward(live, named))
+        # No automatic collection in the middle of a report: it would be timed as ours and
+        # could free what we are counting. The user's setting is restored on every path.
+        enabled = gc.isenabled()
+        gc.disable()
+        named = live = None
         try:
+            named = self._named()                  # [(tensor, name, kind)]
+            live = _tensorgc._live_tensors()       # every tensor object the collector tracks
+            named.extend(_saved_for_backward(live, named))
             return self._build(named, live, filt)
         finally:
             del named, live  # no tensor outlives the call
+            if enabled:
+                gc.enable()
 
     # ------------------------------------------------------------------ naming
 

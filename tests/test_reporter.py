@@ -267,3 +267,18 @@ def test_rows_do_not_run_a_subclass_torch_function():
     rep = MemReporter().collect(device=DEV)
     assert any(r.name.startswith("Traced") and r.shape == (2, 3) for r in rep.rows)
     del x
+
+
+def test_gc_state_is_restored_even_when_collect_fails(model):
+    gc.enable()
+    with pytest.raises(ValueError):
+        MemReporter(model).collect(device="nope")
+    assert gc.isenabled()
+    MemReporter(model).collect(device=DEV)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        MemReporter(model).collect(device=DEV)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

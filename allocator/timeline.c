@@ -21,6 +21,12 @@ tl__by_size_desc(const void *x, const void *y)
     if ((*a)->size != (*b)->size) {
         return (*a)->size > (*b)->size ? -1 : 1;
     }
+    /* equal sizes (common: the allocator rounds): the longer-lived first, since a band shorter
+     * than a column is not drawn at all */
+    size_t la = (*a)->end - (*a)->start, lb = (*b)->end - (*b)->start;
+    if (la != lb) {
+        return la > lb ? -1 : 1;
+    }
     return (*a)->start < (*b)->start ? -1 : (*a)->start > (*b)->start;
 }
 

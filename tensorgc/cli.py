@@ -2,6 +2,8 @@
 
     tensorgc stats SNAP                      what a snapshot file holds, per device
     tensorgc timeline SNAP -o out.html       the Active Memory Timeline, self-contained HTML
+    tensorgc trace SNAP                      the allocator trace as text, with stacks
+    tensorgc compare A B                     segments and blocks only in A or only in B
 
 Snapshot files are read with tensorgc.load_snapshot (no code from the file runs). Exit codes:
 0 success, 1 an unreadable or invalid input (the message says why), 2 bad usage.
@@ -63,6 +65,78 @@ def _timeline(args) -> int:
     return 0
 
 
+def _frames(entry, limit):
+    frames = entry.get("frames") or []
+    py = [f for f in frames if str(f.get("filename", "")).endswith(".py")] or frames
+    return [f"{f.get('filename', '?')}:{f.get('line', '?')} {f.get('name', '?')}" for f in py[:limit]]
+
+
+def _trace(args) -> int:
+    from .snapshot import load_snapshot
+
+    snap = load_snapshot(args.snapshot, max_bytes=args.max_bytes)
+    traces = snap["device_traces"]
+    if args.device >= len(traces) or not traces[args.device]:
+        print(f"no trace for cuda:{args.device} in {args.snapshot} (recording was off, or "
+              "another device)", file=sys.stderr)
+        return 1
+    out = sys.stdout
+    active = 0
+    for i, e in enumerate(traces[args.device]):
+        if args.limit and i >= args.limit:
+            print(f"... {len(traces[args.device]) - i:,} more entries (--limit 0 for all)", file=out)
+            break
+        a = str(e.get("action"))
+        size = int(e.get("size", 0) or 0)
+        if a == "alloc":
+            active += size
+        elif a == "free_requested":
+            active -= size
+        line = f"{i:>9,} {a:<15s} {R(size):>10s} at {int(e.get('addr', 0) or 0):#x}  active {R(max(active, 0))}"
+        if a == "oom":
+            line = f"{i:>9,} OOM            device free {R(e.get('device_free', 0) or 0)}"
+        print(line, file=out)
+        for fr in _frames(e, args.frames):
+            print(f"{'':>10s}    {fr}", file=out)
+    return 0
+
+
+def _compare(args) -> int:
+    from .snapshot import load_snapshot
+
+    a = load_snapshot(args.a, max_bytes=args.max_bytes)
+    b = load_snapshot(args.b, max_bytes=args.max_bytes)
+
+    def segs(s):
+        return {(g.get("device"), g.get("address"), g.get("total_size")): g for g in s["segments"]}
+
+    def blocks(s):
+        out = {}
+        for g in s["segments"]:
+            for k in g.get("blocks", []):
+                if k.get("state") == "active_allocated":
+                    out[(g.get("device"), k.get("address"), k.get("size"))] = k
+        return out
+
+    sa, sb, ba, bb = segs(a), segs(b), blocks(a), blocks(b)
+    lines = []
+    for title, x, y in (("only in A", sa, sb), ("only in B", sb, sa)):
+        only = [k for k in x if k not in y]
+        lines.append(f"segments {title} ({args.a if title.endswith('A') else args.b}): {len(only)}, "
+                     f"{R(sum(k[2] or 0 for k in only))}")
+        for k in sorted(only, key=lambda k: -(k[2] or 0))[: args.top]:
+            lines.append(f"  cuda:{k[0]} {k[1]:#x} {R(k[2] or 0)} ({x[k].get('segment_type', '?')} pool)")
+    for title, x, y in (("only in A", ba, bb), ("only in B", bb, ba)):
+        only = [k for k in x if k not in y]
+        lines.append(f"allocated blocks {title}: {len(only)}, {R(sum(k[2] or 0 for k in only))}")
+        for k in sorted(only, key=lambda k: -(k[2] or 0))[: args.top]:
+            lines.append(f"  cuda:{k[0]} {k[1]:#x} {R(k[2] or 0)}")
+            for fr in _frames(x[k], args.frames):
+                lines.append(f"      {fr}")
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="tensorgc", description="tensorgc: where your GPU memory is.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -83,6 +157,22 @@ def main(argv=None) -> int:
     t.add_argument("--detail", type=int, default=300,
                    help="how many of the largest allocations get their own band (default 300)")
     t.add_argument("--max-bytes", type=int, default=None, help="refuse larger files (default 8 GiB)")
+    tr = sub.add_parser("trace", help="the allocator trace as text, with stacks",
+                        description="Print one device's trace entries in order: action, size, "
+                                    "address, the active bytes after it, and the top frames.")
+    tr.add_argument("snapshot", help="the snapshot file (a pickle; read without running code)")
+    tr.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    tr.add_argument("--frames", type=int, default=3, help="frames per entry (default 3)")
+    tr.add_argument("--limit", type=int, default=10000, help="entries to print (0: all)")
+    tr.add_argument("--max-bytes", type=int, default=None, help="refuse larger files (default 8 GiB)")
+    c = sub.add_parser("compare", help="segments and blocks only in A or only in B",
+                       description="Compare two snapshots: the segments and the allocated blocks "
+                                   "found in only one of them, largest first, with stacks.")
+    c.add_argument("a", help="the first snapshot")
+    c.add_argument("b", help="the second snapshot")
+    c.add_argument("--top", type=int, default=20, help="rows per section (default 20)")
+    c.add_argument("--frames", type=int, default=3, help="frames per block (default 3)")
+    c.add_argument("--max-bytes", type=int, default=None, help="refuse larger files (default 8 GiB)")
     args = p.parse_args(argv)
     if args.command is None:
         p.print_help(sys.stderr)
@@ -92,7 +182,8 @@ def main(argv=None) -> int:
     if getattr(args, "max_bytes", 0) is None:
         args.max_bytes = DEFAULT_MAX_BYTES
     try:
-        return {"stats": _stats, "timeline": _timeline}[args.command](args)
+        return {"stats": _stats, "timeline": _timeline, "trace": _trace,
+                "compare": _compare}[args.command](args)
     except (SnapshotError, ValueError, TypeError, OSError) as exc:
         print(f"tensorgc {args.command}: {exc}", file=sys.stderr)
         return 1

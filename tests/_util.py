@@ -126,3 +126,15 @@ def png_colors(path, limit=1 << 16):
                     return seen
         prev = line
     return seen
+
+
+def run_tensorgc_cli(*args, timeout=300):
+    """`python -m tensorgc ARGS` in a fresh interpreter that finds this checkout's package."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "tensorgc", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)

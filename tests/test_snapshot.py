@@ -13,6 +13,7 @@ import torch
 
 import tensorgc
 from tensorgc import SnapshotError, dump_snapshot, load_snapshot
+from _util import run_tensorgc_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MB = 1 << 20
@@ -131,10 +132,7 @@ def test_segments_only_list_is_accepted(tmp_path):
     assert snap["segments"] == segs and snap["device_traces"] == []
 
 
-def run_cli(*args):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "tensorgc", *args], capture_output=True,
-                          text=True, timeout=120, env=env)
+run_cli = run_tensorgc_cli
 
 
 def test_cli_stats(tmp_path):
@@ -203,3 +201,41 @@ def test_record_dump_load_on_cuda(tmp_path):
         import shutil
         shutil.copy(p, os.environ["TENSORGC_SAVE_FIXTURE"])
     del y
+
+
+def test_cli_trace(tmp_path):
+    p = tmp_path / "snap.pickle"
+    dump_snapshot(p, made_snapshot())
+    r = run_cli("trace", str(p))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["0", "segment_alloc", "4.00M"]
+    assert "alloc" in lines[2] and lines[2].rstrip().endswith("active 2.00M")
+    assert "/home/u/train.py:7 step" in r.stdout
+    r = run_cli("trace", str(p), "--device", "3")
+    assert r.returncode == 1 and "no trace for cuda:3" in r.stderr
+
+
+def test_cli_compare(tmp_path):
+    a = made_snapshot()
+    b = made_snapshot()
+    b["segments"][0]["blocks"][1]["state"] = "active_allocated"  # a new live block in B
+    b["segments"].append({"device": 0, "address": 0x9000_0000, "total_size": 2 * MB,
+                          "segment_type": "large", "blocks": []})
+    pa, pb = tmp_path / "a.pickle", tmp_path / "b.pickle"
+    dump_snapshot(pa, a)
+    dump_snapshot(pb, b)
+    r = run_cli("compare", str(pa), str(pb))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert any(ln.startswith("segments only in A") and ": 0, 0.00B" in ln for ln in out)
+    assert any(ln.startswith("segments only in B") and ": 1, 2.00M" in ln for ln in out)
+    assert any(ln.startswith("allocated blocks only in B: 1, 2.00M") for ln in out)
+    assert "0x90000000 2.00M (large pool)" in r.stdout
+    # hostile values are a clean error, not a traceback
+    bad = made_snapshot()
+    bad["segments"][0]["address"] = "x"
+    pc = tmp_path / "c.pickle"
+    dump_snapshot(pc, bad)
+    r = run_cli("compare", str(pa), str(pc))
+    assert r.returncode == 1 and "Traceback" not in r.stderr

@@ -10,7 +10,7 @@ import pytest
 
 from tensorgc import _tensorgc, dump_snapshot, load_snapshot
 from tensorgc.timeline import replay, timeline_html
-from _util import png_colors
+from _util import png_colors, run_tensorgc_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MB = 1 << 20
@@ -98,10 +98,7 @@ def test_bad_arguments():
     assert tl["max"] == 0 and tl["bands"] == []
 
 
-def run_cli(*args):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "tensorgc", *args], capture_output=True,
-                          text=True, timeout=300, env=env)
+run_cli = run_tensorgc_cli
 
 
 def test_cli_timeline(tmp_path):

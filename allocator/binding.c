@@ -5,6 +5,7 @@
 #include "tgc.h"
 #include "tensorgc/alloc.h"
 #include "tensorgc/timeline.h"
+#include "tensorgc/segmap.h"
 
 /* d[key] as an unsigned 64-bit int; `dflt` when missing and dflt_ok, else ValueError. */
 static int
@@ -412,5 +413,168 @@ done:
     Py_XDECREF(pres);
     Py_XDECREF(ooms);
     Py_XDECREF(bands);
+    return result;
+}
+
+/* _segmap(trace, segments, device, upto, use_free_requested) -> [(kind, addr, size, event)]
+ *   The segments (kind 0) and allocations (kind 1) of one device after trace[0:upto] (trace
+ *   positions), from the snapshot's final segments. event: the trace position that made it,
+ *   -1 when it predates what the trace shows. */
+PyObject *
+tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_ssize_t upto,
+                 int use_free_requested)
+{
+    if (!PyList_Check(trace) || !PyList_Check(segments)) {
+        PyErr_SetString(PyExc_TypeError, "_segmap(trace: list, segments: list, ...)");
+        return NULL;
+    }
+    PyObject *items = PyList_AsTuple(trace), *segs = items ? PyList_AsTuple(segments) : NULL;
+    tgc_sm_event *ev = NULL;
+    tgc_sm_item *fin = NULL, *out = NULL;
+    size_t n = 0, nfin = 0, nout = 0, upto_ev = 0;
+    PyObject *result = NULL;
+    if (segs == NULL) {
+        goto done;
+    }
+    Py_ssize_t nt = PyTuple_GET_SIZE(items);
+    if (upto < 0 || upto > nt) {
+        PyErr_Format(PyExc_ValueError, "event %zd is outside the trace (0..%zd)", upto, nt);
+        goto done;
+    }
+    ev = malloc((size_t)(nt ? nt : 1) * sizeof(tgc_sm_event));
+    if (ev == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nt; i++) {
+        PyObject *e = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple keeps it */
+        if (i == upto) {
+            upto_ev = n;
+        }
+        if (!PyDict_Check(e)) {
+            PyErr_Format(PyExc_ValueError, "trace entry %zd is not a dict", i);
+            goto done;
+        }
+        PyObject *a = PyDict_GetItemString(e, "action");  /* borrowed */
+        if (a == NULL || !PyUnicode_Check(a)) {
+            PyErr_Format(PyExc_ValueError, "trace entry %zd has no str 'action'", i);
+            goto done;
+        }
+        int act;
+        if (PyUnicode_CompareWithASCIIString(a, "alloc") == 0) {
+            act = TGC_SM_ALLOC;
+        }
+        else if (PyUnicode_CompareWithASCIIString(
+                     a, use_free_requested ? "free_requested" : "free_completed") == 0) {
+            act = TGC_SM_FREE;
+        }
+        else if (PyUnicode_CompareWithASCIIString(a, "segment_alloc") == 0 ||
+                 PyUnicode_CompareWithASCIIString(a, "segment_map") == 0) {
+            act = TGC_SM_SEG_ADD;
+        }
+        else if (PyUnicode_CompareWithASCIIString(a, "segment_free") == 0 ||
+                 PyUnicode_CompareWithASCIIString(a, "segment_unmap") == 0) {
+            act = TGC_SM_SEG_DEL;
+        }
+        else {
+            continue;
+        }
+        uint64_t addr, size;
+        if (bind__u64(e, "addr", &addr, 0, 0) < 0 || bind__u64(e, "size", &size, 0, 0) < 0) {
+            goto done;
+        }
+        if (addr == UINT64_MAX) {
+            PyErr_Format(PyExc_ValueError, "trace entry %zd: address out of range", i);
+            goto done;
+        }
+        ev[n++] = (tgc_sm_event){addr, size, (uint32_t)i, (uint8_t)act};
+    }
+    if (upto == nt) {
+        upto_ev = n;
+    }
+    size_t cap = 16;
+    fin = malloc(cap * sizeof(tgc_sm_item));
+    if (fin == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(segs); i++) {
+        PyObject *sg = PyTuple_GET_ITEM(segs, i);
+        uint64_t dev, addr, total;
+        if (!PyDict_Check(sg) || bind__u64(sg, "device", &dev, 0, 0) < 0 ||
+            bind__u64(sg, "address", &addr, 0, 0) < 0 ||
+            bind__u64(sg, "total_size", &total, 0, 0) < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "allocator snapshot: a segment must be a dict");
+            }
+            goto done;
+        }
+        if ((int64_t)dev != device) {
+            continue;
+        }
+        PyObject *blocks = PyDict_GetItemString(sg, "blocks");  /* borrowed */
+        Py_ssize_t nb = blocks != NULL && PyList_Check(blocks) ? PyList_GET_SIZE(blocks) : 0;
+        if (nfin + (size_t)nb + 1 > cap) {
+            while (nfin + (size_t)nb + 1 > cap) {
+                cap *= 2;
+            }
+            tgc_sm_item *p = realloc(fin, cap * sizeof(tgc_sm_item));
+            if (p == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            fin = p;
+        }
+        if (addr == UINT64_MAX) {
+            PyErr_SetString(PyExc_ValueError, "allocator snapshot: segment address out of range");
+            goto done;
+        }
+        fin[nfin++] = (tgc_sm_item){addr, total, UINT32_MAX, TGC_SM_SEGMENT};
+        uint64_t at = addr;
+        for (Py_ssize_t j = 0; j < nb; j++) {
+            PyObject *b = PyList_GET_ITEM(blocks, j);
+            uint64_t baddr, bsize;
+            if (!PyDict_Check(b) || bind__u64(b, "size", &bsize, 0, 0) < 0 ||
+                bind__u64(b, "address", &baddr, 1, at) < 0) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_ValueError, "allocator snapshot: a block must be a dict");
+                }
+                goto done;
+            }
+            at = baddr + bsize;
+            if (bind__state(b) == TGC_BLOCK_ALLOCATED && baddr != UINT64_MAX) {
+                fin[nfin++] = (tgc_sm_item){baddr, bsize, UINT32_MAX, TGC_SM_ALLOCATION};
+            }
+            else if (PyErr_Occurred()) {
+                goto done;
+            }
+        }
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tgc_segmap_at(ev, n, fin, nfin, upto_ev, &out, &nout);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = PyList_New((Py_ssize_t)nout);
+    for (size_t i = 0; result != NULL && i < nout; i++) {
+        PyObject *t = Py_BuildValue("(iKKn)", out[i].kind, (unsigned long long)out[i].addr,
+                                    (unsigned long long)out[i].size,
+                                    out[i].event == UINT32_MAX ? (Py_ssize_t)-1
+                                                               : (Py_ssize_t)out[i].event);
+        if (t == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, (Py_ssize_t)i, t);
+    }
+done:
+    free(ev);
+    free(fin);
+    free(out);
+    Py_XDECREF(items);
+    Py_XDECREF(segs);
     return result;
 }

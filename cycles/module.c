@@ -606,6 +606,23 @@ timeline(PyObject *Py_UNUSED(module), PyObject *args)
     return tgc_alloc_timeline(trace, pre, columns, detail, use_req);
 }
 
+PyDoc_STRVAR(segmap_doc,
+"_segmap(trace, segments, device, upto, use_free_requested) -> list\n\n"
+"Segments (kind 0) and allocations (kind 1) after trace[:upto] (allocator/segmap.c).");
+
+static PyObject *
+segmap(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *trace, *segs;
+    int device, use_req;
+    Py_ssize_t upto;
+    if (!PyArg_ParseTuple(args, "O!O!inp:_segmap", &PyList_Type, &trace, &PyList_Type, &segs,
+                          &device, &upto, &use_req)) {
+        return NULL;
+    }
+    return tgc_alloc_segmap(trace, segs, device, upto, use_req);
+}
+
 PyDoc_STRVAR(device_memory_doc,
 "_device_memory(ordinal) -> dict\n\nThe CUDA driver's and NVML's view of one device, loaded at "
 "run time; {'ok': False, 'error': ...} without a driver.");
@@ -650,6 +667,7 @@ static PyMethodDef module_methods[] = {
      alloc_attribute_doc},
     {"_device_memory", (PyCFunction)device_memory, METH_O, device_memory_doc},
     {"_timeline", (PyCFunction)timeline, METH_VARARGS, timeline_doc},
+    {"_segmap", (PyCFunction)segmap, METH_VARARGS, segmap_doc},
     {NULL, NULL, 0, NULL},
 };
 

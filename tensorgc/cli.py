@@ -2,6 +2,7 @@
 
     tensorgc stats SNAP                      what a snapshot file holds, per device
     tensorgc timeline SNAP -o out.html       the Active Memory Timeline, self-contained HTML
+    tensorgc segments SNAP -o out.html       the segment map at an event (--at N) or OOM (--oom)
     tensorgc trace SNAP                      the allocator trace as text, with stacks
     tensorgc compare A B                     segments and blocks only in A or only in B
 
@@ -56,6 +57,26 @@ def _timeline(args) -> int:
     page = timeline_html(snap, device=args.device, detail=args.detail,
                          title=f"Active memory timeline of {os.path.basename(args.snapshot)}, "
                                f"cuda:{args.device}")
+    out = os.path.abspath(args.output)
+    fd, tmp = tempfile.mkstemp(prefix=".tensorgc-", suffix=".html", dir=os.path.dirname(out))
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(tmp, out)
+    print(f"{out}: {len(page.encode()):,} bytes", file=sys.stderr)
+    return 0
+
+
+def _segments(args) -> int:
+    import os
+    import tempfile
+
+    from .segments import segments_html
+    from .snapshot import load_snapshot
+
+    if args.at is not None and args.oom is not None:
+        raise ValueError("give --at or --oom, not both")
+    snap = load_snapshot(args.snapshot, max_bytes=args.max_bytes)
+    page = segments_html(snap, device=args.device, at=args.at, oom=args.oom)
     out = os.path.abspath(args.output)
     fd, tmp = tempfile.mkstemp(prefix=".tensorgc-", suffix=".html", dir=os.path.dirname(out))
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -157,6 +178,17 @@ def main(argv=None) -> int:
     t.add_argument("--detail", type=int, default=300,
                    help="how many of the largest allocations get their own band (default 300)")
     t.add_argument("--max-bytes", type=int, default=None, help="refuse larger files (default 8 GiB)")
+    sg = sub.add_parser("segments", help="the segment map at an event or an OOM, as HTML",
+                        description="Reconstruct the allocator's segments and live allocations "
+                                    "at any trace entry (default: the end) or just before an OOM, "
+                                    "and draw them: one row per segment, hover for stacks.")
+    sg.add_argument("snapshot", help="the snapshot file (a pickle; read without running code)")
+    sg.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    sg.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    sg.add_argument("--at", type=int, default=None, help="the state after this many trace entries")
+    sg.add_argument("--oom", type=int, nargs="?", const=0, default=None,
+                    help="the state just before the N-th OOM (default the first; -1 the last)")
+    sg.add_argument("--max-bytes", type=int, default=None, help="refuse larger files (default 8 GiB)")
     tr = sub.add_parser("trace", help="the allocator trace as text, with stacks",
                         description="Print one device's trace entries in order: action, size, "
                                     "address, the active bytes after it, and the top frames.")
@@ -182,7 +214,7 @@ def main(argv=None) -> int:
     if getattr(args, "max_bytes", 0) is None:
         args.max_bytes = DEFAULT_MAX_BYTES
     try:
-        return {"stats": _stats, "timeline": _timeline, "trace": _trace,
+        return {"stats": _stats, "timeline": _timeline, "segments": _segments, "trace": _trace,
                 "compare": _compare}[args.command](args)
     except (SnapshotError, ValueError, TypeError, OSError) as exc:
         print(f"tensorgc {args.command}: {exc}", file=sys.stderr)

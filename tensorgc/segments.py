@@ -1,0 +1,99 @@
+"""The allocator's segment map at any event of a snapshot's trace (or at an OOM), as a
+self-contained HTML page: one row per segment, its live allocations drawn where they sit, hover
+for size and stack. The reconstruction is C (allocator/segmap.c); strings from the file are
+escaped.
+
+    html = segments_html(load_snapshot(path), at=12345)     # after trace[:12345]
+    html = segments_html(load_snapshot(path), oom=0)        # just before the first OOM
+"""
+from __future__ import annotations
+
+import html as _html
+
+from . import _tensorgc
+from .reporter import readable_size as R
+from .timeline import _color, _frames_text, _site
+
+__all__ = ["segments_html", "segment_map"]
+
+ROW, WIDTH, LEFT, MAX_ROWS = 18, 1000, 150, 2000
+
+
+def segment_map(snap, device=0, at=None, oom=None):
+    """(upto, segments, allocations, trace): the state after trace[:upto]; segments and
+    allocations as (addr, size, event) with event -1 when it predates the trace."""
+    if not isinstance(device, int) or device < 0:
+        raise ValueError(f"device must be an int >= 0, not {device!r}")
+    traces = snap.get("device_traces") or []
+    trace = traces[device] if device < len(traces) else []
+    if oom is not None:
+        ooms = [i for i, e in enumerate(trace) if e.get("action") == "oom"]
+        if not ooms:
+            raise ValueError(f"no OOM event in the trace of cuda:{device}")
+        if not isinstance(oom, int) or not -len(ooms) <= oom < len(ooms):
+            raise ValueError(f"--oom {oom!r}: the trace has {len(ooms)} OOM event(s)")
+        upto = ooms[oom]
+    elif at is not None:
+        if not isinstance(at, int) or not 0 <= at <= len(trace):
+            raise ValueError(f"event {at!r} is outside the trace (0..{len(trace)})")
+        upto = at
+    else:
+        upto = len(trace)
+    use_req = any(e.get("action") == "free_requested" for e in trace)
+    items = _tensorgc._segmap(trace, snap.get("segments", []), device, upto, use_req)
+    segs = [(a, s, e) for k, a, s, e in items if k == 0]
+    allocs = [(a, s, e) for k, a, s, e in items if k == 1]
+    return upto, segs, allocs, trace
+
+
+def segments_html(snap, device=0, at=None, oom=None, title=None):
+    upto, segs, allocs, trace = segment_map(snap, device=device, at=at, oom=oom)
+    rows = segs[:MAX_ROWS]
+    parts = []
+    j = 0
+    allocs = sorted(allocs)
+    for r, (sa, ss, se) in enumerate(rows):
+        y = 10 + r * ROW
+        used = 0
+        inner = []
+        while j < len(allocs) and allocs[j][0] < sa:
+            j += 1
+        k = j
+        while k < len(allocs) and allocs[k][0] < sa + ss:
+            a, s, e = allocs[k]
+            used += s
+            entry = trace[e] if 0 <= e < len(trace) else {}
+            x0 = LEFT + (a - sa) * WIDTH / max(ss, 1)
+            w = max(s * WIDTH / max(ss, 1), 0.5)
+            tip = (f"{R(s)} at +{a - sa:#x} of the segment; "
+                   + (f"allocated at event {e}" if e >= 0 else "allocated before the trace")
+                   + f"\n{_frames_text(entry) or 'no stack recorded'}")
+            inner.append(f'<rect class="a" x="{x0:.1f}" y="{y + 2}" width="{w:.1f}" '
+                         f'height="{ROW - 4}" fill="{_color(_site(entry))}">'
+                         f"<title>{_html.escape(tip)}</title></rect>")
+            k += 1
+        parts.append(f'<rect class="s" x="{LEFT}" y="{y + 1}" width="{WIDTH}" height="{ROW - 2}">'
+                     f"<title>{_html.escape(f'segment {sa:#x}: {R(ss)}, {R(used)} allocated')}"
+                     "</title></rect>")
+        parts.extend(inner)
+        parts.append(f'<text x="{LEFT - 6}" y="{y + ROW / 2}" class="ax">'
+                     f"{_html.escape(f'{R(ss)} ({R(used)} used)')}</text>")
+    h = 20 + len(rows) * ROW
+    where = (f"just before OOM event {upto}" if oom is not None
+             else f"after trace entry {upto - 1:,}" if upto else "before the first trace entry")
+    head = title or f"Allocator segments of cuda:{device}, {where}"
+    total = sum(s for _, s, _ in segs)
+    live = sum(s for _, s, _ in allocs)
+    summary = (f"{len(segs)} segments, {R(total)} reserved, {len(allocs)} allocations, "
+               f"{R(live)} allocated ({where}; {len(trace):,} trace entries)."
+               + (f" The first {MAX_ROWS} segments are drawn." if len(segs) > MAX_ROWS else "")
+               + " Each row is one segment scaled to the width; hover an allocation for its "
+               "size and stack.")
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LEFT + WIDTH + 10} {h}" '
+           f'width="100%">' + "".join(parts) + "</svg>")
+    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>" + _html.escape(head)
+            + "</title><style>body{font:14px sans-serif;margin:16px;color:#222}"
+            ".s{fill:#eee;stroke:#bbb}.a{stroke:#fff;stroke-width:.3}.a:hover{stroke:#000;"
+            "stroke-width:1.5}.ax{font-size:11px;text-anchor:end;dominant-baseline:middle}"
+            "</style></head><body><h2>" + _html.escape(head) + "</h2><p>" + _html.escape(summary)
+            + "</p>" + svg + "</body></html>")

@@ -1,0 +1,104 @@
+"""Segment maps at any event (allocator/segmap.c): rewinding from the snapshot's final state and
+replaying forward, pre-existing segments and allocations, address reuse, OOM points, the page
+(escaped, self-contained), the CLI, and a non-blank headless Chromium screenshot."""
+import shutil
+import subprocess
+
+import pytest
+
+from tensorgc import dump_snapshot
+from tensorgc.segments import segment_map, segments_html
+from _util import png_colors, run_tensorgc_cli
+
+MB = 1 << 20
+S1, S2, OLD = 0x7000_0000, 0x9000_0000, 0x5000_0000
+
+
+def e(action, addr, size, line=1):
+    return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": 0,
+            "frames": [{"filename": "/w/t.py", "line": line, "name": "f"}]}
+
+
+def snapshot():
+    trace = [e("segment_alloc", S1, 20 * MB),               # 0
+             e("alloc", S1, 4 * MB, 2),                       # 1
+             e("alloc", S1 + 4 * MB, 2 * MB, 3),              # 2
+             e("free_requested", S1, 4 * MB),                 # 3
+             e("free_completed", S1, 4 * MB),                 # 4
+             {"action": "oom", "addr": 0, "size": 0, "device_free": 0, "frames": []},  # 5
+             e("segment_alloc", S2, 2 * MB),                  # 6
+             e("alloc", S2, MB, 7),                           # 7
+             e("free_requested", OLD, MB),                    # 8: made before the trace
+             e("alloc", S1, MB, 9)]                           # 9: the address again
+    segs = [  # the final state
+        {"device": 0, "address": OLD, "total_size": 2 * MB, "blocks": [
+            {"address": OLD, "size": 2 * MB, "state": "inactive"}]},
+        {"device": 0, "address": S1, "total_size": 20 * MB, "blocks": [
+            {"address": S1, "size": MB, "state": "active_allocated"},
+            {"address": S1 + MB, "size": 3 * MB, "state": "inactive"},
+            {"address": S1 + 4 * MB, "size": 2 * MB, "state": "active_allocated"},
+            {"address": S1 + 6 * MB, "size": 14 * MB, "state": "inactive"}]},
+        {"device": 0, "address": S2, "total_size": 2 * MB, "blocks": [
+            {"address": S2, "size": MB, "state": "active_allocated"},
+            {"address": S2 + MB, "size": MB, "state": "inactive"}]},
+    ]
+    return {"segments": segs, "device_traces": [trace]}
+
+
+def test_state_at_each_point():
+    snap = snapshot()
+    _, segs, allocs, _ = segment_map(snap, at=0)
+    assert segs == [(OLD, 2 * MB, -1)] and allocs == [(OLD, MB, -1)]
+    _, segs, allocs, _ = segment_map(snap, at=3)
+    assert [s[0] for s in segs] == [OLD, S1]
+    assert allocs == [(OLD, MB, -1), (S1, 4 * MB, 1), (S1 + 4 * MB, 2 * MB, 2)]
+    _, segs, allocs, _ = segment_map(snap, at=10)
+    assert [s[0] for s in segs] == [OLD, S1, S2]
+    assert allocs == [(S1, MB, 9), (S1 + 4 * MB, 2 * MB, 2), (S2, MB, 7)]
+    upto, _, allocs, _ = segment_map(snap, oom=0)
+    assert upto == 5 and allocs == [(OLD, MB, -1), (S1 + 4 * MB, 2 * MB, 2)]
+    assert segment_map(snap)[0] == 10  # default: the end
+
+
+@pytest.mark.parametrize("kw", [{"at": -1}, {"at": 11}, {"oom": 1}, {"device": -1}, {"at": "3"}])
+def test_bad_points_are_value_errors(kw):
+    with pytest.raises(ValueError):
+        segment_map(snapshot(), **kw)
+
+
+def test_page_escapes_and_needs_nothing_outside():
+    snap = snapshot()
+    snap["device_traces"][0][1]["frames"] = [{"filename": "<img src=x onerror=alert(1)>.py",
+                                              "line": 1, "name": "<b>"}]
+    page = segments_html(snap, at=3)
+    assert "<img" not in page and "&lt;img" in page and "<script" not in page
+    assert "https://" not in page
+    assert page.count('class="s"') == 2 and page.count('class="a"') == 3
+
+
+def test_cli_segments(tmp_path):
+    p = tmp_path / "s.pickle"
+    dump_snapshot(p, snapshot())
+    out = tmp_path / "seg.html"
+    r = run_tensorgc_cli("segments", str(p), "-o", str(out), "--oom")
+    assert r.returncode == 0, r.stderr
+    assert "just before OOM event 5" in out.read_text()
+    r = run_tensorgc_cli("segments", str(p), "-o", str(out), "--at", "99")
+    assert r.returncode == 1 and "outside the trace" in r.stderr
+    r = run_tensorgc_cli("segments", str(p), "-o", str(out), "--at", "1", "--oom")
+    assert r.returncode == 1 and "not both" in r.stderr
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make deps installs it)")
+def test_headless_chromium_screenshot_is_not_blank(tmp_path):
+    page = tmp_path / "s.html"
+    page.write_text(segments_html(snapshot(), at=3))
+    shot = tmp_path / "s.png"
+    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                        f"--screenshot={shot}", "--window-size=1200,300", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert shot.exists(), r.stderr[-2000:]
+    assert len(png_colors(shot)) > 5

@@ -46,9 +46,29 @@ def _stats(args) -> int:
     return 0
 
 
-def _timeline(args) -> int:
+def _write_page(path, page) -> int:
+    """Writes the page atomically (a private temp file beside it, then a rename)."""
     import os
     import tempfile
+
+    out = os.path.abspath(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tensorgc-", suffix=".html", dir=os.path.dirname(out))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    print(f"{out}: {len(page.encode()):,} bytes", file=sys.stderr)
+    return 0
+
+
+def _timeline(args) -> int:
+    import os
 
     from .snapshot import load_snapshot
     from .timeline import timeline_html
@@ -57,19 +77,10 @@ def _timeline(args) -> int:
     page = timeline_html(snap, device=args.device, detail=args.detail,
                          title=f"Active memory timeline of {os.path.basename(args.snapshot)}, "
                                f"cuda:{args.device}")
-    out = os.path.abspath(args.output)
-    fd, tmp = tempfile.mkstemp(prefix=".tensorgc-", suffix=".html", dir=os.path.dirname(out))
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, out)
-    print(f"{out}: {len(page.encode()):,} bytes", file=sys.stderr)
-    return 0
+    return _write_page(args.output, page)
 
 
 def _segments(args) -> int:
-    import os
-    import tempfile
-
     from .segments import segments_html
     from .snapshot import load_snapshot
 
@@ -77,13 +88,7 @@ def _segments(args) -> int:
         raise ValueError("give --at or --oom, not both")
     snap = load_snapshot(args.snapshot, max_bytes=args.max_bytes)
     page = segments_html(snap, device=args.device, at=args.at, oom=args.oom)
-    out = os.path.abspath(args.output)
-    fd, tmp = tempfile.mkstemp(prefix=".tensorgc-", suffix=".html", dir=os.path.dirname(out))
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, out)
-    print(f"{out}: {len(page.encode()):,} bytes", file=sys.stderr)
-    return 0
+    return _write_page(args.output, page)
 
 
 def _frames(entry, limit):

@@ -47,22 +47,13 @@ def _stats(args) -> int:
 
 
 def _write_page(path, page) -> int:
-    """Writes the page atomically (a private temp file beside it, then a rename)."""
+    """Writes the page atomically (see snapshot.atomic_write)."""
     import os
-    import tempfile
+
+    from .snapshot import atomic_write
 
     out = os.path.abspath(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tensorgc-", suffix=".html", dir=os.path.dirname(out))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(page)
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(out, lambda f: f.write(page))
     print(f"{out}: {len(page.encode()):,} bytes", file=sys.stderr)
     return 0
 

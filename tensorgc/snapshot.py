@@ -71,11 +71,18 @@ def dump_snapshot(path, snap=None):
     if snap is None:
         snap = snapshot()
     path = os.fspath(path)
+    atomic_write(path, lambda f: pickle.dump(snap, f, protocol=4), binary=True)
+    return path
+
+
+def atomic_write(path, write, binary=False):
+    """Calls write(file) on a private temp file (mkstemp: 0600, unpredictable name) in path's
+    directory, then renames it to path, so readers never see half a file."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tensorgc-snapshot-", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=".tensorgc-", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(snap, f, protocol=4)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -83,7 +90,6 @@ def dump_snapshot(path, snap=None):
         except OSError:
             pass
         raise
-    return path
 
 
 class _PlainUnpickler(pickle.Unpickler):

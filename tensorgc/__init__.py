@@ -20,6 +20,7 @@ from ._tensorgc import (
     render_svg,
 )
 from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
+from .oom import on_oom, write_autopsy  # noqa: E402
 from .snapshot import (  # noqa: E402
     SnapshotError,
     dump_snapshot,
@@ -36,6 +37,8 @@ __all__ = [
     "Report",
     "Row",
     "SnapshotError",
+    "on_oom",
+    "write_autopsy",
     "dump_snapshot",
     "load_snapshot",
     "record_memory_history",

@@ -1,0 +1,179 @@
+"""The OOM autopsy: when CUDA runs out of memory, write down why, without having planned for it.
+
+``tensorgc.on_oom(directory)`` attaches an observer to PyTorch's caching allocator (it runs
+after the allocator gave up and released its lock, before OutOfMemoryError is raised). Each OOM
+writes, into a new private subdirectory ``oom-<time>-<pid>-cuda<N>/``:
+
+* ``snapshot.pickle``: the allocator's state and history (protocol 4; memory_viz reads it too);
+* ``timeline.html`` and ``segments.html``: the Active Memory Timeline and the segment map just
+  before the OOM (when history recording was on: ``tensorgc.record_memory_history()``);
+* ``memreport.txt``: the MemReporter's verbose table for the device;
+* ``gc.txt`` (and ``cycles-<i>.html``): whether a garbage collection right now frees device
+  memory, and the cycle reports of the tensors it frees.
+
+and logs a WARNING on logger "tensorgc" with the directory and the one-line verdict. The observer
+never raises (a failure is logged), and an OOM inside the autopsy does not start another.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import time
+import traceback
+
+__all__ = ["on_oom", "write_autopsy"]
+
+logger = logging.getLogger("tensorgc")
+
+
+def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, reason=None):
+    """Write the autopsy files for ``device`` into a new subdirectory of ``directory`` and return
+    (path, verdict). Usable by hand too (``device="cpu"`` writes the report and the gc check)."""
+    import torch
+
+    from . import observe_cycles
+    from .reporter import MemReporter, readable_size as R
+    from .snapshot import atomic_write, dump_snapshot
+
+    dev = torch.device(device)
+    is_cuda = dev.type == "cuda"
+    index = dev.index if dev.index is not None else (torch.cuda.current_device() if is_cuda else 0)
+    if is_cuda:
+        dev = torch.device("cuda", index)
+    os.makedirs(directory, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = os.path.join(directory, f"oom-{stamp}-{os.getpid()}-{dev.type}{index}")
+    n = 0
+    while True:
+        try:
+            os.mkdir(path + (f"-{n}" if n else ""), 0o700)
+            path += f"-{n}" if n else ""
+            break
+        except FileExistsError:
+            n += 1
+    notes = [f"tensorgc OOM autopsy for {dev}" + (f": {reason}" if reason else "")]
+
+    def put(name, text):
+        atomic_write(os.path.join(path, name), lambda f: f.write(text))
+
+    def step(what, fn):
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 -- one missing file must not lose the others
+            notes.append(f"{what} failed:\n{traceback.format_exc(limit=4)}")
+
+    if is_cuda:
+        def snap_files():
+            from .segments import segments_html
+            from .snapshot import snapshot
+            from .timeline import timeline_html
+
+            snap = snapshot()
+            dump_snapshot(os.path.join(path, "snapshot.pickle"), snap)
+            traces = snap.get("device_traces") or []
+            if index < len(traces) and traces[index]:
+                put("timeline.html", timeline_html(snap, device=index))
+                has_oom = any(e.get("action") == "oom" for e in traces[index])
+                put("segments.html", segments_html(snap, device=index,
+                                                   oom=-1 if has_oom else None))
+            else:
+                put("segments.html", segments_html(snap, device=index))
+                notes.append("no allocation history: call tensorgc.record_memory_history() "
+                             "early in the run to get the timeline and stacks")
+        step("the snapshot", snap_files)
+
+    def report():
+        rep = MemReporter(model, optimizer=optimizer).collect(device=str(dev))
+        put("memreport.txt", rep.format(verbose=True) + "\n")
+    step("the MemReporter table", report)
+
+    verdict = ["no verdict"]
+
+    def gc_check():
+        reports = []
+        before = torch.cuda.memory_allocated(index) if is_cuda else None
+        with observe_cycles(reports.append, device=str(dev)):
+            found = gc.collect()
+        after = torch.cuda.memory_allocated(index) if is_cuda else None
+        held = sum(r.nbytes for r in reports)
+        lines = [f"gc.collect() found {found} unreachable objects"]
+        if is_cuda:
+            lines.append(f"memory_allocated on {dev}: {R(before)} -> {R(after)} "
+                         f"({R(before - after)} freed)")
+        for i, r in enumerate(reports):
+            page = os.path.join(path, f"cycles-{i}.html")
+            atomic_write(page, lambda f, r=r: f.write(r.html))
+            lines.append(r.text)
+        if held:
+            verdict[0] = (f"reference cycles held {R(held)} of tensors on {dev}: a gc.collect() "
+                          "freed them (see cycles-*.html)")
+        elif is_cuda and before > after:
+            verdict[0] = f"a gc.collect() freed {R(before - after)} on {dev}"
+        else:
+            verdict[0] = "a garbage collection would not free device memory"
+        lines.insert(0, verdict[0])
+        put("gc.txt", "\n".join(lines) + "\n")
+    step("the gc check", gc_check)
+    put("README.txt", "\n\n".join(notes) + "\n")
+    return path, verdict[0]
+
+
+class _Observer:
+    """The callable torch keeps. Inactive after remove(); never raises."""
+
+    def __init__(self, directory, model, optimizer):
+        self.directory = directory
+        self.model = model
+        self.optimizer = optimizer
+        self.active = True
+        self.busy = False  # an OOM inside the autopsy must not start another
+        self.count = 0
+
+    def __call__(self, device, alloc, device_allocated, device_free):
+        if not self.active or self.busy:
+            return
+        self.busy = True
+        try:
+            from .reporter import readable_size as R
+
+            reason = (f"asked for {R(alloc)} with {R(device_allocated)} allocated and "
+                      f"{R(device_free)} free on the device")
+            model = self.model() if self.model is not None else None
+            opt = self.optimizer() if self.optimizer is not None else None
+            path, verdict = write_autopsy(self.directory, f"cuda:{device}", model=model,
+                                          optimizer=opt, reason=reason)
+            self.count += 1
+            logger.warning("tensorgc: CUDA out of memory on cuda:%s (%s); autopsy in %s: %s",
+                           device, reason, path, verdict)
+        except BaseException:  # noqa: BLE001 -- raising into the allocator is not an option
+            logger.exception("tensorgc: the OOM autopsy failed")
+        finally:
+            self.busy = False
+
+    def remove(self):
+        self.active = False
+
+
+def on_oom(directory=None, *, model=None, optimizer=None):
+    """Write an autopsy (see the module doc) into ``directory`` (default: the temp dir) at every
+    CUDA out-of-memory error from now on. Returns a function that turns it off. ``model`` and
+    ``optimizer`` (weakly held) name the tensors in the MemReporter table."""
+    import tempfile
+    import weakref
+
+    import torch
+
+    attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+    if not torch.cuda.is_available() or attach is None:
+        raise RuntimeError("tensorgc.on_oom needs CUDA and a torch with "
+                           "torch._C._cuda_attach_out_of_memory_observer")
+    if directory is None:
+        directory = tempfile.gettempdir()
+    if not os.path.isdir(directory):
+        raise NotADirectoryError(f"{directory!r} is not a directory")
+    obs = _Observer(os.path.abspath(directory),
+                    weakref.ref(model) if model is not None else None,
+                    weakref.ref(optimizer) if optimizer is not None else None)
+    attach(obs)
+    return obs.remove

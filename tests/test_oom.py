@@ -1,0 +1,103 @@
+"""The OOM autopsy: the files it writes (CPU: report and gc check, by hand), that a garbage
+collection's verdict names the cycles, that the observer never raises; on CUDA, a real OOM with
+a leak held by cycles and capped device memory."""
+import gc
+import logging
+import os
+
+import pytest
+import torch
+
+import tensorgc
+from tensorgc.oom import _Observer
+from _util import DEVICE, new_class
+
+
+def leak(n, numel):
+    Node = new_class("Leaky")
+    for _ in range(n):
+        a = Node()
+        a.me = a
+        a.t = torch.ones(numel, device=DEVICE)
+
+
+def test_write_autopsy_by_hand_names_the_cycles(tmp_path):
+    m = torch.nn.Linear(4, 4).to(DEVICE)
+    gc.disable()
+    try:
+        leak(3, 1000)
+        path, verdict = tensorgc.write_autopsy(str(tmp_path), DEVICE, model=m)
+    finally:
+        gc.enable()
+    files = set(os.listdir(path))
+    assert {"memreport.txt", "gc.txt", "README.txt"} <= files
+    assert any(f.startswith("cycles-") for f in files)
+    assert "reference cycles held" in verdict
+    assert "weight" in open(os.path.join(path, "memreport.txt")).read()
+    gctxt = open(os.path.join(path, "gc.txt")).read()
+    assert gctxt.startswith("reference cycles held") and "Leaky" in gctxt
+    assert oct(os.stat(path).st_mode & 0o777) == "0o700"
+
+
+def test_nothing_to_collect_says_so(tmp_path):
+    gc.collect()
+    _, verdict = tensorgc.write_autopsy(str(tmp_path), DEVICE)
+    assert verdict == "a garbage collection would not free device memory"
+
+
+def test_observer_never_raises_and_does_not_nest(tmp_path, caplog):
+    obs = _Observer(str(tmp_path / "missing" / "\0bad"), None, None)  # unwritable directory
+    with caplog.at_level(logging.ERROR, logger="tensorgc"):
+        obs(0, 1 << 20, 0, 0)  # must not raise
+    assert any("autopsy failed" in r.message for r in caplog.records)
+    obs.busy = True
+    obs(0, 1, 0, 0)  # nested: ignored
+    obs.busy = False
+    obs.remove()
+    obs(0, 1, 0, 0)
+    assert obs.count == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_on_oom_without_cuda_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        tensorgc.on_oom()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_real_oom_writes_the_autopsy(tmp_path, caplog):
+    gc.collect()
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info()
+    frac = min(1.0, (torch.cuda.memory_reserved() + (2 << 30)) / total)  # ~2 GB more allowed
+    torch.cuda.set_per_process_memory_fraction(frac)
+    tensorgc.record_memory_history(max_entries=10000)
+    off = tensorgc.on_oom(str(tmp_path))
+    Node = new_class("Leaky")
+    gc.disable()
+    try:
+        with caplog.at_level(logging.WARNING, logger="tensorgc"):
+            with pytest.raises(torch.cuda.OutOfMemoryError):
+                for _ in range(1000):
+                    a = Node()
+                    a.me = a
+                    a.t = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+                    del a
+    finally:
+        gc.enable()
+        off()
+        tensorgc.record_memory_history(enabled=None)
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        gc.collect()
+        torch.cuda.empty_cache()
+    dirs = [d for d in os.listdir(tmp_path) if d.startswith("oom-")]
+    assert len(dirs) == 1
+    path = tmp_path / dirs[0]
+    files = set(os.listdir(path))
+    assert {"snapshot.pickle", "timeline.html", "segments.html", "memreport.txt", "gc.txt"} <= files
+    assert "reference cycles held" in (path / "gc.txt").read_text()
+    snap = tensorgc.load_snapshot(path / "snapshot.pickle")
+    assert any(e["action"] == "oom" for t in snap["device_traces"] for e in t)
+    assert "OOM at event" in (path / "timeline.html").read_text()
+    assert "just before OOM event" in (path / "segments.html").read_text()
+    assert any("autopsy in" in r.message for r in caplog.records)

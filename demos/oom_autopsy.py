@@ -40,6 +40,7 @@ def main(argv=None) -> int:
         print("oom_autopsy: needs CUDA (the observer is the CUDA caching allocator's)")
         return 0
     directory = args.directory or tempfile.mkdtemp(prefix="tensorgc-oom-")
+    os.makedirs(directory, exist_ok=True)
     free, total = torch.cuda.mem_get_info()
     torch.cuda.set_per_process_memory_fraction(
         min(1.0, (torch.cuda.memory_reserved() + args.budget_gb * (1 << 30)) / total))

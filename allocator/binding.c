@@ -385,9 +385,10 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
         const tgc_band *bd = &tl.bands[b];
         PyObject *offs = bind__u64_list(bd->offset, bd->col1 - bd->col0);
         PyObject *item = offs ? Py_BuildValue(
-            "(nnKIIN)", bd->alloc_event == UINT32_MAX ? (Py_ssize_t)-1 : (Py_ssize_t)bd->alloc_event,
+            "(nnKIINK)", bd->alloc_event == UINT32_MAX ? (Py_ssize_t)-1 : (Py_ssize_t)bd->alloc_event,
             bd->free_event == UINT32_MAX ? (Py_ssize_t)-1 : (Py_ssize_t)bd->free_event,
-            (unsigned long long)bd->size, bd->col0, bd->col1, offs) : NULL;
+            (unsigned long long)bd->size, bd->col0, bd->col1, offs,
+            (unsigned long long)bd->addr) : NULL;
         if (item == NULL) {
             Py_CLEAR(bands);
             break;

@@ -8,7 +8,7 @@
 #include "tensorgc/timeline.h"
 
 typedef struct {
-    uint64_t size;
+    uint64_t addr, size;
     uint32_t alloc_event, free_event;
     size_t start, end;     /* event positions: alive in [start, end) */
     uint32_t band;         /* index into bands, UINT32_MAX when summarized */
@@ -108,6 +108,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
                 s = tgc_ptrmap_put(&map, key, (uint32_t)nslots++);
             }
             tl_alloc *a = &al[nal];
+            a->addr = e->addr;
             a->size = e->size;
             a->alloc_event = e->index;
             a->free_event = UINT32_MAX;
@@ -122,6 +123,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
             if (k == UINT32_MAX || al[k].end != n) {
                 /* freed without an ALLOC in the trace: it was alive from the start */
                 tl_alloc *a = &al[nal];
+                a->addr = e->addr;
                 a->size = e->size;
                 a->alloc_event = UINT32_MAX;
                 a->start = 0;
@@ -166,6 +168,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
         tgc_band *band = &out->bands[b];
         a->band = b;
         band->alloc_event = a->alloc_event;
+        band->addr = a->addr;
         band->free_event = a->free_event;
         band->size = a->size;
         /* drawn in column c iff alive at its end: start < stop(c) <= end, with

@@ -52,12 +52,16 @@ def main(argv=None) -> int:
             opt.zero_grad(set_to_none=True)
             del x, loss
         torch.cuda.synchronize()
+        # names for the blocks alive now: bands of parameters and optimizer state get colours
+        kinds = tensorgc.MemReporter(model, optimizer=opt).collect(device=device).block_kinds
         snap = tensorgc.snapshot()
     finally:
         tensorgc.record_memory_history(enabled=None)
     if args.snapshot:
         tensorgc.dump_snapshot(args.snapshot, snap)
-    page = timeline_html(snap, device=torch.cuda.current_device(), detail=400,
+    index = torch.cuda.current_device()
+    page = timeline_html(snap, device=index, detail=400,
+                         categories=kinds.get(f"cuda:{index}", {}),
                          title=f"{args.steps} training steps of {args.layers} x "
                                f"Linear({args.width}) + GELU with Adam")
     out = args.out

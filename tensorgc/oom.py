@@ -63,6 +63,14 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
         except Exception:  # noqa: BLE001 -- one missing file must not lose the others
             notes.append(f"{what} failed:\n{traceback.format_exc(limit=4)}")
 
+    kinds = {}
+
+    def report():
+        rep = MemReporter(model, optimizer=optimizer).collect(device=str(dev))
+        kinds.update(rep.block_kinds.get(str(dev), {}))
+        put("memreport.txt", rep.format(verbose=True) + "\n")
+    step("the MemReporter table", report)
+
     if is_cuda:
         def snap_files():
             from .segments import segments_html
@@ -73,7 +81,7 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
             dump_snapshot(os.path.join(path, "snapshot.pickle"), snap)
             traces = snap.get("device_traces") or []
             if index < len(traces) and traces[index]:
-                put("timeline.html", timeline_html(snap, device=index))
+                put("timeline.html", timeline_html(snap, device=index, categories=kinds))
                 has_oom = any(e.get("action") == "oom" for e in traces[index])
                 put("segments.html", segments_html(snap, device=index,
                                                    oom=-1 if has_oom else None))
@@ -82,11 +90,6 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
                 notes.append("no allocation history: call tensorgc.record_memory_history() "
                              "early in the run to get the timeline and stacks")
         step("the snapshot", snap_files)
-
-    def report():
-        rep = MemReporter(model, optimizer=optimizer).collect(device=str(dev))
-        put("memreport.txt", rep.format(verbose=True) + "\n")
-    step("the MemReporter table", report)
 
     verdict = ["no verdict"]
 

@@ -65,6 +65,9 @@ class Report:
     rows: List[Row]
     totals: Dict[str, dict]
     sites: Dict[str, list] = field(default_factory=dict)
+    # CUDA: {device: {block address: kind}} of the blocks holding found storages (the first,
+    # i.e. named, row's kind; saved_for_backward is reported as "activation")
+    block_kinds: Dict[str, dict] = field(default_factory=dict)
 
     def devices(self):
         return list(self.totals)
@@ -325,6 +328,7 @@ class MemReporter:
             if r[4] not in devices:
                 devices.append(r[4])
         block = {}  # row index -> block bytes
+        block_kinds: Dict[str, dict] = {}
         totals: Dict[str, dict] = {}
         sites: Dict[str, list] = {}
         cuda_idx = sorted({(r[6] if r[6] is not None else 0) for r in rows_raw if r[5] == "cuda"})
@@ -348,6 +352,9 @@ class MemReporter:
             for i, p in zip(which, per):
                 if p is not None:
                     block[i] = p[2] if p[3] else 0
+                    kinds = block_kinds.setdefault(rows_raw[i][4], {})
+                    kind = rows_raw[i][1]
+                    kinds.setdefault(p[1], "activation" if kind == "saved_for_backward" else kind)
             for i, r in enumerate(rows_raw):
                 if r[5] == "cuda" and i not in block:
                     block[i] = 0
@@ -390,7 +397,7 @@ class MemReporter:
         # devices in first-seen order, CUDA ones included even when only filtered for
         ordered = {d: totals[d] for d in devices if d in totals}
         ordered.update({d: t for d, t in totals.items() if d not in ordered})
-        return Report(rows=rows, totals=ordered, sites=sites)
+        return Report(rows=rows, totals=ordered, sites=sites, block_kinds=block_kinds)
 
 
 _is_tensor = _tensorgc._is_tensor  # a C type check: no isinstance, no __class__ property

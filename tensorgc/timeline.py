@@ -56,9 +56,16 @@ def _site(entry):
     return frames[0].get("filename", "?") if frames else "?"
 
 
-def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH):
+CATEGORY_COLORS = {"parameter": "#7b3fb5", "grad": "#d93b3b", "optimizer_state": "#f0a030",
+                   "activation": "#3a8fd9", "buffer": "#2a9d8f", "other": "#8c8c8c"}
+
+
+def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categories=None):
     """The page (str). ``detail``: how many of the largest allocations get their own band (the
-    rest is one summarized band), as memory_viz's slider."""
+    rest is one summarized band), as memory_viz's slider. ``categories``: {block address: kind}
+    from the MemReporter taken with the snapshot (Report.block_kinds[device]): bands of blocks
+    alive at the end are coloured by kind (parameter, grad, optimizer state, activation...);
+    the others by allocation site."""
     tl, trace = replay(snap, device=device, columns=columns, detail=detail)
     cols = len(tl["active"])
     top = max(tl["max"], 1)
@@ -72,7 +79,8 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH):
 
     parts = []
     # bands: top edge left to right, bottom edge back; only points where the offset changes
-    for alloc_ev, free_ev, size, c0, c1, offs in tl["bands"]:
+    legend = {}
+    for alloc_ev, free_ev, size, c0, c1, offs, addr in tl["bands"]:
         if c1 <= c0:
             continue
         pts_top, pts_bot = [], []
@@ -90,8 +98,15 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH):
         entry = trace[alloc_ev] if 0 <= alloc_ev < len(trace) else {}
         when = (f"allocated at event {alloc_ev}" if alloc_ev >= 0 else "allocated before the trace")
         when += f", freed at event {free_ev}" if free_ev >= 0 else ", alive at the end"
+        kind = categories.get(addr) if categories and free_ev < 0 else None
+        if kind is not None:
+            fill = CATEGORY_COLORS.get(kind, CATEGORY_COLORS["other"])
+            legend[kind] = fill
+            when += f"; {kind}"
+        else:
+            fill = _color(_site(entry))
         tip = f"{R(size)} ({size:,} bytes), {when}\n{_frames_text(entry) or 'no stack recorded'}"
-        parts.append(f'<polygon class="b" fill="{_color(_site(entry))}" points="'
+        parts.append(f'<polygon class="b" fill="{fill}" points="'
                      + " ".join(pts_top + pts_bot[::-1])
                      + f'"><title>{_html.escape(tip)}</title></polygon>')
     # the summarized rest, on top of the bands
@@ -113,6 +128,13 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH):
         tip = f"OOM at event {i}: device free {R(e.get('device_free', 0))}\n{_frames_text(e)}"
         parts.append(f'<line class="oom" x1="{x(c)}" x2="{x(c)}" y1="{TOP}" y2="{TOP + HEIGHT}">'
                      f"<title>{_html.escape(tip)}</title></line>")
+    if legend:
+        lx = LEFT + 8
+        for kind, fill in legend.items():
+            parts.append(f'<rect x="{lx}" y="{TOP + 6}" width="10" height="10" fill="{fill}"/>'
+                         f'<text x="{lx + 14}" y="{TOP + 15}" class="ax0">'
+                         f"{_html.escape(kind.replace('_', ' '))}</text>")
+            lx += 24 + 7 * len(kind)
     ticks = []
     for k in range(5):
         v = top * k / 4

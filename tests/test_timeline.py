@@ -139,3 +139,14 @@ def test_headless_chromium_screenshot_is_not_blank(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert shot.exists(), r.stderr[-2000:]
     assert len(png_colors(shot)) > 20  # bands in many colours, not a blank page
+
+
+def test_categories_colour_bands_alive_at_the_end():
+    trace = [ev("alloc", 0x1000, 4 * MB), ev("alloc", 0x2000, 2 * MB), ev("alloc", 0x3000, MB),
+             ev("free_requested", 0x3000, MB)]
+    page = timeline_html(snap_of(trace), detail=10,
+                         categories={0x1000: "parameter", 0x2000: "optimizer_state",
+                                     0x3000: "grad"})
+    assert 'fill="#7b3fb5"' in page and 'fill="#f0a030"' in page
+    assert ">parameter</text>" in page and ">optimizer state</text>" in page
+    assert ">grad</text>" not in page  # 0x3000 was freed: another allocation may own it now

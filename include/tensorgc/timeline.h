@@ -30,6 +30,7 @@ typedef struct {
     uint32_t alloc_event;   /* index (caller's) of the ALLOC/PRE event; UINT32_MAX: unknown */
     uint32_t free_event;    /* index of the FREE event, UINT32_MAX when still alive at the end */
     uint64_t size;
+    uint64_t addr;          /* its address (to match the reporter's blocks) */
     uint32_t col0, col1;    /* columns [col0, col1) in which it is drawn */
     uint64_t *offset;       /* offset[c - col0]: bytes of the bands below it, end of column c */
 } tgc_band;

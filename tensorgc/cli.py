@@ -12,6 +12,7 @@ Snapshot files are read with tensorgc.load_snapshot (no code from the file runs)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 
@@ -20,9 +21,8 @@ from .reporter import readable_size as R
 
 def _stats(args) -> int:
     from . import allocator
-    from .snapshot import load_snapshot
 
-    snap = load_snapshot(args.snapshot, max_bytes=args.max_bytes)
+    snap = _load(args, args.snapshot)
     segs = snap["segments"]
     _, totals, unseen = allocator.attribute(segs, [])
     out = [f"snapshot {args.snapshot}: {len(segs)} segments, "
@@ -46,10 +46,31 @@ def _stats(args) -> int:
     return 0
 
 
+PROGRESS_BYTES = 32 << 20  # inputs larger than this report progress (on a terminal)
+
+
+def _progress(args, msg):
+    """A progress line on stderr, only for large inputs and only when stderr is a terminal."""
+    paths = [getattr(args, k) for k in ("snapshot", "a", "b") if getattr(args, k, None)]
+    try:
+        large = any(os.path.getsize(p) > PROGRESS_BYTES for p in paths)
+    except OSError:
+        large = False
+    if large and sys.stderr.isatty():
+        print(f"tensorgc {args.command}: {msg}", file=sys.stderr, flush=True)
+
+
+def _load(args, path):
+    from .snapshot import load_snapshot
+
+    _progress(args, f"reading {path} ...")
+    snap = load_snapshot(path, max_bytes=args.max_bytes)
+    _progress(args, f"read {sum(len(t) for t in snap['device_traces']):,} trace entries")
+    return snap
+
+
 def _write_page(path, page) -> int:
     """Writes the page atomically (see snapshot.atomic_write)."""
-    import os
-
     from .snapshot import atomic_write
 
     out = os.path.abspath(path)
@@ -59,12 +80,10 @@ def _write_page(path, page) -> int:
 
 
 def _timeline(args) -> int:
-    import os
-
-    from .snapshot import load_snapshot
     from .timeline import timeline_html
 
-    snap = load_snapshot(args.snapshot, max_bytes=args.max_bytes)
+    snap = _load(args, args.snapshot)
+    _progress(args, "replaying the trace and drawing ...")
     page = timeline_html(snap, device=args.device, detail=args.detail,
                          title=f"Active memory timeline of {os.path.basename(args.snapshot)}, "
                                f"cuda:{args.device}")
@@ -73,11 +92,11 @@ def _timeline(args) -> int:
 
 def _segments(args) -> int:
     from .segments import segments_html
-    from .snapshot import load_snapshot
 
     if args.at is not None and args.oom is not None:
         raise ValueError("give --at or --oom, not both")
-    snap = load_snapshot(args.snapshot, max_bytes=args.max_bytes)
+    snap = _load(args, args.snapshot)
+    _progress(args, "reconstructing the segments ...")
     page = segments_html(snap, device=args.device, at=args.at, oom=args.oom)
     return _write_page(args.output, page)
 
@@ -89,9 +108,8 @@ def _frames(entry, limit):
 
 
 def _trace(args) -> int:
-    from .snapshot import load_snapshot
 
-    snap = load_snapshot(args.snapshot, max_bytes=args.max_bytes)
+    snap = _load(args, args.snapshot)
     traces = snap["device_traces"]
     if args.device >= len(traces) or not traces[args.device]:
         print(f"no trace for cuda:{args.device} in {args.snapshot} (recording was off, or "
@@ -119,10 +137,9 @@ def _trace(args) -> int:
 
 
 def _compare(args) -> int:
-    from .snapshot import load_snapshot
 
-    a = load_snapshot(args.a, max_bytes=args.max_bytes)
-    b = load_snapshot(args.b, max_bytes=args.max_bytes)
+    a = _load(args, args.a)
+    b = _load(args, args.b)
 
     def segs(s):
         return {(g.get("device"), g.get("address"), g.get("total_size")): g for g in s["segments"]}

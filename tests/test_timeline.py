@@ -150,3 +150,58 @@ def test_categories_colour_bands_alive_at_the_end():
     assert 'fill="#7b3fb5"' in page and 'fill="#f0a030"' in page
     assert ">parameter</text>" in page and ">optimizer state</text>" in page
     assert ">grad</text>" not in page  # 0x3000 was freed: another allocation may own it now
+
+
+def test_progress_only_for_large_inputs_on_a_terminal(tmp_path, monkeypatch, capsys):
+    import io
+    import types
+
+    from tensorgc import cli
+
+    p = tmp_path / "s.pickle"
+    dump_snapshot(p, snap_of([ev("alloc", 0x1000, MB)]))
+    args = types.SimpleNamespace(snapshot=str(p), command="timeline", max_bytes=1 << 30)
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(cli.sys, "stderr", Tty())
+    cli._progress(args, "hello")
+    assert cli.sys.stderr.getvalue() == ""  # small input: quiet
+    monkeypatch.setattr(cli, "PROGRESS_BYTES", 10)
+    cli._progress(args, "hello")
+    assert cli.sys.stderr.getvalue() == "tensorgc timeline: hello\n"
+    monkeypatch.setattr(cli.sys, "stderr", io.StringIO())  # not a terminal: quiet
+    cli._progress(args, "hello")
+    assert cli.sys.stderr.getvalue() == ""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make deps installs it)")
+def test_headless_chromium_screenshot_of_a_cycle_page_is_not_blank(tmp_path):
+    import gc as _gc
+
+    import torch
+
+    import tensorgc
+    from _util import DEVICE, new_class
+
+    pages = []
+    Holder = new_class("Holder")
+
+    def make():
+        h = Holder()
+        h.me = h
+        h.t = torch.ones(64, device=DEVICE)
+    with tensorgc.observe_tensor_cycles(pages.append, device=DEVICE):
+        make()
+        _gc.collect()
+    assert pages
+    page = tmp_path / "c.html"
+    page.write_text(pages[0])
+    shot = tmp_path / "c.png"
+    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                        f"--screenshot={shot}", "--window-size=1200,900", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert shot.exists(), r.stderr[-2000:]
+    assert len(png_colors(shot)) > 20

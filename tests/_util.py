@@ -138,3 +138,20 @@ def run_tensorgc_cli(*args, timeout=300):
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "tensorgc", *args], capture_output=True,
                           text=True, timeout=timeout, env=env)
+
+
+def chromium():
+    """Debian's chromium (make deps installs it), or None."""
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def screenshot(page, shot, size="1300,600"):
+    """A headless Chromium screenshot of the HTML file `page` (a pathlib.Path) into `shot`;
+    returns the process result."""
+    import subprocess
+
+    return subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+                           f"--screenshot={shot}", f"--window-size={size}", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)

@@ -1,14 +1,12 @@
 """Segment maps at any event (allocator/segmap.c): rewinding from the snapshot's final state and
 replaying forward, pre-existing segments and allocations, address reuse, OOM points, the page
 (escaped, self-contained), the CLI, and a non-blank headless Chromium screenshot."""
-import shutil
-import subprocess
 
 import pytest
 
 from tensorgc import dump_snapshot
 from tensorgc.segments import segment_map, segments_html
-from _util import png_colors, run_tensorgc_cli
+from _util import chromium, png_colors, run_tensorgc_cli, screenshot
 
 MB = 1 << 20
 S1, S2, OLD = 0x7000_0000, 0x9000_0000, 0x5000_0000
@@ -89,7 +87,7 @@ def test_cli_segments(tmp_path):
     assert r.returncode == 1 and "not both" in r.stderr
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = chromium()
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make deps installs it)")
@@ -97,8 +95,6 @@ def test_headless_chromium_screenshot_is_not_blank(tmp_path):
     page = tmp_path / "s.html"
     page.write_text(segments_html(snapshot(), at=3))
     shot = tmp_path / "s.png"
-    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                        f"--screenshot={shot}", "--window-size=1200,300", page.as_uri()],
-                       capture_output=True, text=True, timeout=120)
+    r = screenshot(page, shot, "1200,300")
     assert shot.exists(), r.stderr[-2000:]
     assert len(png_colors(shot)) > 5

@@ -5,8 +5,6 @@ import os
 import pickle
 import stat
 import struct
-import subprocess
-import sys
 
 import pytest
 import torch

@@ -2,15 +2,12 @@
 allocations, address reuse, detail, OOM), the page (self-contained, escaped), the CLI, and a
 headless Chromium screenshot that must not be blank."""
 import os
-import shutil
-import subprocess
-import sys
 
 import pytest
 
 from tensorgc import _tensorgc, dump_snapshot, load_snapshot
 from tensorgc.timeline import replay, timeline_html
-from _util import png_colors, run_tensorgc_cli
+from _util import chromium, png_colors, run_tensorgc_cli, screenshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MB = 1 << 20
@@ -120,7 +117,7 @@ def test_real_fixture_renders():
     assert page.count('class="b"') >= 2
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = chromium()
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make deps installs it)")
@@ -134,9 +131,7 @@ def test_headless_chromium_screenshot_is_not_blank(tmp_path):
     page = tmp_path / "t.html"
     page.write_text(timeline_html(snap_of(trace), detail=50))
     shot = tmp_path / "t.png"
-    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                        f"--screenshot={shot}", "--window-size=1300,600", page.as_uri()],
-                       capture_output=True, text=True, timeout=120)
+    r = screenshot(page, shot, "1300,600")
     assert shot.exists(), r.stderr[-2000:]
     assert len(png_colors(shot)) > 20  # bands in many colours, not a blank page
 
@@ -200,8 +195,6 @@ def test_headless_chromium_screenshot_of_a_cycle_page_is_not_blank(tmp_path):
     page = tmp_path / "c.html"
     page.write_text(pages[0])
     shot = tmp_path / "c.png"
-    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                        f"--screenshot={shot}", "--window-size=1200,900", page.as_uri()],
-                       capture_output=True, text=True, timeout=120)
+    r = screenshot(page, shot, "1200,900")
     assert shot.exists(), r.stderr[-2000:]
     assert len(png_colors(shot)) > 20

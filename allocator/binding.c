@@ -6,6 +6,7 @@
 #include "tensorgc/alloc.h"
 #include "tensorgc/timeline.h"
 #include "tensorgc/segmap.h"
+#include "tensorgc/pickscan.h"
 
 /* d[key] as an unsigned 64-bit int; `dflt` when missing and dflt_ok, else ValueError. */
 static int
@@ -578,4 +579,27 @@ done:
     Py_XDECREF(items);
     Py_XDECREF(segs);
     return result;
+}
+
+/* _pickle_scan(data: bytes) -> (code, pos, a, b, c); see pickscan.h. The scan runs without the
+ * GIL on the bytes object, which the caller's reference keeps alive and immutable. */
+PyObject *
+tgc_alloc_pickle_scan(PyObject *data)
+{
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "_pickle_scan() takes bytes");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    size_t n = (size_t)PyBytes_GET_SIZE(data);
+    tgc_ps_result r;
+    Py_BEGIN_ALLOW_THREADS
+    tgc_pickle_scan(p, n, &r);
+    Py_END_ALLOW_THREADS
+    if (r.code == TGC_PS_NOMEM) {
+        return PyErr_NoMemory();
+    }
+    return Py_BuildValue("(iKKKK)", r.code, (unsigned long long)r.pos,
+                         (unsigned long long)r.a, (unsigned long long)r.b,
+                         (unsigned long long)r.c);
 }

@@ -623,6 +623,16 @@ segmap(PyObject *Py_UNUSED(module), PyObject *args)
     return tgc_alloc_segmap(trace, segs, device, upto, use_req);
 }
 
+PyDoc_STRVAR(pickle_scan_doc,
+"_pickle_scan(data) -> (code, pos, a, b, c)\n\nThe pre-scan of an untrusted pickle "
+"(allocator/pickscan.c).");
+
+static PyObject *
+pickle_scan(PyObject *Py_UNUSED(module), PyObject *data)
+{
+    return tgc_alloc_pickle_scan(data);
+}
+
 PyDoc_STRVAR(device_memory_doc,
 "_device_memory(ordinal) -> dict\n\nThe CUDA driver's and NVML's view of one device, loaded at "
 "run time; {'ok': False, 'error': ...} without a driver.");
@@ -668,6 +678,7 @@ static PyMethodDef module_methods[] = {
     {"_device_memory", (PyCFunction)device_memory, METH_O, device_memory_doc},
     {"_timeline", (PyCFunction)timeline, METH_VARARGS, timeline_doc},
     {"_segmap", (PyCFunction)segmap, METH_VARARGS, segmap_doc},
+    {"_pickle_scan", (PyCFunction)pickle_scan, METH_O, pickle_scan_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -167,6 +167,7 @@ PyObject *tgc_index_tensors(tgc_state *st);  /* new reference: list */
 
 /* allocator/binding.c: block attribution over an allocator snapshot (see alloc.h). */
 PyObject *tgc_alloc_attribute(PyObject *segments, PyObject *storages);
+PyObject *tgc_alloc_pickle_scan(PyObject *data);
 PyObject *tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_ssize_t upto,
                            int use_free_requested);
 PyObject *tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned detail,

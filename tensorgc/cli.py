@@ -21,6 +21,7 @@ from .reporter import readable_size as R
 
 def _stats(args) -> int:
     from . import allocator
+    from .timeline import _text
 
     snap = _load(args, args.snapshot)
     segs = snap["segments"]
@@ -40,7 +41,7 @@ def _stats(args) -> int:
         out.append(f"  with a stack    {R(t['stack_attributed']):>10s} of the allocated bytes")
     for dev, trace in enumerate(snap["device_traces"]):
         if trace:
-            actions = Counter(str(e.get("action")) for e in trace)
+            actions = Counter(_text(e.get("action")) for e in trace)
             out.append(f"trace cuda:{dev}: " + ", ".join(f"{a} {n}" for a, n in actions.most_common()))
     print("\n".join(out))
     return 0
@@ -80,13 +81,14 @@ def _write_page(path, page) -> int:
 
 
 def _timeline(args) -> int:
-    from .timeline import timeline_html
+    from .timeline import _text, timeline_html
 
     snap = _load(args, args.snapshot)
     _progress(args, "replaying the trace and drawing ...")
+    # _text: a file name that is not UTF-8 decodes to surrogates, which the page cannot hold
     page = timeline_html(snap, device=args.device, detail=args.detail,
-                         title=f"Active memory timeline of {os.path.basename(args.snapshot)}, "
-                               f"cuda:{args.device}")
+                         title=f"Active memory timeline of "
+                               f"{_text(os.path.basename(args.snapshot))}, cuda:{args.device}")
     return _write_page(args.output, page)
 
 
@@ -102,13 +104,20 @@ def _segments(args) -> int:
 
 
 def _frames(entry, limit):
-    frames = entry.get("frames") or []
-    py = [f for f in frames if str(f.get("filename", "")).endswith(".py")] or frames
-    return [f"{f.get('filename', '?')}:{f.get('line', '?')} {f.get('name', '?')}" for f in py[:limit]]
+    from .timeline import _frame_lines
+
+    return _frame_lines(entry, limit)
+
+
+def _hex(v):
+    return f"{v:#x}" if isinstance(v, int) else "?"
 
 
 def _trace(args) -> int:
+    from .timeline import _text
 
+    if args.device < 0:  # traces[-1] would be the last device's, printed as cuda:-1
+        raise ValueError(f"device must be an int >= 0, not {args.device}")
     snap = _load(args, args.snapshot)
     traces = snap["device_traces"]
     if args.device >= len(traces) or not traces[args.device]:
@@ -121,7 +130,7 @@ def _trace(args) -> int:
         if args.limit and i >= args.limit:
             print(f"... {len(traces[args.device]) - i:,} more entries (--limit 0 for all)", file=out)
             break
-        a = str(e.get("action"))
+        a = _text(e.get("action"))
         size = int(e.get("size", 0) or 0)
         if a == "alloc":
             active += size
@@ -137,6 +146,7 @@ def _trace(args) -> int:
 
 
 def _compare(args) -> int:
+    from .timeline import _text
 
     a = _load(args, args.a)
     b = _load(args, args.b)
@@ -159,12 +169,13 @@ def _compare(args) -> int:
         lines.append(f"segments {title} ({args.a if title.endswith('A') else args.b}): {len(only)}, "
                      f"{R(sum(k[2] or 0 for k in only))}")
         for k in sorted(only, key=lambda k: -(k[2] or 0))[: args.top]:
-            lines.append(f"  cuda:{k[0]} {k[1]:#x} {R(k[2] or 0)} ({x[k].get('segment_type', '?')} pool)")
+            lines.append(f"  cuda:{k[0]} {_hex(k[1])} {R(k[2] or 0)} "
+                         f"({_text(x[k].get('segment_type', '?'))} pool)")
     for title, x, y in (("only in A", ba, bb), ("only in B", bb, ba)):
         only = [k for k in x if k not in y]
         lines.append(f"allocated blocks {title}: {len(only)}, {R(sum(k[2] or 0 for k in only))}")
         for k in sorted(only, key=lambda k: -(k[2] or 0))[: args.top]:
-            lines.append(f"  cuda:{k[0]} {k[1]:#x} {R(k[2] or 0)}")
+            lines.append(f"  cuda:{k[0]} {_hex(k[1])} {R(k[2] or 0)}")
             for fr in _frames(x[k], args.frames):
                 lines.append(f"      {fr}")
     print("\n".join(lines))

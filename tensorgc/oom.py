@@ -19,12 +19,17 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import time
 import traceback
 
 __all__ = ["on_oom", "write_autopsy"]
 
 logger = logging.getLogger("tensorgc")
+
+# One autopsy at a time in the process: an OOM inside one (the observer of another on_oom, or
+# another thread) is skipped, never waited for (a thread waiting here would hold up its OOM).
+_AUTOPSY = threading.Lock()
 
 
 def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, reason=None):
@@ -41,7 +46,7 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
     index = dev.index if dev.index is not None else (torch.cuda.current_device() if is_cuda else 0)
     if is_cuda:
         dev = torch.device("cuda", index)
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, 0o700, exist_ok=True)  # a new one private too (mode: the last part)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = os.path.join(directory, f"oom-{stamp}-{os.getpid()}-{dev.type}{index}")
     n = 0
@@ -134,7 +139,7 @@ class _Observer:
         self.count = 0
 
     def __call__(self, device, alloc, device_allocated, device_free):
-        if not self.active or self.busy:
+        if not self.active or self.busy or not _AUTOPSY.acquire(blocking=False):
             return
         self.busy = True
         try:
@@ -150,9 +155,13 @@ class _Observer:
             logger.warning("tensorgc: CUDA out of memory on cuda:%s (%s); autopsy in %s: %s",
                            device, reason, path, verdict)
         except BaseException:  # noqa: BLE001 -- raising into the allocator is not an option
-            logger.exception("tensorgc: the OOM autopsy failed")
+            try:  # a logging filter or handler may raise too
+                logger.exception("tensorgc: the OOM autopsy failed")
+            except BaseException:  # noqa: BLE001
+                pass
         finally:
             self.busy = False
+            _AUTOPSY.release()
 
     def remove(self):
         self.active = False

@@ -72,6 +72,7 @@ def segments_html(snap, device=0, at=None, oom=None, title=None):
                          f'height="{ROW - 4}" fill="{_color(_site(entry))}">'
                          f"<title>{_html.escape(tip)}</title></rect>")
             k += 1
+        j = k  # drawn once: segments from a file may overlap, each row would redraw them all
         parts.append(f'<rect class="s" x="{LEFT}" y="{y + 1}" width="{WIDTH}" height="{ROW - 2}">'
                      f"<title>{_html.escape(f'segment {sa:#x}: {R(ss)}, {R(used)} allocated')}"
                      "</title></rect>")

@@ -6,8 +6,12 @@
   pickle protocol 4 (so PyTorch's memory_viz reads it too), atomically, mode 0600.
 * ``load_snapshot(path)`` never runs code from the file: a restricted unpickler accepts only
   plain containers and scalars (no globals, no reduce, no persistent ids, no extension codes),
-  reads at most ``max_bytes`` (so a declared length cannot make it allocate more than the file
-  holds), and checks the result has a snapshot's shape. Snapshot files are untrusted input.
+  reads at most ``max_bytes``, and checks the result has a snapshot's shape, down to the types
+  of the fields tensorgc reads. Before the unpickler runs, a scan of the opcodes checks that every
+  declared length and memo index fits in the file (CPython allocates both before reading) and
+  that dict keys and set members are cheap to hash (a tuple nested a million deep, or a tuple
+  that repeats itself through the memo, crashes or hangs hash()). Snapshot files are untrusted
+  input.
 """
 from __future__ import annotations
 
@@ -94,8 +98,9 @@ def atomic_write(path, write, binary=False):
 
 class _PlainUnpickler(pickle.Unpickler):
     """Only what pickle builds without looking anything up: dicts, lists, tuples, sets, str,
-    bytes, int, float, bool, None. Every opcode that would import or call something goes
-    through find_class or persistent_load, and both refuse."""
+    bytes, int, float, bool, None. GLOBAL, STACK_GLOBAL and INST go through find_class, which
+    refuses; _scan refuses every other opcode that would call or fetch something before this
+    unpickler runs (EXT codes, for one, are served from copyreg's cache without find_class)."""
 
     def find_class(self, module, name):
         raise SnapshotError(f"refusing to load {module}.{name}: snapshot files may only hold "
@@ -106,27 +111,93 @@ class _PlainUnpickler(pickle.Unpickler):
                             "containers and scalars")
 
 
+# The opcode scan runs in C (allocator/pickscan.c, whose header says what it refuses and why);
+# these turn its answers into messages.
+_REFUSED = {ord("R"): "REDUCE", ord("b"): "BUILD", ord("o"): "OBJ", 0x81: "NEWOBJ",
+            0x92: "NEWOBJ_EX", ord("P"): "PERSID", ord("Q"): "BINPERSID", 0x82: "EXT1",
+            0x83: "EXT2", 0x84: "EXT4", 0x97: "NEXT_BUFFER", 0x98: "READONLY_BUFFER"}
+(_OK, _LOOKUP, _TRUNCATED, _UNDERFLOW, _BAD_KEY, _BAD_MEMBER, _MEMO_PAST, _MEMO_UNSET,
+ _MEMO_NAN, _DECLARES, _REFUSED_OP, _UNKNOWN) = range(12)
+
+
+def _scan_error(pos, n, why, kind="corrupt"):
+    return SnapshotError(f"{kind} pickle near byte {pos:,} of {n:,}: {why}")
+
+
+def _scan(data):
+    """Walks the pickle's opcodes without building anything. Returns the offset just past STOP,
+    or None where GLOBAL/STACK_GLOBAL/INST comes first (the unpickler's find_class refuses it by
+    name); raises SnapshotError."""
+    from . import _tensorgc
+
+    code, pos, a, b, c = _tensorgc._pickle_scan(data)
+    n = len(data)
+    if code == _OK:
+        return pos
+    if code == _LOOKUP:
+        return None
+    if code == _REFUSED_OP:
+        raise SnapshotError(f"refusing opcode {_REFUSED.get(a, hex(a))} at byte {pos - 1:,}: "
+                            "snapshot files may only hold plain containers and scalars")
+    why = {
+        _TRUNCATED: "it ends before STOP",
+        _UNDERFLOW: "stack underflow, or a mark missing",
+        _BAD_KEY: "a dict key that is not a plain scalar",
+        _BAD_MEMBER: "a set member that is not a plain scalar",
+        _MEMO_PAST: f"memo index {a:,} past the {b:,} bytes read",
+        _MEMO_UNSET: f"memo index {a} was never stored",
+        _MEMO_NAN: "a memo index that is not a number",
+        _DECLARES: f"opcode {a:#04x} declares "
+                   + ("a negative length" if b == 2**64 - 1 else f"{b:,} bytes")
+                   + f", {c:,} are left",
+        _UNKNOWN: f"unknown opcode {a:#04x}",
+    }.get(code, f"scan code {code}")
+    kind = "truncated" if code in (_TRUNCATED, _DECLARES) else "corrupt"
+    raise _scan_error(pos, n, why, kind)
+
+
+def _read(path, max_bytes):
+    """The file's bytes; SnapshotError past max_bytes."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes:
+            raise SnapshotError(f"{path}: {size:,} bytes is over the limit of {max_bytes:,} "
+                                "(pass max_bytes= to allow it)")
+        # read(n) allocates n bytes before reading anything: ask for what the file says it
+        # holds (+1, to see it grew), never for max_bytes; a file that grew, or a pipe, in chunks
+        parts = [f.read(size + 1)]
+        total = len(parts[0])
+        while size < total <= max_bytes:
+            chunk = f.read(min(16 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            parts.append(chunk)
+            total += len(chunk)
+    if total > max_bytes:
+        raise SnapshotError(f"{path}: grew past the limit of {max_bytes:,} bytes while reading")
+    return b"".join(parts)
+
+
 def load_snapshot(path, *, max_bytes=DEFAULT_MAX_BYTES):
-    """Read a snapshot file (torch's ``_dump_snapshot`` / ``dump_snapshot``, any protocol up to
-    5) without running code from it. Raises SnapshotError with the reason."""
+    """Read a snapshot file (torch's ``_dump_snapshot`` / ``dump_snapshot``, any protocol from 2
+    to 5) without running code from it. Raises SnapshotError with the reason."""
     path = os.fspath(path)
     try:
-        size = os.path.getsize(path)
+        data = _read(path, max_bytes)
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if size > max_bytes:
-        raise SnapshotError(f"{path}: {size:,} bytes is over the limit of {max_bytes:,} "
-                            "(pass max_bytes= to allow it)")
-    with open(path, "rb") as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise SnapshotError(f"{path}: grew past the limit of {max_bytes:,} bytes while reading")
     if not data:
         raise SnapshotError(f"{path}: empty file, not a snapshot")
     if data[:1] != b"\x80":
         raise SnapshotError(f"{path}: not a pickle (no protocol header; first byte "
                             f"{data[:1]!r})")
-    buf = io.BytesIO(data)  # reads past the end return short: a lying length cannot allocate
+    try:
+        end = _scan(data)
+    except SnapshotError as exc:
+        raise SnapshotError(f"{path}: {exc}") from None
+    if end is not None and end != len(data):
+        raise SnapshotError(f"{path}: {len(data) - end:,} trailing bytes after the pickle")
+    buf = io.BytesIO(data)  # _scan checked every declared length against what the file holds
     try:
         snap = _PlainUnpickler(buf).load()
     except SnapshotError as exc:
@@ -138,12 +209,35 @@ def load_snapshot(path, *, max_bytes=DEFAULT_MAX_BYTES):
                             f"{type(exc).__name__}: {exc}") from None
     if buf.tell() != len(data):
         raise SnapshotError(f"{path}: {len(data) - buf.tell():,} trailing bytes after the pickle")
-    return check_snapshot(snap, path)
+    return check_snapshot(snap, path, nbytes=len(data))
 
 
-def check_snapshot(snap, where="snapshot"):
+# The fields tensorgc reads, and their types (absent is fine unless required below): the C
+# replays check their own, the Python around them relies on these.
+_SEGMENT_FIELDS = (("device", int), ("address", int), ("total_size", int), ("segment_type", str))
+_BLOCK_FIELDS = (("size", int), ("address", int), ("requested_size", int), ("state", str))
+_ENTRY_FIELDS = (("action", str), ("addr", int), ("size", int), ("device_free", int))
+_FRAME_FIELDS = (("filename", str), ("name", str), ("line", int))
+
+
+def _wrong_field(d, fields):
+    for key, kind in fields:
+        v = d.get(key, kind)  # absent: the type itself, never an instance of it
+        if v is not kind and not isinstance(v, kind):
+            return f"'{key}' is {type(v).__name__}, not {kind.__name__}"
+        if kind is int and v is not kind and not -(1 << 63) <= v < 1 << 64:
+            return f"'{key}' is out of range"  # float() and str() of it would raise
+    return None
+
+
+def check_snapshot(snap, where="snapshot", nbytes=None):
     """The shape of torch's snapshot: a dict with a list of segment dicts (each with a list of
-    block dicts) and, optionally, a list of per-device trace lists. Returns snap."""
+    block dicts) and, optionally, a list of per-device trace lists of entry dicts; frames are
+    lists of dicts; the fields tensorgc reads have their types. Returns snap.
+
+    nbytes: the size of the file it came from. Each segment, block and trace entry takes at
+    least a byte of the pickle, unless the file repeats a list through the memo (torch never
+    does): then walking it would cost far more than the file holds, so it is refused first."""
     if isinstance(snap, list):  # memory_snapshot() and very old dumps: the segments alone
         snap = {"segments": snap, "device_traces": []}
     if not isinstance(snap, dict):
@@ -157,8 +251,58 @@ def check_snapshot(snap, where="snapshot"):
     traces = snap.setdefault("device_traces", [])
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
         raise SnapshotError(f"{where}: 'device_traces' must be a list of lists")
+    if nbytes is not None:
+        count = (len(segs) + sum(len(s.get("blocks", ())) for s in segs)
+                 + len(traces) + sum(len(t) for t in traces))
+        if count > nbytes:
+            raise SnapshotError(f"{where}: {count:,} segments, blocks and trace entries in "
+                                f"{nbytes:,} bytes: the file repeats lists through the memo")
+    checked = set()  # frames lists seen (torch shares one among the entries of a stack)
+
+    def frames_wrong(d):
+        frames = d.get("frames")
+        if frames is None or id(frames) in checked:
+            return None
+        if not isinstance(frames, list):
+            return f"'frames' is {type(frames).__name__}, not list"
+        for k, f in enumerate(frames):
+            why = (f"is {type(f).__name__}, not dict" if not isinstance(f, dict)
+                   else _wrong_field(f, _FRAME_FIELDS))
+            if why:
+                return f"frame {k} {why}"
+        checked.add(id(frames))
+        return None
+
+    for i, s in enumerate(segs):
+        why = _wrong_field(s, _SEGMENT_FIELDS)
+        if why:
+            raise SnapshotError(f"{where}: segment {i}: {why}")
+        for j, b in enumerate(s.get("blocks", ())):
+            why = ("is not a dict" if not isinstance(b, dict)
+                   else "has no 'size'" if "size" not in b
+                   else _wrong_field(b, _BLOCK_FIELDS) or frames_wrong(b))
+            if why:
+                raise SnapshotError(f"{where}: segment {i}, block {j}: {why}")
+    lo, hi = -(1 << 63), 1 << 64
     for d, t in enumerate(traces):
         for j, e in enumerate(t):
+            # the common case in one pass of exact type tests (a million entries: this loop is
+            # most of the check); anything unusual takes the careful path that says what is wrong
+            if type(e) is dict and type(e.get("action")) is str:
+                x, y, z = e.get("addr", 0), e.get("size", 0), e.get("device_free", 0)
+                f = e.get("frames")
+                if (type(x) is int and type(y) is int and type(z) is int
+                        and lo <= x < hi and lo <= y < hi and lo <= z < hi
+                        and (f is None or (type(f) is list and all(
+                            type(fr) is dict and type(fr.get("filename", "")) is str
+                            and type(fr.get("name", "")) is str
+                            and type(fr.get("line", 0)) is int and lo <= fr.get("line", 0) < hi
+                            for fr in f)))):
+                    continue
             if not isinstance(e, dict):
                 raise SnapshotError(f"{where}: trace entry {j} of device {d} is not a dict")
+            why = ("has no 'action'" if "action" not in e
+                   else _wrong_field(e, _ENTRY_FIELDS) or frames_wrong(e))
+            if why:
+                raise SnapshotError(f"{where}: trace entry {j} of device {d}: {why}")
     return snap

@@ -36,11 +36,39 @@ def replay(snap, device=0, columns=WIDTH, detail=300):
     return tl, trace
 
 
+SCAN_FRAMES = 256  # frames looked at per stack: a file may repeat one long stack everywhere
+TEXT_MAX = 1000  # characters kept of a string from the file: a file may repeat a long one
+
+
+def _text(v):
+    """A field from the file as display text: an int, or a str cut to TEXT_MAX with lone
+    surrogates replaced (the unpickler lets them through, UTF-8 output refuses them)."""
+    if isinstance(v, int):
+        return str(v) if -(1 << 63) <= v < 1 << 64 else "?"
+    if not isinstance(v, str):
+        return "?"
+    v = v[:TEXT_MAX]
+    return v if v.isascii() else v.encode("utf-8", "replace").decode("utf-8")
+
+
+def _frame_list(entry):
+    frames = entry.get("frames") if isinstance(entry, dict) else None
+    if not isinstance(frames, list):
+        return []
+    return [f for f in frames[:SCAN_FRAMES] if isinstance(f, dict)]
+
+
+def _frame_lines(entry, limit):
+    """'file:line name' of the entry's first ``limit`` Python frames (all frames when none is)."""
+    frames = _frame_list(entry)
+    py = [f for f in frames if isinstance(f.get("filename"), str)
+          and f["filename"].endswith(".py")] or frames
+    return [f"{_text(f.get('filename', '?'))}:{_text(f.get('line', '?'))} "
+            f"{_text(f.get('name', '?'))}" for f in py[:limit]]
+
+
 def _frames_text(entry, limit=8):
-    frames = entry.get("frames") or [] if isinstance(entry, dict) else []
-    py = [f for f in frames if str(f.get("filename", "")).endswith(".py")] or frames
-    return "\n".join(f"{f.get('filename', '?')}:{f.get('line', '?')} {f.get('name', '?')}"
-                     for f in py[:limit])
+    return "\n".join(_frame_lines(entry, limit))
 
 
 def _color(key):
@@ -49,11 +77,12 @@ def _color(key):
 
 
 def _site(entry):
-    frames = entry.get("frames") or [] if isinstance(entry, dict) else []
+    frames = _frame_list(entry)
     for f in frames:
-        if str(f.get("filename", "")).endswith(".py") and "/torch/" not in str(f.get("filename")):
-            return f"{f.get('filename')}:{f.get('line')}"
-    return frames[0].get("filename", "?") if frames else "?"
+        name = f.get("filename")
+        if isinstance(name, str) and name.endswith(".py") and "/torch/" not in _text(name):
+            return f"{_text(name)}:{_text(f.get('line'))}"
+    return _text(frames[0].get("filename", "?")) if frames else "?"
 
 
 CATEGORY_COLORS = {"parameter": "#7b3fb5", "grad": "#d93b3b", "optimizer_state": "#f0a030",
@@ -121,10 +150,11 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
     peak = " ".join(f"{x(c)},{y(p)} {x(c + 1)},{y(p)}" for c, p in enumerate(tl["peak"]))
     parts.append(f'<polyline class="pk" points="{peak}"><title>peak within each column</title></polyline>')
     cols_per_event = cols / max(tl["events"], 1)
+    positions = _event_positions(trace, tl["ooms"])
     for i in tl["ooms"]:
         e = trace[i]
         # the column of an OOM: its position among the replayed events (pre-existing first)
-        c = min(cols - 1, int((tl["pre"] + _event_position(trace, i)) * cols_per_event))
+        c = min(cols - 1, int((tl["pre"] + positions[i]) * cols_per_event))
         tip = f"OOM at event {i}: device free {R(e.get('device_free', 0))}\n{_frames_text(e)}"
         parts.append(f'<line class="oom" x1="{x(c)}" x2="{x(c)}" y1="{TOP}" y2="{TOP + HEIGHT}">'
                      f"<title>{_html.escape(tip)}</title></line>")
@@ -163,9 +193,17 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
             + _html.escape(summary) + "</p>" + svg + "</body></html>")
 
 
-def _event_position(trace, i):
-    """Position of trace entry i among the events the replay used (allocs, frees, ooms)."""
+def _event_positions(trace, indices):
+    """{i: position of trace entry i among the events the replay used (allocs, one kind of free,
+    ooms)} for each i in indices, in one pass (one pass per OOM is quadratic in a trace of OOMs)."""
     # the replay keeps allocs, one kind of free, and ooms, in trace order; count those before i
     use_req = any(e.get("action") == "free_requested" for e in trace)
     kinds = {"alloc", "oom", "free_requested" if use_req else "free_completed"}
-    return sum(1 for e in trace[:i] if e.get("action") in kinds)
+    want = set(indices)
+    out, n = {}, 0
+    for i, e in enumerate(trace):
+        if i in want:
+            out[i] = n
+        if e.get("action") in kinds:
+            n += 1
+    return out

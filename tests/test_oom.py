@@ -58,6 +58,48 @@ def test_observer_never_raises_and_does_not_nest(tmp_path, caplog):
     assert obs.count == 0
 
 
+def test_observer_survives_a_raising_log_filter(tmp_path):
+    # logger.exception in the observer's except clause could raise (a filter, a handler) out
+    # of __call__ into the allocator
+    class Boom(logging.Filter):
+        def filter(self, record):
+            raise RuntimeError("filter")
+
+    logger = logging.getLogger("tensorgc")
+    boom = Boom()
+    logger.addFilter(boom)
+    try:
+        obs = _Observer(str(tmp_path / "missing" / "\0bad"), None, None)
+        obs(0, 1 << 20, 0, 0)  # must not raise
+        assert not obs.busy
+    finally:
+        logger.removeFilter(boom)
+
+
+def test_autopsies_do_not_nest_across_observers(tmp_path):
+    # the busy flag was per observer: with on_oom called twice (or an OOM in another thread),
+    # an OOM inside one autopsy started another
+    from tensorgc import oom
+
+    first, second = _Observer(str(tmp_path), None, None), _Observer(str(tmp_path), None, None)
+    assert oom._AUTOPSY.acquire(blocking=False)  # as if `first` were writing its autopsy
+    try:
+        second(0, 1 << 20, 0, 0)
+    finally:
+        oom._AUTOPSY.release()
+    assert second.count == 0 and os.listdir(tmp_path) == []
+    first(0, 1 << 20, 0, 0)  # not nested: writes (on CPU, the CUDA parts note failures)
+    assert first.count == 1 and len(os.listdir(tmp_path)) == 1
+
+
+def test_a_new_autopsy_directory_is_private(tmp_path):
+    target = tmp_path / "new" / "autopsies"
+    gc.collect()
+    path, _ = tensorgc.write_autopsy(str(target), DEVICE)
+    assert oct(os.stat(target).st_mode & 0o777) == "0o700"  # was 0o755 (the umask's default)
+    assert oct(os.stat(path).st_mode & 0o777) == "0o700"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
 def test_on_oom_without_cuda_is_a_clear_error():
     with pytest.raises(RuntimeError, match="needs CUDA"):

@@ -77,6 +77,43 @@ def test_page_is_self_contained_and_escaped():
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page
 
 
+def test_many_ooms_are_placed_in_one_pass():
+    # each OOM's column was found by walking the trace before it: quadratic, and a file of
+    # 200,000 OOM entries (400 KB, one entry repeated through the memo) drew for hours
+    calls = [0]
+
+    class Entry(dict):
+        def get(self, *a):
+            calls[0] += 1
+            return dict.get(self, *a)
+
+    n = 3000
+    trace = [Entry(ev("alloc", 0x1000, MB))] + [Entry(ev("oom", device_free=0)) for _ in range(n)]
+    page = timeline_html(snap_of(trace), detail=5)
+    assert page.count('class="oom"') == n
+    assert calls[0] < 20 * n  # was about n * n / 2
+    # and still in the right column: the OOM after the alloc of a 2-event trace is at the end
+    page = timeline_html(snap_of([ev("alloc", 0x1000, MB), ev("oom")]), detail=5, columns=2)
+    assert 'class="oom" x1="670.0"' in page
+
+
+def test_strings_from_the_file_are_cut_and_made_utf8():
+    # a 5 MB file name shared by every frame through the memo: the page repeated it in every
+    # band's tooltip (300 bands x 8 frames); a lone surrogate made the page unwritable as UTF-8
+    from tensorgc.timeline import SCAN_FRAMES, TEXT_MAX, _frame_lines
+
+    long_name = "/w/" + "a" * (5 << 20) + ".py"
+    frames = [{"filename": long_name, "line": 1, "name": "\ud800<b>"}] * 8
+    trace = [ev("alloc", 0x1000 * (i + 1), MB, frames=frames) for i in range(50)]
+    page = timeline_html(snap_of(trace), detail=50)
+    assert len(page) < 50 * 8 * 2 * TEXT_MAX + 100_000
+    page.encode("utf-8")  # strict: no surrogates left
+    assert "<b>" not in page and "&lt;b&gt;" in page
+    # a long stack shared by every entry: only its top is looked at
+    entry = ev("alloc", frames=[{"filename": "x.cpp", "line": 1, "name": "f"}] * 100_000)
+    assert len(_frame_lines(entry, 10**6)) == SCAN_FRAMES
+
+
 @pytest.mark.parametrize("bad", [
     [{"action": 5}], [{"action": "alloc", "addr": "x", "size": 1}], [7],
     [{"action": "alloc", "addr": -1, "size": 1}],

@@ -292,13 +292,17 @@ def check_snapshot(snap, where="snapshot", nbytes=None):
                 x, y, z = e.get("addr", 0), e.get("size", 0), e.get("device_free", 0)
                 f = e.get("frames")
                 if (type(x) is int and type(y) is int and type(z) is int
-                        and lo <= x < hi and lo <= y < hi and lo <= z < hi
-                        and (f is None or (type(f) is list and all(
+                        and lo <= x < hi and lo <= y < hi and lo <= z < hi):
+                    # torch shares one frames list among the entries of a stack: check it once
+                    if f is None or id(f) in checked:
+                        continue
+                    if type(f) is list and all(
                             type(fr) is dict and type(fr.get("filename", "")) is str
                             and type(fr.get("name", "")) is str
                             and type(fr.get("line", 0)) is int and lo <= fr.get("line", 0) < hi
-                            for fr in f)))):
-                    continue
+                            for fr in f):
+                        checked.add(id(f))
+                        continue
             if not isinstance(e, dict):
                 raise SnapshotError(f"{where}: trace entry {j} of device {d} is not a dict")
             why = ("has no 'action'" if "action" not in e

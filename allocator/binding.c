@@ -296,7 +296,8 @@ bind__u64_list(const uint64_t *v, uint32_t n)
 /* _timeline(trace, pre, columns, detail, use_free_requested) -> dict
  *   trace: one device's trace entries (dicts with action, addr, size); pre: [(addr, size)]
  *   allocations alive before the trace. Event indices in the result are positions in trace
- *   (pre-existing ones: -1). */
+ *   (pre-existing ones: -1); oom_at pairs each OOM's trace position with its event position
+ *   (the replay's clock, which places it in a column). */
 PyObject *
 tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned detail,
                    int use_free_requested)
@@ -311,7 +312,7 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
     }
     PyObject *items = PyList_AsTuple(trace);  /* new: a fixed copy */
     PyObject *pres = items ? PyList_AsTuple(pre) : NULL;
-    PyObject *result = NULL, *ooms = NULL, *bands = NULL;
+    PyObject *result = NULL, *oom_at = NULL, *ooms = NULL, *bands = NULL;
     tgc_event *ev = NULL;
     tgc_timeline tl = {0};
     int built = 0;
@@ -324,8 +325,8 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
         goto done;
     }
     ev = malloc((size_t)(nt + np + 1) * sizeof(tgc_event));
-    ooms = PyList_New(0);
-    if (ev == NULL || ooms == NULL) {
+    oom_at = PyList_New(0);
+    if (ev == NULL || oom_at == NULL) {
         if (ev == NULL) {
             PyErr_NoMemory();
         }
@@ -363,8 +364,9 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
             goto done;
         }
         if (kind == TGC_EV_OOM) {
-            PyObject *ix = PyLong_FromSsize_t(i);
-            int rc = ix ? PyList_Append(ooms, ix) : -1;
+            /* (trace position, event position: the replay's column clock, pre-existing first) */
+            PyObject *ix = Py_BuildValue("(nn)", i, (Py_ssize_t)n);
+            int rc = ix ? PyList_Append(oom_at, ix) : -1;
             Py_XDECREF(ix);
             if (rc < 0) {
                 goto done;
@@ -399,13 +401,21 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
     if (bands == NULL) {
         goto done;
     }
-    result = Py_BuildValue("{s:N,s:N,s:N,s:K,s:n,s:O,s:O,s:n}",
+    ooms = PyList_New(PyList_GET_SIZE(oom_at));
+    for (Py_ssize_t k = 0; ooms != NULL && k < PyList_GET_SIZE(oom_at); k++) {
+        PyObject *pos = PyTuple_GET_ITEM(PyList_GET_ITEM(oom_at, k), 0);
+        PyList_SET_ITEM(ooms, k, Py_NewRef(pos));
+    }
+    if (ooms == NULL) {
+        goto done;
+    }
+    result = Py_BuildValue("{s:N,s:N,s:N,s:K,s:n,s:O,s:O,s:O,s:n}",
                            "active", bind__u64_list(tl.active, tl.columns),
                            "peak", bind__u64_list(tl.peak, tl.columns),
                            "small", bind__u64_list(tl.small, tl.columns),
                            "max", (unsigned long long)tl.max_active,
                            "allocs", (Py_ssize_t)tl.nallocs, "bands", bands, "ooms", ooms,
-                           "events", (Py_ssize_t)n);
+                           "oom_at", oom_at, "events", (Py_ssize_t)n);
 done:
     if (built) {
         tgc_timeline_free(&tl);
@@ -413,6 +423,7 @@ done:
     free(ev);
     Py_XDECREF(items);
     Py_XDECREF(pres);
+    Py_XDECREF(oom_at);
     Py_XDECREF(ooms);
     Py_XDECREF(bands);
     return result;
@@ -430,12 +441,14 @@ tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_ssize_t upt
         PyErr_SetString(PyExc_TypeError, "_segmap(trace: list, segments: list, ...)");
         return NULL;
     }
-    PyObject *items = PyList_AsTuple(trace), *segs = items ? PyList_AsTuple(segments) : NULL;
+    PyObject *items = PyList_AsTuple(trace);  /* new: a fixed copy */
     tgc_sm_event *ev = NULL;
     tgc_sm_item *fin = NULL, *out = NULL;
+    tgc_alloc a;  /* freed on every path: tgc_alloc_free is safe on a partial load */
     size_t n = 0, nfin = 0, nout = 0, upto_ev = 0;
     PyObject *result = NULL;
-    if (segs == NULL) {
+    tgc_alloc_init(&a);
+    if (items == NULL) {
         goto done;
     }
     Py_ssize_t nt = PyTuple_GET_SIZE(items);
@@ -494,62 +507,26 @@ tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_ssize_t upt
     if (upto == nt) {
         upto_ev = n;
     }
-    size_t cap = 16;
-    fin = malloc(cap * sizeof(tgc_sm_item));
+    /* The final state: the snapshot's segments of this device and their allocated blocks,
+     * read (and validated) by the same loader as block attribution. */
+    if (bind__load(segments, &a) < 0) {
+        goto done;
+    }
+    fin = malloc((a.nseg + a.nblk + 1) * sizeof(tgc_sm_item));
     if (fin == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(segs); i++) {
-        PyObject *sg = PyTuple_GET_ITEM(segs, i);
-        uint64_t dev, addr, total;
-        if (!PyDict_Check(sg) || bind__u64(sg, "device", &dev, 0, 0) < 0 ||
-            bind__u64(sg, "address", &addr, 0, 0) < 0 ||
-            bind__u64(sg, "total_size", &total, 0, 0) < 0) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_ValueError, "allocator snapshot: a segment must be a dict");
-            }
-            goto done;
+    for (size_t i = 0; i < a.nseg; i++) {
+        if (a.segs[i].device == device) {
+            fin[nfin++] = (tgc_sm_item){a.segs[i].addr, a.segs[i].size, UINT32_MAX,
+                                        TGC_SM_SEGMENT};
         }
-        if ((int64_t)dev != device) {
-            continue;
-        }
-        PyObject *blocks = PyDict_GetItemString(sg, "blocks");  /* borrowed */
-        Py_ssize_t nb = blocks != NULL && PyList_Check(blocks) ? PyList_GET_SIZE(blocks) : 0;
-        if (nfin + (size_t)nb + 1 > cap) {
-            while (nfin + (size_t)nb + 1 > cap) {
-                cap *= 2;
-            }
-            tgc_sm_item *p = realloc(fin, cap * sizeof(tgc_sm_item));
-            if (p == NULL) {
-                PyErr_NoMemory();
-                goto done;
-            }
-            fin = p;
-        }
-        if (addr == UINT64_MAX) {
-            PyErr_SetString(PyExc_ValueError, "allocator snapshot: segment address out of range");
-            goto done;
-        }
-        fin[nfin++] = (tgc_sm_item){addr, total, UINT32_MAX, TGC_SM_SEGMENT};
-        uint64_t at = addr;
-        for (Py_ssize_t j = 0; j < nb; j++) {
-            PyObject *b = PyList_GET_ITEM(blocks, j);
-            uint64_t baddr, bsize;
-            if (!PyDict_Check(b) || bind__u64(b, "size", &bsize, 0, 0) < 0 ||
-                bind__u64(b, "address", &baddr, 1, at) < 0) {
-                if (!PyErr_Occurred()) {
-                    PyErr_SetString(PyExc_ValueError, "allocator snapshot: a block must be a dict");
-                }
-                goto done;
-            }
-            at = baddr + bsize;
-            if (bind__state(b) == TGC_BLOCK_ALLOCATED && baddr != UINT64_MAX) {
-                fin[nfin++] = (tgc_sm_item){baddr, bsize, UINT32_MAX, TGC_SM_ALLOCATION};
-            }
-            else if (PyErr_Occurred()) {
-                goto done;
-            }
+    }
+    for (size_t i = 0; i < a.nblk; i++) {
+        if (a.blocks[i].device == device && a.blocks[i].state == TGC_BLOCK_ALLOCATED) {
+            fin[nfin++] = (tgc_sm_item){a.blocks[i].addr, a.blocks[i].size, UINT32_MAX,
+                                        TGC_SM_ALLOCATION};
         }
     }
     int rc;
@@ -577,7 +554,7 @@ done:
     free(fin);
     free(out);
     Py_XDECREF(items);
-    Py_XDECREF(segs);
+    tgc_alloc_free(&a);
     return result;
 }
 

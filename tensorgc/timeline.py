@@ -19,7 +19,8 @@ WIDTH, HEIGHT, LEFT, TOP = 1200, 420, 70, 10
 
 def replay(snap, device=0, columns=WIDTH, detail=300):
     """The C replay of one device's trace: dict with active/peak/small per column, bands
-    (alloc_event, free_event, size, col0, col1, offsets), ooms, max."""
+    (alloc_event, free_event, size, col0, col1, offsets, addr), ooms and oom_at (trace
+    position, event position), max."""
     traces = snap.get("device_traces") or []
     if not isinstance(device, int) or device < 0:
         raise ValueError(f"device must be an int >= 0, not {device!r}")
@@ -31,9 +32,7 @@ def replay(snap, device=0, columns=WIDTH, detail=300):
            for b in s.get("blocks", [])
            if b.get("state") == "active_allocated" and "address" in b
            and b["address"] not in allocated]
-    tl = _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req)
-    tl["pre"] = len(pre)
-    return tl, trace
+    return _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req), trace
 
 
 SCAN_FRAMES = 256  # frames looked at per stack: a file may repeat one long stack everywhere
@@ -150,11 +149,10 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
     peak = " ".join(f"{x(c)},{y(p)} {x(c + 1)},{y(p)}" for c, p in enumerate(tl["peak"]))
     parts.append(f'<polyline class="pk" points="{peak}"><title>peak within each column</title></polyline>')
     cols_per_event = cols / max(tl["events"], 1)
-    positions = _event_positions(trace, tl["ooms"])
-    for i in tl["ooms"]:
+    for i, at in tl["oom_at"]:
         e = trace[i]
-        # the column of an OOM: its position among the replayed events (pre-existing first)
-        c = min(cols - 1, int((tl["pre"] + positions[i]) * cols_per_event))
+        # the column of an OOM: its position on the replay's clock (pre-existing events first)
+        c = min(cols - 1, int(at * cols_per_event))
         tip = f"OOM at event {i}: device free {R(e.get('device_free', 0))}\n{_frames_text(e)}"
         parts.append(f'<line class="oom" x1="{x(c)}" x2="{x(c)}" y1="{TOP}" y2="{TOP + HEIGHT}">'
                      f"<title>{_html.escape(tip)}</title></line>")
@@ -191,19 +189,3 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
             ".ax0{font-size:11px}.ax1{font-size:11px;text-anchor:end}"
             "</style></head><body><h2>" + _html.escape(head) + "</h2><p>"
             + _html.escape(summary) + "</p>" + svg + "</body></html>")
-
-
-def _event_positions(trace, indices):
-    """{i: position of trace entry i among the events the replay used (allocs, one kind of free,
-    ooms)} for each i in indices, in one pass (one pass per OOM is quadratic in a trace of OOMs)."""
-    # the replay keeps allocs, one kind of free, and ooms, in trace order; count those before i
-    use_req = any(e.get("action") == "free_requested" for e in trace)
-    kinds = {"alloc", "oom", "free_requested" if use_req else "free_completed"}
-    want = set(indices)
-    out, n = {}, 0
-    for i, e in enumerate(trace):
-        if i in want:
-            out[i] = n
-        if e.get("action") in kinds:
-            n += 1
-    return out

@@ -336,9 +336,7 @@ def test_cli_errors_and_help(tmp_path):
 
 
 def test_real_snapshot_fixture_recorded_on_the_gpu_machine():
-    path = os.path.join(HERE, "data", "h100_small_snapshot.pickle")
-    if not os.path.exists(path):
-        pytest.skip("fixture not recorded yet")
+    path = os.path.join(HERE, "data", "h100_small_snapshot.pickle")  # committed with the tests
     snap = load_snapshot(path)
     assert snap["segments"] and any(t for t in snap["device_traces"])
     actions = {e["action"] for t in snap["device_traces"] for e in t}

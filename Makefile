@@ -26,7 +26,7 @@ REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build, pytest, nvml.h (pip)
+deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build, pytest, IPython, nvml.h (pip)
 	@if ! pkg-config --exists libgvc libcgraph 2>/dev/null; then \
 	  echo "tensorgc: installing Graphviz's C library (libgraphviz-dev, pkg-config)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libgraphviz-dev pkg-config; \
@@ -36,6 +36,8 @@ deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q "torch==$(TORCH_VERSION)"
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
+	@# IPython: the %mlrun magics' tests
+	@$(PYTHON) -c "import IPython" 2>/dev/null || $(PYTHON) -m pip install -q ipython
 	@$(PYTHON) -c "import setuptools, wheel" 2>/dev/null || $(PYTHON) -m pip install -q setuptools wheel
 	@# nvml.h for the device view (CUDA 13 toolkits do not ship it); headers only, 124 KB
 	@$(PYTHON) -c "import glob, sys; sys.exit(not any(glob.glob(p + '/nvidia/cu*/include/nvml.h') for p in sys.path if p))" || \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One session on the GPU machine: build from source, then the steps named on the command line
-# (tests, demos, bench, quickbench, reporter, b1, units, profile, index), logs under $OUT. Usage (after `source .gpu/enter.sh`):
+# (tests, demos, bench, quickbench, reporter, b1, units, profile, index, lineprof), logs under $OUT. Usage (after `source .gpu/enter.sh`):
 #   bash bench/gpu_session.sh tests demos bench
 set -uo pipefail
 OUT=${OUT:-/tmp/tensorgc-gpu}
@@ -41,6 +41,21 @@ for step in "$@"; do
       python3 bench/profile_reporter.py --repeat 7 2>&1 | tee "$OUT/profile.md" ;;
     units)
       make -s build/test_device PYTHON=python3 2>&1 | tail -5; ./build/test_device 2>&1 | tee "$OUT/device.log" ;;
+    lineprof)
+      # memlab's line profiler imports pandas: its wheels (and numpy's, when the host lacks it)
+      # are staged in .gpu/wheels-memlab and go on the path of this step only
+      if ls .gpu/wheels-memlab/*.whl >/dev/null 2>&1; then
+        mkdir -p /tmp/tgc-memlab
+        for w in .gpu/wheels-memlab/*.whl; do
+          case "$w" in *numpy-*) python3 -c "import numpy" 2>/dev/null && continue ;; esac
+          python3 -m pip install -q --no-deps --no-index --target /tmp/tgc-memlab "$w" >> "$OUT/wheels.log" 2>&1
+        done
+      fi
+      TENSORGC_TEST_DEVICE=cuda python3 -m pytest $(ls tests/test_lineprof*.py tests/test_magics.py \
+        tests/test_courtesy*.py 2>/dev/null) -q -p no:cacheprovider -rs 2>&1 \
+        | tee "$OUT/tests-lineprof.log" | tail -8
+      PYTHONPATH=$PYTHONPATH:/tmp/tgc-memlab python3 bench/b5_lineprof.py --repeat 7 --json "$OUT/b5.json" \
+        2>"$OUT/b5.err" | tee "$OUT/b5.md" ;;
     quickbench)
       python3 bench/run_all.py --quick --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
   esac

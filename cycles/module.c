@@ -741,6 +741,10 @@ module_exec(PyObject *module)
         !st->str_data_ptr) {
         return -1;
     }
+    if (tgc_lineprof_exec(module, st) < 0 ||
+        PyModule_AddFunctions(module, tgc_lineprof_methods) < 0) {
+        return -1;
+    }
     if (!PyList_Check(st->gc_callbacks) || !PyList_Check(st->gc_garbage)) {
         PyErr_SetString(PyExc_ImportError, "tensorgc: gc.callbacks and gc.garbage must be lists");
         return -1;
@@ -780,7 +784,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->str_index);
     Py_VISIT(st->str_nbytes);
     Py_VISIT(st->str_data_ptr);
-    return 0;
+    return tgc_lineprof_traverse(st, visit, arg);
 }
 
 static int
@@ -815,6 +819,7 @@ module_clear(PyObject *module)
     Py_CLEAR(st->str_index);
     Py_CLEAR(st->str_nbytes);
     Py_CLEAR(st->str_data_ptr);
+    tgc_lineprof_clear(st);
     return 0;
 }
 

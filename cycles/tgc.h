@@ -86,6 +86,13 @@ typedef struct {
     long saved_flags;         /* the user's gc debug flags, restored in "stop" */
     Py_ssize_t garbage_len;   /* len(gc.garbage) at "start" */
     PyObject *garbage;        /* gc.garbage between "start" and "stop", new reference */
+
+    /* The line profiler (reporter/lineprof_py.c); all protected by the GIL. */
+    PyTypeObject *lp_type;
+    PyObject *lp_enabled;     /* list of the enabled profilers, enabling order */
+    int lp_busy;              /* inside an event: a profiler's own reads are not profiled */
+    Py_tracefunc lp_saved_func;  /* the enabling thread's C tracer before ours (3.11 path) */
+    PyObject *lp_saved_obj;   /* its argument, new reference */
 } tgc_state;
 
 /* module.c */
@@ -164,6 +171,12 @@ PyObject *tgc_index_callback(PyObject *module, PyObject *const *args, Py_ssize_t
 int tgc_index_enable(tgc_state *st);
 int tgc_index_disable(tgc_state *st);
 PyObject *tgc_index_tensors(tgc_state *st);  /* new reference: list */
+
+/* reporter/lineprof_py.c: the line profiler's type and its event entry points. */
+int tgc_lineprof_exec(PyObject *module, tgc_state *st);
+int tgc_lineprof_traverse(tgc_state *st, visitproc visit, void *arg);
+void tgc_lineprof_clear(tgc_state *st);
+extern PyMethodDef tgc_lineprof_methods[];
 
 /* allocator/binding.c: block attribution over an allocator snapshot (see alloc.h). */
 PyObject *tgc_alloc_attribute(PyObject *segments, PyObject *storages);

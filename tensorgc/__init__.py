@@ -21,6 +21,13 @@ from ._tensorgc import (
 )
 from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
 from .oom import on_oom, write_autopsy  # noqa: E402
+from .lineprof import (  # noqa: E402  (memlab's line profiler)
+    LineProfiler,
+    clear_global_line_profiler,
+    profile,
+    profile_every,
+    set_target_gpu,
+)
 from .snapshot import (  # noqa: E402
     SnapshotError,
     dump_snapshot,
@@ -33,11 +40,17 @@ __all__ = [
     "CycleReport",
     "GraphvizError",
     "Handle",
+    "LineProfiler",
     "MemReporter",
     "Report",
     "Row",
     "SnapshotError",
+    "clear_global_line_profiler",
+    "load_ipython_extension",
     "on_oom",
+    "profile",
+    "profile_every",
+    "set_target_gpu",
     "write_autopsy",
     "dump_snapshot",
     "load_snapshot",
@@ -82,3 +95,9 @@ def warn_tensor_cycles(*, device="cuda", directory=None):
     handle = observe_cycles(write_and_log, device=device)
     logger.info("tensorgc: watching reference cycles that hold %s tensors", device)
     return handle
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext tensorgc`: registers the %mlrun / %%mlrun magics (tensorgc/magics.py)."""
+    from .magics import load_ipython_extension as load
+    load(ipython)

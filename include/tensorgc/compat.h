@@ -72,6 +72,25 @@ tgc_compat_instance_dict(PyObject *obj)
 }
 
 /* The type's managed-dict flag, 0 where it does not exist. */
+/* The line profiler listens through sys.monitoring (3.12+: only the profiled code objects raise
+ * events) and through a C trace function before that (every frame of the traced threads). */
+#if PY_VERSION_HEX >= 0x030C0000
+#  define TGC_HAVE_SYS_MONITORING 1
+#else
+#  define TGC_HAVE_SYS_MONITORING 0
+#endif
+
+/* Whether a frame's "call" trace event is a generator resuming (it ran before). */
+static inline int
+tgc_compat_frame_resumed(PyFrameObject *frame)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    return PyFrame_GetLasti(frame) > 0;
+#else
+    return frame->f_lasti >= 0;
+#endif
+}
+
 /* PyUnstable_GC_VisitObjects walks every tracked object without building a list (3.12+);
  * before that the reporter asks gc.get_objects(). */
 #if PY_VERSION_HEX >= 0x030C0000

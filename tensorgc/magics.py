@@ -1,0 +1,84 @@
+"""IPython magics: ``%load_ext tensorgc`` registers ``%mlrun`` (line) and ``%%mlrun`` (cell),
+pytorch_memlab's magics with its flags, backed by tensorgc's LineProfiler.
+
+    %mlrun -f train_step train_step(batch)
+    %%mlrun -f forward -c active_bytes.all.current -T profile.txt
+    out = model(x)
+"""
+from __future__ import annotations
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .lineprof import DEFAULT_COLUMNS, LineProfiler
+
+__all__ = ["MemlabMagics", "load_ipython_extension"]
+
+
+@magics_class
+class MemlabMagics(Magics):
+    @magic_arguments()
+    @argument("-f", "--function", metavar="FUNC", action="append", default=[],
+              help="Function to profile; repeat the flag for several.")
+    @argument("-c", "--column", metavar="COLS", action="append", default=[],
+              help="Column to show (a torch.cuda.memory_stats() key, or X.delta for a "
+                   "X.current key); repeat the flag or separate with commas.")
+    @argument("-D", "--no_default_columns", action="store_true",
+              help="Hide the default columns " + ", ".join(DEFAULT_COLUMNS) + ".")
+    @argument("-r", "--return-profiler", action="store_true",
+              help="Return the LineProfiler instead of its display.")
+    @argument("-g", "--gpu", metavar="GPU_ID", default=0, type=int,
+              help="The CUDA device to read (default 0).")
+    @argument("-q", "--quiet", action="store_true", help="Do not display the results.")
+    @argument("-T", "--dump-profile", metavar="OUTPUT",
+              help="Also write the text table to this file.")
+    @argument("statement", nargs="*", default=None,
+              help="Code to run under the profiler (the cell, in cell mode).")
+    @line_cell_magic
+    @needs_local_scope
+    def mlrun(self, line="", cell=None, local_ns=None):
+        """Run a statement or a cell with the given functions profiled line by line."""
+        args = parse_argstring(self.mlrun, line)
+        global_ns = self.shell.user_global_ns
+        local_ns = global_ns if local_ns is None else local_ns
+        funcs = []
+        for name in args.function:
+            try:
+                funcs.append(eval(name, global_ns, local_ns))  # noqa: S307 (the user's own names)
+            except Exception as exc:
+                raise UsageError(f"Could not find function {name!r}: "
+                                 f"{type(exc).__name__}: {exc}") from None
+        if not funcs:
+            raise UsageError("%mlrun needs at least one -f FUNC to profile")
+        try:
+            profiler = LineProfiler(*funcs, target_gpu=args.gpu)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        code = cell if cell is not None else " ".join(args.statement or [])
+        if not code.strip():
+            raise UsageError("%mlrun needs a statement to run (or use %%mlrun on a cell)")
+        with profiler:
+            exec(compile(code, "<mlrun>", "exec"), global_ns, local_ns)  # noqa: S102
+        columns = [] if args.no_default_columns else list(DEFAULT_COLUMNS)
+        for c in args.column:
+            columns += [x.strip() for x in c.split(",") if x.strip()]
+        if not columns:
+            raise UsageError("no columns left to show: -D hides the defaults, add -c COLS")
+        try:
+            stats = profiler.display(columns=columns)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if args.dump_profile is not None:
+            with open(args.dump_profile, "w", encoding="utf-8") as f:
+                f.write(str(stats))
+        if args.return_profiler:
+            return profiler
+        if not args.quiet:
+            return stats
+        return None
+
+
+def load_ipython_extension(ipython):
+    """Called by ``%load_ext tensorgc``."""
+    ipython.register_magics(MemlabMagics)

@@ -1,0 +1,298 @@
+"""The line profiler (reporter/lineprof.c, reporter/lineprof_py.c, tensorgc/lineprof.py) on the
+process-memory source, which is what a machine without CUDA measures. CUDA columns are in
+test_lineprof_cuda.py."""
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+
+import tensorgc
+from tensorgc import lineprof as L
+
+MB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _restore_tracing(monkeypatch):
+    """Process memory even on a CUDA machine; and no test may leave a tracer, a profiler or a
+    monitoring tool behind."""
+    monkeypatch.setattr(L, "_cuda_available", lambda: False)
+    before = sys.gettrace()
+    yield
+    assert sys.gettrace() is before
+    assert L._Events.enabled == 0 and not L._Events.watched
+    if L.MONITORING:
+        assert L._Events.tool is None
+
+
+def _rows(lp, func, col):
+    """{line offset from def: (hits, value)} of one column."""
+    stats = lp.display(func, columns=(col,))
+    assert len(stats.functions) == 1
+    fn = stats.functions[0]
+    first = fn["code"].co_firstlineno
+    return {ln - first: (h, v[0]) for ln, (h, v) in fn["lines"].items()}
+
+
+def big_alloc(n):
+    x = torch.ones(n, dtype=torch.uint8)      # +1
+    y = x.sum()                               # +2
+    del x                                     # +3
+    return y                                  # +4
+
+
+def test_large_allocation_is_charged_to_its_line():
+    with L.LineProfiler(big_alloc) as lp:
+        big_alloc(96 * MB)
+    assert lp.source.startswith("process resident memory")
+    d = _rows(lp, big_alloc, "rss_bytes.all.delta")
+    assert d[1][0] == 1 and d[1][1] >= 90 * MB          # the allocation's line
+    assert d[3][1] <= -90 * MB                           # the del's line gives it back
+    assert abs(d[2][1]) < 16 * MB and abs(d[4][1]) < 16 * MB
+    p = _rows(lp, big_alloc, "rss_bytes.all.peak")
+    cur = _rows(lp, big_alloc, "rss_bytes.all.current")
+    assert p[1][1] >= cur[0][1] + 90 * MB                # the peak of that line holds it
+
+
+def inner_transient(n):
+    t = torch.ones(n, dtype=torch.uint8)      # +1
+    return int(t[0])                          # +2
+
+
+def outer():
+    a = 1                                     # +1
+    b = inner_transient(64 * MB)              # +2: a profiled call with a 64 MB transient
+    return a + b                              # +3
+
+
+def test_nested_profiled_call_charges_the_calling_line():
+    with L.LineProfiler(outer, inner_transient) as lp:
+        outer()
+    po = _rows(lp, outer, "rss_bytes.all.peak")
+    co = _rows(lp, outer, "rss_bytes.all.current")
+    # the calling line's peak includes the callee's transient, though the callee's own lines
+    # reset the peak counter several times meanwhile
+    assert po[2][1] >= co[1][1] + 60 * MB
+    pi = _rows(lp, inner_transient, "rss_bytes.all.peak")
+    assert pi[1][1] >= co[1][1] + 60 * MB
+    assert po[3][1] < po[2][1] - 60 * MB                 # the next line's peak is its own
+
+
+def test_repeated_calls_fold():
+    with L.LineProfiler(big_alloc) as lp:
+        for _ in range(3):
+            big_alloc(32 * MB)
+    d = _rows(lp, big_alloc, "rss_bytes.all.delta")
+    assert d[1][0] == 3 and d[1][1] >= 3 * 30 * MB       # deltas add up
+    p = _rows(lp, big_alloc, "rss_bytes.all.peak")
+    assert p[1][0] == 3
+    one = L.LineProfiler(big_alloc)
+    with one:
+        big_alloc(32 * MB)
+    assert abs(_rows(one, big_alloc, "rss_bytes.all.peak")[1][1] - p[1][1]) < 16 * MB  # max
+
+
+def test_columns_are_validated():
+    with L.LineProfiler(big_alloc) as lp:
+        big_alloc(MB)
+    with pytest.raises(ValueError) as exc:
+        lp.display(columns=("active_bytes.all.pea",))
+    assert "rss_bytes.all.peak" in str(exc.value) and "valid columns" in str(exc.value)
+    assert "rss_bytes.all.delta" in lp.columns()
+    # memlab's CUDA defaults map to the process-memory ones without CUDA
+    assert lp.display().columns == list(L.RSS_COLUMNS)
+
+
+def hostile():
+    s = "<script>alert(1)</script> & \"q\""   # +1
+    return s                                 # +2
+
+
+def test_text_and_html_display():
+    with L.LineProfiler(hostile) as lp:
+        hostile()
+    text = str(lp.display())
+    assert "## hostile" in text and "rss_bytes.all.peak" in text
+    assert "<script>alert(1)</script>" in text            # the text form is the source as is
+    html = lp.display()._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert html.count("<tr>") == 1 + 3                    # header + the 3 source lines
+    import io
+    buf = io.StringIO()
+    lp.print_stats(stream=buf)
+    assert buf.getvalue() == text
+    assert str(L.LineProfiler(hostile).display()) == "No data collected\n"
+
+
+def test_display_filters_by_function_and_name():
+    with L.LineProfiler(outer, inner_transient) as lp:
+        outer()
+    assert [f["code"].co_name for f in lp.display(outer).functions] == ["outer"]
+    assert [f["code"].co_name for f in lp.display("inner_transient").functions] == \
+        ["inner_transient"]
+    assert len(lp.display().functions) == 2
+
+
+def test_profile_every_prints_every_nth_call(capsys):
+    L.clear_global_line_profiler()
+
+    def work():
+        return torch.ones(1024).sum()
+
+    wrapped = L.profile_every(2)(work)
+    try:
+        wrapped()
+        assert "## " not in capsys.readouterr().out
+        wrapped()
+        out = capsys.readouterr().out
+        assert "## test_profile_every_prints_every_nth_call.<locals>.work" in out
+        assert "return torch.ones(1024).sum()" in out
+        assert L.profile_every(1, enable=False)(work) is work
+        with pytest.raises(ValueError):
+            L.profile_every(0)
+    finally:
+        L.global_line_profiler.disable()
+        L.clear_global_line_profiler()
+
+
+def test_profile_prints_at_exit_even_after_keyboard_interrupt(tmp_path):
+    script = tmp_path / "prof.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from tensorgc import profile
+
+        @profile
+        def step(n):
+            x = torch.ones(n)
+            raise KeyboardInterrupt
+
+        step(1 << 20)
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120, cwd=str(tmp_path),
+                       env={**__import__("os").environ, "PYTHONPATH": str(
+                           __import__("pathlib").Path(tensorgc.__file__).parents[1])})
+    assert r.returncode != 0 and "KeyboardInterrupt" in r.stderr
+    assert "## step" in r.stdout and "x = torch.ones(n)" in r.stdout
+
+
+def raises_inside(kind):
+    x = torch.ones(1024)                      # +1
+    raise kind("boom")                        # +2
+
+
+@pytest.mark.parametrize("kind", [ValueError, KeyboardInterrupt])
+def test_exceptions_leave_no_frame_and_restore_the_tracer(kind):
+    seen = []
+
+    def user_tracer(frame, event, arg):
+        seen.append(event)
+        return None
+
+    sys.settrace(user_tracer)
+    try:
+        lp = L.LineProfiler(raises_inside)
+        with pytest.raises(kind):
+            with lp:
+                raises_inside(kind)
+        assert sys.gettrace() is user_tracer
+    finally:
+        sys.settrace(None)
+    assert lp._core.open_frames == 0
+    d = _rows(lp, raises_inside, "rss_bytes.all.delta")
+    assert d[1][0] == 1 and d[2][0] == 1
+    with lp:  # still usable
+        with pytest.raises(kind):
+            raises_inside(kind)
+    assert _rows(lp, raises_inside, "rss_bytes.all.delta")[1][0] == 2
+
+
+def gen(n):
+    for i in range(n):                        # +1
+        yield torch.ones(MB)                  # +2
+
+
+def test_generators_are_followed_across_yields():
+    with L.LineProfiler(gen) as lp:
+        out = list(gen(3))
+    assert len(out) == 3
+    d = _rows(lp, gen, "rss_bytes.all.delta")
+    assert d[2][0] == 3        # each yield line once, though it is left and resumed
+    assert d[1][0] == 4        # the for line: three items and the end
+    assert lp._core.open_frames == 0
+
+
+def threaded(n):
+    x = torch.ones(n, dtype=torch.uint8)      # +1
+    return int(x[0])                          # +2
+
+
+def test_threads_are_profiled():
+    with L.LineProfiler(threaded) as lp:
+        ts = [threading.Thread(target=threaded, args=(MB,)) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        threaded(MB)
+    d = _rows(lp, threaded, "rss_bytes.all.delta")
+    assert d[1][0] == 5 and d[2][0] == 5
+    assert lp._core.open_frames == 0
+
+
+def test_two_profilers_on_one_function():
+    a, b = L.LineProfiler(big_alloc), L.LineProfiler(big_alloc)
+    with a:
+        with b:
+            big_alloc(32 * MB)
+        big_alloc(32 * MB)
+    assert _rows(a, big_alloc, "rss_bytes.all.delta")[1][0] == 2
+    assert _rows(b, big_alloc, "rss_bytes.all.delta")[1][0] == 1
+    assert _rows(b, big_alloc, "rss_bytes.all.delta")[1][1] >= 30 * MB
+
+
+def test_methods_and_bad_input():
+    class M:
+        def forward(self, n):
+            return torch.ones(n).sum()
+
+    m = M()
+    with L.LineProfiler(m.forward) as lp:
+        m.forward(1024)
+    assert len(lp.display().functions) == 1
+    with pytest.raises(TypeError, match="no Python code object"):
+        L.LineProfiler(len)
+    with pytest.raises(ValueError):
+        L.LineProfiler(big_alloc, target_gpu=-1)
+    with pytest.raises(TypeError):
+        tensorgc._tensorgc._LineProfiler().add_code(1)
+
+
+def test_add_function_while_enabled_and_clear():
+    lp = L.LineProfiler()
+    with lp:
+        big_alloc(MB)                         # not watched yet
+        lp.add_function(big_alloc)
+        big_alloc(MB)
+    assert _rows(lp, big_alloc, "rss_bytes.all.delta")[1][0] == 1
+    lp.clear()
+    assert str(lp.display()) == "No data collected\n"
+
+
+def test_nothing_is_traced_until_enabled():
+    code = textwrap.dedent("""
+        import sys, tensorgc
+        from tensorgc import lineprof
+        assert sys.gettrace() is None
+        if hasattr(sys, "monitoring"):
+            assert all(sys.monitoring.get_tool(i) is None for i in range(6))
+        assert tensorgc._tensorgc._lp_enter is not None
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "PYTHONPATH": str(
+                           __import__("pathlib").Path(tensorgc.__file__).parents[1])})
+    assert r.stdout.strip() == "ok", r.stderr

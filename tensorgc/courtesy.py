@@ -64,8 +64,11 @@ Decisions:
   (someone else took the memory), it raises with everything still on the host and can be called
   again. A tensor whose storage was replaced while yielded (``t.data = ...``, a reallocation) is
   left as it is, with a warning; in-place changes of the host copy are kept.
-- After restore() of CUDA storages, unused pinned host blocks are returned
-  (``torch._C._host_emptyCache`` where torch has it).
+- Host memory: pinned blocks come from PyTorch's caching host allocator, which rounds each up
+  to a power of two (measured on an H100, torch 2.11: a 17 MiB request holds 32 MiB), so while
+  yielded the host may hold up to twice the bytes moved; ``Courtesy(pin_memory=False)`` takes
+  exactly the bytes, with slower, synchronous copies. After restore() of CUDA storages, unused
+  pinned host blocks are returned (``torch._C._host_emptyCache`` where torch has it).
 
 Not seen, so not moved: tensors held only by C++ (a live graph's saved tensors, DDP buckets,
 CUDA graph pools), and tensor objects frozen with ``gc.freeze()`` (the walk does not visit the
@@ -227,16 +230,22 @@ class Courtesy:
     is CUDA; with ``device="cpu"`` the host copy is a plain CPU storage. See the module
     docstring for what is moved, what is skipped and why.
 
+    ``pin_memory=False``: pageable host memory for CUDA sources too. Pinned blocks come from
+    PyTorch's caching host allocator, which rounds each one up to a power of two (a 86 MiB
+    weight takes 128 MiB of host memory while yielded); pageable memory takes exactly the
+    bytes moved, and its copies are synchronous and slower.
+
     memlab-compatible: ``Courtesy()``, ``yield_memory()``, ``restore()``, ``with Courtesy():``.
     """
 
-    def __init__(self, device="cuda"):
+    def __init__(self, device="cuda", *, pin_memory: bool = True):
         filt = _parse_device(device)
         if filt is None or filt[0] not in ("cuda", "cpu"):
             raise ValueError(f"Courtesy moves the tensors of a 'cuda' or 'cpu' device, not "
                              f"{device!r}")
         self._filter = filt
         self.device = device
+        self.pin_memory = bool(pin_memory)
         self._groups: List[_Group] = []
         self.moved: Optional[Moved] = None     # the last yield_memory()'s result
         self.restored: Optional[Moved] = None  # the last restore()'s result
@@ -275,12 +284,29 @@ class Courtesy:
         cuda_idx = sorted({p[0].index or 0 for p in plans if p[0].type == "cuda"})
         for i in cuda_idx:                          # writes on any stream are done
             torch.cuda.synchronize(i)
-        hosts = []
-        for dev, _ts, _sts, src, nbytes in plans:
-            hosts.append(self._host_copy(src, nbytes, dev.type == "cuda"))
+        pin = self.pin_memory
+        hosts = [self._host_copy(p[3], p[4], pin and p[0].type == "cuda") for p in plans]
         for i in cuda_idx:                          # the copies are done
             torch.cuda.synchronize(i)
-        groups, moved_bytes, moved_tensors = [], 0, 0
+        groups = self._repoint_all(plans, hosts, skips)
+        moved_bytes = sum(g.host.nbytes() for g in groups)
+        moved_tensors = sum(len(g.tensors) for g in groups)
+        self._groups = groups
+        del plans, hosts  # the last references to the device storages
+        if cuda_idx and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+        skips.log("yield_memory()")
+        self.moved = Moved(moved_bytes, moved_tensors, len(groups), skips.tensors)
+        logger.info("tensorgc: Courtesy yielded %s in %d storage(s) (%d tensors) from %s",
+                    readable_size(moved_bytes), len(groups), moved_tensors, self.device)
+        return self.moved
+
+    @staticmethod
+    def _repoint_all(plans, hosts, skips):
+        """Re-points each group's tensors at its host copy; a group that fails is put back.
+        (A function of its own: no loop variable outlives it to keep a device storage.)"""
+        torch = _torch()
+        groups = []
         with torch._C.DisableTorchFunctionSubclass():
             for (dev, ts, sts, _src, nbytes), host in zip(plans, hosts):
                 done = []
@@ -295,17 +321,7 @@ class Courtesy:
                               len(ts), 1, nbytes)
                     continue
                 groups.append(_Group(dev, ts, host))
-                moved_bytes += nbytes
-                moved_tensors += len(ts)
-        self._groups = groups
-        del plans, hosts
-        if cuda_idx and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
-        skips.log("yield_memory()")
-        self.moved = Moved(moved_bytes, moved_tensors, len(groups), skips.tensors)
-        logger.info("tensorgc: Courtesy yielded %s in %d storage(s) (%d tensors) from %s",
-                    readable_size(moved_bytes), len(groups), moved_tensors, self.device)
-        return self.moved
+        return groups
 
     def _find(self, skips):
         """The matching tensors, with their grads and view bases, grouped by storage."""
@@ -414,17 +430,12 @@ class Courtesy:
 
     # ------------------------------------------------------------------ restore
 
-    def restore(self) -> Moved:
-        """Copy every yielded storage back to a new storage on its device and re-point its
-        tensors. Returns ``Moved`` of what came back; a no-op (zeros) when nothing is yielded.
-        Raises (with everything still on the host) when the device memory cannot be had."""
-        if not self._groups:
-            logger.debug("tensorgc: Courtesy.restore(): nothing is yielded")
-            self.restored = Moved(0, 0, 0, 0)
-            return self.restored
+    @staticmethod
+    def _restore_all(groups, cuda_idx):
+        """Copies every group back, then re-points; returns (pending groups, (bytes, tensors,
+        storages), skips). Raises with nothing re-pointed when a device storage cannot be had.
+        (A function of its own: no loop variable outlives it to keep a host copy.)"""
         torch = _torch()
-        groups = self._groups
-        cuda_idx = sorted({g.device.index or 0 for g in groups if g.device.type == "cuda"})
         # 1. every device storage first: a full device leaves everything yielded
         dev_storages = []
         try:
@@ -434,8 +445,10 @@ class Courtesy:
                 if n:
                     d.copy_(_bytes_of(g.host), non_blocking=g.host.is_pinned())
                 dev_storages.append(d.untyped_storage())
+                d = None
         except BaseException:
-            del dev_storages
+            dev_storages.clear()
+            d = None
             if cuda_idx and torch.cuda.is_initialized():
                 torch.cuda.empty_cache()
             raise
@@ -467,12 +480,27 @@ class Courtesy:
                 nbytes += d.nbytes()
                 ntensors += len(ours)
                 nstorages += 1
+        return pending, (nbytes, ntensors, nstorages), skips
+
+    def restore(self) -> Moved:
+        """Copy every yielded storage back to a new storage on its device and re-point its
+        tensors. Returns ``Moved`` of what came back; a no-op (zeros) when nothing is yielded.
+        Raises (with everything still on the host) when the device memory cannot be had."""
+        if not self._groups:
+            logger.debug("tensorgc: Courtesy.restore(): nothing is yielded")
+            self.restored = Moved(0, 0, 0, 0)
+            return self.restored
+        torch = _torch()
+        groups = self._groups
+        cuda_idx = sorted({g.device.index or 0 for g in groups if g.device.type == "cuda"})
+        pending, counts, skips = self._restore_all(groups, cuda_idx)
         self._groups = pending
-        del groups, dev_storages
+        del groups  # the last references to the host copies
         if cuda_idx:
             host_empty = getattr(torch._C, "_host_emptyCache", None)
             if host_empty is not None:
                 host_empty()  # the pinned blocks just released go back to the system
+        nbytes, ntensors, nstorages = counts
         skips.log("restore()")
         self.restored = Moved(nbytes, ntensors, nstorages, skips.tensors)
         logger.info("tensorgc: Courtesy restored %s in %d storage(s) (%d tensors) to %s",

@@ -407,3 +407,43 @@ def test_device_filter():
     assert t.data_ptr() == ptr                      # CPU tensors untouched
     c.restore()
     assert Courtesy("cuda:0").device == "cuda:0"
+    with Courtesy("cpu", pin_memory=True):          # no pinning for CPU sources: no CUDA needed
+        assert t.data_ptr() != ptr and not t.is_pinned()
+    assert t.device.type == "cpu"
+
+
+def test_a_failed_restore_leaves_everything_yielded_and_can_be_retried(monkeypatch, caplog):
+    caplog.set_level(logging.WARNING, logger="tensorgc")
+    x = torch.randn(100)
+    y = x[10:20]
+    bits = storage_bytes(x)
+    c = Courtesy("cpu")
+    c.yield_memory()
+    host_ptr = x.data_ptr()
+
+    def no_memory(storage):  # the device storage cannot be had (another job took it)
+        raise torch.OutOfMemoryError("no memory")
+
+    monkeypatch.setattr(courtesy_mod, "_bytes_of", no_memory)
+    with pytest.raises(torch.OutOfMemoryError):
+        c.restore()
+    assert c.yielded and x.data_ptr() == host_ptr and y._base is x
+    monkeypatch.undo()
+    # a tensor that cannot be re-pointed back: its group stays on the host, the rest comes back
+    real = courtesy_mod._repoint
+    calls = {"n": 0}
+
+    def flaky(t, storage):
+        if t is y and calls["n"] == 0:
+            calls["n"] += 1
+            raise RuntimeError("boom")
+        return real(t, storage)
+
+    monkeypatch.setattr(courtesy_mod, "_repoint", flaky)
+    with pytest.raises(RuntimeError, match="call restore.. again"):
+        c.restore()
+    assert c.yielded and x.data_ptr() == host_ptr and "boom" in caplog.text
+    assert c.restored.storages >= 1  # the others came back
+    r = c.restore()
+    assert not c.yielded and r.storages == 1 and r.tensors == 2
+    assert x.data_ptr() != host_ptr and y._base is x and bits_equal(storage_bytes(x), bits)

@@ -62,8 +62,9 @@ Decisions:
   fails. Courtesy is meant for between steps, like memlab's.
 - restore() allocates every device storage before it re-points anything: if the device is full
   (someone else took the memory), it raises with everything still on the host and can be called
-  again. A tensor whose storage was replaced while yielded (``t.data = ...``, a reallocation) is
-  left as it is, with a warning; in-place changes of the host copy are kept.
+  again. A tensor whose storage was replaced while yielded (``t.data = ...``, ``t.set_(...)``)
+  is left as it is, with a warning; in-place changes of the host copy, a resize included, are
+  kept.
 - Host memory: pinned blocks come from PyTorch's caching host allocator, which rounds each up
   to a power of two (measured on an H100, torch 2.11: a 17 MiB request holds 32 MiB), so while
   yielded the host may hold up to twice the bytes moved; ``Courtesy(pin_memory=False)`` takes

@@ -21,6 +21,7 @@ from ._tensorgc import (
 )
 from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
 from .oom import on_oom, write_autopsy  # noqa: E402
+from .courtesy import Courtesy, Moved  # noqa: E402  (memlab's Courtesy)
 from .lineprof import (  # noqa: E402  (memlab's line profiler)
     LineProfiler,
     clear_global_line_profiler,
@@ -37,11 +38,13 @@ from .snapshot import (  # noqa: E402
 )
 
 __all__ = [
+    "Courtesy",
     "CycleReport",
     "GraphvizError",
     "Handle",
     "LineProfiler",
     "MemReporter",
+    "Moved",
     "Report",
     "Row",
     "SnapshotError",

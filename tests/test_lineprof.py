@@ -296,3 +296,16 @@ def test_nothing_is_traced_until_enabled():
                        env={**__import__("os").environ, "PYTHONPATH": str(
                            __import__("pathlib").Path(tensorgc.__file__).parents[1])})
     assert r.stdout.strip() == "ok", r.stderr
+
+
+def test_closures_count_each_call():
+    y = 3
+
+    def clos(n):
+        return n + y                          # +1
+
+    with L.LineProfiler(clos) as lp:
+        for i in range(4):
+            clos(i)
+    d = _rows(lp, clos, "rss_bytes.all.delta")
+    assert d[0][0] == 4 and d[1][0] == 4      # a closure's call is no generator's resume

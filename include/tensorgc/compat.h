@@ -80,12 +80,34 @@ tgc_compat_instance_dict(PyObject *obj)
 #  define TGC_HAVE_SYS_MONITORING 0
 #endif
 
-/* Whether a frame's "call" trace event is a generator resuming (it ran before). */
+/* Whether a frame's "call" trace event is a generator resuming (it ran before), for the C
+ * trace function of 3.10/3.11 (3.12+ has sys.monitoring's PY_RESUME). 3.11: a generator's
+ * first call stops at its first RESUME instruction, after the prefix (cells, RETURN_GENERATOR). */
 static inline int
 tgc_compat_frame_resumed(PyFrameObject *frame)
 {
-#if PY_VERSION_HEX >= 0x030B0000
-    return PyFrame_GetLasti(frame) > 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    (void)frame;
+    return 0;
+#elif PY_VERSION_HEX >= 0x030B0000
+    PyCodeObject *code = PyFrame_GetCode(frame);  /* new reference */
+    int resumed = 0;
+    if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) {
+        PyObject *bc = PyCode_GetCode(code);      /* new reference (cached by the code) */
+        if (bc != NULL) {
+            const unsigned char *ops = (const unsigned char *)PyBytes_AS_STRING(bc);
+            Py_ssize_t n = PyBytes_GET_SIZE(bc), first = 0;
+            while (first + 1 < n && ops[first] != 151) {  /* 3.11's RESUME (opcode.h would
+                                                            * bring every opcode's macro) */
+                first += 2;
+            }
+            resumed = PyFrame_GetLasti(frame) > first;
+            Py_DECREF(bc);
+        }
+        PyErr_Clear();
+    }
+    Py_DECREF(code);
+    return resumed;
 #else
     return frame->f_lasti >= 0;
 #endif

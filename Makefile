@@ -60,16 +60,16 @@ bench: deps build ## Run the benchmarks (B1 overhead, B2 report cost, B3 reporte
 	  $(PYTHON) -m pip install -q --no-deps "pytorch_memlab==$(MEMLAB_VERSION)" "calmsize==0.1.3"
 	$(PYTHON) bench/run_all.py
 
-build/test_units: tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c $(wildcard cycles/*.h include/tensorgc/*.h)
+build/test_units: tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c reporter/lineprof.c $(wildcard cycles/*.h include/tensorgc/*.h)
 	@mkdir -p build
-	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c -o $@ $(UNIT_LIBS)
+	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c reporter/lineprof.c -o $@ $(UNIT_LIBS)
 
 build/test_device: tests/c/test_device.c allocator/device.c include/tensorgc/device.h
 	@mkdir -p build
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -Iinclude $(DEVICE_CFLAGS) \
 	  tests/c/test_device.c allocator/device.c -o $@ -ldl -lpthread
 
-units: build/test_units build/test_device ## Build and run the plain-C unit tests (graph engine, escapers, Graphviz, device query)
+units: build/test_units build/test_device ## Build and run the plain-C unit tests (graph engine, escapers, Graphviz, line-profiler engine, device query)
 	./build/test_units
 	./build/test_device
 

@@ -1,4 +1,4 @@
-"""Drives the plain-C unit tests (tests/c/test_units.c: graph engine, escapers, Graphviz render,
+"""Drives the plain-C unit tests (tests/c/test_units.c: graph engine, escapers, Graphviz render, the line profiler's engine,
 HTML page) from pytest: built by `make build/test_units`, run, and its exit status checked."""
 import os
 import shutil

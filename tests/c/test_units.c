@@ -2,6 +2,7 @@
  * page) as a standalone program, so `make valgrind` checks them with no interpreter around.
  * Exits non-zero on the first failed check; prints both operands. */
 #include "tgc.h"
+#include "tensorgc/lineprof.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,74 @@ test_render(void)
     tgc_render_shutdown();
 }
 
+/* The line profiler's engine: two keys, a PEAK and a CURRENT. f calls g on its line 11; g
+ * peaks at 500 in between; f's line 11 must carry that peak and g's whole delta. */
+static void
+test_lineprof(void)
+{
+    uint8_t folds[3] = {TGC_LP_PEAK, TGC_LP_CURRENT, TGC_LP_COUNTER};
+    tgc_lp p;
+    CHECK_EQ_U(tgc_lp_init(&p, 3, folds), 0);
+    static const char f_code = 0, g_code = 0;
+    int f = tgc_lp_add_code(&p, &f_code, 10), g = tgc_lp_add_code(&p, &g_code, 20);
+    CHECK_EQ_U(tgc_lp_add_code(&p, &f_code, 10), (unsigned long long)f);  /* idempotent */
+    CHECK_EQ_U(tgc_lp_find(&p, &g_code), (unsigned long long)g);
+    int64_t r0[3] = {100, 100, 0}, r1[3] = {100, 100, 1}, r2[3] = {500, 300, 5},
+            r3[3] = {300, 100, 7}, r4[3] = {100, 100, 9};
+    for (int run = 0; run < 2; run++) {
+        tgc_lp_observe(&p, r0);
+        CHECK_EQ_U(tgc_lp_enter(&p, (uint32_t)f, 1, 10, 0, r0), 0);
+        tgc_lp_observe(&p, r1);
+        CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)f, 1, 11, r1), 0);       /* f: line 11 */
+        tgc_lp_observe(&p, r1);
+        CHECK_EQ_U(tgc_lp_enter(&p, (uint32_t)g, 1, 20, 0, r1), 0);   /* g called */
+        tgc_lp_observe(&p, r2);
+        CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)g, 1, 21, r2), 0);
+        tgc_lp_observe(&p, r3);
+        CHECK_EQ_U(tgc_lp_leave(&p, (uint32_t)g, 1, r3), 0);          /* g returns */
+        tgc_lp_observe(&p, r4);
+        CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)f, 1, 12, r4), 0);
+        tgc_lp_observe(&p, r4);
+        CHECK_EQ_U(tgc_lp_leave(&p, (uint32_t)f, 1, r4), 0);
+    }
+    CHECK_EQ_U(p.nframes, 0);
+    const int64_t *s = tgc_lp_slot(&p, (uint32_t)f, 11);
+    CHECK(s != NULL);
+    if (s) {
+        CHECK_EQ_U(s[0], 2);              /* hits */
+        CHECK_EQ_U(s[1], 500);            /* the callee's peak, charged to the calling line */
+        CHECK_EQ_U(s[2], 100);            /* current at the line's end */
+        CHECK_EQ_U(s[4 + 1], 0);          /* CURRENT's delta summed: 100 -> 100, twice */
+        CHECK_EQ_U(s[4 + 2], 16);         /* COUNTER summed: (9 - 1) twice */
+    }
+    s = tgc_lp_slot(&p, (uint32_t)g, 20);
+    CHECK(s != NULL && s[0] == 2 && s[1] == 500 && s[2] == 300 && s[5] == 400);
+    CHECK(tgc_lp_slot(&p, (uint32_t)g, 25) == NULL && tgc_lp_slot(&p, (uint32_t)f, 3) == NULL);
+
+    /* a resumed frame folds without counting; a missed leave is closed by the caller's line;
+     * another thread's frame is left alone */
+    tgc_lp_reset(&p);
+    CHECK_EQ_U(tgc_lp_enter(&p, (uint32_t)g, 2, 21, 0, r0), 0);     /* thread 2 */
+    CHECK_EQ_U(tgc_lp_enter(&p, (uint32_t)f, 1, 11, 1, r0), 0);     /* resumed on 11 */
+    CHECK_EQ_U(tgc_lp_enter(&p, (uint32_t)g, 1, 20, 0, r0), 0);
+    CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)f, 1, 12, r1), 0);         /* g's leave was missed */
+    CHECK_EQ_U(p.nframes, 2);
+    s = tgc_lp_slot(&p, (uint32_t)f, 11);
+    CHECK(s != NULL && s[0] == 1);    /* the first fold of a line counts even when resumed */
+    CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)f, 1, 11, r1), 0);
+    CHECK_EQ_U(tgc_lp_enter(&p, (uint32_t)f, 1, 11, 1, r1), 0);     /* a second f, resumed */
+    CHECK_EQ_U(tgc_lp_leave(&p, (uint32_t)f, 1, r1), 0);
+    s = tgc_lp_slot(&p, (uint32_t)f, 11);
+    CHECK(s != NULL && s[0] == 1);    /* ...but not again */
+    tgc_lp_drop_frames(&p);
+    CHECK_EQ_U(p.nframes, 0);
+    tgc_lp_free(&p);
+
+    int64_t rss[2];
+    CHECK_EQ_U(tgc_lp_rss_read(rss), 0);
+    CHECK(rss[0] > 0 && rss[1] >= rss[0]);
+}
+
 int
 main(void)
 {
@@ -128,6 +197,7 @@ main(void)
     test_ring(200000);
     test_escapes();
     test_render();
+    test_lineprof();
     if (failures) {
         fprintf(stderr, "%d failed\n", failures);
         return 1;

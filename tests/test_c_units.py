@@ -1,5 +1,5 @@
-"""Drives the plain-C unit tests (tests/c/test_units.c: graph engine, escapers, Graphviz render, the line profiler's engine,
-HTML page) from pytest: built by `make build/test_units`, run, and its exit status checked."""
+"""Drives the plain-C unit tests (tests/c/test_units.c: graph engine, escapers, Graphviz render,
+HTML page, the line profiler's engine) from pytest: built by `make build/test_units`, run, and its exit status checked."""
 import os
 import shutil
 import subprocess

@@ -108,7 +108,7 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
     parts = []
     # bands: top edge left to right, bottom edge back; only points where the offset changes
     legend = {}
-    for alloc_ev, free_ev, size, c0, c1, offs, addr in tl["bands"]:
+    for alloc_ev, free_ev, size, c0, c1, offs, addr, *_ in tl["bands"]:
         if c1 <= c0:
             continue
         pts_top, pts_bot = [], []

@@ -21,7 +21,7 @@ from .reporter import readable_size as R
 
 def _stats(args) -> int:
     from . import allocator
-    from .timeline import _text
+    from .timeline import _text, categories_at_peak
 
     snap = _load(args, args.snapshot)
     segs = snap["segments"]
@@ -43,6 +43,9 @@ def _stats(args) -> int:
         if trace:
             actions = Counter(_text(e.get("action")) for e in trace)
             out.append(f"trace cuda:{dev}: " + ", ".join(f"{a} {n}" for a, n in actions.most_common()))
+            line = categories_at_peak(snap, dev)
+            if line:
+                out.append(f"  categories {line}")
     print("\n".join(out))
     return 0
 

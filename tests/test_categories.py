@@ -2,7 +2,6 @@
 per column, address reuse, nesting, open spans, torch's annotations), the marks that
 tensorgc.categorize records on a real CPU model, the snapshot key as untrusted input, and the
 page and the CLI."""
-import gc
 import logging
 import pickle
 import threading
@@ -584,4 +583,3 @@ def test_snapshot_survives_a_failing_reporter(monkeypatch, caplog):
         snap = tensorgc.snapshot()
     assert snap[KEY]["named"] == {} and any("naming the blocks" in r.message
                                             for r in caplog.records)
-    gc.collect()

@@ -347,8 +347,9 @@ def active():
 
 def snapshot_key(named=None):
     """The value ``snapshot()`` stores under KEY: every active handle's marks merged, and
-    ``named`` ({device: {addr: kind}}; default: a MemReporter collect of the handles' models and
-    optimizers, the blocks of the live tensors). None without an active handle."""
+    ``named`` ({device index or "cuda:N": {addr: kind}}, as Report.block_kinds; default: a
+    MemReporter collect of the handles' models and optimizers, the blocks of the live tensors).
+    None without an active handle."""
     handles = active()
     if not handles:
         return None
@@ -361,9 +362,23 @@ def snapshot_key(named=None):
             key["dropped"][k] += m["dropped"][k]
     if named is None:
         named = _named_now(handles)
-    key["named"] = {int(d): {int(a): k for a, k in blocks.items() if k in CATEGORIES[:-1]}
-                    for d, blocks in (named or {}).items()}
+    key["named"] = {}
+    for d, blocks in (named or {}).items():
+        dev = _device_index(d)
+        if dev is not None and isinstance(blocks, dict):
+            key["named"].setdefault(dev, {}).update(
+                (a, k) for a, k in blocks.items()
+                if _int(a, 0, (1 << 64) - 1) and k in CATEGORIES[:-1])  # "other" names nothing
     return key
+
+
+def _device_index(d):
+    """A CUDA device index from 0 or "cuda:0" (Report.block_kinds' keys), else None."""
+    if _int(d, 0, 128):
+        return d
+    if isinstance(d, str) and d.startswith("cuda:") and d[5:].isdigit() and int(d[5:]) < 128:
+        return int(d[5:])
+    return None
 
 
 def _named_now(handles):
@@ -380,9 +395,9 @@ def _named_now(handles):
                            exc_info=True)
             continue
         for dev, kinds in rep.block_kinds.items():
-            if not dev.startswith("cuda:"):
+            if _device_index(dev) is None:
                 continue
-            blocks = named.setdefault(int(dev[5:]), {})
+            blocks = named.setdefault(_device_index(dev), {})
             for addr, kind in kinds.items():
                 blocks.setdefault(addr, kind)
     return named

@@ -557,8 +557,11 @@ def test_snapshot_attaches_the_marks(monkeypatch, tmp_path):
         _train(model, opt, 1, torch.randn(2, 4))
         snap = tensorgc.snapshot()
         assert KEY not in tensorgc.snapshot(categories=False)
-        named = snapshot_key({0: {0x1000: "parameter", 0x2000: "other", 0x3000: "grad"}})["named"]
-    assert named == {0: {0x1000: "parameter", 0x3000: "grad"}}  # "other" names nothing
+        named = snapshot_key({0: {0x1000: "parameter", 0x2000: "other", 0x3000: "grad"},
+                              "cuda:1": {0x4000: "activation", "x": "grad", 5: "<b>"},
+                              "cpu": {0x5000: "parameter"}, 2: []})["named"]
+    # "other" names nothing; Report.block_kinds' "cuda:N" keys are taken; the rest is left out
+    assert named == {0: {0x1000: "parameter", 0x3000: "grad"}, 1: {0x4000: "activation"}}
     assert snapshot_key() is None
     k = snap[KEY]
     assert k["version"] == 1 and [s[0] for s in k["spans"]] == ["forward", "backward", "optimizer"]

@@ -293,14 +293,201 @@ bind__u64_list(const uint64_t *v, uint32_t n)
     return l;
 }
 
-/* _timeline(trace, pre, columns, detail, use_free_requested) -> dict
+/* An exact int as int64; ValueError naming `what` otherwise. Only int and its subclasses are
+ * taken, so no Python code (__index__) runs while the caller walks a borrowed sequence. */
+static int
+bind__i64(PyObject *v, int64_t *out, const char *what)
+{
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_ValueError, "%s must be an int, not %.50s", what, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s out of range", what);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* An address: an int in [0, 2**64 - 2] (2**64 - 1 cannot be a key of the address table). */
+static int
+bind__addr(PyObject *v, uint64_t *out, const char *what)
+{
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_ValueError, "%s must be an int, not %.50s", what, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    if ((x == (unsigned long long)-1 && PyErr_Occurred()) || x == UINT64_MAX) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s out of range", what);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Item i of tuple t as a tuple of exactly `n` items, or ValueError. Borrowed. */
+static PyObject *
+bind__row(PyObject *t, Py_ssize_t i, Py_ssize_t n, const char *what)
+{
+    PyObject *r = PyTuple_GET_ITEM(t, i);
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != n) {
+        PyErr_Format(PyExc_ValueError, "%s %zd must be a tuple of %zd ints", what, i, n);
+        return NULL;
+    }
+    return r;
+}
+
+/* The classification's inputs: cl is (spans, grads, named), lists of (phase, t0, t1),
+ * (addr, time) and (addr, category) tuples of ints. Arrays are malloc'd into *c (the caller
+ * frees c->spans, c->grads, c->named). */
+static int
+bind__classify(PyObject *cl, tgc_classify *c)
+{
+    PyObject *sp = NULL, *gr = NULL, *nm = NULL;  /* new: fixed copies of the three lists */
+    tgc_span *spans = NULL;
+    tgc_grad_mark *grads = NULL;
+    tgc_named *named = NULL;
+    int rc = -1;
+    memset(c, 0, sizeof(*c));
+    if (!PyTuple_Check(cl) || PyTuple_GET_SIZE(cl) != 3 || !PyList_Check(PyTuple_GET_ITEM(cl, 0)) ||
+        !PyList_Check(PyTuple_GET_ITEM(cl, 1)) || !PyList_Check(PyTuple_GET_ITEM(cl, 2))) {
+        PyErr_SetString(PyExc_TypeError, "classify must be (spans: list, grads: list, named: list)");
+        return -1;
+    }
+    sp = PyList_AsTuple(PyTuple_GET_ITEM(cl, 0));
+    gr = sp ? PyList_AsTuple(PyTuple_GET_ITEM(cl, 1)) : NULL;
+    nm = gr ? PyList_AsTuple(PyTuple_GET_ITEM(cl, 2)) : NULL;
+    if (nm == NULL) {
+        goto done;
+    }
+    Py_ssize_t ns = PyTuple_GET_SIZE(sp), ng = PyTuple_GET_SIZE(gr), nn = PyTuple_GET_SIZE(nm);
+    spans = malloc((size_t)(ns ? ns : 1) * sizeof(tgc_span));
+    grads = malloc((size_t)(ng ? ng : 1) * sizeof(tgc_grad_mark));
+    named = malloc((size_t)(nn ? nn : 1) * sizeof(tgc_named));
+    if (spans == NULL || grads == NULL || named == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *r = bind__row(sp, i, 3, "span");
+        int64_t ph, t0, t1;
+        if (r == NULL || bind__i64(PyTuple_GET_ITEM(r, 0), &ph, "a span's phase") < 0 ||
+            bind__i64(PyTuple_GET_ITEM(r, 1), &t0, "a span's start") < 0 ||
+            bind__i64(PyTuple_GET_ITEM(r, 2), &t1, "a span's end") < 0) {
+            goto done;
+        }
+        if (ph < 0 || ph >= TGC_NPHASE || t0 > t1) {
+            PyErr_Format(PyExc_ValueError, "span %zd: phase must be 0..%d and start <= end", i,
+                         TGC_NPHASE - 1);
+            goto done;
+        }
+        spans[i] = (tgc_span){t0, t1, (uint8_t)ph};
+    }
+    for (Py_ssize_t i = 0; i < ng; i++) {
+        PyObject *r = bind__row(gr, i, 2, "grad mark");
+        if (r == NULL || bind__addr(PyTuple_GET_ITEM(r, 0), &grads[i].addr, "a grad's address") < 0 ||
+            bind__i64(PyTuple_GET_ITEM(r, 1), &grads[i].time, "a grad's time") < 0) {
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < nn; i++) {
+        PyObject *r = bind__row(nm, i, 2, "named block");
+        int64_t cat;
+        if (r == NULL || bind__addr(PyTuple_GET_ITEM(r, 0), &named[i].addr, "a block's address") < 0 ||
+            bind__i64(PyTuple_GET_ITEM(r, 1), &cat, "a block's category") < 0) {
+            goto done;
+        }
+        if (cat < 0 || cat >= TGC_NCAT) {
+            PyErr_Format(PyExc_ValueError, "named block %zd: category must be 0..%d", i,
+                         TGC_NCAT - 1);
+            goto done;
+        }
+        named[i].category = (uint8_t)cat;
+    }
+    c->spans = spans;
+    c->nspans = (size_t)ns;
+    c->grads = grads;
+    c->ngrads = (size_t)ng;
+    c->named = named;
+    c->nnamed = (size_t)nn;
+    spans = NULL;
+    grads = NULL;
+    named = NULL;
+    rc = 0;
+done:
+    free(spans);
+    free(grads);
+    free(named);
+    Py_XDECREF(sp);
+    Py_XDECREF(gr);
+    Py_XDECREF(nm);
+    return rc;
+}
+
+/* A trace entry's time_us into *t; absent: *t is left alone (the previous entry's time). */
+static int
+bind__time(PyObject *e, Py_ssize_t i, int64_t *t)
+{
+    PyObject *v = PyDict_GetItemString(e, "time_us");  /* borrowed */
+    if (v == NULL) {
+        return 0;
+    }
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_ValueError, "trace entry %zd: time_us must be an int, not %.50s", i,
+                     Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred()) || x == TGC_TIME_NONE) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "trace entry %zd: time_us out of range", i);
+        return -1;
+    }
+    *t = x;
+    return 0;
+}
+
+static PyObject *
+bind__categories(const uint64_t *v, size_t stride, uint32_t n)
+{
+    PyObject *l = PyList_New(TGC_NCAT);
+    for (int k = 0; l != NULL && k < TGC_NCAT; k++) {
+        PyObject *col = PyList_New(n);
+        for (uint32_t c = 0; col != NULL && c < n; c++) {
+            PyObject *x = PyLong_FromUnsignedLongLong(v[(size_t)c * stride + (size_t)k]);
+            if (x == NULL) {
+                Py_CLEAR(col);
+                break;
+            }
+            PyList_SET_ITEM(col, c, x);
+        }
+        if (col == NULL) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, k, col);
+    }
+    return l;
+}
+
+/* _timeline(trace, pre, columns, detail, use_free_requested, classify=None) -> dict
  *   trace: one device's trace entries (dicts with action, addr, size); pre: [(addr, size)]
  *   allocations alive before the trace. Event indices in the result are positions in trace
  *   (pre-existing ones: -1); oom_at pairs each OOM's trace position with its event position
- *   (the replay's clock, which places it in a column). */
+ *   (the replay's clock, which places it in a column). classify: None, or (spans, grads,
+ *   named) for categories over time (see bind__classify and timeline.h); each band then ends
+ *   with its category and rule, and cat_active (per category, per column), at_peak,
+ *   peak_event (trace position, -1: before the trace) are filled. */
 PyObject *
 tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned detail,
-                   int use_free_requested)
+                   int use_free_requested, PyObject *classify)
 {
     if (!PyList_Check(trace) || !PyList_Check(pre)) {
         PyErr_SetString(PyExc_TypeError, "_timeline(trace: list, pre: list, ...)");
@@ -313,10 +500,15 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
     PyObject *items = PyList_AsTuple(trace);  /* new: a fixed copy */
     PyObject *pres = items ? PyList_AsTuple(pre) : NULL;
     PyObject *result = NULL, *oom_at = NULL, *ooms = NULL, *bands = NULL;
+    PyObject *names = NULL, *cats = NULL, *at_peak = NULL;
     tgc_event *ev = NULL;
     tgc_timeline tl = {0};
-    int built = 0;
+    tgc_classify cls = {0};
+    int built = 0, with_cls = classify != NULL && classify != Py_None;
     if (pres == NULL) {
+        goto done;
+    }
+    if (with_cls && bind__classify(classify, &cls) < 0) {
         goto done;
     }
     Py_ssize_t nt = PyTuple_GET_SIZE(items), np = PyTuple_GET_SIZE(pres);
@@ -342,8 +534,11 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
             }
             goto done;
         }
-        ev[n++] = (tgc_event){addr, size, UINT32_MAX, TGC_EV_PRE};
+        ev[n++] = (tgc_event){addr, size, TGC_TIME_NONE, UINT32_MAX, TGC_EV_PRE};
     }
+    /* times only for categories (a lookup per entry); an entry without one takes the previous
+     * entry's */
+    int64_t time = TGC_TIME_NONE;
     for (Py_ssize_t i = 0; i < nt; i++) {
         PyObject *e = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple keeps it */
         if (!PyDict_Check(e)) {
@@ -363,6 +558,9 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
             (bind__u64(e, "addr", &addr, 0, 0) < 0 || bind__u64(e, "size", &size, 0, 0) < 0)) {
             goto done;
         }
+        if (with_cls && bind__time(e, i, &time) < 0) {
+            goto done;
+        }
         if (kind == TGC_EV_OOM) {
             /* (trace position, event position: the replay's column clock, pre-existing first) */
             PyObject *ix = Py_BuildValue("(nn)", i, (Py_ssize_t)n);
@@ -372,11 +570,11 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
                 goto done;
             }
         }
-        ev[n++] = (tgc_event){addr, size, (uint32_t)i, (uint8_t)kind};
+        ev[n++] = (tgc_event){addr, size, time, (uint32_t)i, (uint8_t)kind};
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS  /* plain C over our own arrays */
-    rc = tgc_timeline_build(ev, n, columns, detail, &tl);
+    rc = tgc_timeline_build(ev, n, columns, detail, with_cls ? &cls : NULL, &tl);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_NoMemory();
@@ -388,10 +586,10 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
         const tgc_band *bd = &tl.bands[b];
         PyObject *offs = bind__u64_list(bd->offset, bd->col1 - bd->col0);
         PyObject *item = offs ? Py_BuildValue(
-            "(nnKIINK)", bd->alloc_event == UINT32_MAX ? (Py_ssize_t)-1 : (Py_ssize_t)bd->alloc_event,
+            "(nnKIINKii)", bd->alloc_event == UINT32_MAX ? (Py_ssize_t)-1 : (Py_ssize_t)bd->alloc_event,
             bd->free_event == UINT32_MAX ? (Py_ssize_t)-1 : (Py_ssize_t)bd->free_event,
             (unsigned long long)bd->size, bd->col0, bd->col1, offs,
-            (unsigned long long)bd->addr) : NULL;
+            (unsigned long long)bd->addr, (int)bd->category, (int)bd->rule) : NULL;
         if (item == NULL) {
             Py_CLEAR(bands);
             break;
@@ -409,23 +607,54 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
     if (ooms == NULL) {
         goto done;
     }
-    result = Py_BuildValue("{s:N,s:N,s:N,s:K,s:n,s:O,s:O,s:O,s:n}",
+    names = PyTuple_New(TGC_NCAT);
+    for (int k = 0; names != NULL && k < TGC_NCAT; k++) {
+        PyObject *x = PyUnicode_FromString(tgc_category_names[k]);
+        if (x == NULL) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyTuple_SET_ITEM(names, k, x);
+    }
+    if (names == NULL) {
+        goto done;
+    }
+    if (with_cls) {
+        cats = bind__categories(tl.cat_active, TGC_NCAT, tl.columns);
+        at_peak = bind__u64_list(tl.at_peak, TGC_NCAT);
+        if (cats == NULL || at_peak == NULL) {
+            goto done;
+        }
+    }
+    Py_ssize_t peak_event = tl.peak_pos == SIZE_MAX || ev[tl.peak_pos].index == UINT32_MAX
+                            ? -1 : (Py_ssize_t)ev[tl.peak_pos].index;
+    result = Py_BuildValue("{s:N,s:N,s:N,s:K,s:n,s:O,s:O,s:O,s:n,s:O,s:O,s:O,s:n,s:n}",
                            "active", bind__u64_list(tl.active, tl.columns),
                            "peak", bind__u64_list(tl.peak, tl.columns),
                            "small", bind__u64_list(tl.small, tl.columns),
                            "max", (unsigned long long)tl.max_active,
                            "allocs", (Py_ssize_t)tl.nallocs, "bands", bands, "ooms", ooms,
-                           "oom_at", oom_at, "events", (Py_ssize_t)n);
+                           "oom_at", oom_at, "events", (Py_ssize_t)n, "categories", names,
+                           "cat_active", cats ? cats : Py_None,
+                           "at_peak", at_peak ? at_peak : Py_None, "peak_event", peak_event,
+                           "peak_pos", tl.peak_pos == SIZE_MAX ? (Py_ssize_t)-1
+                                                               : (Py_ssize_t)tl.peak_pos);
 done:
     if (built) {
         tgc_timeline_free(&tl);
     }
     free(ev);
+    free((void *)cls.spans);
+    free((void *)cls.grads);
+    free((void *)cls.named);
     Py_XDECREF(items);
     Py_XDECREF(pres);
     Py_XDECREF(oom_at);
     Py_XDECREF(ooms);
     Py_XDECREF(bands);
+    Py_XDECREF(names);
+    Py_XDECREF(cats);
+    Py_XDECREF(at_peak);
     return result;
 }
 

@@ -10,6 +10,8 @@ Measured, each in a fresh process (``--repeat`` times, median):
 * ``tensorgc timeline SNAP -o out.html`` (load with the restricted unpickler, C replay, SVG);
 * ``python -m torch.cuda._memory_viz trace_plot SNAP -o out.html`` (plain pickle.load);
 * page size, and whether the page needs the network (an external script or module URL);
+* with ``--categories``: the same trace with tensorgc_categories marks, so the
+  replay classifies every allocation and the page draws the categories chart;
 * with ``--chromium``: wall time of ``chromium --headless --screenshot`` of each page, and of
   an empty page as the browser's own start-up baseline.
 
@@ -31,6 +33,31 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MB = 1 << 20
+
+
+def with_categories(snap, seed=0):
+    """Adds what tensorgc.categorize records to a snapshot: phase spans of 1,000
+    entries each (forward, backward, optimizer in turn), a grad mark on every 20th allocation
+    and the reporter's names of every 10th block alive at the end -- the replay's classifying
+    path, at full size."""
+    rnd = random.Random(seed)
+    trace = snap["device_traces"][0]
+    times = [e["time_us"] for e in trace]
+    spans = [[("forward", "backward", "optimizer")[k % 3], times[i],
+              times[min(i + 999, len(times) - 1)]] for k, i in enumerate(range(0, len(times), 1000))]
+    grads, live = [], {}
+    for e in trace:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+            if rnd.random() < 0.05:
+                grads.append([0, e["addr"], e["time_us"] + 1])
+        elif e["action"] == "free_requested":
+            live.pop(e["addr"], None)
+    kinds = ("parameter", "optimizer_state", "grad", "activation", "buffer")
+    named = {a: kinds[i % len(kinds)] for i, a in enumerate(list(live)[::10])}
+    snap["tensorgc_categories"] = {"version": 1, "spans": spans, "grads": grads,
+                                   "named": {0: named}}
+    return snap
 
 
 def synthetic(n, seed=0):
@@ -103,6 +130,8 @@ def main():
     p.add_argument("--record", action="store_true")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--chromium", action="store_true")
+    p.add_argument("--categories", action="store_true",
+                   help="add tensorgc_categories marks (spans, grad marks, names) to the trace")
     p.add_argument("--keep", help="directory to keep the snapshot and pages in")
     args = p.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="tensorgc-b4-")
@@ -112,7 +141,10 @@ def main():
     if snap_path is None:
         t0 = time.perf_counter()
         snap = record(args.events) if args.record else synthetic(args.events)
+        if args.categories:
+            snap = with_categories(snap)
         source = ("recorded on CUDA" if args.record else "synthetic") + \
+            (" with categories" if args.categories else "") + \
             f" ({sum(len(t) for t in snap['device_traces']):,} trace entries, made in " \
             f"{time.perf_counter() - t0:.1f} s)"
         snap_path = os.path.join(work, "snapshot.pickle")

@@ -590,20 +590,21 @@ alloc_attribute(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
 }
 
 PyDoc_STRVAR(timeline_doc,
-"_timeline(trace, pre, columns, detail, use_free_requested) -> dict\n\n"
-"Replays one device's allocator trace into the Active Memory Timeline (allocator/timeline.c).");
+"_timeline(trace, pre, columns, detail, use_free_requested, classify=None) -> dict\n\n"
+"Replays one device's allocator trace into the Active Memory Timeline (allocator/timeline.c);\n"
+"classify=(spans, grads, named) also gives each allocation a category.");
 
 static PyObject *
 timeline(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *trace, *pre;
+    PyObject *trace, *pre, *classify = Py_None;
     unsigned int columns, detail;
     int use_req;
-    if (!PyArg_ParseTuple(args, "O!O!IIp:_timeline", &PyList_Type, &trace, &PyList_Type, &pre,
-                          &columns, &detail, &use_req)) {
+    if (!PyArg_ParseTuple(args, "O!O!IIp|O:_timeline", &PyList_Type, &trace, &PyList_Type, &pre,
+                          &columns, &detail, &use_req, &classify)) {
         return NULL;
     }
-    return tgc_alloc_timeline(trace, pre, columns, detail, use_req);
+    return tgc_alloc_timeline(trace, pre, columns, detail, use_req, classify);
 }
 
 PyDoc_STRVAR(segmap_doc,

@@ -184,6 +184,6 @@ PyObject *tgc_alloc_pickle_scan(PyObject *data);
 PyObject *tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_ssize_t upto,
                            int use_free_requested);
 PyObject *tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned detail,
-                             int use_free_requested);
+                             int use_free_requested, PyObject *classify);
 
 #endif /* TGC_H */

@@ -1,6 +1,7 @@
 """The ``tensorgc`` command (console script; also ``python -m tensorgc``).
 
-    tensorgc stats SNAP                      what a snapshot file holds, per device
+    tensorgc stats SNAP                      what a snapshot file holds, per device (and by
+                                             category at the peak, with categorize's marks)
     tensorgc timeline SNAP -o out.html       the Active Memory Timeline, self-contained HTML
     tensorgc segments SNAP -o out.html       the segment map at an event (--at N) or OOM (--oom)
     tensorgc trace SNAP                      the allocator trace as text, with stacks
@@ -21,7 +22,7 @@ from .reporter import readable_size as R
 
 def _stats(args) -> int:
     from . import allocator
-    from .timeline import _text
+    from .timeline import _text, categories_at_peak
 
     snap = _load(args, args.snapshot)
     segs = snap["segments"]
@@ -43,6 +44,9 @@ def _stats(args) -> int:
         if trace:
             actions = Counter(_text(e.get("action")) for e in trace)
             out.append(f"trace cuda:{dev}: " + ", ".join(f"{a} {n}" for a, n in actions.most_common()))
+            line = categories_at_peak(snap, dev)
+            if line:
+                out.append(f"  categories {line}")
     print("\n".join(out))
     return 0
 
@@ -188,14 +192,20 @@ def main(argv=None) -> int:
     s = sub.add_parser("stats", help="what a snapshot file holds, per device",
                        description="Summarise a CUDA allocator snapshot (torch.cuda.memory."
                                    "_dump_snapshot or tensorgc.dump_snapshot): segments, "
-                                   "allocated, fragmentation, trace actions.")
+                                   "allocated, fragmentation, trace actions, and the peak's "
+                                   "bytes by category (parameter, grad, optimizer state, "
+                                   "activation, temporary, other) when the snapshot has "
+                                   "tensorgc.categorize's marks or torch's optimizer "
+                                   "annotations.")
     s.add_argument("snapshot", help="the snapshot file (a pickle; read without running code)")
     s.add_argument("--max-bytes", type=int, default=None,
                    help="refuse larger files (default 8 GiB)")
     t = sub.add_parser("timeline", help="the Active Memory Timeline as a self-contained HTML page",
                        description="Replay a snapshot's allocator trace into the Active Memory "
                                    "Timeline: the largest allocations as bands (hover: size and "
-                                   "stack), the rest summarized, OOMs marked. Opens offline.")
+                                   "stack), the rest summarized, OOMs marked; with "
+                                   "tensorgc.categorize's marks in the file, bands coloured by "
+                                   "category and the categories over time. Opens offline.")
     t.add_argument("snapshot", help="the snapshot file (a pickle; read without running code)")
     t.add_argument("-o", "--output", required=True, help="the HTML file to write")
     t.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")

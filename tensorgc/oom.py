@@ -6,7 +6,9 @@ writes, into a new private subdirectory ``oom-<time>-<pid>-cuda<N>/``:
 
 * ``snapshot.pickle``: the allocator's state and history (protocol 4; memory_viz reads it too);
 * ``timeline.html`` and ``segments.html``: the Active Memory Timeline and the segment map just
-  before the OOM (when history recording was on: ``tensorgc.record_memory_history()``);
+  before the OOM (when history recording was on: ``tensorgc.record_memory_history()``); under
+  ``tensorgc.categorize`` the timeline is coloured by category over time and README.txt gives
+  the peak's breakdown;
 * ``memreport.txt``: the MemReporter's verbose table for the device;
 * ``gc.txt`` (and ``cycles-<i>.html``): whether a garbage collection right now frees device
   memory, and the cycle reports of the tensors it frees.
@@ -80,13 +82,18 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
         def snap_files():
             from .segments import segments_html
             from .snapshot import snapshot
-            from .timeline import timeline_html
+            from .timeline import categories_at_peak, timeline_html
 
-            snap = snapshot()
+            # the marks of tensorgc.categorize, if one is active, and the reporter's names
+            # taken above travel in the file, so its timeline is coloured by category anywhere
+            snap = snapshot(named={index: kinds})
             dump_snapshot(os.path.join(path, "snapshot.pickle"), snap)
             traces = snap.get("device_traces") or []
             if index < len(traces) and traces[index]:
                 put("timeline.html", timeline_html(snap, device=index, categories=kinds))
+                line = categories_at_peak(snap, index)
+                if line:
+                    notes.append(f"categories {line}")
                 has_oom = any(e.get("action") == "oom" for e in traces[index])
                 put("segments.html", segments_html(snap, device=index,
                                                    oom=-1 if has_oom else None))

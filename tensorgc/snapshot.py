@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import logging
 import os
 import pickle
 import sys
@@ -62,11 +63,28 @@ def record_memory_history(enabled="all", context="all", stacks="python",
     )
 
 
-def snapshot():
-    """The allocator's state and history (torch's ``_snapshot()`` dict)."""
+def snapshot(*, categories=True, named=None):
+    """The allocator's state and history (torch's ``_snapshot()`` dict). With ``categories``
+    and an active ``tensorgc.categorize`` handle, the handles' phase and grad marks are attached
+    under ``"tensorgc_categories"``, with ``named`` ({device index: {block address: kind}};
+    default: a MemReporter collect of the handles' models and optimizers) for the blocks alive
+    now, so the timeline of the dumped file is coloured by category anywhere. memory_viz
+    ignores the key."""
     import torch
 
-    return torch.cuda.memory._snapshot()
+    snap = torch.cuda.memory._snapshot()
+    if categories:
+        from .categories import KEY, snapshot_key
+
+        try:
+            key = snapshot_key(named)
+        except Exception:  # noqa: BLE001 -- the snapshot matters more than its categories
+            logging.getLogger("tensorgc").warning("tensorgc: the categories could not be "
+                                                  "attached to the snapshot", exc_info=True)
+            key = None
+        if key is not None:
+            snap[KEY] = key
+    return snap
 
 
 def dump_snapshot(path, snap=None):
@@ -216,7 +234,8 @@ def load_snapshot(path, *, max_bytes=DEFAULT_MAX_BYTES):
 # replays check their own, the Python around them relies on these.
 _SEGMENT_FIELDS = (("device", int), ("address", int), ("total_size", int), ("segment_type", str))
 _BLOCK_FIELDS = (("size", int), ("address", int), ("requested_size", int), ("state", str))
-_ENTRY_FIELDS = (("action", str), ("addr", int), ("size", int), ("device_free", int))
+_ENTRY_FIELDS = (("action", str), ("addr", int), ("size", int), ("device_free", int),
+                 ("time_us", int))
 _FRAME_FIELDS = (("filename", str), ("name", str), ("line", int))
 
 
@@ -257,6 +276,10 @@ def check_snapshot(snap, where="snapshot", nbytes=None):
         if count > nbytes:
             raise SnapshotError(f"{where}: {count:,} segments, blocks and trace entries in "
                                 f"{nbytes:,} bytes: the file repeats lists through the memo")
+    from .categories import KEY, parse
+
+    if KEY in snap and parse(snap[KEY], where, nbytes) is None:
+        del snap[KEY]  # written by a newer tensorgc: ignored (parse warned)
     checked = set()  # frames lists seen (torch shares one among the entries of a stack)
 
     def frames_wrong(d):
@@ -290,9 +313,10 @@ def check_snapshot(snap, where="snapshot", nbytes=None):
             # most of the check); anything unusual takes the careful path that says what is wrong
             if type(e) is dict and type(e.get("action")) is str:
                 x, y, z = e.get("addr", 0), e.get("size", 0), e.get("device_free", 0)
+                w = e.get("time_us", 0)
                 f = e.get("frames")
-                if (type(x) is int and type(y) is int and type(z) is int
-                        and lo <= x < hi and lo <= y < hi and lo <= z < hi):
+                if (type(x) is int and type(y) is int and type(z) is int and type(w) is int
+                        and lo <= x < hi and lo <= y < hi and lo <= z < hi and lo <= w < hi):
                     # torch shares one frames list among the entries of a stack: check it once
                     if f is None or id(f) in checked:
                         continue

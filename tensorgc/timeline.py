@@ -12,15 +12,21 @@ import html as _html
 from . import _tensorgc
 from .reporter import readable_size as R
 
-__all__ = ["timeline_html", "replay"]
+__all__ = ["timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
 
 WIDTH, HEIGHT, LEFT, TOP = 1200, 420, 70, 10
 
 
-def replay(snap, device=0, columns=WIDTH, detail=300):
+def replay(snap, device=0, columns=WIDTH, detail=300, categories=None):
     """The C replay of one device's trace: dict with active/peak/small per column, bands
-    (alloc_event, free_event, size, col0, col1, offsets, addr), ooms and oom_at (trace
-    position, event position), max."""
+    (alloc_event, free_event, size, col0, col1, offsets, addr, category, rule), ooms and oom_at
+    (trace position, event position), max. With anything to classify by (the snapshot's
+    "tensorgc_categories", torch's optimizer annotations, or ``categories``: {block address:
+    kind} of the blocks alive at the end), also cat_active ({category: bytes per column}),
+    at_peak ({category: bytes}) and peak_event; "marks" says whether phase or grad marks took
+    part (else only the named blocks are known)."""
+    from .categories import replay_inputs
+
     traces = snap.get("device_traces") or []
     if not isinstance(device, int) or device < 0:
         raise ValueError(f"device must be an int >= 0, not {device!r}")
@@ -32,7 +38,35 @@ def replay(snap, device=0, columns=WIDTH, detail=300):
            for b in s.get("blocks", [])
            if b.get("state") == "active_allocated" and "address" in b
            and b["address"] not in allocated]
-    return _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req), trace
+    classify, marks = replay_inputs(snap, device, categories)
+    tl = _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req, classify)
+    names = tl["categories"]
+    tl["marks"] = marks
+    if tl["cat_active"] is not None:
+        tl["cat_active"] = dict(zip(names, tl["cat_active"]))
+        tl["at_peak"] = dict(zip(names, tl["at_peak"]))
+    return tl, trace
+
+
+def peak_breakdown(tl):
+    """'at the peak (event N): activation 1.2G, parameter 800M, ...' (largest first; None
+    without categories)."""
+    if not tl.get("at_peak"):
+        return None
+    parts = [f"{k.replace('_', ' ')} {R(v)}"
+             for k, v in sorted(tl["at_peak"].items(), key=lambda kv: -kv[1]) if v]
+    at = (f"event {tl['peak_event']:,}" if tl["peak_event"] >= 0 else "before the trace")
+    return f"at the peak ({at}, {R(tl['max'])}): " + (", ".join(parts) or "nothing")
+
+
+def categories_at_peak(snap, device=0):
+    """The peak's breakdown by category for one device (the replay in one column, no bands), or
+    None when the snapshot has nothing to classify by."""
+    from .categories import replay_inputs
+
+    if replay_inputs(snap, device)[0] is None:
+        return None
+    return peak_breakdown(replay(snap, device=device, columns=1, detail=0)[0])
 
 
 SCAN_FRAMES = 256  # frames looked at per stack: a file may repeat one long stack everywhere
@@ -85,19 +119,100 @@ def _site(entry):
 
 
 CATEGORY_COLORS = {"parameter": "#7b3fb5", "grad": "#d93b3b", "optimizer_state": "#f0a030",
-                   "activation": "#3a8fd9", "buffer": "#2a9d8f", "other": "#8c8c8c"}
+                   "activation": "#3a8fd9", "buffer": "#2a9d8f", "temporary": "#9ccc65",
+                   "other": "#8c8c8c"}
+# why the replay gave a band its category (timeline.h's rules)
+RULES = {1: "named by the reporter at the snapshot", 2: "a grad landed in it",
+         3: "allocated in an optimizer step", 4: "allocated in a forward",
+         5: "allocated in a backward", 6: "allocated outside forward, backward and steps"}
+AREA_HEIGHT, AREA_TOP = 150, 24
+
+
+def _grey(key):
+    """A grey a little different per allocation site: "other" bands, still told apart."""
+    h = int.from_bytes(hashlib.blake2s(key.encode("utf-8", "replace"), digest_size=4).digest(), "big")
+    return f"hsl({h % 360},6%,{60 + h // 360 % 18}%)"
+
+
+def _num(v):
+    s = f"{v:.1f}"
+    return s[:-2] if s.endswith(".0") else s
+
+
+def _legend(kinds, x0, y0):
+    parts = []
+    lx = x0
+    for kind in kinds:
+        fill = CATEGORY_COLORS.get(kind, CATEGORY_COLORS["other"])
+        parts.append(f'<rect x="{lx}" y="{y0}" width="10" height="10" fill="{fill}"/>'
+                     f'<text x="{lx + 14}" y="{y0 + 9}" class="ax0">'
+                     f"{_html.escape(kind.replace('_', ' '))}</text>")
+        lx += 24 + 7 * len(kind)
+    return "".join(parts)
+
+
+def _areas_svg(tl, cols):
+    """Categories over time: the active bytes of each category as stacked areas (the bottom
+    category first), on the timeline's columns and scale."""
+    series = tl["cat_active"]
+    names = [n for n in tl["categories"] if any(series[n])]
+    top = max(tl["max"], 1)
+    ys = AREA_HEIGHT / top
+    base = AREA_TOP + AREA_HEIGHT
+
+    def x(c):
+        return _num(LEFT + c * WIDTH / cols)
+
+    def ya(v):
+        return _num(base - v * ys)
+
+    at = (f"event {tl['peak_event']:,}" if tl["peak_event"] >= 0 else "the start")
+    layers, cum = [], [0] * cols
+    for n in names:
+        cum = [a + b for a, b in zip(cum, series[n])]
+        layers.append((n, cum))
+    parts = []
+    # the top layer first, each lower one drawn over it: what shows of an area is its own band
+    for n, cum in reversed(layers):
+        yv = [ya(v) for v in cum]
+        # a point at the end of each column, except inside flat runs
+        pts = [f"{x(0)},{_num(base)}", f"{x(0)},{yv[0]}"]
+        for c in range(cols):
+            if (c == cols - 1 or yv[c] != yv[c + 1] or (c > 0 and yv[c] != yv[c - 1])):
+                pts.append(f"{x(c + 1)},{yv[c]}")
+        pts.append(f"{x(cols)},{_num(base)}")
+        tip = f"{n.replace('_', ' ')}: {R(tl['at_peak'][n])} at the peak ({at})"
+        parts.append(f'<polygon class="a" fill="{CATEGORY_COLORS.get(n, "#8c8c8c")}" points="'
+                     + " ".join(pts) + f'"><title>{_html.escape(tip)}</title></polygon>')
+    if tl["peak_pos"] >= 0:
+        c = min(cols - 1, tl["peak_pos"] * cols // max(tl["events"], 1))
+        tip = f"the peak: {R(tl['max'])} at {at}"
+        parts.append(f'<line class="pkl" x1="{x(c)}" x2="{x(c)}" y1="{AREA_TOP}" y2="{base}">'
+                     f"<title>{_html.escape(tip)}</title></line>")
+    ticks = "".join(f'<text x="{LEFT - 6}" y="{ya(top * k / 2)}" class="ax">'
+                    f"{_html.escape(R(top * k / 2))}</text>" for k in range(3))
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LEFT + WIDTH + 10} '
+            f'{base + 8}" width="100%">'
+            f'<rect x="{LEFT}" y="{AREA_TOP}" width="{WIDTH}" height="{AREA_HEIGHT}" class="bg"/>'
+            + "".join(parts) + ticks + _legend(names, LEFT, 6) + "</svg>")
 
 
 def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categories=None):
     """The page (str). ``detail``: how many of the largest allocations get their own band (the
-    rest is one summarized band), as memory_viz's slider. ``categories``: {block address: kind}
-    from the MemReporter taken with the snapshot (Report.block_kinds[device]): bands of blocks
-    alive at the end are coloured by kind (parameter, grad, optimizer state, activation...);
-    the others by allocation site."""
-    tl, trace = replay(snap, device=device, columns=columns, detail=detail)
+    rest is one summarized band), as memory_viz's slider.
+
+    Categories: with the marks of ``tensorgc.categorize`` in the snapshot (its
+    "tensorgc_categories"; torch's optimizer-step annotations count too), every band is coloured
+    by category (parameter, grad, optimizer state, activation, temporary, other), a second chart
+    stacks the categories over time and the summary gives the peak's breakdown. Without marks,
+    the blocks alive at the end that are named (the snapshot's "named", or ``categories``:
+    {block address: kind} from the MemReporter taken with it, Report.block_kinds[device]) are
+    coloured by kind, the others by allocation site."""
+    tl, trace = replay(snap, device=device, columns=columns, detail=detail, categories=categories)
     cols = len(tl["active"])
     top = max(tl["max"], 1)
     ys = HEIGHT / top
+    names = tl["categories"]
 
     def y(v):
         return f"{TOP + HEIGHT - v * ys:.1f}"
@@ -108,7 +223,7 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
     parts = []
     # bands: top edge left to right, bottom edge back; only points where the offset changes
     legend = {}
-    for alloc_ev, free_ev, size, c0, c1, offs, addr in tl["bands"]:
+    for alloc_ev, free_ev, size, c0, c1, offs, addr, cat, rule in tl["bands"]:
         if c1 <= c0:
             continue
         pts_top, pts_bot = [], []
@@ -126,13 +241,22 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
         entry = trace[alloc_ev] if 0 <= alloc_ev < len(trace) else {}
         when = (f"allocated at event {alloc_ev}" if alloc_ev >= 0 else "allocated before the trace")
         when += f", freed at event {free_ev}" if free_ev >= 0 else ", alive at the end"
-        kind = categories.get(addr) if categories and free_ev < 0 else None
-        if kind is not None:
-            fill = CATEGORY_COLORS.get(kind, CATEGORY_COLORS["other"])
-            legend[kind] = fill
-            when += f"; {kind}"
+        if tl["marks"]:
+            kind = names[cat]
+            fill = _grey(_site(entry)) if kind == "other" else CATEGORY_COLORS[kind]
+            legend[kind] = True
+            when += f"; {kind.replace('_', ' ')} ({RULES.get(rule, '?')})"
         else:
-            fill = _color(_site(entry))
+            kind = categories.get(addr) if categories and free_ev < 0 else None
+            if kind is None and rule == 1:  # named in the snapshot's own categories
+                kind = names[cat]
+            if kind is not None:
+                kind = _text(kind)
+                fill = CATEGORY_COLORS.get(kind, CATEGORY_COLORS["other"])
+                legend[kind] = True
+                when += f"; {kind}"
+            else:
+                fill = _color(_site(entry))
         tip = f"{R(size)} ({size:,} bytes), {when}\n{_frames_text(entry) or 'no stack recorded'}"
         parts.append(f'<polygon class="b" fill="{fill}" points="'
                      + " ".join(pts_top + pts_bot[::-1])
@@ -157,12 +281,8 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
         parts.append(f'<line class="oom" x1="{x(c)}" x2="{x(c)}" y1="{TOP}" y2="{TOP + HEIGHT}">'
                      f"<title>{_html.escape(tip)}</title></line>")
     if legend:
-        lx = LEFT + 8
-        for kind, fill in legend.items():
-            parts.append(f'<rect x="{lx}" y="{TOP + 6}" width="10" height="10" fill="{fill}"/>'
-                         f'<text x="{lx + 14}" y="{TOP + 15}" class="ax0">'
-                         f"{_html.escape(kind.replace('_', ' '))}</text>")
-            lx += 24 + 7 * len(kind)
+        order = [k for k in names if k in legend] + [k for k in legend if k not in names]
+        parts.append(_legend(order, LEFT + 8, TOP + 6))
     ticks = []
     for k in range(5):
         v = top * k / 4
@@ -179,13 +299,27 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
                f"{len(tl['bands'])} largest drawn one by one, the rest summarized on top; "
                f"{len(tl['ooms'])} OOM event(s) marked in red. Hover a band for its size and "
                "allocation stack.")
+    breakdown = peak_breakdown(tl)
+    areas = ""
+    if tl["cat_active"] is not None:
+        areas = ("<h3>Categories over time</h3><p>"
+                 + ("The active bytes of each category, on the columns and scale of the "
+                    "timeline above; the dashed line is the peak, hover an area for its bytes "
+                    "there." if tl["marks"] else
+               "Only the blocks named at the snapshot are known here (no phase or grad marks: "
+               "tensorgc.categorize records them); the rest is other.")
+            + "</p>" + _areas_svg(tl, cols))
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>"
             + _html.escape(head) + "</title><style>"
             "body{font:14px sans-serif;margin:16px;color:#222}"
             ".bg{fill:#fafafa;stroke:#ccc}.b{stroke:#fff;stroke-width:.3}"
             ".b:hover{stroke:#000;stroke-width:1.5}.s{fill:#bbb}.s:hover{fill:#999}"
             ".pk{fill:none;stroke:#444;stroke-width:.6}.oom{stroke:#d00;stroke-width:2}"
+            ".a{stroke:none}.a:hover{opacity:.75}.pkl{stroke:#444;stroke-width:1;"
+            "stroke-dasharray:3 3}"
             ".ax{font-size:11px;text-anchor:end;dominant-baseline:middle}"
             ".ax0{font-size:11px}.ax1{font-size:11px;text-anchor:end}"
             "</style></head><body><h2>" + _html.escape(head) + "</h2><p>"
-            + _html.escape(summary) + "</p>" + svg + "</body></html>")
+            + _html.escape(summary + (f" {breakdown[0].upper() + breakdown[1:]}."
+                                      if breakdown else ""))
+            + "</p>" + svg + areas + "</body></html>")

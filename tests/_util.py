@@ -150,8 +150,11 @@ def chromium():
 def screenshot(page, shot, size="1300,600"):
     """A headless Chromium screenshot of the HTML file `page` (a pathlib.Path) into `shot`;
     returns the process result."""
+    import os
     import subprocess
 
+    # not under `make asan`'s LD_PRELOAD of the sanitizer runtimes: chromium hangs with them
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     return subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu",
                            f"--screenshot={shot}", f"--window-size={size}", page.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=env)

@@ -274,6 +274,7 @@ BAD_FIELDS = [
     (("device_traces", 0, 1, "action"), ["alloc"], "'action' is list, not str"),
     (("device_traces", 0, 1, "size"), float("inf"), "'size' is float, not int"),
     (("device_traces", 0, 1, "addr"), -(1 << 80), "'addr' is out of range"),
+    (("device_traces", 0, 1, "time_us"), "12:00", "'time_us' is str, not int"),
 ]
 
 

@@ -235,3 +235,83 @@ def test_headless_chromium_screenshot_of_a_cycle_page_is_not_blank(tmp_path):
     r = screenshot(page, shot, "1200,900")
     assert shot.exists(), r.stderr[-2000:]
     assert len(png_colors(shot)) > 20
+
+
+def training_snapshot(steps=4, layers=6):
+    """A synthetic trace of a few training steps (parameters; per step: activations and
+    temporaries in forward, grads and temporaries in backward, Adam's state in the first
+    optimizer step) with the tensorgc_categories marks categorize would record."""
+    trace, spans, grads = [], [], []
+    clock, top = [1000], [0x10000000]
+
+    def new(size):
+        top[0] += 0x1000000
+        return top[0], size
+
+    def act(action, a, s):
+        clock[0] += 10
+        trace.append(ev(action, a, s, time_us=clock[0],
+                        frames=[{"filename": "/w/train.py", "line": 10 + len(trace) % 7,
+                                 "name": "step"}]))
+
+    params = [new(8 * MB) for _ in range(layers)]
+    for p in params:
+        act("alloc", *p)
+    for step in range(steps):
+        t0, acts = clock[0] + 1, []
+        for _ in range(layers):
+            a = new(6 * MB)
+            act("alloc", *a)
+            acts.append(a)
+            tmp = new(3 * MB)
+            act("alloc", *tmp)
+            act("free_completed", *tmp)
+        spans.append(["forward", t0, clock[0] + 1])
+        t0, gs = clock[0] + 5, []
+        for i in reversed(range(layers)):
+            g = new(8 * MB)
+            act("alloc", *g)
+            gs.append(g)
+            grads.append([0, g[0], clock[0] + 2])
+            tmp = new(4 * MB)
+            act("alloc", *tmp)
+            act("free_completed", *tmp)
+            act("free_completed", *acts[i])
+        spans.append(["backward", t0, clock[0] + 1])
+        t0 = clock[0] + 5
+        if step == 0:
+            for _ in range(2 * layers):
+                act("alloc", *new(8 * MB))
+        for _ in range(layers):
+            tmp = new(2 * MB)
+            act("alloc", *tmp)
+            act("free_completed", *tmp)
+        spans.append(["optimizer", t0, clock[0] + 1])
+        for g in gs:
+            act("free_completed", *g)
+    key = {"version": 1, "spans": spans, "grads": grads,
+           "named": {0: {a: "parameter" for a, _ in params}}}
+    return {"segments": [], "device_traces": [trace], "tensorgc_categories": key}
+
+
+def test_training_categories_add_up():
+    tl, _ = replay(training_snapshot(), columns=200, detail=50)
+    ca = tl["cat_active"]
+    assert ca["parameter"][-1] == 48 * MB and ca["optimizer_state"][-1] == 96 * MB
+    assert max(ca["grad"]) == 48 * MB and max(ca["activation"]) == 36 * MB
+    assert max(ca["temporary"]) == 4 * MB and not any(ca["other"])
+    assert all(sum(v[c] for v in ca.values()) == tl["active"][c] for c in range(200))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make deps installs it)")
+def test_headless_chromium_screenshot_of_the_categories(tmp_path):
+    page = tmp_path / "t.html"
+    page.write_text(timeline_html(training_snapshot(), detail=300))
+    shot = tmp_path / "t.png"
+    r = screenshot(page, shot, "1300,900")
+    assert shot.exists(), r.stderr[-2000:]
+    colors = png_colors(shot)
+    # the bands and the areas in the category colours: parameter, grad, optimizer state,
+    # activation, temporary
+    for hexa in ("7b3fb5", "d93b3b", "f0a030", "3a8fd9", "9ccc65"):
+        assert bytes.fromhex(hexa) in {c[:3] for c in colors}, hexa

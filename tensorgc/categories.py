@@ -1,0 +1,533 @@
+"""Categories over time: which allocations were parameters, grads, optimizer state, activations
+or temporaries, for every allocation of a trace, not only those alive at the snapshot.
+
+``categorize(model, optimizer)`` puts cheap hooks on the model and the optimizer that note, in
+memory and on the allocator's clock (unix microseconds, as trace entries' ``time_us``), when each
+forward, backward and optimizer step ran and where each parameter's grad landed. ``snapshot()``
+attaches these marks to the snapshot under ``"tensorgc_categories"`` (with the reporter's names
+of the blocks alive then), so a dumped file is self-describing; the C replay
+(allocator/timeline.c) turns them into a category per allocation. This module also validates the
+key of a file (untrusted input) and gathers the replay's inputs.
+
+    with tensorgc.categorize(model, opt):
+        train(...)
+        tensorgc.dump_snapshot("run.pickle")
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from array import array
+
+__all__ = ["categorize", "Categorizer", "PHASES", "CATEGORIES", "MAX_MARKS"]
+
+logger = logging.getLogger("tensorgc")
+
+PHASES = ("forward", "backward", "optimizer")  # codes 0, 1, 2: TGC_PHASE_* of timeline.h
+# TGC_CAT_* of timeline.h, in stacking order (bottom first); the replay returns the same tuple
+CATEGORIES = ("parameter", "buffer", "optimizer_state", "grad", "activation", "temporary", "other")
+MAX_MARKS = 1_000_000  # per kind (spans, grads): past it the oldest are dropped and counted
+VERSION = 1
+KEY = "tensorgc_categories"
+_INT64 = (-(1 << 63), 1 << 63)
+OPEN = (1 << 63) - 1  # the end of a span still open at the snapshot (INT64_MAX in the replay)
+
+
+class _Ring:
+    """Rows of three ints in compact arrays, the oldest overwritten past ``cap`` (and counted).
+    Appends come from autograd's threads too: a lock keeps the three columns aligned."""
+
+    def __init__(self, cap, codes):
+        self.cap = cap
+        self.codes = codes
+        self.lock = threading.Lock()
+        self.clear()
+
+    def clear(self):
+        self.cols = tuple(array(c) for c in self.codes)
+        self.next = 0  # once full: the oldest row, overwritten next
+        self.dropped = 0
+
+    def append(self, a, b, c):
+        with self.lock:
+            x, y, z = self.cols
+            if len(x) < self.cap:
+                x.append(a)
+                y.append(b)
+                z.append(c)
+                return
+            i = self.next
+            x[i], y[i], z[i] = a, b, c
+            self.next = (i + 1) % self.cap
+            self.dropped += 1
+
+    def rows(self):
+        with self.lock:
+            i = self.next
+            cols = [c[i:] + c[:i] for c in self.cols]
+            dropped = self.dropped
+        return [list(r) for r in zip(*(c.tolist() for c in cols))], dropped
+
+
+_ACTIVE = weakref.WeakSet()  # handles not removed yet (a handle no hook refers to is gone too)
+_ACTIVE_LOCK = threading.Lock()
+
+
+def _now():
+    return time.time_ns() // 1000  # the clock of trace entries' time_us
+
+
+class Categorizer:
+    """The handle ``categorize`` returns: ``remove()`` (or leave the ``with`` block) takes the
+    hooks off; ``marks()`` is what ``snapshot()`` attaches; ``errors`` counts hook failures
+    (each is logged once, then counted; a hook never raises into the training loop)."""
+
+    def __init__(self, model, optimizer, max_marks):
+        import torch
+
+        if model is None and optimizer is None:
+            raise ValueError("categorize() needs a model, an optimizer or both")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, not "
+                            f"{type(optimizer).__name__}")
+        if not isinstance(max_marks, int) or max_marks < 1:
+            raise ValueError(f"max_marks must be an int >= 1, not {max_marks!r}")
+        # weak: the hooks the model holds refer to this handle, which must not keep it alive
+        self._model = weakref.ref(model) if model is not None else None
+        self._optimizer = weakref.ref(optimizer) if optimizer is not None else None
+        self._spans = _Ring(max_marks, "qqq")   # phase code, t0, t1
+        self._grads = _Ring(max_marks, "qQq")   # device (-1: CPU), storage address, time
+        self._hooks = []
+        self._active = True
+        self._fw_open = {}   # thread id -> start of the forward running on it
+        self._bw_lock = threading.Lock()
+        self._bw_open = None  # start of the backward in progress; its end callback is queued
+        self._opt_open = None
+        self.errors = 0
+        self.skipped = []  # what this torch could not hook (said once, at registration)
+        try:
+            self._register(torch, model, optimizer)
+        except BaseException:
+            self.remove()
+            raise
+        with _ACTIVE_LOCK:
+            _ACTIVE.add(self)
+
+    # ------------------------------------------------------------------ registration
+
+    def _register(self, torch, model, optimizer):
+        params = {}
+        if model is not None:
+            self._hooks.append(model.register_forward_pre_hook(self._forward_pre))
+            self._hooks.append(model.register_forward_hook(self._forward))
+            for p in model.parameters():
+                params.setdefault(id(p), p)
+        if optimizer is not None:
+            for group in optimizer.param_groups:
+                for p in group.get("params", ()):
+                    params.setdefault(id(p), p)
+            if hasattr(optimizer, "register_step_pre_hook"):  # torch >= 2.0
+                self._hooks.append(optimizer.register_step_pre_hook(self._step_pre))
+                self._hooks.append(optimizer.register_step_post_hook(self._step_post))
+            else:
+                self.skipped.append("optimizer step hooks (torch < 2.0)")
+        for p in params.values():
+            if not isinstance(p, torch.Tensor) or not p.requires_grad:
+                continue
+            if not hasattr(p, "register_post_accumulate_grad_hook"):  # torch < 2.1
+                self.skipped.append("grad marks (torch < 2.1: no post-accumulate-grad hooks)")
+                break
+            self._hooks.append(p.register_post_accumulate_grad_hook(self._grad))
+        if self.skipped:
+            logger.info("tensorgc.categorize: not recorded on this torch: %s",
+                        "; ".join(self.skipped))
+
+    def _failed(self, where):
+        self.errors += 1
+        if self.errors == 1:
+            try:
+                logger.exception("tensorgc.categorize: the %s hook failed (later failures are "
+                                 "only counted in .errors)", where)
+            except Exception:  # noqa: BLE001 -- a logging handler may raise too
+                pass
+
+    # ------------------------------------------------------------------ hooks
+
+    def _forward_pre(self, module, args):
+        if not self._active:
+            return None
+        try:
+            self._fw_open[threading.get_ident()] = _now()
+            if self._bw_open is not None and not self._in_backward():
+                # a backward that never reached its end (it raised): its end is unknown
+                with self._bw_lock:
+                    self._bw_open = None
+        except Exception:  # noqa: BLE001
+            self._failed("forward pre")
+        return None
+
+    def _forward(self, module, args, output):
+        if not self._active:
+            return None
+        try:
+            t1 = _now()
+            t0 = self._fw_open.pop(threading.get_ident(), None)
+            if t0 is not None:
+                self._spans.append(0, t0, t1)
+            out = _first_tensor(output)
+            fn = getattr(out, "grad_fn", None) if out is not None else None
+            if fn is not None and hasattr(fn, "register_prehook"):  # torch >= 2.0
+                # fires when backward reaches the output: the backward's start. Registered on
+                # the node, so the graph, not this handle, decides how long it lives.
+                fn.register_prehook(self._backward_pre)
+        except Exception:  # noqa: BLE001
+            self._failed("forward")
+        return None
+
+    @staticmethod
+    def _in_backward():
+        import torch
+
+        get = getattr(torch._C, "_current_graph_task_id", None)
+        return get is not None and get() != -1
+
+    def _backward_pre(self, grad_outputs):
+        if not self._active:
+            return None
+        try:
+            import torch
+
+            with self._bw_lock:
+                if self._bw_open is not None:
+                    return None  # this backward's end is queued already (several outputs)
+                self._bw_open = _now()
+            # runs when this backward's graph task is done, on the thread that ran it
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
+        except Exception:  # noqa: BLE001
+            with self._bw_lock:
+                self._bw_open = None
+            self._failed("backward pre")
+        return None
+
+    def _backward_end(self):
+        try:
+            t1 = _now()
+            with self._bw_lock:
+                t0, self._bw_open = self._bw_open, None
+            if t0 is not None and self._active:
+                self._spans.append(1, t0, t1)
+        except Exception:  # noqa: BLE001
+            self._failed("backward end")
+
+    def _grad(self, p):
+        if not self._active:
+            return
+        try:
+            g = p.grad
+            if g is None:
+                return
+            # the storage's start, which is the allocation's address (a grad that is a view of a
+            # bucket, as DDP's gradient_as_bucket_view makes, marks the bucket)
+            addr = g.data_ptr() - g.storage_offset() * g.element_size()
+            self._grads.append(g.get_device(), addr, _now())
+        except Exception:  # noqa: BLE001
+            self._failed("grad")
+
+    def _step_pre(self, optimizer, args, kwargs):
+        if not self._active:
+            return None
+        try:
+            self._opt_open = _now()
+        except Exception:  # noqa: BLE001
+            self._failed("optimizer step pre")
+        return None
+
+    def _step_post(self, optimizer, args, kwargs):
+        if not self._active:
+            return
+        try:
+            t0, self._opt_open = self._opt_open, None
+            if t0 is not None:
+                self._spans.append(2, t0, _now())
+        except Exception:  # noqa: BLE001
+            self._failed("optimizer step")
+
+    # ------------------------------------------------------------------ public
+
+    def marks(self):
+        """The marks as the snapshot key holds them (without "named"): a dict with version,
+        spans [[phase, t0_us, t1_us]], grads [[device, addr, t_us]] and dropped counts. Spans
+        still open (a snapshot inside a forward, a backward, a step: an OOM) end now."""
+        spans, sd = self._spans.rows()
+        grads, gd = self._grads.rows()
+        spans = [[PHASES[p], t0, t1] for p, t0, t1 in spans]
+        now = _now()
+        for t0 in list(self._fw_open.values()):
+            spans.append(["forward", t0, max(now, t0)])
+        for phase, t0 in (("backward", self._bw_open), ("optimizer", self._opt_open)):
+            if t0 is not None:
+                spans.append([phase, t0, max(now, t0)])
+        return {"version": VERSION, "spans": spans, "grads": grads,
+                "dropped": {"spans": sd, "grads": gd}}
+
+    @property
+    def dropped(self):
+        return self._spans.dropped + self._grads.dropped
+
+    def clear(self):
+        """Forget the marks recorded so far (the hooks stay)."""
+        for ring in (self._spans, self._grads):
+            with ring.lock:
+                ring.clear()
+
+    def model(self):
+        return self._model() if self._model is not None else None
+
+    def optimizer(self):
+        return self._optimizer() if self._optimizer is not None else None
+
+    def remove(self):
+        """Take every hook off. Hooks on autograd graphs still alive stay there, inert."""
+        self._active = False
+        hooks, self._hooks = self._hooks, []
+        for h in hooks:
+            h.remove()
+        with _ACTIVE_LOCK:
+            _ACTIVE.discard(self)
+
+    @property
+    def active(self):
+        return self._active
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+        return False
+
+    def __repr__(self):
+        return (f"<tensorgc.Categorizer {'active' if self._active else 'removed'}: "
+                f"{len(self._spans.cols[0])} spans, {len(self._grads.cols[0])} grad marks, "
+                f"{self.dropped} dropped>")
+
+
+def _first_tensor(output, depth=0):
+    """The output itself, or the first tensor in a tuple, list or dict of them (one level)."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    if depth == 0:
+        items = (output.values() if isinstance(output, dict)
+                 else output if isinstance(output, (tuple, list)) else ())
+        for v in items:
+            t = _first_tensor(v, 1)
+            if t is not None and t.grad_fn is not None:
+                return t
+    return None
+
+
+def categorize(model=None, optimizer=None, *, max_marks=MAX_MARKS):
+    """Record when the forward, backward and optimizer steps run and where grads land, so that
+    the timeline colours every allocation by category. Returns the handle (a context manager;
+    ``remove()`` ends it). ``tensorgc.snapshot()`` attaches the marks of the active handles."""
+    return Categorizer(model, optimizer, max_marks)
+
+
+def active():
+    """The handles not removed yet."""
+    with _ACTIVE_LOCK:
+        return [h for h in _ACTIVE if h.active]
+
+
+def snapshot_key(named=None):
+    """The value ``snapshot()`` stores under KEY: every active handle's marks merged, and
+    ``named`` ({device index or "cuda:N": {addr: kind}}, as Report.block_kinds; default: a
+    MemReporter collect of the handles' models and optimizers, the blocks of the live tensors).
+    None without an active handle."""
+    handles = active()
+    if not handles:
+        return None
+    key = {"version": VERSION, "spans": [], "grads": [], "dropped": {"spans": 0, "grads": 0}}
+    for h in handles:
+        m = h.marks()
+        key["spans"] += m["spans"]
+        key["grads"] += m["grads"]
+        for k in ("spans", "grads"):
+            key["dropped"][k] += m["dropped"][k]
+    if named is None:
+        named = _named_now(handles)
+    key["named"] = {}
+    for d, blocks in (named or {}).items():
+        dev = _device_index(d)
+        if dev is not None and isinstance(blocks, dict):
+            key["named"].setdefault(dev, {}).update(
+                (a, k) for a, k in blocks.items()
+                if _int(a, 0, (1 << 64) - 1) and k in CATEGORIES[:-1])  # "other" names nothing
+    return key
+
+
+def _device_index(d):
+    """A CUDA device index from 0 or "cuda:0" (Report.block_kinds' keys), else None."""
+    if _int(d, 0, 128):
+        return d
+    if isinstance(d, str) and d.startswith("cuda:") and d[5:].isdigit() and int(d[5:]) < 128:
+        return int(d[5:])
+    return None
+
+
+def _named_now(handles):
+    """{device index: {block address: kind}} from the reporter, or {} when it fails (logged)."""
+    from .reporter import MemReporter
+
+    named = {}
+    for h in handles:
+        try:
+            model, opt = h.model(), h.optimizer()
+            rep = MemReporter(model, optimizer=opt).collect(device="cuda")
+        except Exception:  # noqa: BLE001 -- the snapshot itself must not be lost to this
+            logger.warning("tensorgc: naming the blocks for the snapshot's categories failed",
+                           exc_info=True)
+            continue
+        for dev, kinds in rep.block_kinds.items():
+            if _device_index(dev) is None:
+                continue
+            blocks = named.setdefault(_device_index(dev), {})
+            for addr, kind in kinds.items():
+                blocks.setdefault(addr, kind)
+    return named
+
+
+# ---------------------------------------------------------------------- reading (untrusted)
+
+def _int(v, lo=_INT64[0], hi=_INT64[1]):
+    return type(v) is int and lo <= v < hi  # exact int: bool is not a time
+
+
+def _cut(v):
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def parse(value, where="snapshot", nbytes=None):
+    """The snapshot's KEY, checked: (spans [(phase code, t0, t1)], grads [(device, addr, t)],
+    named {device: {addr: kind}}, dropped). Wrong types or values raise SnapshotError naming the
+    field; a version other than 1 returns None (a newer tensorgc wrote it: ignored, with a
+    warning). nbytes: the file's size, which bounds the rows a file can honestly hold."""
+    from .snapshot import SnapshotError
+
+    def bad(msg):
+        return SnapshotError(f"{where}: {KEY}: {msg}")
+
+    if not isinstance(value, dict):
+        raise bad(f"must be a dict, not {type(value).__name__}")
+    version = value.get("version")
+    if not _int(version):
+        raise bad("'version' must be an int")
+    if version != VERSION:
+        logger.warning("tensorgc: %s: %s version %d is not %d: ignored", where, KEY, version,
+                       VERSION)
+        return None
+    spans, grads = value.get("spans", []), value.get("grads", [])
+    named, dropped = value.get("named", {}), value.get("dropped", {})
+    for name, v, kind in (("spans", spans, list), ("grads", grads, list), ("named", named, dict),
+                          ("dropped", dropped, dict)):
+        if not isinstance(v, kind):
+            raise bad(f"'{name}' must be a {kind.__name__}, not {type(v).__name__}")
+    for dev in named:
+        if not _int(dev, -1, 128) or not isinstance(named[dev], dict):
+            raise bad(f"'named' must map device indices to dicts (key {_cut(dev)})")
+    if nbytes is not None:
+        # a list repeated through the pickle's memo costs a few bytes per repeat: refuse walks
+        # longer than the file
+        count = len(spans) + len(grads) + sum(len(b) for b in named.values())
+        if count > nbytes:
+            raise bad(f"{count:,} rows in {nbytes:,} bytes: the file repeats lists through the memo")
+    out_spans = []
+    codes = {p: i for i, p in enumerate(PHASES)}
+    for i, s in enumerate(spans):
+        if (not isinstance(s, (list, tuple)) or len(s) != 3 or s[0] not in codes
+                or not _int(s[1]) or not _int(s[2]) or s[1] > s[2]):
+            raise bad(f"span {i} must be [phase, t0, t1] with phase one of {', '.join(PHASES)} "
+                      f"and int times t0 <= t1, not {_cut(s)}")
+        out_spans.append((codes[s[0]], s[1], s[2]))
+    out_grads = []
+    for i, g in enumerate(grads):
+        if (not isinstance(g, (list, tuple)) or len(g) != 3 or not _int(g[0], -1, 128)
+                or not _int(g[1], 0, (1 << 64) - 1) or not _int(g[2])):
+            raise bad(f"grad mark {i} must be [device, addr, t] of ints, not {_cut(g)}")
+        out_grads.append((g[0], g[1], g[2]))
+    out_named = {}
+    for dev, blocks in named.items():
+        d = out_named[dev] = {}
+        for addr, kind in blocks.items():
+            if not _int(addr, 0, (1 << 64) - 1) or kind not in CATEGORIES:
+                raise bad(f"named block {_cut(addr)} of device {dev}: an int address and one of "
+                          f"{', '.join(CATEGORIES)}, not {_cut(kind)}")
+            d[addr] = kind
+    for k, v in dropped.items():
+        if not _int(v, 0):
+            raise bad(f"'dropped' counts must be ints >= 0 ({_cut(k)}: {_cut(v)})")
+    return out_spans, out_grads, out_named, dropped
+
+
+OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch's record_function name of every step
+
+
+def annotation_spans(snap):
+    """Optimizer-step spans [(2, t0, t1)] from torch's external_annotations (START/END pairs by
+    name and device, recorded with no setup). Malformed entries are skipped: the list is torch's,
+    and only well-formed ones can mean anything. A START without its END is still open at the
+    snapshot (an OOM inside the step): it stays open, to OPEN."""
+    notes = snap.get("external_annotations") if isinstance(snap, dict) else None
+    if not isinstance(notes, list):
+        return []
+    ok = [a for a in notes if isinstance(a, dict) and isinstance(a.get("name"), str)
+          and a["name"].startswith(OPTIMIZER_ANNOTATION) and a.get("stage") in ("START", "END")
+          and _int(a.get("time_us"))]
+    ok.sort(key=lambda a: a["time_us"])
+    open_, spans = {}, []
+    for a in ok:
+        key = (a["name"], a.get("device"))
+        key = key if all(isinstance(k, (str, int)) for k in key) else (a["name"], None)
+        if a["stage"] == "START":
+            open_.setdefault(key, []).append(a["time_us"])
+        elif open_.get(key):
+            spans.append((2, open_[key].pop(), a["time_us"]))
+    for starts in open_.values():
+        spans += [(2, t0, OPEN) for t0 in starts]
+    return spans
+
+
+def replay_inputs(snap, device, categories=None):
+    """The C replay's classify argument for one device, or None when nothing classifies:
+    (spans, grads, named) from the snapshot's KEY (validated here too: a dict handed over
+    without load_snapshot), torch's optimizer annotations, and ``categories`` ({addr: kind},
+    a MemReporter's block_kinds of this device; it wins over the file's). Also says whether
+    there were marks (spans or grads) at all."""
+    parsed = parse(snap[KEY]) if isinstance(snap, dict) and KEY in snap else None
+    spans, grads, named = [], [], {}
+    if parsed is not None:
+        spans = list(parsed[0])
+        grads = [(a, t) for d, a, t in parsed[1] if d == device]
+        named = dict(parsed[2].get(device, {}))
+    spans += annotation_spans(snap)
+    if categories:
+        named.update((a, k) for a, k in categories.items() if isinstance(a, int))
+    traces = (snap.get("device_traces") or []) if isinstance(snap, dict) else []
+    trace = traces[device] if isinstance(traces, list) and 0 <= device < len(traces) else []
+    if not (trace and all(isinstance(e, dict) and _int(e.get("time_us"))
+                          for e in (trace[0], trace[-1]))):
+        spans, grads = [], []  # a trace without times (old torch): no time can be matched
+    codes = {c: i for i, c in enumerate(CATEGORIES)}
+    named_rows = [(a, codes[k]) for a, k in named.items()
+                  if k in codes and k != "other" and _int(a, 0, (1 << 64) - 1)]
+    marks = bool(spans or grads)
+    if not (marks or named_rows):
+        return None, False
+    return (spans, grads, named_rows), marks

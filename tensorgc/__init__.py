@@ -21,6 +21,7 @@ from ._tensorgc import (
 )
 from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
 from .oom import on_oom, write_autopsy  # noqa: E402
+from .categories import Categorizer, categorize  # noqa: E402  (categories over time)
 from .courtesy import Courtesy, Moved  # noqa: E402  (memlab's Courtesy)
 from .lineprof import (  # noqa: E402  (memlab's line profiler)
     LineProfiler,
@@ -38,6 +39,7 @@ from .snapshot import (  # noqa: E402
 )
 
 __all__ = [
+    "Categorizer",
     "Courtesy",
     "CycleReport",
     "GraphvizError",
@@ -48,6 +50,7 @@ __all__ = [
     "Report",
     "Row",
     "SnapshotError",
+    "categorize",
     "clear_global_line_profiler",
     "load_ipython_extension",
     "on_oom",

@@ -261,23 +261,36 @@ lp__code_arg(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const cha
     return 0;
 }
 
-/* sys.monitoring's PY_START / PY_RESUME / PY_THROW: (code, offset) */
+/* sys.monitoring's PY_START: (code, offset). The offset is not 0 for closures (their cells are
+ * copied first), so only the event says whether a frame starts or resumes. */
 static PyObject *
-lp_mon_enter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+lp_mon_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (lp__code_arg(args, nargs, 2, "_lp_enter") < 0) {
+    if (lp__code_arg(args, nargs, 2, "_lp_start") < 0) {
+        return NULL;
+    }
+    lp__dispatch(tgc_state_of(module), LP_EV_ENTER, args[0],
+                 ((PyCodeObject *)args[0])->co_firstlineno);
+    Py_RETURN_NONE;
+}
+
+/* sys.monitoring's PY_RESUME / PY_THROW: (code, offset): a generator or coroutine goes on, on
+ * the line of that offset */
+static PyObject *
+lp_mon_resume(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (lp__code_arg(args, nargs, 2, "_lp_resume") < 0) {
         return NULL;
     }
     PyCodeObject *code = (PyCodeObject *)args[0];
-    int line = code->co_firstlineno, ev = LP_EV_ENTER;
+    int line = code->co_firstlineno;
     long off = PyLong_Check(args[1]) ? PyLong_AsLong(args[1]) : -1;
-    if (off > 0 && off < INT_MAX) {  /* resumed mid-function: the line it resumes on */
+    if (off >= 0 && off < INT_MAX) {
         int l = PyCode_Addr2Line(code, (int)off);
         line = l > 0 ? l : line;
-        ev = LP_EV_RESUME;
     }
     PyErr_Clear();
-    lp__dispatch(tgc_state_of(module), ev, args[0], line);
+    lp__dispatch(tgc_state_of(module), LP_EV_RESUME, args[0], line);
     Py_RETURN_NONE;
 }
 
@@ -385,8 +398,10 @@ lp_thread_hook(PyObject *module, PyObject *const *Py_UNUSED(args), Py_ssize_t Py
 }
 
 PyMethodDef tgc_lineprof_methods[] = {
-    {"_lp_enter", (PyCFunction)(void (*)(void))lp_mon_enter, METH_FASTCALL,
-     "sys.monitoring PY_START/PY_RESUME/PY_THROW callback of the line profiler."},
+    {"_lp_start", (PyCFunction)(void (*)(void))lp_mon_start, METH_FASTCALL,
+     "sys.monitoring PY_START callback of the line profiler."},
+    {"_lp_resume", (PyCFunction)(void (*)(void))lp_mon_resume, METH_FASTCALL,
+     "sys.monitoring PY_RESUME/PY_THROW callback of the line profiler."},
     {"_lp_line", (PyCFunction)(void (*)(void))lp_mon_line, METH_FASTCALL,
      "sys.monitoring LINE callback of the line profiler."},
     {"_lp_leave", (PyCFunction)(void (*)(void))lp_mon_leave, METH_FASTCALL,

@@ -98,9 +98,9 @@ class _Events:
             except ValueError:
                 continue
             E = mon.events
-            mon.register_callback(tid, E.PY_START, _tensorgc._lp_enter)
-            mon.register_callback(tid, E.PY_RESUME, _tensorgc._lp_enter)
-            mon.register_callback(tid, E.PY_THROW, _tensorgc._lp_enter)
+            mon.register_callback(tid, E.PY_START, _tensorgc._lp_start)
+            mon.register_callback(tid, E.PY_RESUME, _tensorgc._lp_resume)
+            mon.register_callback(tid, E.PY_THROW, _tensorgc._lp_resume)
             mon.register_callback(tid, E.LINE, _tensorgc._lp_line)
             mon.register_callback(tid, E.PY_RETURN, _tensorgc._lp_leave)
             mon.register_callback(tid, E.PY_YIELD, _tensorgc._lp_leave)

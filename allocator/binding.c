@@ -479,7 +479,8 @@ bind__categories(const uint64_t *v, size_t stride, uint32_t n)
 
 /* _timeline(trace, pre, columns, detail, use_free_requested, classify=None) -> dict
  *   trace: one device's trace entries (dicts with action, addr, size); pre: [(addr, size)]
- *   allocations alive before the trace. Event indices in the result are positions in trace
+ *   of blocks alive at the end: those whose address the trace never allocates were alive
+ *   before it. Event indices in the result are positions in trace
  *   (pre-existing ones: -1); oom_at pairs each OOM's trace position with its event position
  *   (the replay's clock, which places it in a column). classify: None, or (spans, grads,
  *   named) for categories over time (see bind__classify and timeline.h); each band then ends
@@ -504,6 +505,7 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
     tgc_event *ev = NULL;
     tgc_timeline tl = {0};
     tgc_classify cls = {0};
+    tgc_ptrmap allocs = {0};  /* addresses the trace allocates (+1: 0 is the empty key) */
     int built = 0, with_cls = classify != NULL && classify != Py_None;
     if (pres == NULL) {
         goto done;
@@ -524,6 +526,23 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
         }
         goto done;
     }
+    /* A block alive at the end was there before the trace only if the trace never allocates
+     * its address: the trace's allocations first (a set of addresses; the caller may pass every
+     * live block) */
+    if (np > 0 && tgc_ptrmap_init(&allocs, (size_t)nt + 1) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nt && np > 0; i++) {
+        PyObject *e = PyTuple_GET_ITEM(items, i);
+        uint64_t addr;
+        if (PyDict_Check(e) && bind__action(e, use_free_requested) == TGC_EV_ALLOC) {
+            if (bind__u64(e, "addr", &addr, 0, 0) < 0) {
+                goto done;
+            }
+            (void)tgc_ptrmap_put(&allocs, (const void *)(uintptr_t)(addr + 1), 0);
+        }
+    }
     size_t n = 0;
     for (Py_ssize_t i = 0; i < np; i++) {
         unsigned long long addr, size;
@@ -533,6 +552,9 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
                 PyErr_SetString(PyExc_TypeError, "pre: expected (addr, size) tuples");
             }
             goto done;
+        }
+        if (tgc_ptrmap_get(&allocs, (const void *)(uintptr_t)(addr + 1)) != UINT32_MAX) {
+            continue;  /* allocated in the trace: that allocation is it */
         }
         ev[n++] = (tgc_event){addr, size, TGC_TIME_NONE, UINT32_MAX, TGC_EV_PRE};
     }
@@ -647,6 +669,7 @@ done:
     free((void *)cls.spans);
     free((void *)cls.grads);
     free((void *)cls.named);
+    tgc_ptrmap_free(&allocs);
     Py_XDECREF(items);
     Py_XDECREF(pres);
     Py_XDECREF(oom_at);
@@ -808,4 +831,130 @@ tgc_alloc_pickle_scan(PyObject *data)
     return Py_BuildValue("(iKKKK)", r.code, (unsigned long long)r.pos,
                          (unsigned long long)r.a, (unsigned long long)r.b,
                          (unsigned long long)r.c);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The field check of an untrusted trace, the common case                                      */
+
+/* An exact int in [-2**63, 2**64), or absent (NULL). */
+static int
+bind__int_ok(PyObject *v)
+{
+    if (v == NULL) {
+        return 1;
+    }
+    if (!PyLong_CheckExact(v)) {
+        return 0;
+    }
+    int overflow;
+    (void)PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow < 0) {
+        return 0;
+    }
+    if (overflow > 0) {
+        (void)PyLong_AsUnsignedLongLong(v);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The first index >= start of `trace` whose entry is not of the plain shape torch writes --
+ * exact dicts with a str 'action'; 'addr', 'size', 'device_free', 'time_us' exact ints in
+ * range when present; 'frames' absent, None or a list of dicts with str 'filename' and 'name'
+ * and an int 'line' -- or len(trace). snapshot.check_snapshot looks at that entry carefully
+ * (and says what is wrong, or goes on). Frames lists are checked once: torch shares one list
+ * among the entries of a stack, so `seen` (a set of ids, shared across calls) remembers them.
+ * Borrowed references only; no Python code runs (exact types). */
+PyObject *
+tgc_alloc_check_trace(PyObject *trace, Py_ssize_t start, PyObject *seen)
+{
+    static const char *const ints[] = {"addr", "size", "device_free", "time_us"};
+    PyObject *keys[4] = {NULL}, *k_action = NULL, *k_frames = NULL, *k_filename = NULL,
+             *k_name = NULL, *k_line = NULL;
+    Py_ssize_t j = start < 0 ? 0 : start, n = PyList_GET_SIZE(trace);
+    int rc = -1;
+    for (int i = 0; i < 4; i++) {
+        if ((keys[i] = PyUnicode_InternFromString(ints[i])) == NULL) {
+            goto done;
+        }
+    }
+    k_action = PyUnicode_InternFromString("action");
+    k_frames = PyUnicode_InternFromString("frames");
+    k_filename = PyUnicode_InternFromString("filename");
+    k_name = PyUnicode_InternFromString("name");
+    k_line = PyUnicode_InternFromString("line");
+    if (!k_action || !k_frames || !k_filename || !k_name || !k_line) {
+        goto done;
+    }
+    for (; j < PyList_GET_SIZE(trace); j++) {  /* the list cannot change: no Python code runs */
+        PyObject *e = PyList_GET_ITEM(trace, j);  /* borrowed */
+        if (!PyDict_CheckExact(e)) {
+            break;
+        }
+        PyObject *a = PyDict_GetItemWithError(e, k_action);
+        if (a == NULL || !PyUnicode_CheckExact(a)) {
+            break;
+        }
+        int ok = 1;
+        for (int i = 0; i < 4 && ok; i++) {
+            ok = bind__int_ok(PyDict_GetItemWithError(e, keys[i]));
+        }
+        if (!ok) {
+            break;
+        }
+        PyObject *f = PyDict_GetItemWithError(e, k_frames);
+        if (f == NULL || f == Py_None) {
+            continue;
+        }
+        if (!PyList_CheckExact(f)) {
+            break;
+        }
+        PyObject *id = PyLong_FromVoidPtr(f);  /* new reference */
+        if (id == NULL) {
+            goto done;
+        }
+        int known = PySet_Contains(seen, id);
+        if (known == 0) {
+            for (Py_ssize_t m = 0; m < PyList_GET_SIZE(f) && ok; m++) {
+                PyObject *fr = PyList_GET_ITEM(f, m);
+                if (!PyDict_CheckExact(fr)) {
+                    ok = 0;
+                    break;
+                }
+                PyObject *fn = PyDict_GetItemWithError(fr, k_filename);
+                PyObject *nm = PyDict_GetItemWithError(fr, k_name);
+                ok = (fn == NULL || PyUnicode_CheckExact(fn)) &&
+                     (nm == NULL || PyUnicode_CheckExact(nm)) &&
+                     bind__int_ok(PyDict_GetItemWithError(fr, k_line));
+            }
+            if (ok) {
+                known = PySet_Add(seen, id) < 0 ? -1 : 1;
+            }
+        }
+        Py_DECREF(id);
+        if (known < 0) {
+            goto done;
+        }
+        if (!ok) {
+            break;
+        }
+    }
+    (void)n;
+    rc = 0;
+done:
+    for (int i = 0; i < 4; i++) {
+        Py_XDECREF(keys[i]);
+    }
+    Py_XDECREF(k_action);
+    Py_XDECREF(k_frames);
+    Py_XDECREF(k_filename);
+    Py_XDECREF(k_name);
+    Py_XDECREF(k_line);
+    if (rc < 0 || PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyLong_FromSsize_t(j);
 }

@@ -624,6 +624,22 @@ segmap(PyObject *Py_UNUSED(module), PyObject *args)
     return tgc_alloc_segmap(trace, segs, device, upto, use_req);
 }
 
+PyDoc_STRVAR(check_trace_doc,
+"_check_trace(trace, start, seen) -> int\n\nThe first index >= start whose entry is not of "
+"torch's plain shape (allocator/binding.c); len(trace) when all are.");
+
+static PyObject *
+check_trace(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *trace, *seen;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "O!nO!:_check_trace", &PyList_Type, &trace, &start,
+                          &PySet_Type, &seen)) {
+        return NULL;
+    }
+    return tgc_alloc_check_trace(trace, start, seen);
+}
+
 PyDoc_STRVAR(pickle_scan_doc,
 "_pickle_scan(data) -> (code, pos, a, b, c)\n\nThe pre-scan of an untrusted pickle "
 "(allocator/pickscan.c).");
@@ -680,6 +696,7 @@ static PyMethodDef module_methods[] = {
     {"_timeline", (PyCFunction)timeline, METH_VARARGS, timeline_doc},
     {"_segmap", (PyCFunction)segmap, METH_VARARGS, segmap_doc},
     {"_pickle_scan", (PyCFunction)pickle_scan, METH_O, pickle_scan_doc},
+    {"_check_trace", (PyCFunction)check_trace, METH_VARARGS, check_trace_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -181,6 +181,7 @@ extern PyMethodDef tgc_lineprof_methods[];
 /* allocator/binding.c: block attribution over an allocator snapshot (see alloc.h). */
 PyObject *tgc_alloc_attribute(PyObject *segments, PyObject *storages);
 PyObject *tgc_alloc_pickle_scan(PyObject *data);
+PyObject *tgc_alloc_check_trace(PyObject *trace, Py_ssize_t start, PyObject *seen);
 PyObject *tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_ssize_t upto,
                            int use_free_requested);
 PyObject *tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned detail,

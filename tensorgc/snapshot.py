@@ -23,6 +23,8 @@ import pickle
 import sys
 import tempfile
 
+from . import _tensorgc
+
 __all__ = ["record_memory_history", "snapshot", "dump_snapshot", "load_snapshot",
            "SnapshotError", "DEFAULT_MAX_BYTES"]
 
@@ -146,8 +148,6 @@ def _scan(data):
     """Walks the pickle's opcodes without building anything. Returns the offset just past STOP,
     or None where GLOBAL/STACK_GLOBAL/INST comes first (the unpickler's find_class refuses it by
     name); raises SnapshotError."""
-    from . import _tensorgc
-
     code, pos, a, b, c = _tensorgc._pickle_scan(data)
     n = len(data)
     if code == _OK:
@@ -306,31 +306,17 @@ def check_snapshot(snap, where="snapshot", nbytes=None):
                    else _wrong_field(b, _BLOCK_FIELDS) or frames_wrong(b))
             if why:
                 raise SnapshotError(f"{where}: segment {i}, block {j}: {why}")
-    lo, hi = -(1 << 63), 1 << 64
     for d, t in enumerate(traces):
-        for j, e in enumerate(t):
-            # the common case in one pass of exact type tests (a million entries: this loop is
-            # most of the check); anything unusual takes the careful path that says what is wrong
-            if type(e) is dict and type(e.get("action")) is str:
-                x, y, z = e.get("addr", 0), e.get("size", 0), e.get("device_free", 0)
-                w = e.get("time_us", 0)
-                f = e.get("frames")
-                if (type(x) is int and type(y) is int and type(z) is int and type(w) is int
-                        and lo <= x < hi and lo <= y < hi and lo <= z < hi and lo <= w < hi):
-                    # torch shares one frames list among the entries of a stack: check it once
-                    if f is None or id(f) in checked:
-                        continue
-                    if type(f) is list and all(
-                            type(fr) is dict and type(fr.get("filename", "")) is str
-                            and type(fr.get("name", "")) is str
-                            and type(fr.get("line", 0)) is int and lo <= fr.get("line", 0) < hi
-                            for fr in f):
-                        checked.add(id(f))
-                        continue
+        # the common case in C (exact types, one pass; a million entries is most of the
+        # check); an entry it stops at takes the careful path that says what is wrong
+        j = _tensorgc._check_trace(t, 0, checked)
+        while j < len(t):
+            e = t[j]
             if not isinstance(e, dict):
                 raise SnapshotError(f"{where}: trace entry {j} of device {d} is not a dict")
             why = ("has no 'action'" if "action" not in e
                    else _wrong_field(e, _ENTRY_FIELDS) or frames_wrong(e))
             if why:
                 raise SnapshotError(f"{where}: trace entry {j} of device {d}: {why}")
+            j = _tensorgc._check_trace(t, j + 1, checked)
     return snap

@@ -32,12 +32,12 @@ def replay(snap, device=0, columns=WIDTH, detail=300, categories=None):
         raise ValueError(f"device must be an int >= 0, not {device!r}")
     trace = traces[device] if device < len(traces) else []
     use_req = any(e.get("action") == "free_requested" for e in trace)
-    allocated = {e.get("addr") for e in trace if e.get("action") == "alloc"}
+    # every block alive at the end; the replay keeps those whose address the trace never
+    # allocates (they predate it)
     pre = [(b["address"], b["size"])
            for s in snap.get("segments", []) if s.get("device") == device
            for b in s.get("blocks", [])
-           if b.get("state") == "active_allocated" and "address" in b
-           and b["address"] not in allocated]
+           if b.get("state") == "active_allocated" and "address" in b]
     classify, marks = replay_inputs(snap, device, categories)
     tl = _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req, classify)
     names = tl["categories"]

@@ -135,9 +135,11 @@ tl__span_at(const tl_phase *p, int64_t t)
     return lo > 0 && t <= p->v[lo - 1].t1 ? &p->v[lo - 1] : NULL;
 }
 
-/* Rules 3-6 of timeline.h for an allocation that is neither named nor a grad. */
+/* Rules 3-6 of timeline.h for an allocation that is neither named nor a grad. `named_end`: the
+ * reporter named the blocks alive at the end, so one of them it did not name holds no tensor it
+ * could see (a cuBLAS workspace made in the first forward): not an activation. */
 static void
-tl__by_span(tl_alloc *a, const tl_phase ph[TGC_NPHASE])
+tl__by_span(tl_alloc *a, const tl_phase ph[TGC_NPHASE], int named_end)
 {
     static const uint8_t order[3] = {TGC_PHASE_OPTIMIZER, TGC_PHASE_FORWARD, TGC_PHASE_BACKWARD};
     static const uint8_t kept[TGC_NPHASE] = {TGC_CAT_ACTIVATION, TGC_CAT_OTHER,
@@ -163,6 +165,9 @@ tl__by_span(tl_alloc *a, const tl_phase ph[TGC_NPHASE])
     /* alive at the end is never "freed by t1", even in a span still open at the snapshot */
     int freed = a->t1 != INT64_MAX && a->t1 <= best->t1;
     a->category = freed ? TGC_CAT_TEMPORARY : kept[phase];
+    if (a->category == TGC_CAT_ACTIVATION && a->t1 == INT64_MAX && named_end) {
+        a->category = TGC_CAT_OTHER;
+    }
     a->rule = rule[phase];
 }
 
@@ -342,7 +347,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
                 al[k].rule = 2;
                 continue;
             }
-            tl__by_span(&al[k], phases);
+            tl__by_span(&al[k], phases, cls->nnamed > 0);
         }
     }
     else {

@@ -2,7 +2,9 @@
 """timeline_training: record a few training steps and draw their Active Memory Timeline.
 
 The story: memory climbs through each forward pass (activations saved for backward), drops
-through backward, and the optimizer's state appears after the first step and stays. Recording
+through backward, and the optimizer's state appears after the first step and stays. Under
+tensorgc.categorize every allocation is coloured by what it was (parameter, activation, grad,
+optimizer state, temporary), and a second chart stacks the categories over time. Recording
 the allocator's history costs a little; the page that comes out opens anywhere, offline.
 
     python demos/timeline_training.py --steps 4 --out /tmp/steps.html   # needs CUDA
@@ -44,24 +46,24 @@ def main(argv=None) -> int:
             layers += [torch.nn.Linear(args.width, args.width), torch.nn.GELU()]
         model = torch.nn.Sequential(*layers).to(device)
         opt = torch.optim.Adam(model.parameters())
-        for _ in range(args.steps):
-            x = torch.randn(args.batch, args.width, device=device)
-            loss = model(x).square().mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            del x, loss
-        torch.cuda.synchronize()
-        # names for the blocks alive now: bands of parameters and optimizer state get colours
-        kinds = tensorgc.MemReporter(model, optimizer=opt).collect(device=device).block_kinds
-        snap = tensorgc.snapshot()
+        # categories over time: forward, backward and optimizer spans and where each grad lands
+        with tensorgc.categorize(model, opt):
+            for _ in range(args.steps):
+                x = torch.randn(args.batch, args.width, device=device)
+                loss = model(x).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                del x, loss
+            torch.cuda.synchronize()
+            # the marks, and the reporter's names for the blocks alive now, go in the snapshot
+            snap = tensorgc.snapshot()
     finally:
         tensorgc.record_memory_history(enabled=None)
     if args.snapshot:
         tensorgc.dump_snapshot(args.snapshot, snap)
     index = torch.cuda.current_device()
     page = timeline_html(snap, device=index, detail=400,
-                         categories=kinds.get(f"cuda:{index}", {}),
                          title=f"{args.steps} training steps of {args.layers} x "
                                f"Linear({args.width}) + GELU with Adam")
     out = args.out

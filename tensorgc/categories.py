@@ -28,6 +28,9 @@ logger = logging.getLogger("tensorgc")
 PHASES = ("forward", "backward", "optimizer")  # codes 0, 1, 2: TGC_PHASE_* of timeline.h
 # TGC_CAT_* of timeline.h, in stacking order (bottom first); the replay returns the same tuple
 CATEGORIES = ("parameter", "buffer", "optimizer_state", "grad", "activation", "temporary", "other")
+# the reporter's kinds that are a category under another name: a tensor saved for backward is an
+# activation (alive at the end: the snapshot was taken, or the OOM hit, with a graph alive)
+ALIASES = {"saved_for_backward": "activation"}
 MAX_MARKS = 1_000_000  # per kind (spans, grads): past it the oldest are dropped and counted
 VERSION = 1
 KEY = "tensorgc_categories"
@@ -367,8 +370,9 @@ def snapshot_key(named=None):
         dev = _device_index(d)
         if dev is not None and isinstance(blocks, dict):
             key["named"].setdefault(dev, {}).update(
-                (a, k) for a, k in blocks.items()
-                if _int(a, 0, (1 << 64) - 1) and k in CATEGORIES[:-1])  # "other" names nothing
+                (a, ALIASES.get(k, k)) for a, k in blocks.items()
+                if _int(a, 0, (1 << 64) - 1)
+                and ALIASES.get(k, k) in CATEGORIES[:-1])  # "other" names nothing
     return key
 
 
@@ -525,8 +529,9 @@ def replay_inputs(snap, device, categories=None):
                           for e in (trace[0], trace[-1]))):
         spans, grads = [], []  # a trace without times (old torch): no time can be matched
     codes = {c: i for i, c in enumerate(CATEGORIES)}
-    named_rows = [(a, codes[k]) for a, k in named.items()
-                  if k in codes and k != "other" and _int(a, 0, (1 << 64) - 1)]
+    named_rows = [(a, codes[ALIASES.get(k, k)]) for a, k in named.items()
+                  if ALIASES.get(k, k) in codes and ALIASES.get(k, k) != "other"
+                  and _int(a, 0, (1 << 64) - 1)]
     marks = bool(spans or grads)
     if not (marks or named_rows):
         return None, False

@@ -166,8 +166,10 @@ def test_pre_existing_allocations_are_other_unless_named():
     ca = tl["cat_active"]
     assert ca["parameter"] == [3 * MB] * 4
     assert ca["grad"] == [MB] * 4  # a grad mark finds a pre-existing block alive
-    assert ca["activation"] == [0, 0, MB, MB]
-    assert ca["other"] == [2 * MB, 2 * MB, 2 * MB, 0]
+    # 0x5000: made in the forward and alive at the end, but the reporter, which named the end,
+    # did not name it: no tensor holds it, so it is no activation
+    assert ca["activation"] == [0, 0, 0, 0]
+    assert ca["other"] == [2 * MB, 2 * MB, 3 * MB, MB]
 
 
 def test_a_trace_without_times_uses_no_marks():
@@ -586,3 +588,22 @@ def test_snapshot_survives_a_failing_reporter(monkeypatch, caplog):
         snap = tensorgc.snapshot()
     assert snap[KEY]["named"] == {} and any("naming the blocks" in r.message
                                             for r in caplog.records)
+
+
+def test_a_forward_block_alive_at_the_end_is_an_activation_only_if_named_so():
+    # W: made in the forward, never freed, no tensor the reporter saw (a cuBLAS workspace);
+    # V: the same, but the reporter named it saved for backward (the graph is alive)
+    rows = [("P", 0x1000, 4 * MB, 10, None, "parameter"),
+            ("W", 0x2000, 2 * MB, 110, None, "other"),
+            ("V", 0x4000, 1 * MB, 120, None, "activation")]
+    trace = step_trace(rows)
+    snap = snap_of(trace, key=key(grads=[], named={0: {0x1000: "parameter"}}))
+    # the reporter's kinds as Report.block_kinds gives them: saved_for_backward is an activation
+    tl, _ = replay(snap, columns=len(trace), categories={0x4000: "saved_for_backward"})
+    assert tl["cat_active"] == expected_by_column(trace, rows)
+    with categorize(torch.nn.Linear(2, 2)):
+        assert snapshot_key(named={0: {0x4000: "saved_for_backward"}})["named"] == \
+            {0: {0x4000: "activation"}}
+    # without the reporter's names the forward's survivors are activations, as before
+    tl, _ = replay(snap_of(trace, key=key(grads=[], named={})), columns=len(trace))
+    assert {k: v[-1] for k, v in tl["cat_active"].items()}["activation"] == 3 * MB

@@ -2,6 +2,7 @@
 process-memory source, which is what a machine without CUDA measures. CUDA columns are in
 test_lineprof_cuda.py."""
 import ctypes
+import os
 import subprocess
 import sys
 import textwrap
@@ -41,6 +42,37 @@ def _trim():
         pass
 
 
+_FREES_SHOW = []
+# Under `make asan` the process's resident memory follows AddressSanitizer's quarantine, which
+# keeps freed blocks and releases them in bulk on whatever line runs then: the tests of byte
+# counts per line run in `make test`; under ASan the same code runs in every other test here.
+rss_bytes = pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                               reason="resident bytes under ASan's quarantine are not the program's")
+
+
+def _frees_show() -> bool:
+    """Whether frees show in this process's resident memory line by line. Under
+    AddressSanitizer (`make asan`) freed memory sits in a quarantine that is released in bulk
+    later, on whatever line runs then; elsewhere a library may keep freed blocks resident. The
+    checks of decreases and of quiet lines run only where frees can be seen."""
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):
+        return False
+    if not _FREES_SHOW:
+        _trim()
+        before = _resident()
+        x = torch.ones(64 * MB, dtype=torch.uint8)
+        mid = _resident()
+        del x
+        _trim()
+        _FREES_SHOW.append(mid - _resident() > 32 * MB and mid - before > 32 * MB)
+    return _FREES_SHOW[0]
+
+
+def _resident() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def _rows(lp, func, col):
     """{line offset from def: (hits, value)} of one column."""
     stats = lp.display(func, columns=(col,))
@@ -57,14 +89,17 @@ def big_alloc(n):
     return y                                  # +4
 
 
+@rss_bytes
 def test_large_allocation_is_charged_to_its_line():
     with L.LineProfiler(big_alloc) as lp:
         big_alloc(96 * MB)
     assert lp.source.startswith("process resident memory")
     d = _rows(lp, big_alloc, "rss_bytes.all.delta")
     assert d[1][0] == 1 and d[1][1] >= 90 * MB          # the allocation's line
-    assert d[3][1] <= -90 * MB                           # the del's line gives it back
-    assert abs(d[2][1]) < 16 * MB and abs(d[4][1]) < 16 * MB
+    if _frees_show():
+        assert d[3][1] <= -90 * MB                       # the del's line gives it back
+    if _frees_show():
+        assert abs(d[2][1]) < 16 * MB and abs(d[4][1]) < 16 * MB
     p = _rows(lp, big_alloc, "rss_bytes.all.peak")
     cur = _rows(lp, big_alloc, "rss_bytes.all.current")
     assert p[1][1] >= cur[0][1] + 90 * MB                # the peak of that line holds it
@@ -83,6 +118,7 @@ def outer():
     return a + b                              # +3
 
 
+@rss_bytes
 def test_nested_profiled_call_charges_the_calling_line():
     with L.LineProfiler(outer, inner_transient) as lp:
         _trim()
@@ -94,9 +130,11 @@ def test_nested_profiled_call_charges_the_calling_line():
     assert po[2][1] >= co[1][1] + 60 * MB
     pi = _rows(lp, inner_transient, "rss_bytes.all.peak")
     assert pi[1][1] >= co[1][1] + 60 * MB
-    assert po[3][1] < po[2][1] - 60 * MB                 # the next line's peak is its own
+    if _frees_show():
+        assert po[3][1] < po[2][1] - 60 * MB             # the next line's peak is its own
 
 
+@rss_bytes
 def test_repeated_calls_fold():
     with L.LineProfiler(big_alloc) as lp:
         for _ in range(3):
@@ -110,7 +148,8 @@ def test_repeated_calls_fold():
     with one:
         _trim()
         big_alloc(32 * MB)
-    assert abs(_rows(one, big_alloc, "rss_bytes.all.peak")[1][1] - p[1][1]) < 16 * MB  # max
+    if _frees_show():  # the max of three equal peaks is one of them
+        assert abs(_rows(one, big_alloc, "rss_bytes.all.peak")[1][1] - p[1][1]) < 16 * MB
 
 
 def test_columns_are_validated():
@@ -261,6 +300,7 @@ def test_threads_are_profiled():
     assert lp._core.open_frames == 0
 
 
+@rss_bytes
 def test_two_profilers_on_one_function():
     a, b = L.LineProfiler(big_alloc), L.LineProfiler(big_alloc)
     with a:

@@ -15,7 +15,8 @@
  *   2. a grad mark (addr, t) finds it alive at t (t_alloc <= t < t_free): grad;
  *   3-5. allocated inside a phase span [t0, t1] (optimizer step, forward, backward; nested
  *      spans: the innermost, i.e. latest start; equal starts in that order): freed by t1 ->
- *      temporary, else optimizer_state / activation / other;
+ *      temporary, else optimizer_state / activation / other -- but a forward's block alive at
+ *      the end that the reporter did not name (when it named any) holds no tensor: other;
  *   6. other.
  * Then the active bytes of each category at the end of each column and at the peak, for
  * O(events + marks log marks + allocations log spans + columns x TGC_NCAT). */

@@ -158,3 +158,44 @@ def screenshot(page, shot, size="1300,600"):
     return subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu",
                            f"--screenshot={shot}", f"--window-size={size}", page.as_uri()],
                           capture_output=True, text=True, timeout=120, env=env)
+
+
+def model_tensors(m, opt, device_type=None):
+    """{name: tensor} for every tensor of a model and its optimizer, grads included (the
+    optimizer's only on `device_type` when given: Adam keeps its step counts on the CPU)."""
+    import torch
+
+    out = {}
+    for n, p in m.named_parameters():
+        out[n] = p
+        if p.grad is not None:
+            out[n + ".grad"] = p.grad
+    for n, b in m.named_buffers():
+        out[n] = b
+    for i, st in enumerate(opt.state.values()):
+        for k, v in st.items():
+            if torch.is_tensor(v) and (device_type is None or v.device.type == device_type):
+                out[f"opt{i}.{k}"] = v
+    return out
+
+
+def clean_cuda_memory():
+    """Collected garbage, an idle device and an empty cache: the state CUDA tests start from."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def page_colors(tmp_path, html, size):
+    """The colours of a headless Chromium screenshot of the page `html` (a str), as png_colors
+    gives them; the screenshot must exist."""
+    page = tmp_path / "page.html"
+    page.write_text(html)
+    shot = tmp_path / "page.png"
+    r = screenshot(page, shot, size)
+    assert shot.exists(), r.stderr[-2000:]
+    return png_colors(shot)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from _util import model_tensors
 from tensorgc import courtesy as courtesy_mod
 from tensorgc.courtesy import Courtesy, Moved
 
@@ -76,18 +77,7 @@ def as_bytes(t):
 
 def everything(m, opt):
     """{name: tensor} for every tensor of the model and optimizer, grads included."""
-    out = {}
-    for n, p in m.named_parameters():
-        out[n] = p
-        if p.grad is not None:
-            out[n + ".grad"] = p.grad
-    for n, b in m.named_buffers():
-        out[n] = b
-    for i, (p, st) in enumerate(opt.state.items()):
-        for k, v in st.items():
-            if torch.is_tensor(v):
-                out[f"opt{i}.{k}"] = v
-    return out
+    return model_tensors(m, opt)
 
 
 @pytest.fixture
@@ -346,13 +336,8 @@ def test_saved_output_of_a_live_graph_is_skipped_and_backward_still_works(caplog
     assert bits_equal(a.grad.view(torch.uint8), g_ref.view(torch.uint8))
 
 
-def test_a_group_that_cannot_be_repointed_is_put_back(monkeypatch, caplog):
-    caplog.set_level(logging.WARNING, logger="tensorgc")
-    base = torch.randn(6)
-    victim = base[1:4]
-    other = torch.randn(7)
-    ptrs = (base.data_ptr(), victim.data_ptr(), other.data_ptr())
-    before = storage_bytes(base)
+def fail_once(monkeypatch, victim):
+    """Courtesy's re-pointing raises once, for `victim`; the real one otherwise."""
     real = courtesy_mod._repoint
     calls = {"n": 0}
 
@@ -363,6 +348,16 @@ def test_a_group_that_cannot_be_repointed_is_put_back(monkeypatch, caplog):
         return real(t, storage)
 
     monkeypatch.setattr(courtesy_mod, "_repoint", flaky)
+
+
+def test_a_group_that_cannot_be_repointed_is_put_back(monkeypatch, caplog):
+    caplog.set_level(logging.WARNING, logger="tensorgc")
+    base = torch.randn(6)
+    victim = base[1:4]
+    other = torch.randn(7)
+    ptrs = (base.data_ptr(), victim.data_ptr(), other.data_ptr())
+    before = storage_bytes(base)
+    fail_once(monkeypatch, victim)
     c = Courtesy("cpu")
     moved = c.yield_memory()
     assert (base.data_ptr(), victim.data_ptr()) == ptrs[:2]   # the whole group went back
@@ -430,16 +425,7 @@ def test_a_failed_restore_leaves_everything_yielded_and_can_be_retried(monkeypat
     assert c.yielded and x.data_ptr() == host_ptr and y._base is x
     monkeypatch.undo()
     # a tensor that cannot be re-pointed back: its group stays on the host, the rest comes back
-    real = courtesy_mod._repoint
-    calls = {"n": 0}
-
-    def flaky(t, storage):
-        if t is y and calls["n"] == 0:
-            calls["n"] += 1
-            raise RuntimeError("boom")
-        return real(t, storage)
-
-    monkeypatch.setattr(courtesy_mod, "_repoint", flaky)
+    fail_once(monkeypatch, y)
     with pytest.raises(RuntimeError, match="call restore.. again"):
         c.restore()
     assert c.yielded and x.data_ptr() == host_ptr and "boom" in caplog.text

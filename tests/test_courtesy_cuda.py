@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from _util import IS_CUDA
+from _util import IS_CUDA, clean_cuda_memory, model_tensors
 from tensorgc.courtesy import Courtesy, Moved
 
 pytestmark = pytest.mark.skipif(not (IS_CUDA and torch.cuda.is_available()),
@@ -20,9 +20,7 @@ F32_BITS = [0x7FC00001, 0xFFC12345, 0x7F800001, 0x80000000, 0x00000001, 0x7F8000
 
 @pytest.fixture(autouse=True)
 def clean_cuda():
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    clean_cuda_memory()
     yield
     gc.collect()
     torch.cuda.synchronize()
@@ -90,18 +88,7 @@ def bits_equal(a, b):
 
 
 def everything(m, opt):
-    out = {}
-    for n, p in m.named_parameters():
-        out[n] = p
-        if p.grad is not None:
-            out[n + ".grad"] = p.grad
-    for n, b in m.named_buffers():
-        out[n] = b
-    for i, st in enumerate(opt.state.values()):
-        for k, v in st.items():
-            if torch.is_tensor(v) and v.is_cuda:
-                out[f"opt{i}.{k}"] = v
-    return out
+    return model_tensors(m, opt, device_type="cuda")
 
 
 @pytest.mark.parametrize("which", ["cuda", "cuda:0", "device"])

@@ -6,6 +6,7 @@ import gc
 import pytest
 import torch
 
+from _util import clean_cuda_memory
 from tensorgc import MemReporter, allocator
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -14,9 +15,7 @@ MB = 1 << 20
 
 @pytest.fixture(autouse=True)
 def clean_cuda():
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    clean_cuda_memory()
     yield
     gc.collect()
     torch.cuda.empty_cache()

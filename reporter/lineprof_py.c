@@ -160,27 +160,34 @@ lp__interested(tgc_state *st, PyObject *code)
 /* One event of a code object: every enabled profiler takes a reading (profilers on the same
  * source share one), raises its open lines' peaks, folds the event if it watches the code, and
  * each source's peak counter is reset so the next line's peak is its own. Never raises: a
- * failed reading is reported once as unraisable and the program goes on. */
+ * failed reading is reported once as unraisable and the program goes on.
+ * A reading may run Python code (a replaced memory_stats), which may disable profilers and drop
+ * their last reference: the walk is over a copy of the list, which owns its profilers, and
+ * skips those disabled meanwhile. */
 static void
 lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
 {
     if (st->lp_busy || !lp__interested(st, code)) {
         return;
     }
+    PyObject *list = PyList_GetSlice(st->lp_enabled, 0, PY_SSIZE_T_MAX);  /* new reference */
+    if (list == NULL) {
+        PyErr_Clear();  /* out of memory: this event is lost */
+        return;
+    }
     st->lp_busy = 1;  /* a reading runs torch's code: never profile our own work */
     PyObject *et, *ev_, *tb;
     PyErr_Fetch(&et, &ev_, &tb);  /* an unwinding frame's exception stays as it was */
-    PyObject *list = Py_NewRef(st->lp_enabled);
     PyObject *failed = NULL;     /* the first profiler whose reading failed (new reference) */
     PyObject *ft = NULL, *fv = NULL, *ftb = NULL;  /* its exception */
     uint64_t thread = PyThread_get_thread_ident();
     Py_ssize_t n = PyList_GET_SIZE(list);
 
     for (Py_ssize_t i = 0; i < n; i++) {
-        lp_object *p = (lp_object *)PyList_GET_ITEM(list, i);
+        lp_object *p = (lp_object *)PyList_GET_ITEM(list, i);  /* borrowed from the copy */
         p->read_ok = 0;
-        if (p->keys == NULL) {
-            continue;
+        if (!p->enabled || p->keys == NULL) {
+            continue;  /* disabled by a reading earlier in this event */
         }
         int shared = 0;
         for (Py_ssize_t j = 0; j < i; j++) {
@@ -199,6 +206,9 @@ lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
             }
             PyErr_Clear();
             continue;
+        }
+        if (!p->enabled || p->keys == NULL) {
+            continue;  /* its own reading disabled it */
         }
         p->read_ok = 1;
         tgc_lp_observe(&p->engine, p->reading);

@@ -369,3 +369,54 @@ def test_closures_count_each_call():
             clos(i)
     d = _rows(lp, clos, "rss_bytes.all.delta")
     assert d[0][0] == 4 and d[1][0] == 4      # a closure's call is no generator's resume
+
+
+# -- review of issue #5: re-entrancy, threads, odd code objects ----------------------------------
+
+def _core_events(codes, on):
+    """The events of `codes` on or off for bare _LineProfiler cores (no LineProfiler around)."""
+    if on:
+        L._Events.start(codes)
+    else:
+        L._Events.stop(codes)
+
+
+def plain(n):
+    a = n + 1                                 # +1
+    return a                                  # +2
+
+
+def _fake_cuda(core, stats, reset=lambda dev: None):
+    core.set_source("cuda", 0, stats, reset)
+
+
+def test_a_reading_that_disables_another_profiler_stops_its_events():
+    """lp__dispatch walked st->lp_enabled itself with borrowed items: a reading (Python code)
+    that disabled a later profiler left it in the walk (it got the event after its disable),
+    and freed it when that was its last reference (a use-after-free under ASan)."""
+    C = tensorgc._tensorgc
+    a, hold = C._LineProfiler(), [C._LineProfiler(), C._LineProfiler()]
+    b = hold[0]
+    calls = [0]
+
+    def stats(dev):
+        calls[0] += 1
+        if calls[0] == 3:
+            b.disable()                       # the last of the list...
+            hold.pop().disable()              # ...and hold[1], whose last reference this was
+        return {"x": {"current": 1, "peak": 2}}
+
+    _fake_cuda(a, stats)
+    for p in (a, b, hold[1]):
+        p.add_code(plain.__code__)
+    a.enable(); hold[1].enable(); b.enable()
+    del p
+    _core_events([plain.__code__], True)
+    try:
+        plain(1)
+        plain(2)
+    finally:
+        _core_events([plain.__code__], False)
+        a.disable()
+    assert calls[0] > 3
+    assert not b.enabled and b.open_frames == 0 and b.lines == 0

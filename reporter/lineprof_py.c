@@ -612,7 +612,13 @@ lp_enable(lp_object *p, PyObject *Py_UNUSED(ignored))
     }
     st->lp_busy--;
     Py_DECREF(names);
-    if (rc < 0 || PyList_Append(st->lp_enabled, (PyObject *)p) < 0) {
+    if (rc < 0) {
+        return NULL;
+    }
+    if (p->enabled) {
+        Py_RETURN_NONE;  /* the reading (Python code) enabled it already: listed once */
+    }
+    if (PyList_Append(st->lp_enabled, (PyObject *)p) < 0) {
         return NULL;
     }
     p->enabled = 1;

@@ -420,3 +420,40 @@ def test_a_reading_that_disables_another_profiler_stops_its_events():
         a.disable()
     assert calls[0] > 3
     assert not b.enabled and b.open_frames == 0 and b.lines == 0
+
+
+def test_a_profiler_enabled_from_inside_its_first_reading_is_listed_once():
+    """enable() checked `enabled` before its first reading and appended after it: a reading that
+    enabled the same profiler (Python code, as a replaced memory_stats is) put it on the list
+    twice, and disable() took only one off: it went on recording after its disable."""
+    C = tensorgc._tensorgc
+    p = C._LineProfiler()
+    p.add_code(plain.__code__)
+    once = [True]
+
+    def stats(dev):
+        if once[0]:
+            once[0] = False
+            p.enable()
+        return {"x": {"current": 1, "peak": 1}}
+
+    _fake_cuda(p, stats)
+    p.enable()
+    p.disable()
+    assert not p.enabled
+    p.enable()                                # once more: one entry, one fold per event
+    _core_events([plain.__code__], True)
+    try:
+        plain(1)
+    finally:
+        _core_events([plain.__code__], False)
+        p.disable()
+    hits = {line - plain.__code__.co_firstlineno: h for _, line, h, _, _ in p.records()}
+    assert hits == {0: 1, 1: 1, 2: 1}
+    lines = p.lines
+    _core_events([plain.__code__], True)
+    try:
+        plain(1)                              # disabled: nothing more
+    finally:
+        _core_events([plain.__code__], False)
+    assert p.lines == lines and p.open_frames == 0

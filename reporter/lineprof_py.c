@@ -10,6 +10,7 @@
 enum { LP_SRC_RSS = 1, LP_SRC_CUDA = 2 };
 enum { LP_EV_ENTER = 0, LP_EV_LINE = 1, LP_EV_LEAVE = 2, LP_EV_RESUME = 3 };
 #define LP_MAX_KEYS 4096  /* a sanity bound on memory_stats()' size */
+#define LP_MAX_DEPTH 8    /* ...and on its nesting ("active_bytes.all.peak" is 3 deep) */
 
 typedef struct {
     PyObject_HEAD
@@ -32,10 +33,16 @@ typedef struct {
 /* Readings                                                                                    */
 
 /* Flattens memory_stats' nested dict into out[*n...] in its own order ("a.b.c" names appended
- * to `names` when given). Returns 0, or -1 with an exception. */
+ * to `names` when given). `depth`: the dicts above d (a dict that holds itself must not
+ * exhaust the C stack). Returns 0, or -1 with an exception. */
 static int
-lp__flatten(PyObject *d, PyObject *prefix, PyObject *names, int64_t *out, Py_ssize_t *n)
+lp__flatten(PyObject *d, PyObject *prefix, PyObject *names, int64_t *out, Py_ssize_t *n,
+            int depth)
 {
+    if (depth >= LP_MAX_DEPTH) {
+        PyErr_SetString(PyExc_RuntimeError, "memory_stats() nests too deep");
+        return -1;
+    }
     Py_ssize_t pos = 0;
     PyObject *k, *v;  /* borrowed */
     while (PyDict_Next(d, &pos, &k, &v)) {
@@ -51,7 +58,7 @@ lp__flatten(PyObject *d, PyObject *prefix, PyObject *names, int64_t *out, Py_ssi
         }
         int rc = 0;
         if (PyDict_Check(v)) {
-            rc = lp__flatten(v, name, names, out, n);
+            rc = lp__flatten(v, name, names, out, n, depth + 1);
         }
         else if (PyLong_Check(v)) {
             if (*n >= LP_MAX_KEYS) {
@@ -112,7 +119,7 @@ lp__read(lp_object *p, PyObject *names)
     if (!PyDict_Check(d)) {
         PyErr_SetString(PyExc_TypeError, "memory_stats did not return a dict");
     }
-    else if (lp__flatten(d, NULL, names, p->reading, &n) == 0) {
+    else if (lp__flatten(d, NULL, names, p->reading, &n, 0) == 0) {
         if (names == NULL && p->keys != NULL && n != PyTuple_GET_SIZE(p->keys)) {
             PyErr_SetString(PyExc_RuntimeError, "memory_stats() changed its layout");
         }

@@ -457,3 +457,29 @@ def test_a_profiler_enabled_from_inside_its_first_reading_is_listed_once():
     finally:
         _core_events([plain.__code__], False)
     assert p.lines == lines and p.open_frames == 0
+
+
+def _run_py(code, timeout=120):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(
+                              __import__("pathlib").Path(tensorgc.__file__).parents[1])})
+
+
+def test_a_self_nesting_memory_stats_is_an_error_not_a_crash():
+    """lp__flatten recursed into every nested dict with no bound: a dict that contains itself
+    (from a replaced memory_stats) overflowed the C stack (SIGSEGV)."""
+    r = _run_py("""
+        from tensorgc import _tensorgc as C
+        p = C._LineProfiler()
+        d = {}
+        d["self"] = d
+        p.set_source("cuda", 0, lambda dev: d, lambda dev: None)
+        try:
+            p.enable()
+        except RuntimeError as exc:
+            print("refused:", exc)
+        print("alive", p.enabled)
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "refused: memory_stats() nests too deep" in r.stdout and "alive False" in r.stdout

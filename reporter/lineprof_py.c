@@ -693,7 +693,7 @@ lp_records(lp_object *p, PyObject *Py_UNUSED(ignored))
     for (uint32_t c = 0; c < p->engine.ncodes; c++) {
         const tgc_lp_code *code = &p->engine.codes[c];
         for (uint32_t i = 0; i < code->nlines; i++) {
-            int32_t line = code->first_line + (int32_t)i;
+            int32_t line = code->lines[i];
             const int64_t *s = tgc_lp_slot(&p->engine, c, line);
             if (s == NULL) {
                 continue;

@@ -483,3 +483,59 @@ def test_a_self_nesting_memory_stats_is_an_error_not_a_crash():
     """)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "refused: memory_stats() nests too deep" in r.stdout and "alive False" in r.stdout
+
+
+def _with_lines(body_lines, def_line=1):
+    """A function compiled from an AST whose statements claim the given line numbers (as code
+    generators and odd line tables do): `def f(): a = 1; ...; return a`."""
+    import ast
+    src = "def f():\n" + "".join(f"    a{i} = {i}\n" for i in range(len(body_lines) - 1)) + \
+        "    return 0\n"
+    tree = ast.parse(src)
+    fn = tree.body[0]
+    ast.increment_lineno(tree, def_line - 1)
+    for stmt, line in zip(fn.body, body_lines):
+        for node in ast.walk(stmt):
+            if hasattr(node, "lineno"):
+                node.lineno = node.end_lineno = line
+    ns = {}
+    exec(compile(tree, "<generated>", "exec"), ns)
+    return ns["f"]
+
+
+def test_lines_before_the_first_line_are_recorded():
+    """The engine kept a dense table from co_firstlineno on and dropped the records of lines
+    before it (a code object's line table may go below co_firstlineno)."""
+    f = _with_lines([3, 12], def_line=10)
+    assert f.__code__.co_firstlineno == 10
+    with L.LineProfiler(f) as lp:
+        f()
+        f()
+    hits = {line: h for _, line, h, _, _ in lp._core.records()}
+    assert hits == {10: 2, 3: 2, 12: 2}
+    text = str(lp.display())
+    assert "\n   3     2 " in text
+
+
+def test_a_huge_line_number_costs_no_memory():
+    """The dense table grew to (line - co_firstlineno) records: one line numbered 20,000,000
+    cost 1.3 GB (and a line near 2**30 could allocate tens of GB and touch them all)."""
+    f = _with_lines([2, 20_000_000])
+    _trim()
+    before = _resident()
+    with L.LineProfiler(f) as lp:
+        f()
+    grew = _resident() - before
+    hits = {line: h for _, line, h, _, _ in lp._core.records()}
+    del lp
+    assert hits == {1: 1, 2: 1, 20_000_000: 1}
+    assert grew < 64 * MB
+
+
+def test_lines_near_the_largest_line_number():
+    code = plain.__code__.replace(co_firstlineno=2**31 - 5)
+    g = type(plain)(code, globals())
+    with L.LineProfiler(g) as lp:
+        g(1)
+    assert sorted(line for _, line, _, _, _ in lp._core.records()) == \
+        [2**31 - 5, 2**31 - 4, 2**31 - 3]

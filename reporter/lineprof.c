@@ -320,15 +320,23 @@ tgc_lp_drop_frames(tgc_lp *p)
 /* ------------------------------------------------------------------------------------------ */
 /* Process memory                                                                              */
 
-/* The open /proc/self/statm; only touched with the GIL held (the binding's callers). */
+/* The open /proc/self/statm and the process that opened it: /proc/self is resolved at open,
+ * so a forked child must open its own. Only touched with the GIL held (the binding's callers). */
 static int lp_statm_fd = -1;
+static pid_t lp_statm_pid;
 static long lp_page_size;
 
 int
 tgc_lp_rss_read(int64_t out[2])
 {
+    pid_t pid = getpid();
+    if (lp_statm_fd >= 0 && lp_statm_pid != pid) {
+        close(lp_statm_fd);  /* inherited through fork: the parent's numbers */
+        lp_statm_fd = -1;
+    }
     if (lp_statm_fd < 0) {
         lp_statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+        lp_statm_pid = pid;
         lp_page_size = sysconf(_SC_PAGESIZE);
         if (lp_statm_fd < 0) {
             return -1;

@@ -539,3 +539,34 @@ def test_lines_near_the_largest_line_number():
         g(1)
     assert sorted(line for _, line, _, _, _ in lp._core.records()) == \
         [2**31 - 5, 2**31 - 4, 2**31 - 3]
+
+
+@rss_bytes
+def test_a_forked_child_reads_its_own_resident_memory():
+    """The RSS source kept /proc/self/statm open from its first reading: /proc/self is resolved
+    at open, so a forked child (a DataLoader worker, multiprocessing's fork) read its parent's
+    resident memory: a 200 MB allocation in the child showed as 0."""
+    r = _run_py("""
+        import os
+        from tensorgc import lineprof as L
+        L._cuda_available = lambda: False
+        MB = 1 << 20
+        def grow():
+            x = bytearray(200 * MB)
+            return x
+        lp = L.LineProfiler(grow)
+        with lp:                  # the parent reads first
+            pass
+        pid = os.fork()
+        if pid == 0:
+            with lp:
+                keep = grow()
+            first = grow.__code__.co_firstlineno
+            sums = {line - first: b for _, line, _, _, b in lp._core.records()}
+            print("child delta MB", sums[1][list(lp._core.keys).index("rss_bytes.all.current")] // MB,
+                  flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.split("child delta MB")[1]) >= 190

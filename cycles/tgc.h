@@ -91,8 +91,6 @@ typedef struct {
     PyTypeObject *lp_type;
     PyObject *lp_enabled;     /* list of the enabled profilers, enabling order */
     int lp_busy;              /* inside an event: a profiler's own reads are not profiled */
-    Py_tracefunc lp_saved_func;  /* the enabling thread's C tracer before ours (3.11 path) */
-    PyObject *lp_saved_obj;   /* its argument, new reference */
 } tgc_state;
 
 /* module.c */

@@ -338,9 +338,90 @@ lp_mon_leave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* The C trace function of the 3.10/3.11 path. `obj` is the module on the thread that enabled
- * profiling (which puts its previous tracer back on disable), the _LineProfiler type on threads
- * that got the tracer through threading.settrace. */
+/* The tracer a thread had before _lp_settrace put ours on it, kept in that thread's state dict
+ * (PyThreadState_GetDict) under LP_SAVED_KEY as a capsule: tracers are per thread, and the
+ * thread that enables is not always the one that disables. Only its own thread touches it. */
+#define LP_SAVED_KEY "tensorgc.lineprof.saved_tracer"
+typedef struct {
+    Py_tracefunc func;
+    PyObject *obj;          /* new reference */
+} lp_saved_tracer;
+
+static void
+lp__saved_free(PyObject *capsule)
+{
+    lp_saved_tracer *s = PyCapsule_GetPointer(capsule, LP_SAVED_KEY);
+    if (s != NULL) {
+        Py_XDECREF(s->obj);
+        PyMem_Free(s);
+    }
+}
+
+/* Remembers this thread's tracer (ts is the current thread's). 0, or -1 with an exception. */
+static int
+lp__save_tracer(PyThreadState *ts)
+{
+    PyObject *dict = PyThreadState_GetDict();  /* borrowed */
+    if (dict == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "no thread state dict to keep the tracer in");
+        return -1;
+    }
+    lp_saved_tracer *s = PyMem_Malloc(sizeof(*s));
+    if (s == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->func = ts->c_tracefunc;
+    s->obj = s->func ? Py_XNewRef(ts->c_traceobj) : NULL;
+    PyObject *cap = PyCapsule_New(s, LP_SAVED_KEY, lp__saved_free);  /* new reference */
+    if (cap == NULL) {
+        Py_XDECREF(s->obj);
+        PyMem_Free(s);
+        return -1;
+    }
+    int rc = PyDict_SetItemString(dict, LP_SAVED_KEY, cap);
+    Py_DECREF(cap);
+    return rc;
+}
+
+/* Takes this thread's saved tracer out of its dict: *func and *obj (new reference), both NULL
+ * when there is none. Never raises. */
+static void
+lp__take_saved_tracer(Py_tracefunc *func, PyObject **obj)
+{
+    *func = NULL;
+    *obj = NULL;
+    PyObject *dict = PyThreadState_GetDict();  /* borrowed */
+    PyObject *cap = dict ? PyDict_GetItemString(dict, LP_SAVED_KEY) : NULL;  /* borrowed */
+    if (cap != NULL) {
+        lp_saved_tracer *s = PyCapsule_GetPointer(cap, LP_SAVED_KEY);
+        if (s != NULL) {
+            *func = s->func;
+            *obj = Py_XNewRef(s->obj);
+        }
+        if (PyDict_DelItemString(dict, LP_SAVED_KEY) < 0) {
+            PyErr_Clear();
+        }
+    }
+    PyErr_Clear();
+}
+
+/* Our tracer is on this thread: puts back the one it replaced (none on a thread that got ours
+ * through threading.settrace). */
+static void
+lp__restore_tracer(void)
+{
+    Py_tracefunc func;
+    PyObject *obj;  /* new reference */
+    lp__take_saved_tracer(&func, &obj);
+    PyEval_SetTrace(func, obj);
+    Py_XDECREF(obj);
+}
+
+/* The C trace function of the 3.10/3.11 path. `obj` is the module on a thread that enabled
+ * profiling, the _LineProfiler type on threads that got the tracer through threading.settrace.
+ * On any thread, the first event after the last profiler went away puts the thread's previous
+ * tracer back (a disable on another thread could not). */
 static int
 lp__trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *Py_UNUSED(arg))
 {
@@ -351,9 +432,7 @@ lp__trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *Py_UNUSED(arg
         return 0;
     }
     if (PyList_GET_SIZE(st->lp_enabled) == 0) {
-        if (!own) {
-            PyEval_SetTrace(NULL, NULL);  /* nobody listens any more: a spawned thread drops us */
-        }
+        lp__restore_tracer();  /* nobody listens any more */
         return 0;
     }
     int ev;
@@ -376,8 +455,9 @@ lp__trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *Py_UNUSED(arg
     return 0;
 }
 
-/* _lp_settrace(on): installs the C tracer on this thread (remembering the tracer it replaces),
- * or takes it off and puts that one back. The 3.10/3.11 path. */
+/* _lp_settrace(on): installs the C tracer on this thread (remembering, for this thread, the
+ * tracer it replaces), or takes it off this thread and puts that one back. Other threads that
+ * have ours put theirs back at their next event. The 3.10/3.11 path. */
 static PyObject *
 lp_settrace(PyObject *module, PyObject *arg)
 {
@@ -385,21 +465,22 @@ lp_settrace(PyObject *module, PyObject *arg)
     if (on < 0) {
         return NULL;
     }
-    tgc_state *st = tgc_state_of(module);
     PyThreadState *ts = PyThreadState_Get();
     if (on) {
-        if (ts->c_tracefunc != lp__trace) {
-            Py_XSETREF(st->lp_saved_obj, Py_XNewRef(ts->c_traceobj));
-            st->lp_saved_func = ts->c_tracefunc;
+        if (ts->c_tracefunc != lp__trace && lp__save_tracer(ts) < 0) {
+            return NULL;
         }
         PyEval_SetTrace(lp__trace, module);
     }
     else if (ts->c_tracefunc == lp__trace) {
-        PyObject *saved = st->lp_saved_obj;  /* new reference, handed over below */
-        st->lp_saved_obj = NULL;
-        PyEval_SetTrace(st->lp_saved_func, saved);
-        st->lp_saved_func = NULL;
-        Py_XDECREF(saved);
+        lp__restore_tracer();
+    }
+    else {
+        /* someone replaced ours meanwhile: theirs stays, the saved one is stale */
+        Py_tracefunc func;
+        PyObject *obj;  /* new reference */
+        lp__take_saved_tracer(&func, &obj);
+        Py_XDECREF(obj);
     }
     Py_RETURN_NONE;
 }
@@ -812,7 +893,6 @@ tgc_lineprof_traverse(tgc_state *st, visitproc visit, void *arg)
 {
     Py_VISIT(st->lp_type);
     Py_VISIT(st->lp_enabled);
-    Py_VISIT(st->lp_saved_obj);
     return 0;
 }
 
@@ -821,5 +901,4 @@ tgc_lineprof_clear(tgc_state *st)
 {
     Py_CLEAR(st->lp_type);
     Py_CLEAR(st->lp_enabled);
-    Py_CLEAR(st->lp_saved_obj);
 }

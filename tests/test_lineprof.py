@@ -570,3 +570,31 @@ def test_a_forked_child_reads_its_own_resident_memory():
     """)
     assert r.returncode == 0, r.stderr[-2000:]
     assert int(r.stdout.split("child delta MB")[1]) >= 190
+
+
+@pytest.mark.skipif(L.MONITORING, reason="the C tracer is the 3.10/3.11 path")
+def test_disabled_from_another_thread_gives_the_tracer_back():
+    """The tracer that enable() replaced was kept for the module, not for its thread: a
+    disable() on another thread put the enabling thread's tracer (here the user's) on that
+    other thread, and the enabling thread kept the C tracer for good: the user's tracer never
+    saw an event again."""
+    events = []
+
+    def user_tracer(frame, event, arg):
+        events.append(event)
+
+    sys.settrace(user_tracer)
+    try:
+        lp = L.LineProfiler(plain)
+        lp.enable()
+        other = []
+        t = threading.Thread(target=lambda: (lp.disable(), other.append(sys.gettrace())))
+        t.start()
+        t.join()
+        events.clear()
+        plain(1)
+        assert sys.gettrace() is user_tracer
+        assert other == [None]
+        assert "call" in events
+    finally:
+        sys.settrace(None)

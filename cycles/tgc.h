@@ -91,6 +91,7 @@ typedef struct {
     PyTypeObject *lp_type;
     PyObject *lp_enabled;     /* list of the enabled profilers, enabling order */
     int lp_busy;              /* inside an event: a profiler's own reads are not profiled */
+    PyObject *lp_hook;        /* _lp_thread_hook (new reference): the C tracer's argument */
 } tgc_state;
 
 /* module.c */

@@ -418,15 +418,13 @@ lp__restore_tracer(void)
     Py_XDECREF(obj);
 }
 
-/* The C trace function of the 3.10/3.11 path. `obj` is the module on a thread that enabled
- * profiling, the _LineProfiler type on threads that got the tracer through threading.settrace.
- * On any thread, the first event after the last profiler went away puts the thread's previous
- * tracer back (a disable on another thread could not). */
+/* The C trace function of the 3.10/3.11 path. `obj` is st->lp_hook (the module's
+ * _lp_thread_hook) on every thread. On any thread, the first event after the last profiler went
+ * away puts the thread's previous tracer back (a disable on another thread could not). */
 static int
 lp__trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *Py_UNUSED(arg))
 {
-    int own = PyModule_Check(obj);
-    tgc_state *st = tgc_state_of(own ? obj : PyType_GetModule((PyTypeObject *)obj));
+    tgc_state *st = tgc_state_of(PyCFunction_GET_SELF(obj));
     if (st == NULL) {
         PyErr_Clear();
         return 0;
@@ -470,7 +468,7 @@ lp_settrace(PyObject *module, PyObject *arg)
         if (ts->c_tracefunc != lp__trace && lp__save_tracer(ts) < 0) {
             return NULL;
         }
-        PyEval_SetTrace(lp__trace, module);
+        PyEval_SetTrace(lp__trace, tgc_state_of(module)->lp_hook);
     }
     else if (ts->c_tracefunc == lp__trace) {
         lp__restore_tracer();
@@ -485,15 +483,29 @@ lp_settrace(PyObject *module, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* threading.settrace's hook on the 3.10/3.11 path: a new thread's first trace call puts the C
- * tracer on that thread. (frame, event, arg) -> None */
+/* _lp_thread_hook(frame, event, arg) -> None, a Python tracer that puts the C tracer on its
+ * thread (and hands it a "call" event). threading.settrace's hook calls it on a new thread's
+ * first event on the 3.10/3.11 path; and it is the C tracer's argument, which sys.gettrace()
+ * returns: a tool that saves that and later hands it back to sys.settrace gives the thread the
+ * C tracer back, where anything not callable would raise TypeError into the user's code. */
 static PyObject *
-lp_thread_hook(PyObject *module, PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(n))
+lp_thread_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    PyEval_SetTrace(lp__trace, (PyObject *)st->lp_type);
+    if (st->lp_hook == NULL) {
+        Py_RETURN_NONE;  /* the module is being torn down */
+    }
+    PyEval_SetTrace(lp__trace, st->lp_hook);
+    if (nargs == 3 && PyFrame_Check(args[0]) && PyUnicode_Check(args[1]) &&
+        PyUnicode_CompareWithASCIIString(args[1], "call") == 0) {
+        lp__trace(st->lp_hook, (PyFrameObject *)args[0], PyTrace_CALL, NULL);
+    }
     Py_RETURN_NONE;
 }
+
+static PyMethodDef lp_hook_def = {
+    "_lp_thread_hook", (PyCFunction)(void (*)(void))lp_thread_hook, METH_FASTCALL,
+    "The line profiler's Python-level tracer: puts its C tracer on this thread (Python < 3.12)."};
 
 PyMethodDef tgc_lineprof_methods[] = {
     {"_lp_start", (PyCFunction)(void (*)(void))lp_mon_start, METH_FASTCALL,
@@ -506,8 +518,6 @@ PyMethodDef tgc_lineprof_methods[] = {
      "sys.monitoring PY_RETURN/PY_YIELD/PY_UNWIND callback of the line profiler."},
     {"_lp_settrace", (PyCFunction)lp_settrace, METH_O,
      "_lp_settrace(on): the line profiler's C tracer on this thread (Python < 3.12)."},
-    {"_lp_thread_hook", (PyCFunction)(void (*)(void))lp_thread_hook, METH_FASTCALL,
-     "threading.settrace hook of the line profiler (Python < 3.12)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -885,7 +895,14 @@ tgc_lineprof_exec(PyObject *module, tgc_state *st)
         return -1;
     }
     st->lp_enabled = PyList_New(0);
-    return st->lp_enabled ? 0 : -1;
+    if (st->lp_enabled == NULL) {
+        return -1;
+    }
+    st->lp_hook = PyCFunction_NewEx(&lp_hook_def, module, NULL);
+    if (st->lp_hook == NULL || PyModule_AddObjectRef(module, "_lp_thread_hook", st->lp_hook) < 0) {
+        return -1;
+    }
+    return 0;
 }
 
 int
@@ -893,6 +910,7 @@ tgc_lineprof_traverse(tgc_state *st, visitproc visit, void *arg)
 {
     Py_VISIT(st->lp_type);
     Py_VISIT(st->lp_enabled);
+    Py_VISIT(st->lp_hook);
     return 0;
 }
 
@@ -901,4 +919,5 @@ tgc_lineprof_clear(tgc_state *st)
 {
     Py_CLEAR(st->lp_type);
     Py_CLEAR(st->lp_enabled);
+    Py_CLEAR(st->lp_hook);
 }

@@ -598,3 +598,25 @@ def test_disabled_from_another_thread_gives_the_tracer_back():
         assert "call" in events
     finally:
         sys.settrace(None)
+
+
+@pytest.mark.skipif(L.MONITORING, reason="the C tracer is the 3.10/3.11 path")
+def test_gettrace_settrace_round_trip_keeps_profiling():
+    """sys.gettrace() returned the C tracer's argument: the module (or the _LineProfiler type on
+    spawned threads). The usual `old = sys.gettrace(); ...; sys.settrace(old)` of a tool that
+    traces for a while then installed a non-callable as a Python tracer: TypeError raised into
+    the user's code at the next call, and the profile stopped."""
+    def round_trip():
+        old = sys.gettrace()
+        sys.settrace(None)
+        sys.settrace(old)
+        plain(1)                              # TypeError: 'module' object is not callable
+        plain(2)
+
+    with L.LineProfiler(plain) as lp:
+        round_trip()
+        t = threading.Thread(target=round_trip)
+        t.start()
+        t.join()
+    hits = {line - plain.__code__.co_firstlineno: h for _, line, h, _, _ in lp._core.records()}
+    assert hits[1] >= 3                       # profiled again after each round trip

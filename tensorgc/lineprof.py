@@ -81,8 +81,11 @@ def _cuda_available() -> bool:
 
 class _Events:
     """Routes the interpreter's events to the C entry points: sys.monitoring on 3.12+, the C
-    trace function before. Shared by every profiler; protected by the GIL."""
+    trace function before. Shared by every profiler and every thread: protected by `lock`, which
+    LineProfiler's enable, disable, add_function and clear hold (the GIL alone would not do: a
+    thread switch can fall between the read and the write of a count)."""
 
+    lock = threading.RLock()
     LOCAL = 0
     watched: Dict[int, list] = {}   # id(code) -> [code, number of enabled profilers watching]
     tool: Optional[int] = None
@@ -219,11 +222,12 @@ class LineProfiler:
     def add_function(self, func: Callable) -> Callable:
         """Watch this function's lines (also while enabled). Returns it, so it decorates."""
         code = _code_of(func)
-        if id(code) not in self._funcs:
-            self._funcs[id(code)] = (code, func)
-            self._core.add_code(code)
-            if self.enabled:
-                _Events.watch(code)
+        with _Events.lock:
+            if id(code) not in self._funcs:
+                self._funcs[id(code)] = (code, func)
+                self._core.add_code(code)
+                if self.enabled:
+                    _Events.watch(code)
         return func
 
     def _set_source(self):
@@ -240,26 +244,28 @@ class LineProfiler:
 
     def enable(self) -> None:
         """Start profiling the registered functions."""
-        if self.enabled:
-            return
-        self._set_source()
-        self._core.enable()
-        try:
-            _Events.start([c for c, _ in self._funcs.values()])
-        except BaseException:
-            self._core.disable()
-            raise
-        self.enabled = True
+        with _Events.lock:
+            if self.enabled:
+                return
+            self._set_source()
+            self._core.enable()
+            try:
+                _Events.start([c for c, _ in self._funcs.values()])
+            except BaseException:
+                self._core.disable()
+                raise
+            self.enabled = True
 
     def disable(self) -> None:
         """Stop profiling; lines still running are not recorded."""
-        if not self.enabled:
-            return
-        self.enabled = False
-        try:
-            _Events.stop([c for c, _ in self._funcs.values()])
-        finally:
-            self._core.disable()
+        with _Events.lock:
+            if not self.enabled:
+                return
+            self.enabled = False
+            try:
+                _Events.stop([c for c, _ in self._funcs.values()])
+            finally:
+                self._core.disable()
 
     def __enter__(self):
         self.enable()
@@ -270,12 +276,13 @@ class LineProfiler:
 
     def clear(self) -> None:
         """Forget the records and the functions (memlab's clear)."""
-        was = self.enabled
-        self.disable()
-        self._core.clear(True)
-        self._funcs.clear()
-        if was:
-            self.enable()
+        with _Events.lock:
+            was = self.enabled
+            self.disable()
+            self._core.clear(True)
+            self._funcs.clear()
+            if was:
+                self.enable()
 
     @property
     def source(self) -> str:
@@ -469,16 +476,18 @@ def _while_called(func):
 
     @functools.wraps(func)
     def traced(*args, **kwargs):
-        outer = _scope_depth[0] == 0 and not global_line_profiler.enabled
-        if outer:
-            global_line_profiler.enable()
-        _scope_depth[0] += 1
+        with _Events.lock:  # the depth is shared by threads
+            outer = _scope_depth[0] == 0 and not global_line_profiler.enabled
+            if outer:
+                global_line_profiler.enable()
+            _scope_depth[0] += 1
         try:
             return func(*args, **kwargs)
         finally:
-            _scope_depth[0] -= 1
-            if outer:
-                global_line_profiler.disable()
+            with _Events.lock:
+                _scope_depth[0] -= 1
+                if outer:
+                    global_line_profiler.disable()
 
     return traced
 

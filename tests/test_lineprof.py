@@ -620,3 +620,36 @@ def test_gettrace_settrace_round_trip_keeps_profiling():
         t.join()
     hits = {line - plain.__code__.co_firstlineno: h for _, line, h, _, _ in lp._core.records()}
     assert hits[1] >= 3                       # profiled again after each round trip
+
+
+def test_profilers_enabled_and_disabled_from_many_threads():
+    """_Events' counts and the tool id were updated with read-modify-write steps that a thread
+    switch can split (the GIL makes bytecodes atomic, not methods): KeyError from disable(),
+    counts that never returned to 0 (the tracer or tool id kept for good), and on 3.12 two
+    threads each taking a tool id, then 'no free sys.monitoring tool id'."""
+    r = _run_py("""
+        import sys, threading
+        from tensorgc import lineprof as L
+        L._cuda_available = lambda: False
+        sys.setswitchinterval(1e-6)
+        def f(n):
+            return n + 1
+        def g(n):
+            return n + 2
+        errors = []
+        def worker():
+            lp = L.LineProfiler(f, g)
+            try:
+                for i in range(2000):
+                    with lp:
+                        f(i)
+            except BaseException as exc:
+                errors.append(repr(exc))
+        ts = [threading.Thread(target=worker) for _ in range(8)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        print("errors", errors[:3])
+        print("left", L._Events.enabled, len(L._Events.watched), L._Events.tool)
+    """, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "errors []" in r.stdout and "left 0 0 None" in r.stdout, r.stdout

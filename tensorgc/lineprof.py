@@ -500,15 +500,16 @@ def profile(func=None, columns: Sequence[str] = DEFAULT_COLUMNS):
         return functools.partial(profile, columns=columns)
     global_line_profiler.add_function(func)
     wrapped = _while_called(func)
-
-    def print_stats_atexit():
-        try:
-            global_line_profiler.print_stats(func, columns)
-        except Exception as exc:  # never turn a clean exit into a traceback
-            _log.warning("tensorgc: could not print the line profile of %r: %s", func, exc)
-
-    atexit.register(print_stats_atexit)
+    atexit.register(_print_stats_safely, func, columns)  # never turn a clean exit into a traceback
     return wrapped
+
+
+def _print_stats_safely(func, columns):
+    """The global profiler's table of ``func``; a failure to print is logged, never raised."""
+    try:
+        global_line_profiler.print_stats(func, columns)
+    except Exception as exc:
+        _log.warning("tensorgc: could not print the line profile of %r: %s", func, exc)
 
 
 def profile_every(output_interval: int = 1, enable: bool = True,
@@ -531,8 +532,8 @@ def profile_every(output_interval: int = 1, enable: bool = True,
                 return inner_func(*args, **kwargs)
             finally:
                 calls[0] += 1
-                if calls[0] % output_interval == 0:
-                    global_line_profiler.print_stats(func, columns)
+                if calls[0] % output_interval == 0:  # the call's result or exception stands
+                    _print_stats_safely(func, columns)
 
         run.cur_idx = calls  # memlab keeps a counter on the function
         return run

@@ -653,3 +653,26 @@ def test_profilers_enabled_and_disabled_from_many_threads():
     """, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "errors []" in r.stdout and "left 0 0 None" in r.stdout, r.stdout
+
+
+def test_profile_every_never_hides_the_functions_outcome(caplog):
+    """profile_every printed from a `finally`: a printing that failed (here an unknown column,
+    which can only be checked once the source is known) replaced the function's return value,
+    or its own exception, with ValueError on every call."""
+    L.clear_global_line_profiler()
+
+    def ok():
+        return 42
+
+    def bad():
+        raise KeyError("the user's own")
+
+    cols = ("no.such.column",)
+    try:
+        assert L.profile_every(1, columns=cols)(ok)() == 42
+        with pytest.raises(KeyError, match="the user's own"):
+            L.profile_every(1, columns=cols)(bad)()
+        assert "no.such.column" in caplog.text
+    finally:
+        L.global_line_profiler.disable()
+        L.clear_global_line_profiler()

@@ -371,19 +371,22 @@ class LineStats:
                    for w in wanted)
 
     def _rows(self, fn):
-        """(line, hits or None, values or None, source text) for every line of the function."""
+        """(line, hits or None, values or None, source text) for every line of the function, and
+        for every recorded line that the source found does not cover."""
         code = fn["code"]
         try:
             src, start = inspect.getsourcelines(code)
-        except (OSError, TypeError):
-            lines = sorted(fn["lines"])
-            src = [linecache.getline(code.co_filename, ln) or "\n" for ln in lines]
-            return [(ln, *fn["lines"][ln], s.rstrip("\n")) for ln, s in zip(lines, src)]
+        except Exception:  # OSError, TypeError; TokenError, SyntaxError... from a file that no
+            src, start = [], 0  # longer holds the code: the recorded lines are shown below
         out = []
         for i, text in enumerate(src):
             ln = start + i
             hits, vals = fn["lines"].get(ln, (None, None))
             out.append((ln, hits, vals, text.rstrip("\n")))
+        shown = {row[0] for row in out}
+        out += [(ln, *fn["lines"][ln], linecache.getline(code.co_filename, ln).rstrip("\n"))
+                for ln in fn["lines"] if ln not in shown]
+        out.sort(key=lambda row: row[0])
         return out
 
     def _fmt(self, col, v):

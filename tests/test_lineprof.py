@@ -676,3 +676,32 @@ def test_profile_every_never_hides_the_functions_outcome(caplog):
     finally:
         L.global_line_profiler.disable()
         L.clear_global_line_profiler()
+
+
+def _compiled_as(path, src="def f():\n    a = 1\n    return a\n"):
+    ns = {}
+    exec(compile(src, str(path), "exec"), ns)
+    return ns["f"]
+
+
+def test_display_when_the_source_file_does_not_match(tmp_path):
+    """display() asked inspect for the source and fell back only on OSError/TypeError: a file
+    that no longer holds the code (edited since, or compile() given another file's name) made
+    inspect raise tokenize.TokenError out of display(); and where inspect did return some other
+    block, the records of lines outside it were silently left out of the table."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("x = (\n  1,\n")
+    f = _compiled_as(broken)
+    with L.LineProfiler(f) as lp:
+        f()
+    text = str(lp.display())
+    assert [ln.split()[:2] for ln in text.splitlines()[3:]] == [["1", "1"], ["2", "1"], ["3", "1"]]
+    assert "<table" in lp.display()._repr_html_()
+
+    short = tmp_path / "short.py"
+    short.write_text("def f(): pass\n")
+    g = _compiled_as(short)
+    with L.LineProfiler(g) as lp:
+        g()
+    rows = [ln.split()[:2] for ln in str(lp.display()).splitlines()[3:]]
+    assert rows == [["1", "1"], ["2", "1"], ["3", "1"]]

@@ -44,6 +44,8 @@ _log = logging.getLogger("tensorgc")
 def _code_of(func):
     """The code object to watch: functions, methods, static/class methods, partials' targets."""
     f = func
+    while isinstance(f, functools.partial):
+        f = f.func
     if isinstance(f, (staticmethod, classmethod)):
         f = f.__func__
     f = getattr(f, "__func__", f)  # bound methods

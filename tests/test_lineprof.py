@@ -705,3 +705,14 @@ def test_display_when_the_source_file_does_not_match(tmp_path):
         g()
     rows = [ln.split()[:2] for ln in str(lp.display()).splitlines()[3:]]
     assert rows == [["1", "1"], ["2", "1"], ["3", "1"]]
+
+
+def test_partials_are_profiled_through_their_target():
+    """_code_of's docstring promises partials' targets, but a functools.partial has no __code__
+    and no __func__: LineProfiler(partial(f, 1)) raised 'has no Python code object'."""
+    import functools
+    p = functools.partial(plain, 1)
+    with L.LineProfiler(p) as lp:
+        p()
+    assert [fn["code"] for fn in lp.display().functions] == [plain.__code__]
+    assert L.LineProfiler(functools.partial(functools.partial(plain), 2))._funcs

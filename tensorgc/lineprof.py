@@ -175,7 +175,8 @@ class _Events:
                 cls._release_tool()
             elif not MONITORING:
                 _tensorgc._lp_settrace(False)
-                threading.settrace(cls.prev_thread_hook)
+                if threading.gettrace() is _thread_hook:  # else a hook set since stays
+                    threading.settrace(cls.prev_thread_hook)
                 cls.prev_thread_hook = None
 
 

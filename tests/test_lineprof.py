@@ -716,3 +716,20 @@ def test_partials_are_profiled_through_their_target():
         p()
     assert [fn["code"] for fn in lp.display().functions] == [plain.__code__]
     assert L.LineProfiler(functools.partial(functools.partial(plain), 2))._funcs
+
+
+@pytest.mark.skipif(L.MONITORING, reason="the thread hook is the 3.10/3.11 path")
+def test_a_thread_hook_set_while_profiling_survives_disable():
+    """disable() put back the threading.settrace hook that enable() had found, whatever was
+    there by then: a hook installed meanwhile (coverage or a debugger starting) was dropped,
+    and threads started afterwards escaped it."""
+    def user_hook(frame, event, arg):
+        return None
+
+    before = threading.gettrace()
+    try:
+        with L.LineProfiler(plain):
+            threading.settrace(user_hook)
+        assert threading.gettrace() is user_hook
+    finally:
+        threading.settrace(before)

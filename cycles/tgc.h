@@ -90,7 +90,6 @@ typedef struct {
     /* The line profiler (reporter/lineprof_py.c); all protected by the GIL. */
     PyTypeObject *lp_type;
     PyObject *lp_enabled;     /* list of the enabled profilers, enabling order */
-    int lp_busy;              /* inside an event: a profiler's own reads are not profiled */
     PyObject *lp_hook;        /* _lp_thread_hook (new reference): the C tracer's argument */
 } tgc_state;
 

@@ -8,6 +8,11 @@
 #include "tensorgc/lineprof.h"
 
 enum { LP_SRC_RSS = 1, LP_SRC_CUDA = 2 };
+
+/* Inside an event or a first reading on this thread: the readings' own code is never profiled.
+ * Per thread: a reading that runs Python code may let other threads run, and their events are
+ * theirs to record. Each thread touches only its own. */
+static _Thread_local int lp_busy;
 enum { LP_EV_ENTER = 0, LP_EV_LINE = 1, LP_EV_LEAVE = 2, LP_EV_RESUME = 3 };
 #define LP_MAX_KEYS 4096  /* a sanity bound on memory_stats()' size */
 #define LP_MAX_DEPTH 8    /* ...and on its nesting ("active_bytes.all.peak" is 3 deep) */
@@ -174,7 +179,7 @@ lp__interested(tgc_state *st, PyObject *code)
 static void
 lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
 {
-    if (st->lp_busy || !lp__interested(st, code)) {
+    if (lp_busy || !lp__interested(st, code)) {
         return;
     }
     PyObject *list = PyList_GetSlice(st->lp_enabled, 0, PY_SSIZE_T_MAX);  /* new reference */
@@ -182,7 +187,7 @@ lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
         PyErr_Clear();  /* out of memory: this event is lost */
         return;
     }
-    st->lp_busy = 1;  /* a reading runs torch's code: never profile our own work */
+    lp_busy++;  /* a reading runs torch's code: never profile our own work */
     PyObject *et, *ev_, *tb;
     PyErr_Fetch(&et, &ev_, &tb);  /* an unwinding frame's exception stays as it was */
     PyObject *failed = NULL;     /* the first profiler whose reading failed (new reference) */
@@ -263,7 +268,7 @@ lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
         PyErr_WriteUnraisable(failed);  /* runs sys.unraisablehook: still marked busy */
         Py_DECREF(failed);
     }
-    st->lp_busy = 0;
+    lp_busy--;
     PyErr_Restore(et, ev_, tb);
 }
 
@@ -700,7 +705,7 @@ lp_enable(lp_object *p, PyObject *Py_UNUSED(ignored))
     if (names == NULL) {
         return NULL;
     }
-    st->lp_busy++;  /* the first reading must not be taken for an event */
+    lp_busy++;  /* the first reading must not be taken for an event */
     int rc = lp__read(p, names);
     if (rc == 0) {
         rc = lp__setup(p, names);
@@ -708,7 +713,7 @@ lp_enable(lp_object *p, PyObject *Py_UNUSED(ignored))
     if (rc == 0) {
         rc = lp__reset_peak(p);  /* the first line's peak is its own */
     }
-    st->lp_busy--;
+    lp_busy--;
     Py_DECREF(names);
     if (rc < 0) {
         return NULL;

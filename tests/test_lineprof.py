@@ -733,3 +733,37 @@ def test_a_thread_hook_set_while_profiling_survives_disable():
         assert threading.gettrace() is user_hook
     finally:
         threading.settrace(before)
+
+
+def test_a_reading_that_lets_other_threads_run_loses_none_of_their_events():
+    """The 'inside an event' flag was one for the interpreter: while one thread's reading ran
+    Python code that let other threads run (I/O, a lock, a sleep in a replaced memory_stats),
+    every event of every other thread was dropped as if it were the reading's own: here three
+    calls in four went unrecorded."""
+    import time
+    C = tensorgc._tensorgc
+    p = C._LineProfiler()
+    p.add_code(plain.__code__)
+
+    def stats(dev):
+        time.sleep(0.0002)
+        return {"x": {"current": 1, "peak": 1}}
+
+    _fake_cuda(p, stats)
+    p.enable()
+    _core_events([plain.__code__], True)
+    try:
+        def work():
+            for i in range(50):
+                plain(i)
+        ts = [threading.Thread(target=work) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    finally:
+        _core_events([plain.__code__], False)
+        p.disable()
+    hits = {line - plain.__code__.co_firstlineno: h for _, line, h, _, _ in p.records()}
+    assert hits == {0: 200, 1: 200, 2: 200}
+    assert p.open_frames == 0

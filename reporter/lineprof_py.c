@@ -735,6 +735,7 @@ lp_disable(lp_object *p, PyObject *Py_UNUSED(ignored))
     if (st == NULL) {
         return NULL;
     }
+    p->read_ok = 0;  /* no later profiler of this event shares its reading (or its layout) */
     if (p->enabled) {
         Py_ssize_t n = PyList_GET_SIZE(st->lp_enabled);
         for (Py_ssize_t i = 0; i < n; i++) {

@@ -767,3 +767,37 @@ def test_a_reading_that_lets_other_threads_run_loses_none_of_their_events():
     hits = {line - plain.__code__.co_firstlineno: h for _, line, h, _, _ in p.records()}
     assert hits == {0: 200, 1: 200, 2: 200}
     assert p.open_frames == 0
+
+
+def test_a_profiler_cleared_by_a_later_reading_is_not_shared():
+    """A profiler read earlier in an event kept read_ok after a later reading disabled it and
+    cleared it (clear(True) drops its layout): the next profiler on the same source looked at
+    its layout to share its reading, and dereferenced NULL (SIGSEGV)."""
+    r = _run_py("""
+        from tensorgc import _tensorgc as C
+        from tensorgc import lineprof as L
+        def f():
+            return 1
+        q, r, s = C._LineProfiler(), C._LineProfiler(), C._LineProfiler()
+        calls = [0]
+        def stats_q(dev):
+            return {"x": {"current": 1, "peak": 1}}
+        def stats_r(dev):
+            calls[0] += 1
+            if calls[0] == 2:
+                q.disable()
+                q.clear(True)
+            return {"y": {"current": 1}}
+        for p in (q, s):
+            p.set_source("cuda", 0, stats_q, lambda dev: None)
+        r.set_source("cuda", 1, stats_r, lambda dev: None)
+        for p in (q, r, s):
+            p.add_code(f.__code__)
+            p.enable()
+        L._Events.start([f.__code__])
+        f()
+        L._Events.stop([f.__code__])
+        print("lines", q.lines, r.lines > 0, s.lines > 0)
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "lines 0 True True" in r.stdout

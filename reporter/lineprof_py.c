@@ -169,6 +169,24 @@ lp__interested(tgc_state *st, PyObject *code)
     return 0;
 }
 
+/* The reading or reset of p failed, with an exception set: counted, and cleared. The first
+ * failure of an event is kept in *failed / exc for the unraisable report, except a
+ * KeyboardInterrupt (Ctrl-C landing in a reading's Python code): that one is the program's,
+ * and *interrupted asks for it to be raised again as a SIGINT, in the program's own code. */
+static void
+lp__failed(lp_object *p, PyObject **failed, PyObject *exc[3], int *interrupted)
+{
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        *interrupted = 1;
+        p->errors++;
+    }
+    else if (p->errors++ == 0 && *failed == NULL) {
+        *failed = Py_NewRef(p);  /* new reference */
+        PyErr_Fetch(&exc[0], &exc[1], &exc[2]);
+    }
+    PyErr_Clear();
+}
+
 /* One event of a code object: every enabled profiler takes a reading (profilers on the same
  * source share one), raises its open lines' peaks, folds the event if it watches the code, and
  * each source's peak counter is reset so the next line's peak is its own. Never raises: a
@@ -191,7 +209,8 @@ lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
     PyObject *et, *ev_, *tb;
     PyErr_Fetch(&et, &ev_, &tb);  /* an unwinding frame's exception stays as it was */
     PyObject *failed = NULL;     /* the first profiler whose reading failed (new reference) */
-    PyObject *ft = NULL, *fv = NULL, *ftb = NULL;  /* its exception */
+    PyObject *exc[3] = {NULL, NULL, NULL};  /* its exception */
+    int interrupted = 0;         /* a KeyboardInterrupt was raised in a reading */
     uint64_t thread = PyThread_get_thread_ident();
     Py_ssize_t n = PyList_GET_SIZE(list);
 
@@ -212,11 +231,7 @@ lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
             }
         }
         if (!shared && lp__read(p, NULL) < 0) {
-            if (p->errors++ == 0 && failed == NULL) {
-                failed = Py_NewRef(p);
-                PyErr_Fetch(&ft, &fv, &ftb);
-            }
-            PyErr_Clear();
+            lp__failed(p, &failed, exc, &interrupted);
             continue;
         }
         if (!p->enabled || p->keys == NULL) {
@@ -255,18 +270,17 @@ lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
             first = !(q->read_ok && q->source == p->source && q->device == p->device);
         }
         if (first && lp__reset_peak(p) < 0) {
-            if (p->errors++ == 0 && failed == NULL) {
-                failed = Py_NewRef(p);
-                PyErr_Fetch(&ft, &fv, &ftb);
-            }
-            PyErr_Clear();
+            lp__failed(p, &failed, exc, &interrupted);
         }
     }
     Py_DECREF(list);
     if (failed != NULL) {
-        PyErr_Restore(ft, fv, ftb);
+        PyErr_Restore(exc[0], exc[1], exc[2]);
         PyErr_WriteUnraisable(failed);  /* runs sys.unraisablehook: still marked busy */
         Py_DECREF(failed);
+    }
+    if (interrupted) {
+        PyErr_SetInterrupt();  /* raised at the program's next bytecode, as a Ctrl-C is */
     }
     lp_busy--;
     PyErr_Restore(et, ev_, tb);

@@ -801,3 +801,34 @@ def test_a_profiler_cleared_by_a_later_reading_is_not_shared():
     """)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "lines 0 True True" in r.stdout
+
+
+def test_ctrl_c_inside_a_reading_reaches_the_program():
+    """A KeyboardInterrupt raised inside a reading (Ctrl-C lands in a reading's Python code: a
+    replaced memory_stats, an unraisable hook writing to a notebook's stderr) was taken for a
+    failed reading and swallowed: the program never stopped."""
+    C = tensorgc._tensorgc
+    p = C._LineProfiler()
+    p.add_code(plain.__code__)
+    calls = [0]
+
+    def stats(dev):
+        calls[0] += 1
+        if calls[0] == 4:
+            raise KeyboardInterrupt
+        return {"x": {"current": 1, "peak": 1}}
+
+    _fake_cuda(p, stats)
+    p.enable()
+    seen = []
+    old_hook, sys.unraisablehook = sys.unraisablehook, seen.append
+    _core_events([plain.__code__], True)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for i in range(10000):
+                plain(i)
+    finally:
+        _core_events([plain.__code__], False)
+        sys.unraisablehook = old_hook
+        p.disable()
+    assert calls[0] < 100 and seen == []

@@ -90,9 +90,7 @@ typedef struct {
     /* The line profiler (reporter/lineprof_py.c); all protected by the GIL. */
     PyTypeObject *lp_type;
     PyObject *lp_enabled;     /* list of the enabled profilers, enabling order */
-    int lp_busy;              /* inside an event: a profiler's own reads are not profiled */
-    Py_tracefunc lp_saved_func;  /* the enabling thread's C tracer before ours (3.11 path) */
-    PyObject *lp_saved_obj;   /* its argument, new reference */
+    PyObject *lp_hook;        /* _lp_thread_hook (new reference): the C tracer's argument */
 } tgc_state;
 
 /* module.c */

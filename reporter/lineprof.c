@@ -29,6 +29,7 @@ void
 tgc_lp_free(tgc_lp *p)
 {
     for (uint32_t i = 0; i < p->ncodes; i++) {
+        free(p->codes[i].lines);
         free(p->codes[i].slots);
     }
     free(p->codes);
@@ -42,9 +43,11 @@ void
 tgc_lp_reset(tgc_lp *p)
 {
     for (uint32_t i = 0; i < p->ncodes; i++) {
+        free(p->codes[i].lines);
         free(p->codes[i].slots);
+        p->codes[i].lines = NULL;
         p->codes[i].slots = NULL;
-        p->codes[i].nlines = 0;
+        p->codes[i].nlines = p->codes[i].caplines = 0;
     }
     p->nframes = 0;
     p->lines = 0;
@@ -81,34 +84,63 @@ tgc_lp_add_code(tgc_lp *p, const void *code, int32_t first_line)
     tgc_lp_code *c = &p->codes[p->ncodes];
     c->code = code;
     c->first_line = first_line;
-    c->nlines = 0;
+    c->nlines = c->caplines = 0;
+    c->lines = NULL;
     c->slots = NULL;
     return (int)p->ncodes++;
 }
 
-/* The record of (code, line), grown on demand; NULL when out of memory or the line is before
- * the code's first line (never, for real code objects). */
+/* Where `line` is, or would go, in c->lines (a binary search: a function has few lines). */
+static uint32_t
+lp__line_index(const tgc_lp_code *c, int32_t line)
+{
+    uint32_t lo = 0, hi = c->nlines;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (c->lines[mid] < line) {
+            lo = mid + 1;
+        }
+        else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* The record of (code, line), made (zeroed) the first time the line runs; NULL when out of
+ * memory. Records are kept per line that ran, not in a table from the first line on: a line
+ * table may go below co_firstlineno, or jump far after it. */
 static int64_t *
 lp__slot(tgc_lp *p, tgc_lp_code *c, int32_t line)
 {
-    if (line < c->first_line) {
-        return NULL;
+    size_t per = 1 + 2 * p->nkeys;
+    uint32_t i = lp__line_index(c, line);
+    if (i < c->nlines && c->lines[i] == line) {
+        return LP_SLOT(p, c, i);
     }
-    uint32_t i = (uint32_t)(line - c->first_line);
-    if (i >= c->nlines) {
-        uint32_t n = c->nlines ? c->nlines : 16;
-        while (n <= i) {
-            n *= 2;
+    if (c->nlines == c->caplines) {
+        if (c->caplines > UINT32_MAX / 2) {
+            return NULL;
         }
-        size_t per = 1 + 2 * p->nkeys;
-        int64_t *s = realloc(c->slots, (size_t)n * per * sizeof(int64_t));
+        uint32_t cap = c->caplines ? c->caplines * 2 : 16;
+        int32_t *l = realloc(c->lines, (size_t)cap * sizeof(int32_t));
+        if (l == NULL) {
+            return NULL;
+        }
+        c->lines = l;  /* larger and consistent: caplines still says the smaller size */
+        int64_t *s = realloc(c->slots, (size_t)cap * per * sizeof(int64_t));
         if (s == NULL) {
             return NULL;
         }
-        memset(s + (size_t)c->nlines * per, 0, (size_t)(n - c->nlines) * per * sizeof(int64_t));
         c->slots = s;
-        c->nlines = n;
+        c->caplines = cap;
     }
+    /* insert at i, keeping the lines in order */
+    memmove(c->lines + i + 1, c->lines + i, (size_t)(c->nlines - i) * sizeof(int32_t));
+    memmove(LP_SLOT(p, c, i + 1), LP_SLOT(p, c, i), (size_t)(c->nlines - i) * per * sizeof(int64_t));
+    c->lines[i] = line;
+    memset(LP_SLOT(p, c, i), 0, per * sizeof(int64_t));
+    c->nlines++;
     return LP_SLOT(p, c, i);
 }
 
@@ -116,10 +148,11 @@ const int64_t *
 tgc_lp_slot(const tgc_lp *p, uint32_t code, int32_t line)
 {
     const tgc_lp_code *c = &p->codes[code];
-    if (line < c->first_line || (uint32_t)(line - c->first_line) >= c->nlines) {
+    uint32_t i = lp__line_index(c, line);
+    if (i == c->nlines || c->lines[i] != line) {
         return NULL;
     }
-    const int64_t *s = LP_SLOT(p, c, (uint32_t)(line - c->first_line));
+    const int64_t *s = LP_SLOT(p, c, i);
     return s[0] ? s : NULL;
 }
 
@@ -287,15 +320,23 @@ tgc_lp_drop_frames(tgc_lp *p)
 /* ------------------------------------------------------------------------------------------ */
 /* Process memory                                                                              */
 
-/* The open /proc/self/statm; only touched with the GIL held (the binding's callers). */
+/* The open /proc/self/statm and the process that opened it: /proc/self is resolved at open,
+ * so a forked child must open its own. Only touched with the GIL held (the binding's callers). */
 static int lp_statm_fd = -1;
+static pid_t lp_statm_pid;
 static long lp_page_size;
 
 int
 tgc_lp_rss_read(int64_t out[2])
 {
+    pid_t pid = getpid();
+    if (lp_statm_fd >= 0 && lp_statm_pid != pid) {
+        close(lp_statm_fd);  /* inherited through fork: the parent's numbers */
+        lp_statm_fd = -1;
+    }
     if (lp_statm_fd < 0) {
         lp_statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+        lp_statm_pid = pid;
         lp_page_size = sysconf(_SC_PAGESIZE);
         if (lp_statm_fd < 0) {
             return -1;

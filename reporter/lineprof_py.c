@@ -8,8 +8,14 @@
 #include "tensorgc/lineprof.h"
 
 enum { LP_SRC_RSS = 1, LP_SRC_CUDA = 2 };
+
+/* Inside an event or a first reading on this thread: the readings' own code is never profiled.
+ * Per thread: a reading that runs Python code may let other threads run, and their events are
+ * theirs to record. Each thread touches only its own. */
+static _Thread_local int lp_busy;
 enum { LP_EV_ENTER = 0, LP_EV_LINE = 1, LP_EV_LEAVE = 2, LP_EV_RESUME = 3 };
 #define LP_MAX_KEYS 4096  /* a sanity bound on memory_stats()' size */
+#define LP_MAX_DEPTH 8    /* ...and on its nesting ("active_bytes.all.peak" is 3 deep) */
 
 typedef struct {
     PyObject_HEAD
@@ -32,10 +38,16 @@ typedef struct {
 /* Readings                                                                                    */
 
 /* Flattens memory_stats' nested dict into out[*n...] in its own order ("a.b.c" names appended
- * to `names` when given). Returns 0, or -1 with an exception. */
+ * to `names` when given). `depth`: the dicts above d (a dict that holds itself must not
+ * exhaust the C stack). Returns 0, or -1 with an exception. */
 static int
-lp__flatten(PyObject *d, PyObject *prefix, PyObject *names, int64_t *out, Py_ssize_t *n)
+lp__flatten(PyObject *d, PyObject *prefix, PyObject *names, int64_t *out, Py_ssize_t *n,
+            int depth)
 {
+    if (depth >= LP_MAX_DEPTH) {
+        PyErr_SetString(PyExc_RuntimeError, "memory_stats() nests too deep");
+        return -1;
+    }
     Py_ssize_t pos = 0;
     PyObject *k, *v;  /* borrowed */
     while (PyDict_Next(d, &pos, &k, &v)) {
@@ -51,7 +63,7 @@ lp__flatten(PyObject *d, PyObject *prefix, PyObject *names, int64_t *out, Py_ssi
         }
         int rc = 0;
         if (PyDict_Check(v)) {
-            rc = lp__flatten(v, name, names, out, n);
+            rc = lp__flatten(v, name, names, out, n, depth + 1);
         }
         else if (PyLong_Check(v)) {
             if (*n >= LP_MAX_KEYS) {
@@ -112,7 +124,7 @@ lp__read(lp_object *p, PyObject *names)
     if (!PyDict_Check(d)) {
         PyErr_SetString(PyExc_TypeError, "memory_stats did not return a dict");
     }
-    else if (lp__flatten(d, NULL, names, p->reading, &n) == 0) {
+    else if (lp__flatten(d, NULL, names, p->reading, &n, 0) == 0) {
         if (names == NULL && p->keys != NULL && n != PyTuple_GET_SIZE(p->keys)) {
             PyErr_SetString(PyExc_RuntimeError, "memory_stats() changed its layout");
         }
@@ -157,30 +169,56 @@ lp__interested(tgc_state *st, PyObject *code)
     return 0;
 }
 
+/* The reading or reset of p failed, with an exception set: counted, and cleared. The first
+ * failure of an event is kept in *failed / exc for the unraisable report, except a
+ * KeyboardInterrupt (Ctrl-C landing in a reading's Python code): that one is the program's,
+ * and *interrupted asks for it to be raised again as a SIGINT, in the program's own code. */
+static void
+lp__failed(lp_object *p, PyObject **failed, PyObject *exc[3], int *interrupted)
+{
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        *interrupted = 1;
+        p->errors++;
+    }
+    else if (p->errors++ == 0 && *failed == NULL) {
+        *failed = Py_NewRef(p);  /* new reference */
+        PyErr_Fetch(&exc[0], &exc[1], &exc[2]);
+    }
+    PyErr_Clear();
+}
+
 /* One event of a code object: every enabled profiler takes a reading (profilers on the same
  * source share one), raises its open lines' peaks, folds the event if it watches the code, and
  * each source's peak counter is reset so the next line's peak is its own. Never raises: a
- * failed reading is reported once as unraisable and the program goes on. */
+ * failed reading is reported once as unraisable and the program goes on.
+ * A reading may run Python code (a replaced memory_stats), which may disable profilers and drop
+ * their last reference: the walk is over a copy of the list, which owns its profilers, and
+ * skips those disabled meanwhile. */
 static void
 lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
 {
-    if (st->lp_busy || !lp__interested(st, code)) {
+    if (lp_busy || !lp__interested(st, code)) {
         return;
     }
-    st->lp_busy = 1;  /* a reading runs torch's code: never profile our own work */
+    PyObject *list = PyList_GetSlice(st->lp_enabled, 0, PY_SSIZE_T_MAX);  /* new reference */
+    if (list == NULL) {
+        PyErr_Clear();  /* out of memory: this event is lost */
+        return;
+    }
+    lp_busy++;  /* a reading runs torch's code: never profile our own work */
     PyObject *et, *ev_, *tb;
     PyErr_Fetch(&et, &ev_, &tb);  /* an unwinding frame's exception stays as it was */
-    PyObject *list = Py_NewRef(st->lp_enabled);
     PyObject *failed = NULL;     /* the first profiler whose reading failed (new reference) */
-    PyObject *ft = NULL, *fv = NULL, *ftb = NULL;  /* its exception */
+    PyObject *exc[3] = {NULL, NULL, NULL};  /* its exception */
+    int interrupted = 0;         /* a KeyboardInterrupt was raised in a reading */
     uint64_t thread = PyThread_get_thread_ident();
     Py_ssize_t n = PyList_GET_SIZE(list);
 
     for (Py_ssize_t i = 0; i < n; i++) {
-        lp_object *p = (lp_object *)PyList_GET_ITEM(list, i);
+        lp_object *p = (lp_object *)PyList_GET_ITEM(list, i);  /* borrowed from the copy */
         p->read_ok = 0;
-        if (p->keys == NULL) {
-            continue;
+        if (!p->enabled || p->keys == NULL) {
+            continue;  /* disabled by a reading earlier in this event */
         }
         int shared = 0;
         for (Py_ssize_t j = 0; j < i; j++) {
@@ -193,12 +231,11 @@ lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
             }
         }
         if (!shared && lp__read(p, NULL) < 0) {
-            if (p->errors++ == 0 && failed == NULL) {
-                failed = Py_NewRef(p);
-                PyErr_Fetch(&ft, &fv, &ftb);
-            }
-            PyErr_Clear();
+            lp__failed(p, &failed, exc, &interrupted);
             continue;
+        }
+        if (!p->enabled || p->keys == NULL) {
+            continue;  /* its own reading disabled it */
         }
         p->read_ok = 1;
         tgc_lp_observe(&p->engine, p->reading);
@@ -233,20 +270,19 @@ lp__dispatch(tgc_state *st, int ev, PyObject *code, int line)
             first = !(q->read_ok && q->source == p->source && q->device == p->device);
         }
         if (first && lp__reset_peak(p) < 0) {
-            if (p->errors++ == 0 && failed == NULL) {
-                failed = Py_NewRef(p);
-                PyErr_Fetch(&ft, &fv, &ftb);
-            }
-            PyErr_Clear();
+            lp__failed(p, &failed, exc, &interrupted);
         }
     }
     Py_DECREF(list);
     if (failed != NULL) {
-        PyErr_Restore(ft, fv, ftb);
+        PyErr_Restore(exc[0], exc[1], exc[2]);
         PyErr_WriteUnraisable(failed);  /* runs sys.unraisablehook: still marked busy */
         Py_DECREF(failed);
     }
-    st->lp_busy = 0;
+    if (interrupted) {
+        PyErr_SetInterrupt();  /* raised at the program's next bytecode, as a Ctrl-C is */
+    }
+    lp_busy--;
     PyErr_Restore(et, ev_, tb);
 }
 
@@ -321,22 +357,99 @@ lp_mon_leave(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* The C trace function of the 3.10/3.11 path. `obj` is the module on the thread that enabled
- * profiling (which puts its previous tracer back on disable), the _LineProfiler type on threads
- * that got the tracer through threading.settrace. */
+/* The tracer a thread had before _lp_settrace put ours on it, kept in that thread's state dict
+ * (PyThreadState_GetDict) under LP_SAVED_KEY as a capsule: tracers are per thread, and the
+ * thread that enables is not always the one that disables. Only its own thread touches it. */
+#define LP_SAVED_KEY "tensorgc.lineprof.saved_tracer"
+typedef struct {
+    Py_tracefunc func;
+    PyObject *obj;          /* new reference */
+} lp_saved_tracer;
+
+static void
+lp__saved_free(PyObject *capsule)
+{
+    lp_saved_tracer *s = PyCapsule_GetPointer(capsule, LP_SAVED_KEY);
+    if (s != NULL) {
+        Py_XDECREF(s->obj);
+        PyMem_Free(s);
+    }
+}
+
+/* Remembers this thread's tracer (ts is the current thread's). 0, or -1 with an exception. */
+static int
+lp__save_tracer(PyThreadState *ts)
+{
+    PyObject *dict = PyThreadState_GetDict();  /* borrowed */
+    if (dict == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "no thread state dict to keep the tracer in");
+        return -1;
+    }
+    lp_saved_tracer *s = PyMem_Malloc(sizeof(*s));
+    if (s == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->func = ts->c_tracefunc;
+    s->obj = s->func ? Py_XNewRef(ts->c_traceobj) : NULL;
+    PyObject *cap = PyCapsule_New(s, LP_SAVED_KEY, lp__saved_free);  /* new reference */
+    if (cap == NULL) {
+        Py_XDECREF(s->obj);
+        PyMem_Free(s);
+        return -1;
+    }
+    int rc = PyDict_SetItemString(dict, LP_SAVED_KEY, cap);
+    Py_DECREF(cap);
+    return rc;
+}
+
+/* Takes this thread's saved tracer out of its dict: *func and *obj (new reference), both NULL
+ * when there is none. Never raises. */
+static void
+lp__take_saved_tracer(Py_tracefunc *func, PyObject **obj)
+{
+    *func = NULL;
+    *obj = NULL;
+    PyObject *dict = PyThreadState_GetDict();  /* borrowed */
+    PyObject *cap = dict ? PyDict_GetItemString(dict, LP_SAVED_KEY) : NULL;  /* borrowed */
+    if (cap != NULL) {
+        lp_saved_tracer *s = PyCapsule_GetPointer(cap, LP_SAVED_KEY);
+        if (s != NULL) {
+            *func = s->func;
+            *obj = Py_XNewRef(s->obj);
+        }
+        if (PyDict_DelItemString(dict, LP_SAVED_KEY) < 0) {
+            PyErr_Clear();
+        }
+    }
+    PyErr_Clear();
+}
+
+/* Our tracer is on this thread: puts back the one it replaced (none on a thread that got ours
+ * through threading.settrace). */
+static void
+lp__restore_tracer(void)
+{
+    Py_tracefunc func;
+    PyObject *obj;  /* new reference */
+    lp__take_saved_tracer(&func, &obj);
+    PyEval_SetTrace(func, obj);
+    Py_XDECREF(obj);
+}
+
+/* The C trace function of the 3.10/3.11 path. `obj` is st->lp_hook (the module's
+ * _lp_thread_hook) on every thread. On any thread, the first event after the last profiler went
+ * away puts the thread's previous tracer back (a disable on another thread could not). */
 static int
 lp__trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *Py_UNUSED(arg))
 {
-    int own = PyModule_Check(obj);
-    tgc_state *st = tgc_state_of(own ? obj : PyType_GetModule((PyTypeObject *)obj));
+    tgc_state *st = tgc_state_of(PyCFunction_GET_SELF(obj));
     if (st == NULL) {
         PyErr_Clear();
         return 0;
     }
     if (PyList_GET_SIZE(st->lp_enabled) == 0) {
-        if (!own) {
-            PyEval_SetTrace(NULL, NULL);  /* nobody listens any more: a spawned thread drops us */
-        }
+        lp__restore_tracer();  /* nobody listens any more */
         return 0;
     }
     int ev;
@@ -359,8 +472,9 @@ lp__trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *Py_UNUSED(arg
     return 0;
 }
 
-/* _lp_settrace(on): installs the C tracer on this thread (remembering the tracer it replaces),
- * or takes it off and puts that one back. The 3.10/3.11 path. */
+/* _lp_settrace(on): installs the C tracer on this thread (remembering, for this thread, the
+ * tracer it replaces), or takes it off this thread and puts that one back. Other threads that
+ * have ours put theirs back at their next event. The 3.10/3.11 path. */
 static PyObject *
 lp_settrace(PyObject *module, PyObject *arg)
 {
@@ -368,34 +482,49 @@ lp_settrace(PyObject *module, PyObject *arg)
     if (on < 0) {
         return NULL;
     }
-    tgc_state *st = tgc_state_of(module);
     PyThreadState *ts = PyThreadState_Get();
     if (on) {
-        if (ts->c_tracefunc != lp__trace) {
-            Py_XSETREF(st->lp_saved_obj, Py_XNewRef(ts->c_traceobj));
-            st->lp_saved_func = ts->c_tracefunc;
+        if (ts->c_tracefunc != lp__trace && lp__save_tracer(ts) < 0) {
+            return NULL;
         }
-        PyEval_SetTrace(lp__trace, module);
+        PyEval_SetTrace(lp__trace, tgc_state_of(module)->lp_hook);
     }
     else if (ts->c_tracefunc == lp__trace) {
-        PyObject *saved = st->lp_saved_obj;  /* new reference, handed over below */
-        st->lp_saved_obj = NULL;
-        PyEval_SetTrace(st->lp_saved_func, saved);
-        st->lp_saved_func = NULL;
-        Py_XDECREF(saved);
+        lp__restore_tracer();
+    }
+    else {
+        /* someone replaced ours meanwhile: theirs stays, the saved one is stale */
+        Py_tracefunc func;
+        PyObject *obj;  /* new reference */
+        lp__take_saved_tracer(&func, &obj);
+        Py_XDECREF(obj);
     }
     Py_RETURN_NONE;
 }
 
-/* threading.settrace's hook on the 3.10/3.11 path: a new thread's first trace call puts the C
- * tracer on that thread. (frame, event, arg) -> None */
+/* _lp_thread_hook(frame, event, arg) -> None, a Python tracer that puts the C tracer on its
+ * thread (and hands it a "call" event). threading.settrace's hook calls it on a new thread's
+ * first event on the 3.10/3.11 path; and it is the C tracer's argument, which sys.gettrace()
+ * returns: a tool that saves that and later hands it back to sys.settrace gives the thread the
+ * C tracer back, where anything not callable would raise TypeError into the user's code. */
 static PyObject *
-lp_thread_hook(PyObject *module, PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(n))
+lp_thread_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    PyEval_SetTrace(lp__trace, (PyObject *)st->lp_type);
+    if (st->lp_hook == NULL) {
+        Py_RETURN_NONE;  /* the module is being torn down */
+    }
+    PyEval_SetTrace(lp__trace, st->lp_hook);
+    if (nargs == 3 && PyFrame_Check(args[0]) && PyUnicode_Check(args[1]) &&
+        PyUnicode_CompareWithASCIIString(args[1], "call") == 0) {
+        lp__trace(st->lp_hook, (PyFrameObject *)args[0], PyTrace_CALL, NULL);
+    }
     Py_RETURN_NONE;
 }
+
+static PyMethodDef lp_hook_def = {
+    "_lp_thread_hook", (PyCFunction)(void (*)(void))lp_thread_hook, METH_FASTCALL,
+    "The line profiler's Python-level tracer: puts its C tracer on this thread (Python < 3.12)."};
 
 PyMethodDef tgc_lineprof_methods[] = {
     {"_lp_start", (PyCFunction)(void (*)(void))lp_mon_start, METH_FASTCALL,
@@ -408,8 +537,6 @@ PyMethodDef tgc_lineprof_methods[] = {
      "sys.monitoring PY_RETURN/PY_YIELD/PY_UNWIND callback of the line profiler."},
     {"_lp_settrace", (PyCFunction)lp_settrace, METH_O,
      "_lp_settrace(on): the line profiler's C tracer on this thread (Python < 3.12)."},
-    {"_lp_thread_hook", (PyCFunction)(void (*)(void))lp_thread_hook, METH_FASTCALL,
-     "threading.settrace hook of the line profiler (Python < 3.12)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -592,7 +719,7 @@ lp_enable(lp_object *p, PyObject *Py_UNUSED(ignored))
     if (names == NULL) {
         return NULL;
     }
-    st->lp_busy++;  /* the first reading must not be taken for an event */
+    lp_busy++;  /* the first reading must not be taken for an event */
     int rc = lp__read(p, names);
     if (rc == 0) {
         rc = lp__setup(p, names);
@@ -600,9 +727,15 @@ lp_enable(lp_object *p, PyObject *Py_UNUSED(ignored))
     if (rc == 0) {
         rc = lp__reset_peak(p);  /* the first line's peak is its own */
     }
-    st->lp_busy--;
+    lp_busy--;
     Py_DECREF(names);
-    if (rc < 0 || PyList_Append(st->lp_enabled, (PyObject *)p) < 0) {
+    if (rc < 0) {
+        return NULL;
+    }
+    if (p->enabled) {
+        Py_RETURN_NONE;  /* the reading (Python code) enabled it already: listed once */
+    }
+    if (PyList_Append(st->lp_enabled, (PyObject *)p) < 0) {
         return NULL;
     }
     p->enabled = 1;
@@ -616,6 +749,7 @@ lp_disable(lp_object *p, PyObject *Py_UNUSED(ignored))
     if (st == NULL) {
         return NULL;
     }
+    p->read_ok = 0;  /* no later profiler of this event shares its reading (or its layout) */
     if (p->enabled) {
         Py_ssize_t n = PyList_GET_SIZE(st->lp_enabled);
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -670,7 +804,7 @@ lp_records(lp_object *p, PyObject *Py_UNUSED(ignored))
     for (uint32_t c = 0; c < p->engine.ncodes; c++) {
         const tgc_lp_code *code = &p->engine.codes[c];
         for (uint32_t i = 0; i < code->nlines; i++) {
-            int32_t line = code->first_line + (int32_t)i;
+            int32_t line = code->lines[i];
             const int64_t *s = tgc_lp_slot(&p->engine, c, line);
             if (s == NULL) {
                 continue;
@@ -781,7 +915,14 @@ tgc_lineprof_exec(PyObject *module, tgc_state *st)
         return -1;
     }
     st->lp_enabled = PyList_New(0);
-    return st->lp_enabled ? 0 : -1;
+    if (st->lp_enabled == NULL) {
+        return -1;
+    }
+    st->lp_hook = PyCFunction_NewEx(&lp_hook_def, module, NULL);
+    if (st->lp_hook == NULL || PyModule_AddObjectRef(module, "_lp_thread_hook", st->lp_hook) < 0) {
+        return -1;
+    }
+    return 0;
 }
 
 int
@@ -789,7 +930,7 @@ tgc_lineprof_traverse(tgc_state *st, visitproc visit, void *arg)
 {
     Py_VISIT(st->lp_type);
     Py_VISIT(st->lp_enabled);
-    Py_VISIT(st->lp_saved_obj);
+    Py_VISIT(st->lp_hook);
     return 0;
 }
 
@@ -798,5 +939,5 @@ tgc_lineprof_clear(tgc_state *st)
 {
     Py_CLEAR(st->lp_type);
     Py_CLEAR(st->lp_enabled);
-    Py_CLEAR(st->lp_saved_obj);
+    Py_CLEAR(st->lp_hook);
 }

@@ -44,6 +44,8 @@ _log = logging.getLogger("tensorgc")
 def _code_of(func):
     """The code object to watch: functions, methods, static/class methods, partials' targets."""
     f = func
+    while isinstance(f, functools.partial):
+        f = f.func
     if isinstance(f, (staticmethod, classmethod)):
         f = f.__func__
     f = getattr(f, "__func__", f)  # bound methods
@@ -81,8 +83,11 @@ def _cuda_available() -> bool:
 
 class _Events:
     """Routes the interpreter's events to the C entry points: sys.monitoring on 3.12+, the C
-    trace function before. Shared by every profiler; protected by the GIL."""
+    trace function before. Shared by every profiler and every thread: protected by `lock`, which
+    LineProfiler's enable, disable, add_function and clear hold (the GIL alone would not do: a
+    thread switch can fall between the read and the write of a count)."""
 
+    lock = threading.RLock()
     LOCAL = 0
     watched: Dict[int, list] = {}   # id(code) -> [code, number of enabled profilers watching]
     tool: Optional[int] = None
@@ -170,7 +175,8 @@ class _Events:
                 cls._release_tool()
             elif not MONITORING:
                 _tensorgc._lp_settrace(False)
-                threading.settrace(cls.prev_thread_hook)
+                if threading.gettrace() is _thread_hook:  # else a hook set since stays
+                    threading.settrace(cls.prev_thread_hook)
                 cls.prev_thread_hook = None
 
 
@@ -219,11 +225,12 @@ class LineProfiler:
     def add_function(self, func: Callable) -> Callable:
         """Watch this function's lines (also while enabled). Returns it, so it decorates."""
         code = _code_of(func)
-        if id(code) not in self._funcs:
-            self._funcs[id(code)] = (code, func)
-            self._core.add_code(code)
-            if self.enabled:
-                _Events.watch(code)
+        with _Events.lock:
+            if id(code) not in self._funcs:
+                self._funcs[id(code)] = (code, func)
+                self._core.add_code(code)
+                if self.enabled:
+                    _Events.watch(code)
         return func
 
     def _set_source(self):
@@ -240,26 +247,28 @@ class LineProfiler:
 
     def enable(self) -> None:
         """Start profiling the registered functions."""
-        if self.enabled:
-            return
-        self._set_source()
-        self._core.enable()
-        try:
-            _Events.start([c for c, _ in self._funcs.values()])
-        except BaseException:
-            self._core.disable()
-            raise
-        self.enabled = True
+        with _Events.lock:
+            if self.enabled:
+                return
+            self._set_source()
+            self._core.enable()
+            try:
+                _Events.start([c for c, _ in self._funcs.values()])
+            except BaseException:
+                self._core.disable()
+                raise
+            self.enabled = True
 
     def disable(self) -> None:
         """Stop profiling; lines still running are not recorded."""
-        if not self.enabled:
-            return
-        self.enabled = False
-        try:
-            _Events.stop([c for c, _ in self._funcs.values()])
-        finally:
-            self._core.disable()
+        with _Events.lock:
+            if not self.enabled:
+                return
+            self.enabled = False
+            try:
+                _Events.stop([c for c, _ in self._funcs.values()])
+            finally:
+                self._core.disable()
 
     def __enter__(self):
         self.enable()
@@ -270,12 +279,13 @@ class LineProfiler:
 
     def clear(self) -> None:
         """Forget the records and the functions (memlab's clear)."""
-        was = self.enabled
-        self.disable()
-        self._core.clear(True)
-        self._funcs.clear()
-        if was:
-            self.enable()
+        with _Events.lock:
+            was = self.enabled
+            self.disable()
+            self._core.clear(True)
+            self._funcs.clear()
+            if was:
+                self.enable()
 
     @property
     def source(self) -> str:
@@ -364,19 +374,22 @@ class LineStats:
                    for w in wanted)
 
     def _rows(self, fn):
-        """(line, hits or None, values or None, source text) for every line of the function."""
+        """(line, hits or None, values or None, source text) for every line of the function, and
+        for every recorded line that the source found does not cover."""
         code = fn["code"]
         try:
             src, start = inspect.getsourcelines(code)
-        except (OSError, TypeError):
-            lines = sorted(fn["lines"])
-            src = [linecache.getline(code.co_filename, ln) or "\n" for ln in lines]
-            return [(ln, *fn["lines"][ln], s.rstrip("\n")) for ln, s in zip(lines, src)]
+        except Exception:  # OSError, TypeError; TokenError, SyntaxError... from a file that no
+            src, start = [], 0  # longer holds the code: the recorded lines are shown below
         out = []
         for i, text in enumerate(src):
             ln = start + i
             hits, vals = fn["lines"].get(ln, (None, None))
             out.append((ln, hits, vals, text.rstrip("\n")))
+        shown = {row[0] for row in out}
+        out += [(ln, *fn["lines"][ln], linecache.getline(code.co_filename, ln).rstrip("\n"))
+                for ln in fn["lines"] if ln not in shown]
+        out.sort(key=lambda row: row[0])
         return out
 
     def _fmt(self, col, v):
@@ -469,16 +482,18 @@ def _while_called(func):
 
     @functools.wraps(func)
     def traced(*args, **kwargs):
-        outer = _scope_depth[0] == 0 and not global_line_profiler.enabled
-        if outer:
-            global_line_profiler.enable()
-        _scope_depth[0] += 1
+        with _Events.lock:  # the depth is shared by threads
+            outer = _scope_depth[0] == 0 and not global_line_profiler.enabled
+            if outer:
+                global_line_profiler.enable()
+            _scope_depth[0] += 1
         try:
             return func(*args, **kwargs)
         finally:
-            _scope_depth[0] -= 1
-            if outer:
-                global_line_profiler.disable()
+            with _Events.lock:
+                _scope_depth[0] -= 1
+                if outer:
+                    global_line_profiler.disable()
 
     return traced
 
@@ -491,15 +506,16 @@ def profile(func=None, columns: Sequence[str] = DEFAULT_COLUMNS):
         return functools.partial(profile, columns=columns)
     global_line_profiler.add_function(func)
     wrapped = _while_called(func)
-
-    def print_stats_atexit():
-        try:
-            global_line_profiler.print_stats(func, columns)
-        except Exception as exc:  # never turn a clean exit into a traceback
-            _log.warning("tensorgc: could not print the line profile of %r: %s", func, exc)
-
-    atexit.register(print_stats_atexit)
+    atexit.register(_print_stats_safely, func, columns)  # never turn a clean exit into a traceback
     return wrapped
+
+
+def _print_stats_safely(func, columns):
+    """The global profiler's table of ``func``; a failure to print is logged, never raised."""
+    try:
+        global_line_profiler.print_stats(func, columns)
+    except Exception as exc:
+        _log.warning("tensorgc: could not print the line profile of %r: %s", func, exc)
 
 
 def profile_every(output_interval: int = 1, enable: bool = True,
@@ -522,8 +538,8 @@ def profile_every(output_interval: int = 1, enable: bool = True,
                 return inner_func(*args, **kwargs)
             finally:
                 calls[0] += 1
-                if calls[0] % output_interval == 0:
-                    global_line_profiler.print_stats(func, columns)
+                if calls[0] % output_interval == 0:  # the call's result or exception stands
+                    _print_stats_safely(func, columns)
 
         run.cur_idx = calls  # memlab keeps a counter on the function
         return run

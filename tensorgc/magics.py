@@ -7,9 +7,12 @@ pytorch_memlab's magics with its flags, backed by tensorgc's LineProfiler.
 """
 from __future__ import annotations
 
+import argparse
+
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.utils.process import arg_split
 
 from .lineprof import DEFAULT_COLUMNS, LineProfiler
 
@@ -33,8 +36,8 @@ class MemlabMagics(Magics):
     @argument("-q", "--quiet", action="store_true", help="Do not display the results.")
     @argument("-T", "--dump-profile", metavar="OUTPUT",
               help="Also write the text table to this file.")
-    @argument("statement", nargs="*", default=None,
-              help="Code to run under the profiler (the cell, in cell mode).")
+    @argument("statement", nargs=argparse.REMAINDER,
+              help="Code to run under the profiler, after the flags (the cell, in cell mode).")
     @line_cell_magic
     @needs_local_scope
     def mlrun(self, line="", cell=None, local_ns=None):
@@ -55,7 +58,7 @@ class MemlabMagics(Magics):
             profiler = LineProfiler(*funcs, target_gpu=args.gpu)
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from None
-        code = cell if cell is not None else " ".join(args.statement or [])
+        code = cell if cell is not None else _as_typed(line, len(args.statement or []))
         if not code.strip():
             raise UsageError("%mlrun needs a statement to run (or use %%mlrun on a cell)")
         with profiler:
@@ -77,6 +80,22 @@ class MemlabMagics(Magics):
         if not args.quiet:
             return stats
         return None
+
+
+def _as_typed(line: str, ntokens: int) -> str:
+    """The last ``ntokens`` tokens of ``line`` as the user typed them. parse_argstring splits the
+    line with arg_split (shlex, quotes kept), which only drops whitespace, so each token is found
+    in the line in order; joining the tokens back would change runs of spaces that the split
+    cut, inside a string literal too."""
+    if ntokens == 0:
+        return ""
+    tokens = arg_split(line)
+    pos, starts = 0, []
+    for tok in tokens:
+        pos = line.index(tok, pos)
+        starts.append(pos)
+        pos += len(tok)
+    return line[starts[len(tokens) - ntokens]:].strip()
 
 
 def load_ipython_extension(ipython):

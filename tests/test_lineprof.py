@@ -369,3 +369,466 @@ def test_closures_count_each_call():
             clos(i)
     d = _rows(lp, clos, "rss_bytes.all.delta")
     assert d[0][0] == 4 and d[1][0] == 4      # a closure's call is no generator's resume
+
+
+# -- review of issue #5: re-entrancy, threads, odd code objects ----------------------------------
+
+def _core_events(codes, on):
+    """The events of `codes` on or off for bare _LineProfiler cores (no LineProfiler around)."""
+    if on:
+        L._Events.start(codes)
+    else:
+        L._Events.stop(codes)
+
+
+def plain(n):
+    a = n + 1                                 # +1
+    return a                                  # +2
+
+
+def _fake_cuda(core, stats, reset=lambda dev: None):
+    core.set_source("cuda", 0, stats, reset)
+
+
+def test_a_reading_that_disables_another_profiler_stops_its_events():
+    """lp__dispatch walked st->lp_enabled itself with borrowed items: a reading (Python code)
+    that disabled a later profiler left it in the walk (it got the event after its disable),
+    and freed it when that was its last reference (a use-after-free under ASan)."""
+    C = tensorgc._tensorgc
+    a, hold = C._LineProfiler(), [C._LineProfiler(), C._LineProfiler()]
+    b = hold[0]
+    calls = [0]
+
+    def stats(dev):
+        calls[0] += 1
+        if calls[0] == 3:
+            b.disable()                       # the last of the list...
+            hold.pop().disable()              # ...and hold[1], whose last reference this was
+        return {"x": {"current": 1, "peak": 2}}
+
+    _fake_cuda(a, stats)
+    for p in (a, b, hold[1]):
+        p.add_code(plain.__code__)
+    a.enable(); hold[1].enable(); b.enable()
+    del p
+    _core_events([plain.__code__], True)
+    try:
+        plain(1)
+        plain(2)
+    finally:
+        _core_events([plain.__code__], False)
+        a.disable()
+    assert calls[0] > 3
+    assert not b.enabled and b.open_frames == 0 and b.lines == 0
+
+
+def test_a_profiler_enabled_from_inside_its_first_reading_is_listed_once():
+    """enable() checked `enabled` before its first reading and appended after it: a reading that
+    enabled the same profiler (Python code, as a replaced memory_stats is) put it on the list
+    twice, and disable() took only one off: it went on recording after its disable."""
+    C = tensorgc._tensorgc
+    p = C._LineProfiler()
+    p.add_code(plain.__code__)
+    once = [True]
+
+    def stats(dev):
+        if once[0]:
+            once[0] = False
+            p.enable()
+        return {"x": {"current": 1, "peak": 1}}
+
+    _fake_cuda(p, stats)
+    p.enable()
+    p.disable()
+    assert not p.enabled
+    p.enable()                                # once more: one entry, one fold per event
+    _core_events([plain.__code__], True)
+    try:
+        plain(1)
+    finally:
+        _core_events([plain.__code__], False)
+        p.disable()
+    hits = {line - plain.__code__.co_firstlineno: h for _, line, h, _, _ in p.records()}
+    assert hits == {0: 1, 1: 1, 2: 1}
+    lines = p.lines
+    _core_events([plain.__code__], True)
+    try:
+        plain(1)                              # disabled: nothing more
+    finally:
+        _core_events([plain.__code__], False)
+    assert p.lines == lines and p.open_frames == 0
+
+
+def _run_py(code, timeout=120):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(
+                              __import__("pathlib").Path(tensorgc.__file__).parents[1])})
+
+
+def test_a_self_nesting_memory_stats_is_an_error_not_a_crash():
+    """lp__flatten recursed into every nested dict with no bound: a dict that contains itself
+    (from a replaced memory_stats) overflowed the C stack (SIGSEGV)."""
+    r = _run_py("""
+        from tensorgc import _tensorgc as C
+        p = C._LineProfiler()
+        d = {}
+        d["self"] = d
+        p.set_source("cuda", 0, lambda dev: d, lambda dev: None)
+        try:
+            p.enable()
+        except RuntimeError as exc:
+            print("refused:", exc)
+        print("alive", p.enabled)
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "refused: memory_stats() nests too deep" in r.stdout and "alive False" in r.stdout
+
+
+def _with_lines(body_lines, def_line=1):
+    """A function compiled from an AST whose statements claim the given line numbers (as code
+    generators and odd line tables do): `def f(): a = 1; ...; return a`."""
+    import ast
+    src = "def f():\n" + "".join(f"    a{i} = {i}\n" for i in range(len(body_lines) - 1)) + \
+        "    return 0\n"
+    tree = ast.parse(src)
+    fn = tree.body[0]
+    ast.increment_lineno(tree, def_line - 1)
+    for stmt, line in zip(fn.body, body_lines):
+        for node in ast.walk(stmt):
+            if hasattr(node, "lineno"):
+                node.lineno = node.end_lineno = line
+    ns = {}
+    exec(compile(tree, "<generated>", "exec"), ns)
+    return ns["f"]
+
+
+def test_lines_before_the_first_line_are_recorded():
+    """The engine kept a dense table from co_firstlineno on and dropped the records of lines
+    before it (a code object's line table may go below co_firstlineno)."""
+    f = _with_lines([3, 12], def_line=10)
+    assert f.__code__.co_firstlineno == 10
+    with L.LineProfiler(f) as lp:
+        f()
+        f()
+    hits = {line: h for _, line, h, _, _ in lp._core.records()}
+    assert hits == {10: 2, 3: 2, 12: 2}
+    text = str(lp.display())
+    assert "\n   3     2 " in text
+
+
+def test_a_huge_line_number_costs_no_memory():
+    """The dense table grew to (line - co_firstlineno) records: one line numbered 20,000,000
+    cost 1.3 GB (and a line near 2**30 could allocate tens of GB and touch them all)."""
+    f = _with_lines([2, 20_000_000])
+    _trim()
+    before = _resident()
+    with L.LineProfiler(f) as lp:
+        f()
+    grew = _resident() - before
+    hits = {line: h for _, line, h, _, _ in lp._core.records()}
+    del lp
+    assert hits == {1: 1, 2: 1, 20_000_000: 1}
+    assert grew < 64 * MB
+
+
+def test_lines_near_the_largest_line_number():
+    code = plain.__code__.replace(co_firstlineno=2**31 - 5)
+    g = type(plain)(code, globals())
+    with L.LineProfiler(g) as lp:
+        g(1)
+    assert sorted(line for _, line, _, _, _ in lp._core.records()) == \
+        [2**31 - 5, 2**31 - 4, 2**31 - 3]
+
+
+@rss_bytes
+def test_a_forked_child_reads_its_own_resident_memory():
+    """The RSS source kept /proc/self/statm open from its first reading: /proc/self is resolved
+    at open, so a forked child (a DataLoader worker, multiprocessing's fork) read its parent's
+    resident memory: a 200 MB allocation in the child showed as 0."""
+    r = _run_py("""
+        import os
+        from tensorgc import lineprof as L
+        L._cuda_available = lambda: False
+        MB = 1 << 20
+        def grow():
+            x = bytearray(200 * MB)
+            return x
+        lp = L.LineProfiler(grow)
+        with lp:                  # the parent reads first
+            pass
+        pid = os.fork()
+        if pid == 0:
+            with lp:
+                keep = grow()
+            first = grow.__code__.co_firstlineno
+            sums = {line - first: b for _, line, _, _, b in lp._core.records()}
+            print("child delta MB", sums[1][list(lp._core.keys).index("rss_bytes.all.current")] // MB,
+                  flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.split("child delta MB")[1]) >= 190
+
+
+@pytest.mark.skipif(L.MONITORING, reason="the C tracer is the 3.10/3.11 path")
+def test_disabled_from_another_thread_gives_the_tracer_back():
+    """The tracer that enable() replaced was kept for the module, not for its thread: a
+    disable() on another thread put the enabling thread's tracer (here the user's) on that
+    other thread, and the enabling thread kept the C tracer for good: the user's tracer never
+    saw an event again."""
+    events = []
+
+    def user_tracer(frame, event, arg):
+        events.append(event)
+
+    sys.settrace(user_tracer)
+    try:
+        lp = L.LineProfiler(plain)
+        lp.enable()
+        other = []
+        t = threading.Thread(target=lambda: (lp.disable(), other.append(sys.gettrace())))
+        t.start()
+        t.join()
+        events.clear()
+        plain(1)
+        assert sys.gettrace() is user_tracer
+        assert other == [None]
+        assert "call" in events
+    finally:
+        sys.settrace(None)
+
+
+@pytest.mark.skipif(L.MONITORING, reason="the C tracer is the 3.10/3.11 path")
+def test_gettrace_settrace_round_trip_keeps_profiling():
+    """sys.gettrace() returned the C tracer's argument: the module (or the _LineProfiler type on
+    spawned threads). The usual `old = sys.gettrace(); ...; sys.settrace(old)` of a tool that
+    traces for a while then installed a non-callable as a Python tracer: TypeError raised into
+    the user's code at the next call, and the profile stopped."""
+    def round_trip():
+        old = sys.gettrace()
+        sys.settrace(None)
+        sys.settrace(old)
+        plain(1)                              # TypeError: 'module' object is not callable
+        plain(2)
+
+    with L.LineProfiler(plain) as lp:
+        round_trip()
+        t = threading.Thread(target=round_trip)
+        t.start()
+        t.join()
+    hits = {line - plain.__code__.co_firstlineno: h for _, line, h, _, _ in lp._core.records()}
+    assert hits[1] >= 3                       # profiled again after each round trip
+
+
+def test_profilers_enabled_and_disabled_from_many_threads():
+    """_Events' counts and the tool id were updated with read-modify-write steps that a thread
+    switch can split (the GIL makes bytecodes atomic, not methods): KeyError from disable(),
+    counts that never returned to 0 (the tracer or tool id kept for good), and on 3.12 two
+    threads each taking a tool id, then 'no free sys.monitoring tool id'."""
+    r = _run_py("""
+        import sys, threading
+        from tensorgc import lineprof as L
+        L._cuda_available = lambda: False
+        sys.setswitchinterval(1e-6)
+        def f(n):
+            return n + 1
+        def g(n):
+            return n + 2
+        errors = []
+        def worker():
+            lp = L.LineProfiler(f, g)
+            try:
+                for i in range(2000):
+                    with lp:
+                        f(i)
+            except BaseException as exc:
+                errors.append(repr(exc))
+        ts = [threading.Thread(target=worker) for _ in range(8)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        print("errors", errors[:3])
+        print("left", L._Events.enabled, len(L._Events.watched), L._Events.tool)
+    """, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "errors []" in r.stdout and "left 0 0 None" in r.stdout, r.stdout
+
+
+def test_profile_every_never_hides_the_functions_outcome(caplog):
+    """profile_every printed from a `finally`: a printing that failed (here an unknown column,
+    which can only be checked once the source is known) replaced the function's return value,
+    or its own exception, with ValueError on every call."""
+    L.clear_global_line_profiler()
+
+    def ok():
+        return 42
+
+    def bad():
+        raise KeyError("the user's own")
+
+    cols = ("no.such.column",)
+    try:
+        assert L.profile_every(1, columns=cols)(ok)() == 42
+        with pytest.raises(KeyError, match="the user's own"):
+            L.profile_every(1, columns=cols)(bad)()
+        assert "no.such.column" in caplog.text
+    finally:
+        L.global_line_profiler.disable()
+        L.clear_global_line_profiler()
+
+
+def _compiled_as(path, src="def f():\n    a = 1\n    return a\n"):
+    ns = {}
+    exec(compile(src, str(path), "exec"), ns)
+    return ns["f"]
+
+
+def test_display_when_the_source_file_does_not_match(tmp_path):
+    """display() asked inspect for the source and fell back only on OSError/TypeError: a file
+    that no longer holds the code (edited since, or compile() given another file's name) made
+    inspect raise tokenize.TokenError out of display(); and where inspect did return some other
+    block, the records of lines outside it were silently left out of the table."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("x = (\n  1,\n")
+    f = _compiled_as(broken)
+    with L.LineProfiler(f) as lp:
+        f()
+    text = str(lp.display())
+    assert [ln.split()[:2] for ln in text.splitlines()[3:]] == [["1", "1"], ["2", "1"], ["3", "1"]]
+    assert "<table" in lp.display()._repr_html_()
+
+    short = tmp_path / "short.py"
+    short.write_text("def f(): pass\n")
+    g = _compiled_as(short)
+    with L.LineProfiler(g) as lp:
+        g()
+    rows = [ln.split()[:2] for ln in str(lp.display()).splitlines()[3:]]
+    assert rows == [["1", "1"], ["2", "1"], ["3", "1"]]
+
+
+def test_partials_are_profiled_through_their_target():
+    """_code_of's docstring promises partials' targets, but a functools.partial has no __code__
+    and no __func__: LineProfiler(partial(f, 1)) raised 'has no Python code object'."""
+    import functools
+    p = functools.partial(plain, 1)
+    with L.LineProfiler(p) as lp:
+        p()
+    assert [fn["code"] for fn in lp.display().functions] == [plain.__code__]
+    assert L.LineProfiler(functools.partial(functools.partial(plain), 2))._funcs
+
+
+@pytest.mark.skipif(L.MONITORING, reason="the thread hook is the 3.10/3.11 path")
+def test_a_thread_hook_set_while_profiling_survives_disable():
+    """disable() put back the threading.settrace hook that enable() had found, whatever was
+    there by then: a hook installed meanwhile (coverage or a debugger starting) was dropped,
+    and threads started afterwards escaped it."""
+    def user_hook(frame, event, arg):
+        return None
+
+    before = threading.gettrace()
+    try:
+        with L.LineProfiler(plain):
+            threading.settrace(user_hook)
+        assert threading.gettrace() is user_hook
+    finally:
+        threading.settrace(before)
+
+
+def test_a_reading_that_lets_other_threads_run_loses_none_of_their_events():
+    """The 'inside an event' flag was one for the interpreter: while one thread's reading ran
+    Python code that let other threads run (I/O, a lock, a sleep in a replaced memory_stats),
+    every event of every other thread was dropped as if it were the reading's own: here three
+    calls in four went unrecorded."""
+    import time
+    C = tensorgc._tensorgc
+    p = C._LineProfiler()
+    p.add_code(plain.__code__)
+
+    def stats(dev):
+        time.sleep(0.0002)
+        return {"x": {"current": 1, "peak": 1}}
+
+    _fake_cuda(p, stats)
+    p.enable()
+    _core_events([plain.__code__], True)
+    try:
+        def work():
+            for i in range(50):
+                plain(i)
+        ts = [threading.Thread(target=work) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    finally:
+        _core_events([plain.__code__], False)
+        p.disable()
+    hits = {line - plain.__code__.co_firstlineno: h for _, line, h, _, _ in p.records()}
+    assert hits == {0: 200, 1: 200, 2: 200}
+    assert p.open_frames == 0
+
+
+def test_a_profiler_cleared_by_a_later_reading_is_not_shared():
+    """A profiler read earlier in an event kept read_ok after a later reading disabled it and
+    cleared it (clear(True) drops its layout): the next profiler on the same source looked at
+    its layout to share its reading, and dereferenced NULL (SIGSEGV)."""
+    r = _run_py("""
+        from tensorgc import _tensorgc as C
+        from tensorgc import lineprof as L
+        def f():
+            return 1
+        q, r, s = C._LineProfiler(), C._LineProfiler(), C._LineProfiler()
+        calls = [0]
+        def stats_q(dev):
+            return {"x": {"current": 1, "peak": 1}}
+        def stats_r(dev):
+            calls[0] += 1
+            if calls[0] == 2:
+                q.disable()
+                q.clear(True)
+            return {"y": {"current": 1}}
+        for p in (q, s):
+            p.set_source("cuda", 0, stats_q, lambda dev: None)
+        r.set_source("cuda", 1, stats_r, lambda dev: None)
+        for p in (q, r, s):
+            p.add_code(f.__code__)
+            p.enable()
+        L._Events.start([f.__code__])
+        f()
+        L._Events.stop([f.__code__])
+        print("lines", q.lines, r.lines > 0, s.lines > 0)
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "lines 0 True True" in r.stdout
+
+
+def test_ctrl_c_inside_a_reading_reaches_the_program():
+    """A KeyboardInterrupt raised inside a reading (Ctrl-C lands in a reading's Python code: a
+    replaced memory_stats, an unraisable hook writing to a notebook's stderr) was taken for a
+    failed reading and swallowed: the program never stopped."""
+    C = tensorgc._tensorgc
+    p = C._LineProfiler()
+    p.add_code(plain.__code__)
+    calls = [0]
+
+    def stats(dev):
+        calls[0] += 1
+        if calls[0] == 4:
+            raise KeyboardInterrupt
+        return {"x": {"current": 1, "peak": 1}}
+
+    _fake_cuda(p, stats)
+    p.enable()
+    seen = []
+    old_hook, sys.unraisablehook = sys.unraisablehook, seen.append
+    _core_events([plain.__code__], True)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for i in range(10000):
+                plain(i)
+    finally:
+        _core_events([plain.__code__], False)
+        sys.unraisablehook = old_hook
+        p.disable()
+    assert calls[0] < 100 and seen == []

@@ -69,3 +69,15 @@ def test_exception_in_profiled_code_disables_the_profiler(ip):
     with pytest.raises(ValueError):
         ip.run_line_magic("mlrun", "-f bad bad()")
     assert L._Events.enabled == 0
+
+
+def test_the_line_magics_statement_runs_as_typed(ip):
+    """The statement was argparse's tokens joined with single spaces: a string literal inside a
+    call lost its runs of spaces (the shell split it), so %mlrun ran other code than typed; and
+    a statement's own '-q' or '-c' was taken for a flag."""
+    ip.run_cell('%mlrun -q -f grow r = str.upper("a  b") + str(grow(4))')
+    assert ip.user_ns["r"] == "A  B4"
+    ip.run_cell('%mlrun -q -f grow q = 3; r2 = grow(10) -q')
+    assert ip.user_ns["r2"] == 7
+    stats = ip.run_line_magic("mlrun", "-f grow grow(1)")
+    assert isinstance(stats, L.LineStats)

@@ -27,9 +27,11 @@ enum { TGC_LP_PEAK = 0, TGC_LP_CURRENT = 1, TGC_LP_COUNTER = 2 };
 
 typedef struct {
     const void *code;       /* identity only, never dereferenced */
-    int32_t first_line;
-    uint32_t nlines;        /* slots for lines first_line .. first_line + nlines - 1 */
-    int64_t *slots;         /* per line: hits, then a[nkeys] (max), then b[nkeys] (sum) */
+    int32_t first_line;     /* co_firstlineno, as registered (records do not depend on it) */
+    uint32_t nlines, caplines;
+    int32_t *lines;         /* the lines that ran, ascending: any int32 (a line table may go
+                               below first_line, or jump far after it) */
+    int64_t *slots;         /* per entry of lines: hits, then a[nkeys] (max), then b[nkeys] (sum) */
 } tgc_lp_code;
 
 typedef struct {

@@ -183,6 +183,25 @@ test_lineprof(void)
     CHECK(s != NULL && s[0] == 1);    /* ...but not again */
     tgc_lp_drop_frames(&p);
     CHECK_EQ_U(p.nframes, 0);
+
+    /* a record per line that ran, whatever its number: before the code's first line, or far
+     * after it (a table from the first line on dropped the one and grew to gigabytes for the
+     * other) */
+    tgc_lp_reset(&p);
+    CHECK_EQ_U(tgc_lp_enter(&p, (uint32_t)f, 1, 10, 0, r0), 0);
+    CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)f, 1, 3, r1), 0);
+    CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)f, 1, INT32_MAX, r2), 0);
+    CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)f, 1, 1000000000, r3), 0);
+    CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)f, 1, 3, r3), 0);
+    CHECK_EQ_U(tgc_lp_leave(&p, (uint32_t)f, 1, r4), 0);
+    CHECK(tgc_lp_slot(&p, (uint32_t)f, 10) != NULL && tgc_lp_slot(&p, (uint32_t)f, 11) == NULL);
+    s = tgc_lp_slot(&p, (uint32_t)f, 3);
+    CHECK(s != NULL && s[0] == 2 && s[4 + 2] == 6);   /* COUNTER: (5 - 1) + (9 - 7) */
+    s = tgc_lp_slot(&p, (uint32_t)f, INT32_MAX);
+    CHECK(s != NULL && s[0] == 1 && s[1] == 300 && s[4 + 1] == -200);
+    s = tgc_lp_slot(&p, (uint32_t)f, 1000000000);
+    CHECK(s != NULL && s[0] == 1 && s[4 + 2] == 0);
+    CHECK(tgc_lp_slot(&p, (uint32_t)f, INT32_MIN) == NULL);
     tgc_lp_free(&p);
 
     int64_t rss[2];

@@ -1,12 +1,13 @@
 #!/usr/bin/env python
-"""Run the tensorgc benchmarks B1 (overhead), B2 (report cost) and B3 (MemReporter vs
-pytorch_memlab); markdown on stdout.
+"""Run the tensorgc benchmarks B1 (overhead), B2 (report cost), B3 (MemReporter vs
+pytorch_memlab), B4 (timeline vs memory_viz) and B5 (line profiler vs pytorch_memlab); markdown
+on stdout.
 
     python bench/run_all.py --repeat 5 --timeout 120 --json-dir bench/results
 
 Each benchmark runs as its own process (``sys.executable``); their markdown tables
 go to stdout one after the other, progress to stderr, and with ``--json-dir`` each
-writes ``b1.json`` / ``b2.json`` / ``b3.json`` there.  ``--quick`` is a smoke test (small heap,
+writes ``b1.json`` / ``b2.json`` / ``b3.json`` / ``b5.json`` there.  ``--quick`` is a smoke test (small heap,
 few pairs, one repeat).
 """
 
@@ -22,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Run B1, B2 and B3; markdown tables on stdout.",
+    p = argparse.ArgumentParser(description="Run B1 to B5; markdown tables on stdout.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--timeout", type=float, default=120.0, help="per-run cap on the measured section")
@@ -32,13 +33,15 @@ def main(argv=None) -> int:
     p.add_argument("--b2-heap", type=int, default=1_000_000, help="B2 heap")
     p.add_argument("--json-dir", default=None, help="write b1.json and b2.json here")
     p.add_argument("--b3-heap", type=int, default=1_000_000, help="B3 heap")
-    p.add_argument("--only", choices=["b1", "b2", "b3"], default=None, help="run just one benchmark")
+    p.add_argument("--b4-events", type=int, default=1_000_000, help="B4 trace entries (synthetic)")
+    p.add_argument("--only", choices=["b1", "b2", "b3", "b4", "b5"], default=None,
+                   help="run just one benchmark")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: --repeat 1 --heaps 100000 --pairs 30000 --b2-heap 100000 --timeout 60")
     args = p.parse_args(argv)
     if args.quick:
         args.repeat, args.heaps, args.pairs, args.b2_heap, args.timeout = 1, "100000", 30_000, 100_000, 60.0
-        args.b3_heap = 100_000
+        args.b3_heap, args.b4_events = 100_000, 100_000
 
     common = ["--repeat", str(args.repeat), "--timeout", str(args.timeout), "--device", args.device]
     jobs = []
@@ -61,6 +64,15 @@ def main(argv=None) -> int:
             cmd += ["--layers", "10"]
         if args.json_dir:
             cmd += ["--json", os.path.join(args.json_dir, "b3.json")]
+        jobs.append(cmd)
+
+    if args.only in (None, "b4"):
+        jobs.append([sys.executable, os.path.join(HERE, "b4_timeline.py"), "--events",
+                     str(args.b4_events), "--repeat", str(min(args.repeat, 3)), "--categories"])
+    if args.only in (None, "b5"):
+        cmd = [sys.executable, os.path.join(HERE, "b5_lineprof.py"), "--repeat", str(args.repeat)]
+        if args.json_dir:
+            cmd += ["--json", os.path.join(args.json_dir, "b5.json")]
         jobs.append(cmd)
 
     rc = 0

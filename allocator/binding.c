@@ -874,7 +874,7 @@ tgc_alloc_check_trace(PyObject *trace, Py_ssize_t start, PyObject *seen)
     static const char *const ints[] = {"addr", "size", "device_free", "time_us"};
     PyObject *keys[4] = {NULL}, *k_action = NULL, *k_frames = NULL, *k_filename = NULL,
              *k_name = NULL, *k_line = NULL;
-    Py_ssize_t j = start < 0 ? 0 : start, n = PyList_GET_SIZE(trace);
+    Py_ssize_t j = start < 0 ? 0 : start;
     int rc = -1;
     for (int i = 0; i < 4; i++) {
         if ((keys[i] = PyUnicode_InternFromString(ints[i])) == NULL) {
@@ -942,7 +942,6 @@ tgc_alloc_check_trace(PyObject *trace, Py_ssize_t start, PyObject *seen)
             break;
         }
     }
-    (void)n;
     rc = 0;
 done:
     for (int i = 0; i < 4; i++) {

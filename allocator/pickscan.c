@@ -17,17 +17,28 @@ typedef struct {
     size_t n, cap;
 } ps_marks;
 
+/* A growable array of *cap elements of `size` bytes, full: the array grown (doubling, from
+ * `first`) with *cap updated, or NULL when out of memory (v and *cap left as they were). */
+static void *
+ps_grow(void *v, size_t *cap, size_t size, size_t first)
+{
+    size_t c = *cap ? *cap * 2 : first;
+    void *p = realloc(v, c * size);
+    if (p != NULL) {
+        *cap = c;
+    }
+    return p;
+}
+
 static int
 ps_push(ps_bytes *s, uint8_t k)
 {
     if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 256;
-        uint8_t *p = realloc(s->v, cap);
+        uint8_t *p = ps_grow(s->v, &s->cap, 1, 256);
         if (p == NULL) {
             return -1;
         }
         s->v = p;
-        s->cap = cap;
     }
     s->v[s->n++] = k;
     return 0;
@@ -37,13 +48,11 @@ static int
 ps_mark(ps_marks *m, size_t at)
 {
     if (m->n == m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 64;
-        size_t *p = realloc(m->v, cap * sizeof(size_t));
+        size_t *p = ps_grow(m->v, &m->cap, sizeof(size_t), 64);
         if (p == NULL) {
             return -1;
         }
         m->v = p;
-        m->cap = cap;
     }
     m->v[m->n++] = at;
     return 0;

@@ -16,6 +16,8 @@ Modes (each run in its own subprocess, ``--repeat`` times, median reported):
 * ``plain``    -- no detector.
 * ``tensorgc`` -- ``tensorgc.observe_cycles(cb, device=<dev>)``; ``cb`` reads
   ``report.text`` (``--access``: none/text/html).
+* ``tensorgc-noscan`` -- the same with the young-generation pre-scan switched off
+  (``tensorgc._tensorgc._young_scan(False)``): every collection is armed, as before it existed.
 * ``torch``    -- PyTorch's own detector.  On CUDA:
   ``torch.utils.viz._cycles.observe_tensor_cycles(cb)``.  That function is CUDA-only
   (it calls ``torch.cuda.memory._record_memory_history`` and a CUDA allocator snapshot
@@ -50,7 +52,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
-MODES = ("plain", "tensorgc", "torch")
+MODES = ("plain", "tensorgc", "tensorgc-noscan", "torch")
 
 
 # --------------------------------------------------------------------------- worker
@@ -112,8 +114,10 @@ def worker(cfg: dict) -> None:
 
     remove = None
     detector = "none"
-    if mode == "tensorgc":
+    if mode in ("tensorgc", "tensorgc-noscan"):
         tensorgc = C.import_tensorgc()
+        if mode == "tensorgc-noscan":
+            tensorgc._tensorgc._young_scan(False)  # arm every collection, as before the pre-scan
         remove = tensorgc.observe_cycles(tensorgc_cb, device=device)
         detector = f"tensorgc.observe_cycles(cb, device={device!r}), cb reads report.{access}"
     elif mode == "torch":

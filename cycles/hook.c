@@ -308,8 +308,47 @@ hook__set_debug(tgc_state *st, long flags)
 
 static void hook__stop(tgc_state *st, PyObject *info);
 
+/* The "generation" of a gc callback's info dict, -1 when missing. */
+static int
+hook__info_generation(PyObject *info)
+{
+    PyObject *gen = info && PyDict_Check(info) ? PyDict_GetItemString(info, "generation") : NULL;
+    long g = gen != NULL && PyLong_Check(gen) ? PyLong_AsLong(gen) : -1;  /* gen: borrowed */
+    PyErr_Clear();
+    return g < 0 || g > 2 ? -1 : (int)g;
+}
+
+/* Whether this collection needs the detector. observe_garbage observers see every collection;
+ * cycle observers only care about garbage that holds tensors, which a young collection can only
+ * find when its generations contain a tensor or an object referencing one (young.c). */
+static int
+hook__wanted(tgc_state *st, PyObject *info)
+{
+    if (!st->young_scan) {
+        return 1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->observers); i++) {
+        if (((tgc_handle *)PyList_GET_ITEM(st->observers, i))->kind == TGC_OBS_GARBAGE) {
+            return 1;
+        }
+    }
+    int torch_known = tgc_torch_resolve(st) == 1;
+    PyErr_Clear();
+    int gen = hook__info_generation(info);
+    if (gen < 0) {
+        return 1;
+    }
+    PyTypeObject *tensor = torch_known ? (PyTypeObject *)st->tensor_type : NULL;  /* borrowed */
+    if (tgc_young_may_hold(tensor, gen)) {
+        st->young_armed++;
+        return 1;
+    }
+    st->young_skipped++;
+    return 0;
+}
+
 static void
-hook__start(tgc_state *st)
+hook__start(tgc_state *st, PyObject *info)
 {
     if (st->armed && !st->busy) {
         /* The last "stop" never came (gc.callbacks changed mid-collection): restore the flags
@@ -317,7 +356,7 @@ hook__start(tgc_state *st)
         hook__stop(st, NULL);
     }
     if (st->armed || st->busy || PyList_GET_SIZE(st->observers) == 0 ||
-        tgc_compat_is_finalizing()) {
+        tgc_compat_is_finalizing() || !hook__wanted(st, info)) {
         return;
     }
     long flags = hook__get_debug(st);
@@ -666,6 +705,8 @@ hook__scan(tgc_state *st, PyObject *objs, PyObject *garbage, held_ctx *held)
     PyErr_Clear();
     PyTypeObject *last = NULL;
     int last_f = 0;
+    tgc_shapes shapes;
+    memset(&shapes, 0, sizeof(shapes));
     Py_ssize_t n = PyList_GET_SIZE(objs);
     PyObject **items = PySequence_Fast_ITEMS(objs);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -694,8 +735,8 @@ hook__scan(tgc_state *st, PyObject *objs, PyObject *garbage, held_ctx *held)
             last_f = f;
         }
         any_tensor |= f & TENSOR;
-        if (held != NULL && !held->full && tp->tp_traverse != NULL && PyObject_IS_GC(op)) {
-            tp->tp_traverse(op, held__visit, held);
+        if (held != NULL && !held->full) {
+            (void)tgc_traverse_fast(&shapes, op, held__visit, held);  /* types are no tensors */
         }
         if ((f & LEGACY) && garbage != NULL && PyList_Append(garbage, op) < 0) {
             PyErr_WriteUnraisable(st->hook);
@@ -826,7 +867,7 @@ tgc_hook_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     if (PyUnicode_CompareWithASCIIString(args[0], "start") == 0) {
-        hook__start(st);
+        hook__start(st, args[1]);
     }
     else if (PyUnicode_CompareWithASCIIString(args[0], "stop") == 0) {
         hook__stop(st, args[1]);

@@ -677,7 +677,39 @@ device_memory(PyObject *Py_UNUSED(module), PyObject *arg)
                          "name", m.name, "source", m.source, "error", m.error);
 }
 
+PyDoc_STRVAR(young_scan_doc,
+"_young_scan(enabled=None) -> dict\n\nThe young-generation pre-scan (cycles/young.c): with "
+"enabled, switch it on or off (on is refused where the interpreter's collector is not the one it "
+"was built for). Returns {'available', 'enabled', 'skipped', 'armed'}: the last two count the "
+"collections that ran without the detector and those it armed since import.");
+
+static PyObject *
+young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_state *st = tgc_state_of(module);
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "_young_scan() takes at most one argument");
+        return NULL;
+    }
+    if (nargs == 1 && args[0] != Py_None) {
+        int on = PyObject_IsTrue(args[0]);
+        if (on < 0) {
+            return NULL;
+        }
+        if (on && !st->young_ok) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "the young-generation pre-scan is not available on this interpreter");
+            return NULL;
+        }
+        st->young_scan = on;
+    }
+    return Py_BuildValue("{s:O,s:O,s:K,s:K}", "available", st->young_ok ? Py_True : Py_False,
+                         "enabled", st->young_scan ? Py_True : Py_False,
+                         "skipped", st->young_skipped, "armed", st->young_armed);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},
     {"observe_garbage", (PyCFunction)observe_garbage, METH_O, observe_garbage_doc},
     {"observe_cycles", (PyCFunction)(void (*)(void))observe_cycles, METH_VARARGS | METH_KEYWORDS,
      observe_cycles_doc},
@@ -763,6 +795,8 @@ module_exec(PyObject *module)
         PyModule_AddFunctions(module, tgc_lineprof_methods) < 0) {
         return -1;
     }
+    st->young_ok = tgc_young_selfcheck();
+    st->young_scan = st->young_ok;
     if (!PyList_Check(st->gc_callbacks) || !PyList_Check(st->gc_garbage)) {
         PyErr_SetString(PyExc_ImportError, "tensorgc: gc.callbacks and gc.garbage must be lists");
         return -1;

@@ -11,6 +11,7 @@
 #include "tensorgc/graph.h"
 #include "buf.h"
 #include "ptrmap.h"
+#include "young.h"
 
 /* Which tensors an observer cares about. */
 enum { TGC_DEV_ANY = 0, TGC_DEV_TYPE = 1, TGC_DEV_PREDICATE = 2 };
@@ -86,6 +87,10 @@ typedef struct {
     long saved_flags;         /* the user's gc debug flags, restored in "stop" */
     Py_ssize_t garbage_len;   /* len(gc.garbage) at "start" */
     PyObject *garbage;        /* gc.garbage between "start" and "stop", new reference */
+    /* The young-generation pre-scan (young.c): young_ok is its self-check at module exec,
+     * young_scan the switch (tensorgc._young_scan()); the counters say what "start" decided. */
+    int young_ok, young_scan;
+    unsigned long long young_skipped, young_armed;
 
     /* The line profiler (reporter/lineprof_py.c); all protected by the GIL. */
     PyTypeObject *lp_type;

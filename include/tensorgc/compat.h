@@ -130,6 +130,27 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
 #  define TGC_HAVE_GEN_INDEX 0
 #endif
 
+/* cycles/young.c reads the collector's generation lists (internal headers, Py_BUILD_CORE) to
+ * skip DEBUG_SAVEALL for young collections that cannot hold a tensor. Layout checked on 3.10-3.12
+ * (and again at run time); 3.13+, whose collector changed, and free-threaded builds have no such
+ * lists here, and there the detector arms every collection. */
+#define TGC_HAVE_YOUNG_SCAN 0
+#if PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
+#  if defined(__has_include)
+#    if __has_include("internal/pycore_interp.h")
+#      undef TGC_HAVE_YOUNG_SCAN
+#      define TGC_HAVE_YOUNG_SCAN 1
+#    endif
+#  endif
+#endif
+
+/* structmember.h's T_OBJECT_EX became Py_T_OBJECT_EX (Python.h) in 3.12. */
+#if PY_VERSION_HEX >= 0x030C0000
+#  define TGC_T_OBJECT_EX Py_T_OBJECT_EX
+#else
+#  define TGC_T_OBJECT_EX T_OBJECT_EX
+#endif
+
 /* A weak reference's target as a new reference, NULL when dead (PyWeakref_GetObject is
  * deprecated from 3.13, where PyWeakref_GetRef replaces it). Never leaves an exception set. */
 static inline PyObject *

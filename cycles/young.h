@@ -1,0 +1,37 @@
+/* young.h: the contract of young.c, the pre-scan of the generations a collection is about to
+ * examine, and the fast traversal it shares with hook.c. Python.h comes first. Both functions need the GIL, run no Python code and never leave
+ * an exception set. */
+#ifndef TGC_YOUNG_H
+#define TGC_YOUNG_H
+
+/* 1 when the running interpreter's generation lists have the layout young.c was built for (a
+ * fresh object is generation 0's tail); 0 otherwise, or where compat.h has no lists
+ * (TGC_HAVE_YOUNG_SCAN). Call once, outside any collection. */
+int tgc_young_selfcheck(void);
+
+/* Whether garbage found by a collection of `generation` that starts now could hold a tensor:
+ * 1 when generations 0..generation contain an instance of `tensor` (borrowed; NULL: torch is not
+ * imported, so 0) or an object whose tp_traverse reaches one, and for a full collection
+ * (generation 2), which would mean walking the whole heap. Only valid before the collection
+ * starts (gc.callbacks' "start" phase) and only after tgc_young_selfcheck() returned 1. */
+int tgc_young_may_hold(PyTypeObject *tensor, int generation);
+
+/* What tp_traverse visits, faster for the commonest young objects: instances of classes defined
+ * in Python that hold only __slots__ have their slots read directly (their type object, which
+ * tp_traverse also visits, is skipped: it is never a tensor, and no caller here needs it). Any
+ * other object goes through its tp_traverse (when it is a gc object). Returns visit's first
+ * nonzero result, like tp_traverse. `shapes` is a per-walk cache: zero it before a walk, and do
+ * not keep it past one (it holds type pointers, kept alive only by the objects being walked). */
+#define TGC_SHAPE_SLOTS 8
+typedef struct {
+    PyTypeObject *type;
+    int nslots;               /* -1: not a __slots__-only class */
+    Py_ssize_t off[TGC_SHAPE_SLOTS];
+} tgc_shape;
+typedef struct {
+    tgc_shape shapes[4];
+    unsigned next;
+} tgc_shapes;
+int tgc_traverse_fast(tgc_shapes *shapes, PyObject *op, visitproc visit, void *arg);
+
+#endif

@@ -501,6 +501,11 @@ typedef struct {
     PyTypeObject *plain[4];  /* recently seen types that are not tensors (alive: objects of
                                 them are referenced by the garbage we hold) */
     int next;
+    /* For hook__split_seeded: positions in the garbage list of the tensors and of the objects
+     * that reference one (seeds), found by the same pass; `lost` once either overflows. */
+    int cur_hit, lost;
+    uint32_t ntargets, nseeds;
+    uint32_t targets[HELD_INLINE], seeds[HELD_INLINE];
     const void *keys_inline[2 * HELD_INLINE];
     uint32_t vals_inline[2 * HELD_INLINE];
     PyObject *tensors_inline[HELD_INLINE];
@@ -522,6 +527,18 @@ held__init_inline(held_ctx *c, tgc_state *st)
     c->full = 0;
     memset(c->plain, 0, sizeof(c->plain));
     c->next = 0;
+    c->cur_hit = c->lost = 0;
+    c->ntargets = c->nseeds = 0;
+}
+
+static void
+held__note(held_ctx *c, uint32_t *list, uint32_t *n, Py_ssize_t pos)
+{
+    if (*n == HELD_INLINE) {
+        c->lost = 1;
+        return;
+    }
+    list[(*n)++] = (uint32_t)pos;
 }
 
 static int
@@ -538,6 +555,7 @@ held__visit(PyObject *o, void *arg)
         c->next = (c->next + 1) & 3;
         return 0;
     }
+    c->cur_hit = 1;
     uint32_t slot = tgc_ptrmap_get(&c->counts, o);
     if (slot == UINT32_MAX) {
         if (c->n == c->cap) {
@@ -616,13 +634,183 @@ hook__held_more(tgc_state *st, PyObject *objs, Py_ssize_t n)
     return joined;
 }
 
+/* The tensors' part of the garbage without the whole reference graph. What hook__split keeps is
+ * the set A of objects that reach a tensor (tensors included) plus everything A reaches. A starts
+ * as the tensors and the objects referencing one (both found by hook__scan); it is complete once
+ * every member's reference count is explained by our list's reference plus references from
+ * members, since any other referrer would be an object outside A referencing into it. (Counts are
+ * exact: no Python code ran since the collector's check.) Until then, one pass over the rest adds
+ * whatever references a member. Small sets only: anything larger, or still open after a few
+ * passes, goes to the full split. */
+#define SEEDED_MAX 256
+#define SEEDED_PASSES 3
+
+typedef struct {
+    tgc_ptrmap set;      /* members: object -> index in members[] */
+    uint32_t members[SEEDED_MAX];
+    uint32_t inner[SEEDED_MAX];
+    uint32_t n;
+    uint8_t *in;         /* per position in the garbage list */
+    int hit;
+} seeded_ctx;
+
+static int
+seeded__add(seeded_ctx *c, PyObject *const *items, uint32_t pos)
+{
+    if (c->in[pos]) {
+        return 0;
+    }
+    if (c->n == SEEDED_MAX) {
+        return -1;
+    }
+    c->in[pos] = 1;
+    tgc_ptrmap_put(&c->set, items[pos], c->n);
+    c->members[c->n++] = pos;
+    return 0;
+}
+
+static int
+seeded__count(PyObject *o, void *arg)
+{
+    seeded_ctx *c = arg;
+    uint32_t j = tgc_ptrmap_get(&c->set, o);
+    if (j != UINT32_MAX) {
+        c->inner[j]++;
+    }
+    return 0;
+}
+
+static int
+seeded__refers(PyObject *o, void *arg)
+{
+    seeded_ctx *c = arg;
+    c->hit = tgc_ptrmap_get(&c->set, o) != UINT32_MAX;
+    return c->hit;  /* one reference into the set is enough: stop the traversal */
+}
+
+static int
+seeded__forward(PyObject *o, void *arg)
+{
+    free_ctx *c = arg;
+    uint32_t j = tgc_ptrmap_get(c->map, o);
+    if (j != UINT32_MAX && !c->alive[j]) {
+        c->alive[j] = 1;
+        c->stack[c->sp++] = j;
+    }
+    return 0;
+}
+
+static void
+seeded__traverse(PyObject *op, visitproc visit, void *arg)
+{
+    traverseproc trav = Py_TYPE(op)->tp_traverse;
+    if (trav != NULL && PyObject_IS_GC(op)) {
+        (void)trav(op, visit, arg);
+    }
+}
+
+/* Whether every member's references are accounted for; -1 when the counts cannot be right. */
+static int
+seeded__closed(seeded_ctx *c, PyObject *const *items)
+{
+    memset(c->inner, 0, c->n * sizeof(uint32_t));
+    for (uint32_t k = 0; k < c->n; k++) {
+        seeded__traverse(items[c->members[k]], seeded__count, c);
+    }
+    int closed = 1;
+    for (uint32_t k = 0; k < c->n; k++) {
+        Py_ssize_t rc = Py_REFCNT(items[c->members[k]]);
+        if (rc < 1 + (Py_ssize_t)c->inner[k]) {
+            return -1;
+        }
+        closed &= rc == 1 + (Py_ssize_t)c->inner[k];
+    }
+    return closed;
+}
+
+/* Fills keep[] (n bytes) like tgc_relevant would. Returns 1 when done, 0 when the caller must use
+ * the full split, -1 on out of memory. */
+static int
+hook__seeded_keep(const held_ctx *held, PyObject *const *items, uint32_t n, uint32_t scanned,
+                  uint8_t *keep)
+{
+    seeded_ctx *c = malloc(sizeof(seeded_ctx));
+    uint8_t *in = calloc(n, 1);
+    tgc_ptrmap all = {0};
+    free_ctx fw = {0};
+    int rc = -1;
+    if (c == NULL || in == NULL || tgc_ptrmap_init(&c->set, SEEDED_MAX) < 0) {
+        free(c);
+        free(in);
+        return -1;
+    }
+    c->n = 0;
+    c->in = in;
+    rc = 0;
+    for (uint32_t k = 0; k < held->ntargets; k++) {
+        rc |= seeded__add(c, items, held->targets[k]);
+    }
+    for (uint32_t k = 0; k < held->nseeds; k++) {
+        rc |= seeded__add(c, items, held->seeds[k]);
+    }
+    for (uint32_t pos = scanned; pos < n; pos++) {
+        rc |= seeded__add(c, items, pos);  /* old tensors only the garbage held (held__join) */
+    }
+    int closed = rc < 0 ? -1 : seeded__closed(c, items);
+    for (int pass = 0; closed == 0 && pass < SEEDED_PASSES; pass++) {
+        for (uint32_t pos = 0; pos < n && closed == 0; pos++) {
+            if (in[pos]) {
+                continue;
+            }
+            c->hit = 0;
+            seeded__traverse(items[pos], seeded__refers, c);
+            if (c->hit && seeded__add(c, items, pos) < 0) {
+                closed = -1;
+            }
+        }
+        if (closed == 0) {
+            closed = seeded__closed(c, items);
+        }
+    }
+    rc = 0;
+    if (closed != 1) {
+        goto done;  /* the full split decides */
+    }
+    /* Everything the members reach stays intact too. */
+    rc = -1;
+    fw.map = &all;
+    fw.alive = keep;
+    fw.stack = malloc((size_t)n * sizeof(uint32_t));
+    if (fw.stack == NULL || tgc_ptrmap_init(&all, n) < 0) {
+        goto done;
+    }
+    for (uint32_t pos = 0; pos < n; pos++) {
+        tgc_ptrmap_put(&all, items[pos], pos);
+        keep[pos] = in[pos];
+    }
+    for (uint32_t k = 0; k < c->n; k++) {
+        fw.stack[fw.sp++] = c->members[k];
+    }
+    while (fw.sp > 0) {
+        seeded__traverse(items[fw.stack[--fw.sp]], seeded__forward, &fw);
+    }
+    rc = 1;
+done:
+    tgc_ptrmap_free(&all);
+    free(fw.stack);
+    tgc_ptrmap_free(&c->set);
+    free(c);
+    free(in);
+    return rc;
+}
+
 /* Called while the collector's own resurrection check still holds (no Python code ran since):
  * frees at once every object of *objs that neither reaches a tensor nor is reached from one
  * that does, the way the fast path would, and replaces *objs (stolen) with a list of the rest.
  * Reports and the later check then only look at that part. On any failure *objs is left as it
  * was. Returns the number freed. */
 static Py_ssize_t
-hook__split(tgc_state *st, PyObject **objs_p)
+hook__split(tgc_state *st, PyObject **objs_p, const held_ctx *held, Py_ssize_t scanned)
 {
     PyObject *objs = *objs_p;
     Py_ssize_t n = PyList_GET_SIZE(objs);
@@ -630,12 +818,28 @@ hook__split(tgc_state *st, PyObject **objs_p)
         return 0;  /* small sets: not worth it */
     }
     PyObject **items = PySequence_Fast_ITEMS(objs);
-    tgc_ptrmap map;
+    tgc_ptrmap map = {0};
     tgc_graph g = {0};
     uint32_t *src = NULL, *dst = NULL, m = 0;
     uint8_t *target = calloc((size_t)n, 1), *keep = malloc((size_t)n);
     Py_ssize_t freed = 0;
     long kept = -1;
+    int seeded = 0;
+    if (keep != NULL && held != NULL && st->seeded_on) {
+        /* without the scan's complete lists of tensors and their referrers: the full split */
+        if (!held->full && !held->lost && scanned <= n) {
+            seeded = hook__seeded_keep(held, items, (uint32_t)n, (uint32_t)scanned, keep);
+        }
+        st->seeded_used += seeded == 1;
+        st->seeded_fallback += seeded != 1;
+    }
+    if (seeded == 1) {
+        kept = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            kept += keep[i];
+        }
+        goto split;
+    }
     if (target == NULL || keep == NULL ||
         tgc_edges(items, (uint32_t)n, &map, &src, &dst, &m) < 0) {
         PyErr_Clear();
@@ -649,6 +853,7 @@ hook__split(tgc_state *st, PyObject **objs_p)
     if (tgc_graph_build(&g, (uint32_t)n, m, src, dst) == 0) {
         kept = tgc_relevant(&g, target, keep);
     }
+split:;
     PyObject *rest = kept >= 0 && kept < n ? PyList_New((Py_ssize_t)kept) : NULL;
     if (rest != NULL) {
         /* Move the kept references first, so clearing the others cannot free them. */
@@ -736,7 +941,14 @@ hook__scan(tgc_state *st, PyObject *objs, PyObject *garbage, held_ctx *held)
         }
         any_tensor |= f & TENSOR;
         if (held != NULL && !held->full) {
+            held->cur_hit = 0;
             (void)tgc_traverse_fast(&shapes, op, held__visit, held);  /* types are no tensors */
+            if (held->cur_hit) {
+                held__note(held, held->seeds, &held->nseeds, i);
+            }
+            if (f & TENSOR) {
+                held__note(held, held->targets, &held->ntargets, i);
+            }
         }
         if ((f & LEGACY) && garbage != NULL && PyList_Append(garbage, op) < 0) {
             PyErr_WriteUnraisable(st->hook);
@@ -840,7 +1052,7 @@ hook__stop(tgc_state *st, PyObject *info)
     /* An observe_garbage observer is handed every object intact; otherwise only the tensors'
      * part of the garbage needs to outlive the report. */
     if (any_tensor && !check && !garbage_observers && !tgc_compat_is_finalizing()) {
-        hook__split(st, &objs);
+        hook__split(st, &objs, want_held ? &held : NULL, k);
     }
     if (!tgc_compat_is_finalizing()) {
         check |= hook__notify(st, objs, generation, any_tensor, k);

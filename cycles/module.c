@@ -708,7 +708,32 @@ young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          "skipped", st->young_skipped, "armed", st->young_armed);
 }
 
+PyDoc_STRVAR(seeded_split_doc,
+"_seeded_split(enabled=None) -> dict\n\nThe seeded split (cycles/hook.c): with enabled, switch it "
+"on or off (off: every report's garbage goes through the full reference graph). Returns "
+"{'enabled', 'used', 'fallback'}: splits it decided, and those it handed to the full split.");
+
+static PyObject *
+seeded_split(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_state *st = tgc_state_of(module);
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "_seeded_split() takes at most one argument");
+        return NULL;
+    }
+    if (nargs == 1 && args[0] != Py_None) {
+        int on = PyObject_IsTrue(args[0]);
+        if (on < 0) {
+            return NULL;
+        }
+        st->seeded_on = on;
+    }
+    return Py_BuildValue("{s:O,s:K,s:K}", "enabled", st->seeded_on ? Py_True : Py_False,
+                         "used", st->seeded_used, "fallback", st->seeded_fallback);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_seeded_split", (PyCFunction)(void (*)(void))seeded_split, METH_FASTCALL, seeded_split_doc},
     {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},
     {"observe_garbage", (PyCFunction)observe_garbage, METH_O, observe_garbage_doc},
     {"observe_cycles", (PyCFunction)(void (*)(void))observe_cycles, METH_VARARGS | METH_KEYWORDS,
@@ -782,12 +807,13 @@ module_exec(PyObject *module)
         !st->observers || !st->hook) {
         return -1;
     }
+    st->str_torch = PyUnicode_InternFromString("torch");
     st->str_torch_dot = PyUnicode_InternFromString("torch.");
     st->str_type = PyUnicode_InternFromString("type");
     st->str_index = PyUnicode_InternFromString("index");
     st->str_nbytes = PyUnicode_InternFromString("nbytes");
     st->str_data_ptr = PyUnicode_InternFromString("data_ptr");
-    if (!st->str_torch_dot || !st->str_type || !st->str_index || !st->str_nbytes ||
+    if (!st->str_torch || !st->str_torch_dot || !st->str_type || !st->str_index || !st->str_nbytes ||
         !st->str_data_ptr) {
         return -1;
     }
@@ -797,6 +823,7 @@ module_exec(PyObject *module)
     }
     st->young_ok = tgc_young_selfcheck();
     st->young_scan = st->young_ok;
+    st->seeded_on = 1;
     if (!PyList_Check(st->gc_callbacks) || !PyList_Check(st->gc_garbage)) {
         PyErr_SetString(PyExc_ImportError, "tensorgc: gc.callbacks and gc.garbage must be lists");
         return -1;
@@ -827,10 +854,12 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->torch_is_sparse_getter);
     Py_VISIT(st->torch_no_subclass_dispatch);
     Py_VISIT(st->torch_disabled_tf);
+    Py_VISIT(st->torch_tensor_cls);
     Py_VISIT(st->torch_strs);
     Py_VISIT(st->garbage);
     Py_VISIT(st->index);
     Py_VISIT(st->index_hook);
+    Py_VISIT(st->str_torch);
     Py_VISIT(st->str_torch_dot);
     Py_VISIT(st->str_type);
     Py_VISIT(st->str_index);
@@ -862,10 +891,12 @@ module_clear(PyObject *module)
     Py_CLEAR(st->torch_is_sparse_getter);
     Py_CLEAR(st->torch_no_subclass_dispatch);
     Py_CLEAR(st->torch_disabled_tf);
+    Py_CLEAR(st->torch_tensor_cls);
     Py_CLEAR(st->torch_strs);
     Py_CLEAR(st->garbage);
     Py_CLEAR(st->index);
     Py_CLEAR(st->index_hook);
+    Py_CLEAR(st->str_torch);
     Py_CLEAR(st->str_torch_dot);
     Py_CLEAR(st->str_type);
     Py_CLEAR(st->str_index);

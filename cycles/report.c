@@ -101,6 +101,22 @@ report__may_dispatch(tgc_state *st, PyTypeObject *tp)
     if ((PyObject *)tp == st->tensor_type) {
         return 0;
     }
+    if (st->torch_tensor_cls == NULL) {
+        /* torch.Tensor, looked up once torch has finished importing */
+        PyObject *torch = PyImport_GetModule(st->str_torch);  /* new reference or NULL */
+        PyObject *cls = torch ? PyObject_GetAttrString(torch, "Tensor") : NULL;
+        if (cls != NULL && PyType_Check(cls)) {
+            st->torch_tensor_cls = Py_NewRef(cls);
+        }
+        Py_XDECREF(cls);
+        Py_XDECREF(torch);
+        PyErr_Clear();
+    }
+    if ((PyObject *)tp == st->torch_tensor_cls) {
+        /* torch only dispatches .shape & co. of exact torch.Tensor to a TorchFunctionMode, which
+         * DisableTorchFunctionSubclass does not stop either: nothing to guard against */
+        return 0;
+    }
     PyObject *tf = PyObject_GetAttrString((PyObject *)tp, "__torch_function__");
     PyObject *fn = tf && PyMethod_Check(tf) ? PyMethod_GET_FUNCTION(tf) : tf;
     int disabled = fn != NULL && fn == st->torch_disabled_tf;

@@ -64,6 +64,7 @@ typedef struct {
     PyObject *torch_untyped_storage, *torch_is_sparse_getter;
     PyObject *torch_no_subclass_dispatch;  /* torch._C.DisableTorchFunctionSubclass */
     PyObject *torch_disabled_tf;  /* torch._C._disabled_torch_function_impl */
+    PyObject *torch_tensor_cls;   /* torch.Tensor, once torch is imported (report.c) */
     PyObject *torch_strs;     /* dtype / device object -> its str(), small cache */
 
     /* The reporter's tensor index (reporter/index.c), GIL-protected; index_busy guards its gc
@@ -75,7 +76,7 @@ typedef struct {
     long index_promotions;    /* collections of generation >= 1 seen while on */
 
     /* Interned names the reporter looks up per tensor; set in module exec. */
-    PyObject *str_torch_dot, *str_type, *str_index, *str_nbytes, *str_data_ptr;
+    PyObject *str_torch, *str_torch_dot, *str_type, *str_index, *str_nbytes, *str_data_ptr;
 
     /* Only touched inside our gc callback, which runs with the GIL held and never nests: the
      * collector refuses to start a collection while one is running, and `busy` guards the rest. */
@@ -91,6 +92,10 @@ typedef struct {
      * young_scan the switch (tensorgc._young_scan()); the counters say what "start" decided. */
     int young_ok, young_scan;
     unsigned long long young_skipped, young_armed;
+    /* hook.c's seeded split (tensorgc._seeded_split()): the switch, and how often it decided or
+     * handed over to the full split. */
+    int seeded_on;
+    unsigned long long seeded_used, seeded_fallback;
 
     /* The line profiler (reporter/lineprof_py.c); all protected by the GIL. */
     PyTypeObject *lp_type;

@@ -4,6 +4,8 @@ still holds then); the report and the later resurrection check only see the tens
 import gc
 import weakref
 
+import pytest
+
 import tensorgc
 from _util import DEVICE, T, instances, new_class
 
@@ -139,3 +141,139 @@ def test_young_cycle_holding_many_old_tensors_takes_the_heap_sized_pass(track):
     assert sorted(t["nbytes"] for t in reports[0].tensors) == [4 * (i + 1) for i in range(100)]
     assert all(r() is None for r in refs) and instances(Holder) == []
     assert kept.numel() == 7
+
+
+# ------------------------------------------------------------------------------------------------
+# The seeded split (hook__seeded_keep): it must keep exactly what the full reference graph keeps.
+# Each shape is built twice, once per path, and the two reports and survivors must be identical.
+
+def _shape_self_cycle(t):
+    Holder = new_class("Holder")
+    h = Holder()
+    h.me, h.t = h, t
+
+
+def _shape_pair(t):
+    A, B = new_class("A"), new_class("B")
+    a, b = A(), B()
+    a.b, b.a, a.t = b, a, t
+
+
+def _shape_lambda(t):
+    Owner = new_class("Owner")
+    o = Owner()
+    o.t = t
+    o.cb = lambda: o  # closure cell -> function -> instance
+
+
+def _shape_referrer(t):
+    Holder, Referrer = new_class("Holder"), new_class("Referrer")
+    h = Holder()
+    h.me, h.t = h, t
+    r = Referrer()  # reaches the tensor cycle without being in it
+    r.holder, r.me = h, r
+
+
+def _shape_ring(t):
+    Link = new_class("Link")
+    first = prev = Link()
+    first.t = t
+    for _ in range(40):  # a long way back to the holder: more passes than the seeded split makes
+        nxt = Link()
+        prev.next = nxt
+        prev = nxt
+    prev.next = first
+
+
+def _shape_class_attribute(t):
+    Cls = new_class("Cls", t=t)  # the class itself is garbage (its __mro__ and __dict__ cycle)
+    c = Cls()
+    c.me = c
+
+
+def _shape_many_seeds(t):
+    Holder = new_class("Holder")
+    for _ in range(40):  # more referrers of the tensor than the scan notes
+        h = Holder()
+        h.me, h.t = h, t
+
+
+_REPRS = []  # what the holder's __repr__ saw of the object it reaches
+
+
+def _holder_repr(self):
+    _REPRS.append(getattr(self.tail, "label", "<cleared>"))
+    return "Holder"
+
+
+def _shape_reached_from_tensor_holder(t):
+    Holder, Tail = new_class("Holder", __repr__=_holder_repr), new_class("Tail")
+    h = Holder()
+    h.me, h.t = h, t
+    h.tail = Tail()  # reached from the kept part: intact while the report reads reprs
+    h.tail.label = "intact"
+    h.tail.back = h.tail
+
+
+SHAPES = {
+    "self cycle": (_shape_self_cycle, True),
+    "pair": (_shape_pair, True),
+    "lambda capturing self": (_shape_lambda, None),
+    "referrer outside the cycle": (_shape_referrer, True),
+    "long ring": (_shape_ring, False),
+    "class attribute": (_shape_class_attribute, None),
+    "many referrers": (_shape_many_seeds, False),
+    "reached from the holder": (_shape_reached_from_tensor_holder, True),
+}
+
+
+def _run_shape(make, seeded, old_tensor):
+    reports = []
+    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+    _C = tensorgc._tensorgc
+    _C._seeded_split(seeded)
+    try:
+        Pair = new_class("Pair")
+        gc.collect()
+        t = T(96)
+        t_ref = weakref.ref(t)
+        if old_tensor:
+            gc.collect()  # the tensor is old: joined to the garbage by the held-tensor pass
+
+        def unrelated():
+            for _ in range(200):
+                a, b = Pair(), Pair()
+                a.other, b.other = b, a
+        unrelated()
+        make(t)
+        del t
+        _REPRS.clear()
+        before = _C._seeded_split()
+        gc.collect(0)
+        after = _C._seeded_split()
+        assert len(reports) == 1
+        r = reports[0]
+        summary = (sorted(r.edges), [x["nbytes"] for x in r.tensors], r.garbage, r.nbytes,
+                   r.text.split("\n", 1)[0], sorted(set(_REPRS)))
+        assert "<cleared>" not in _REPRS
+        assert t_ref() is None and instances(Pair) == []
+        return summary, after["used"] - before["used"], after["fallback"] - before["fallback"]
+    finally:
+        _C._seeded_split(True)
+        handle()
+
+
+@pytest.mark.parametrize("old_tensor", [False, True], ids=["young tensor", "old tensor"])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_seeded_split_keeps_what_the_full_split_keeps(gc_state, name, old_tensor):
+    make, decides = SHAPES[name]
+    full, used, _ = _run_shape(make, False, old_tensor)
+    assert used == 0
+    fast, used, fallback = _run_shape(make, True, old_tensor)
+    assert fast == full
+    if decides is True:
+        assert (used, fallback) == (1, 0), "the seeded split should decide this shape itself"
+    elif decides is False:
+        assert (used, fallback) == (0, 1), "this shape must go to the full split"
+    else:
+        assert used + fallback == 1

@@ -161,6 +161,10 @@ def worker(cfg: dict) -> None:
         "gc_collections": [y - x for x, y in zip(before, after)],
         **stats,
     }
+    if mode.startswith("tensorgc"):
+        # what the detector decided per collection (counters since import; the warm-up is one)
+        result["young_scan"] = tensorgc._tensorgc._young_scan()
+        result["seeded_split"] = tensorgc._tensorgc._seeded_split()
     if remove is not None:
         remove()
     C.emit_result(result)

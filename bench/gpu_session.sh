@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One session on the GPU machine: build from source, then the steps named on the command line
-# (tests, demos, bench, quickbench, reporter, b1, units, profile, index, lineprof), logs under $OUT. Usage (after `source .gpu/enter.sh`):
+# (tests, demos, bench, quickbench, reporter, b1, young, units, profile, index, lineprof), logs under $OUT. Usage (after `source .gpu/enter.sh`):
 #   bash bench/gpu_session.sh tests demos bench
 set -uo pipefail
 OUT=${OUT:-/tmp/tensorgc-gpu}
@@ -33,8 +33,14 @@ for step in "$@"; do
     reporter)
       python3 bench/b3_reporter.py --repeat 7 --print-report --json "$OUT/b3.json" 2>"$OUT/b3.err" | tee "$OUT/b3.md" ;;
     b1)
-      python3 bench/b1_overhead.py --heaps 1000000 --modes plain,tensorgc --repeat 9 --json "$OUT/b1.json" 2>"$OUT/b1.err" | tee "$OUT/b1.md"
+      python3 bench/b1_overhead.py --heaps 1000000 --modes plain,tensorgc,tensorgc-noscan --repeat 9 --json "$OUT/b1.json" 2>"$OUT/b1.err" | tee "$OUT/b1.md"
       python3 bench/micro_collect.py --batches 15 2>&1 | tee "$OUT/micro.md" ;;
+    young)
+      # the pre-scan's layout check on this interpreter, its tests, and the micro-benchmark
+      python3 -c "import tensorgc; print(tensorgc._tensorgc._young_scan())" 2>&1 | tee "$OUT/young.log"
+      TENSORGC_TEST_DEVICE=cuda python3 -m pytest tests/test_cycles_young.py tests/test_cycles_split.py \
+        -q -p no:cacheprovider -rs 2>&1 | tee -a "$OUT/young.log" | tail -5
+      python3 bench/micro_collect.py --batches 9 2>&1 | tee "$OUT/micro.md" ;;
     index)
       python3 bench/micro_index.py --batches 15 2>&1 | tee "$OUT/micro-index.md" ;;
     profile)

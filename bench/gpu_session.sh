@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One session on the GPU machine: build from source, then the steps named on the command line
-# (tests, demos, bench, quickbench, reporter, b1, young, units, profile, index, lineprof), logs under $OUT. Usage (after `source .gpu/enter.sh`):
+# (tests, demos, bench, quickbench, reporter, b1, b1torch, b2, young, units, profile, index, lineprof), logs under $OUT. Usage (after `source .gpu/enter.sh`):
 #   bash bench/gpu_session.sh tests demos bench
 set -uo pipefail
 OUT=${OUT:-/tmp/tensorgc-gpu}
@@ -35,6 +35,12 @@ for step in "$@"; do
     b1)
       python3 bench/b1_overhead.py --heaps 1000000 --modes plain,tensorgc,tensorgc-noscan --repeat 9 --json "$OUT/b1.json" 2>"$OUT/b1.err" | tee "$OUT/b1.md"
       python3 bench/micro_collect.py --batches 15 2>&1 | tee "$OUT/micro.md" ;;
+    b2)
+      python3 bench/b2_report_cost.py --repeat 7 --json "$OUT/b2.json" 2>"$OUT/b2.err" | tee "$OUT/b2.md" ;;
+    b1torch)
+      # the 100k heap against torch's detector (capped: it takes minutes there)
+      python3 bench/b1_overhead.py --heaps 100000 --modes plain,tensorgc,torch --repeat 5 --timeout 60 \
+        --json "$OUT/b1-100k.json" 2>"$OUT/b1-100k.err" | tee "$OUT/b1-100k.md" ;;
     young)
       # the pre-scan's layout check on this interpreter, its tests, and the micro-benchmark
       python3 -c "import tensorgc; print(tensorgc._tensorgc._young_scan())" 2>&1 | tee "$OUT/young.log"

@@ -148,8 +148,8 @@ report__storage(tgc_state *st, PyObject *t, unsigned long long *nbytes, unsigned
     if (s == NULL) {
         return -1;
     }
-    PyObject *nb = PyObject_CallMethod(s, "nbytes", NULL);
-    PyObject *dp = nb ? PyObject_CallMethod(s, "data_ptr", NULL) : NULL;
+    PyObject *nb = PyObject_CallMethodNoArgs(s, st->str_nbytes);  /* interned names: no str */
+    PyObject *dp = nb ? PyObject_CallMethodNoArgs(s, st->str_data_ptr) : NULL;
     Py_DECREF(s);
     if (dp == NULL) {
         Py_XDECREF(nb);

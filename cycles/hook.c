@@ -636,7 +636,7 @@ hook__held_more(tgc_state *st, PyObject *objs, Py_ssize_t n)
 
 /* The tensors' part of the garbage without the whole reference graph. What hook__split keeps is
  * the set A of objects that reach a tensor (tensors included) plus everything A reaches. A starts
- * as the tensors and the objects referencing one (both found by hook__scan); it is complete once
+ * as the tensors and the objects referencing one of them (both found by hook__scan); it is complete once
  * every member's reference count is explained by our list's reference plus references from
  * members, since any other referrer would be an object outside A referencing into it. (Counts are
  * exact: no Python code ran since the collector's check.) Until then, one pass over the rest adds
@@ -750,11 +750,18 @@ hook__seeded_keep(const held_ctx *held, PyObject *const *items, uint32_t n, uint
     for (uint32_t k = 0; k < held->ntargets; k++) {
         rc |= seeded__add(c, items, held->targets[k]);
     }
-    for (uint32_t k = 0; k < held->nseeds; k++) {
-        rc |= seeded__add(c, items, held->seeds[k]);
-    }
     for (uint32_t pos = scanned; pos < n; pos++) {
         rc |= seeded__add(c, items, pos);  /* old tensors only the garbage held (held__join) */
+    }
+    /* A seed referenced some tensor, but maybe only one that lives on outside the garbage (not
+     * joined): the full split's graph has no edge to that one, so such a seed belongs to the set
+     * only when it references a member. */
+    for (uint32_t k = 0; k < held->nseeds && rc == 0; k++) {
+        c->hit = 0;
+        seeded__traverse(items[held->seeds[k]], seeded__refers, c);
+        if (c->hit) {
+            rc |= seeded__add(c, items, held->seeds[k]);
+        }
     }
     int closed = rc < 0 ? -1 : seeded__closed(c, items);
     for (int pass = 0; closed == 0 && pass < SEEDED_PASSES; pass++) {

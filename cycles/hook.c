@@ -318,6 +318,29 @@ hook__info_generation(PyObject *info)
     return g < 0 || g > 2 ? -1 : (int)g;
 }
 
+/* Whether a callback other than ours runs after ours in this "start" phase. It runs Python code
+ * after the pre-scan and before the collection, and what it allocates (a tensor, a cycle holding
+ * one) joins generation 0, which every collection examines: the pre-scan's answer would be stale.
+ * Judged from our first entry (a later copy of ours only runs after the first declined). */
+static int
+hook__others_follow(tgc_state *st)
+{
+    PyObject *cbs = st->gc_callbacks;
+    Py_ssize_t i = 0, n = PyList_GET_SIZE(cbs);
+    while (i < n && PyList_GET_ITEM(cbs, i) != st->hook) {
+        i++;
+    }
+    if (i == n) {
+        return 1;  /* not called by the collector from the list: we know nothing of the rest */
+    }
+    for (i++; i < n; i++) {
+        if (PyList_GET_ITEM(cbs, i) != st->hook) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Whether this collection needs the detector. observe_garbage observers see every collection;
  * cycle observers only care about garbage that holds tensors, which a young collection can only
  * find when its generations contain a tensor or an object referencing one (young.c). */
@@ -339,7 +362,7 @@ hook__wanted(tgc_state *st, PyObject *info)
         return 1;
     }
     PyTypeObject *tensor = torch_known ? (PyTypeObject *)st->tensor_type : NULL;  /* borrowed */
-    if (tgc_young_may_hold(tensor, gen)) {
+    if (hook__others_follow(st) || tgc_young_may_hold(tensor, gen)) {
         st->young_armed++;
         return 1;
     }

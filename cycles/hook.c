@@ -659,12 +659,12 @@ hook__held_more(tgc_state *st, PyObject *objs, Py_ssize_t n)
 
 /* The tensors' part of the garbage without the whole reference graph. What hook__split keeps is
  * the set A of objects that reach a tensor (tensors included) plus everything A reaches. A starts
- * as the tensors and the objects referencing one of them (both found by hook__scan); it is complete once
- * every member's reference count is explained by our list's reference plus references from
- * members, since any other referrer would be an object outside A referencing into it. (Counts are
- * exact: no Python code ran since the collector's check.) Until then, one pass over the rest adds
- * whatever references a member. Small sets only: anything larger, or still open after a few
- * passes, goes to the full split. */
+ * as the tensors and the objects referencing one of them (both found by hook__scan; a referrer of
+ * a tensor outside the garbage is no member); it is complete once every member's reference count
+ * is explained by our list's reference plus references from members, since any other referrer
+ * would be an object outside A referencing into it. (Counts are exact: no Python code ran since
+ * the collector's check.) Until then, one pass over the rest adds whatever references a member.
+ * Small sets only: anything larger, or still open after a few passes, goes to the full split. */
 #define SEEDED_MAX 256
 #define SEEDED_PASSES 3
 

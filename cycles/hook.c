@@ -318,6 +318,29 @@ hook__info_generation(PyObject *info)
     return g < 0 || g > 2 ? -1 : (int)g;
 }
 
+/* Whether a callback other than ours runs after ours in this "start" phase. It runs Python code
+ * after the pre-scan and before the collection, and what it allocates (a tensor, a cycle holding
+ * one) joins generation 0, which every collection examines: the pre-scan's answer would be stale.
+ * Judged from our first entry (a later copy of ours only runs after the first declined). */
+static int
+hook__others_follow(tgc_state *st)
+{
+    PyObject *cbs = st->gc_callbacks;
+    Py_ssize_t i = 0, n = PyList_GET_SIZE(cbs);
+    while (i < n && PyList_GET_ITEM(cbs, i) != st->hook) {
+        i++;
+    }
+    if (i == n) {
+        return 1;  /* not called by the collector from the list: we know nothing of the rest */
+    }
+    for (i++; i < n; i++) {
+        if (PyList_GET_ITEM(cbs, i) != st->hook) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Whether this collection needs the detector. observe_garbage observers see every collection;
  * cycle observers only care about garbage that holds tensors, which a young collection can only
  * find when its generations contain a tensor or an object referencing one (young.c). */
@@ -339,7 +362,7 @@ hook__wanted(tgc_state *st, PyObject *info)
         return 1;
     }
     PyTypeObject *tensor = torch_known ? (PyTypeObject *)st->tensor_type : NULL;  /* borrowed */
-    if (tgc_young_may_hold(tensor, gen)) {
+    if (hook__others_follow(st) || tgc_young_may_hold(tensor, gen)) {
         st->young_armed++;
         return 1;
     }
@@ -636,12 +659,12 @@ hook__held_more(tgc_state *st, PyObject *objs, Py_ssize_t n)
 
 /* The tensors' part of the garbage without the whole reference graph. What hook__split keeps is
  * the set A of objects that reach a tensor (tensors included) plus everything A reaches. A starts
- * as the tensors and the objects referencing one (both found by hook__scan); it is complete once
- * every member's reference count is explained by our list's reference plus references from
- * members, since any other referrer would be an object outside A referencing into it. (Counts are
- * exact: no Python code ran since the collector's check.) Until then, one pass over the rest adds
- * whatever references a member. Small sets only: anything larger, or still open after a few
- * passes, goes to the full split. */
+ * as the tensors and the objects referencing one of them (both found by hook__scan; a referrer of
+ * a tensor outside the garbage is no member); it is complete once every member's reference count
+ * is explained by our list's reference plus references from members, since any other referrer
+ * would be an object outside A referencing into it. (Counts are exact: no Python code ran since
+ * the collector's check.) Until then, one pass over the rest adds whatever references a member.
+ * Small sets only: anything larger, or still open after a few passes, goes to the full split. */
 #define SEEDED_MAX 256
 #define SEEDED_PASSES 3
 
@@ -750,11 +773,18 @@ hook__seeded_keep(const held_ctx *held, PyObject *const *items, uint32_t n, uint
     for (uint32_t k = 0; k < held->ntargets; k++) {
         rc |= seeded__add(c, items, held->targets[k]);
     }
-    for (uint32_t k = 0; k < held->nseeds; k++) {
-        rc |= seeded__add(c, items, held->seeds[k]);
-    }
     for (uint32_t pos = scanned; pos < n; pos++) {
         rc |= seeded__add(c, items, pos);  /* old tensors only the garbage held (held__join) */
+    }
+    /* A seed referenced some tensor, but maybe only one that lives on outside the garbage (not
+     * joined): the full split's graph has no edge to that one, so such a seed belongs to the set
+     * only when it references a member. */
+    for (uint32_t k = 0; k < held->nseeds && rc == 0; k++) {
+        c->hit = 0;
+        seeded__traverse(items[held->seeds[k]], seeded__refers, c);
+        if (c->hit) {
+            rc |= seeded__add(c, items, held->seeds[k]);
+        }
     }
     int closed = rc < 0 ? -1 : seeded__closed(c, items);
     for (int pass = 0; closed == 0 && pass < SEEDED_PASSES; pass++) {

@@ -277,3 +277,40 @@ def test_seeded_split_keeps_what_the_full_split_keeps(gc_state, name, old_tensor
         assert (used, fallback) == (0, 1), "this shape must go to the full split"
     else:
         assert used + fallback == 1
+
+
+def _survivors_while_reporting(seeded):
+    """Instances of the garbage's Node (a cycle referencing a tensor that lives on elsewhere)
+    still alive while the observer reads the report, and whether the seeded split decided."""
+    _C = tensorgc._tensorgc
+    _C._seeded_split(seeded)
+    Node, Holder, Pair = new_class("Node"), new_class("Holder"), new_class("Pair")
+    live = T(7)
+    gc.collect()
+    seen = []
+    handle = tensorgc.observe_cycles(
+        lambda r: seen.append((r.garbage, sorted(r.edges), len(instances(Node)))), device=DEVICE)
+    try:
+        def make():
+            for _ in range(100):
+                a, b = Pair(), Pair()
+                a.other, b.other = b, a
+            n = Node()
+            n.me, n.t = n, live  # references a tensor, but not one of the garbage's
+            h = Holder()
+            h.me, h.t = h, T(5)
+        make()
+        before = _C._seeded_split()["used"]
+        gc.collect(0)
+        return seen, _C._seeded_split()["used"] - before
+    finally:
+        _C._seeded_split(True)
+        handle()
+
+
+def test_seeded_split_drops_referrers_of_tensors_outside_the_garbage(gc_state):
+    full, used = _survivors_while_reporting(False)
+    assert used == 0 and len(full) == 1 and full[0][2] == 0  # the full split freed Node
+    fast, used = _survivors_while_reporting(True)
+    assert used == 1
+    assert fast == full

@@ -234,3 +234,32 @@ def test_without_torch_every_young_collection_is_skipped():
     last = out.stdout.split()[-1]
     if last != "unavailable":
         assert int(last) >= 5
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["scan off", "scan on"])
+def test_callback_after_ours_making_tensor_garbage_in_start(track, scan, enabled):
+    """A gc callback that runs after ours in "start" runs Python code between the pre-scan and the
+    collection: what it leaves as garbage must be reported as with the pre-scan off."""
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Holder = new_class("Holder")
+    armed = []
+
+    def later(phase, info):
+        if phase == "start" and armed:
+            armed.clear()
+            o = Holder()
+            o.me, o.t = o, T(10)
+
+    gc.callbacks.append(later)
+    try:
+        _C._young_scan(enabled)
+        gc.collect()
+        reports.clear()
+        armed.append(1)
+        gc.collect(0)
+    finally:
+        gc.callbacks.remove(later)
+    assert len(reports) == 1
+    assert [x["nbytes"] for x in reports[0].tensors] == [40]
+    assert instances(Holder) == []

@@ -184,6 +184,16 @@ free__mark(PyObject *o, void *arg)
     return 0;
 }
 
+/* tp_traverse of a gc object; nothing for the others. */
+static void
+hook__traverse(PyObject *op, visitproc visit, void *arg)
+{
+    traverseproc trav = Py_TYPE(op)->tp_traverse;
+    if (trav != NULL && PyObject_IS_GC(op)) {
+        (void)trav(op, visit, arg);
+    }
+}
+
 /* Clears items[i] the way the collector's delete_garbage does and drops the list's reference
  * at once, so objects die in the order (and while in cache) the collector would free them. */
 static void
@@ -246,10 +256,7 @@ tgc_hook_free(PyObject *objs, int check)
         if (slot[i] != (uint32_t)i) {
             continue;  /* a duplicate: traverse each object once */
         }
-        traverseproc trav = Py_TYPE(items[i])->tp_traverse;
-        if (trav != NULL && PyObject_IS_GC(items[i])) {
-            trav(items[i], free__count, &c);
-        }
+        hook__traverse(items[i], free__count, &c);
     }
     /* The resurrection check: any reference we cannot account for comes from outside, so that
      * object and everything it reaches stay alive and intact. */
@@ -261,11 +268,7 @@ tgc_hook_free(PyObject *objs, int check)
         }
     }
     while (c.sp > 0) {
-        PyObject *op = items[c.stack[--c.sp]];
-        traverseproc trav = Py_TYPE(op)->tp_traverse;
-        if (trav != NULL && PyObject_IS_GC(op)) {
-            trav(op, free__mark, &c);
-        }
+        hook__traverse(items[c.stack[--c.sp]], free__mark, &c);
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (slot[i] != (uint32_t)i || c.alive[i]) {
@@ -310,10 +313,12 @@ static void hook__stop(tgc_state *st, PyObject *info);
 
 /* The "generation" of a gc callback's info dict, -1 when missing. */
 static int
-hook__info_generation(PyObject *info)
+hook__info_generation(tgc_state *st, PyObject *info)
 {
-    PyObject *gen = info && PyDict_Check(info) ? PyDict_GetItemString(info, "generation") : NULL;
-    long g = gen != NULL && PyLong_Check(gen) ? PyLong_AsLong(gen) : -1;  /* gen: borrowed */
+    /* an interned key: this runs for every collection, skipped or not */
+    PyObject *gen = info && PyDict_Check(info) ? PyDict_GetItemWithError(info, st->str_generation)
+                                               : NULL;  /* borrowed */
+    long g = gen != NULL && PyLong_Check(gen) ? PyLong_AsLong(gen) : -1;
     PyErr_Clear();
     return g < 0 || g > 2 ? -1 : (int)g;
 }
@@ -357,7 +362,7 @@ hook__wanted(tgc_state *st, PyObject *info)
     }
     int torch_known = tgc_torch_resolve(st) == 1;
     PyErr_Clear();
-    int gen = hook__info_generation(info);
+    int gen = hook__info_generation(st, info);
     if (gen < 0) {
         return 1;
     }
@@ -521,9 +526,8 @@ typedef struct {
     Py_ssize_t *refs;
     uint32_t n, cap;
     int full;
-    PyTypeObject *plain[4];  /* recently seen types that are not tensors (alive: objects of
-                                them are referenced by the garbage we hold) */
-    int next;
+    tgc_typecache types;     /* recent types that are not tensors (alive: objects of them are
+                                referenced by the garbage we hold) */
     /* For hook__split_seeded: positions in the garbage list of the tensors and of the objects
      * that reference one (seeds), found by the same pass; `lost` once either overflows. */
     int cur_hit, lost;
@@ -548,8 +552,7 @@ held__init_inline(held_ctx *c, tgc_state *st)
     c->n = 0;
     c->cap = HELD_INLINE;
     c->full = 0;
-    memset(c->plain, 0, sizeof(c->plain));
-    c->next = 0;
+    memset(&c->types, 0, sizeof(c->types));
     c->cur_hit = c->lost = 0;
     c->ntargets = c->nseeds = 0;
 }
@@ -568,14 +571,8 @@ static int
 held__visit(PyObject *o, void *arg)
 {
     held_ctx *c = arg;
-    PyTypeObject *tp = Py_TYPE(o);
-    if (tp == c->plain[0] || tp == c->plain[1] || tp == c->plain[2] || tp == c->plain[3] ||
-        c->full) {
-        return 0;
-    }
-    if (!tgc_is_tensor(c->st, o)) {
-        c->plain[c->next] = tp;
-        c->next = (c->next + 1) & 3;
+    /* only used once torch is resolved (want_held in hook__stop), so tensor_type is set */
+    if (c->full || !tgc_typecache_is_tensor(&c->types, (PyTypeObject *)c->st->tensor_type, o)) {
         return 0;
     }
     c->cur_hit = 1;
@@ -636,11 +633,7 @@ hook__held_more(tgc_state *st, PyObject *objs, Py_ssize_t n)
             return 0;
         }
         for (Py_ssize_t i = 0; i < n && !c->full; i++) {
-            PyObject *op = PyList_GET_ITEM(objs, i);
-            traverseproc trav = Py_TYPE(op)->tp_traverse;
-            if (trav != NULL && PyObject_IS_GC(op)) {
-                trav(op, held__visit, c);
-            }
+            hook__traverse(PyList_GET_ITEM(objs, i), held__visit, c);
         }
         int retry = c->full;
         if (!retry) {
@@ -711,34 +704,13 @@ seeded__refers(PyObject *o, void *arg)
     return c->hit;  /* one reference into the set is enough: stop the traversal */
 }
 
-static int
-seeded__forward(PyObject *o, void *arg)
-{
-    free_ctx *c = arg;
-    uint32_t j = tgc_ptrmap_get(c->map, o);
-    if (j != UINT32_MAX && !c->alive[j]) {
-        c->alive[j] = 1;
-        c->stack[c->sp++] = j;
-    }
-    return 0;
-}
-
-static void
-seeded__traverse(PyObject *op, visitproc visit, void *arg)
-{
-    traverseproc trav = Py_TYPE(op)->tp_traverse;
-    if (trav != NULL && PyObject_IS_GC(op)) {
-        (void)trav(op, visit, arg);
-    }
-}
-
 /* Whether every member's references are accounted for; -1 when the counts cannot be right. */
 static int
 seeded__closed(seeded_ctx *c, PyObject *const *items)
 {
     memset(c->inner, 0, c->n * sizeof(uint32_t));
     for (uint32_t k = 0; k < c->n; k++) {
-        seeded__traverse(items[c->members[k]], seeded__count, c);
+        hook__traverse(items[c->members[k]], seeded__count, c);
     }
     int closed = 1;
     for (uint32_t k = 0; k < c->n; k++) {
@@ -761,7 +733,6 @@ hook__seeded_keep(const held_ctx *held, PyObject *const *items, uint32_t n, uint
     uint8_t *in = calloc(n, 1);
     tgc_ptrmap all = {0};
     free_ctx fw = {0};
-    int rc = -1;
     if (c == NULL || in == NULL || tgc_ptrmap_init(&c->set, SEEDED_MAX) < 0) {
         free(c);
         free(in);
@@ -769,31 +740,31 @@ hook__seeded_keep(const held_ctx *held, PyObject *const *items, uint32_t n, uint
     }
     c->n = 0;
     c->in = in;
-    rc = 0;
+    int over = 0;  /* more members than SEEDED_MAX */
     for (uint32_t k = 0; k < held->ntargets; k++) {
-        rc |= seeded__add(c, items, held->targets[k]);
+        over |= seeded__add(c, items, held->targets[k]) < 0;
     }
     for (uint32_t pos = scanned; pos < n; pos++) {
-        rc |= seeded__add(c, items, pos);  /* old tensors only the garbage held (held__join) */
+        over |= seeded__add(c, items, pos) < 0;  /* old tensors only the garbage held (held__join) */
     }
     /* A seed referenced some tensor, but maybe only one that lives on outside the garbage (not
      * joined): the full split's graph has no edge to that one, so such a seed belongs to the set
      * only when it references a member. */
-    for (uint32_t k = 0; k < held->nseeds && rc == 0; k++) {
+    for (uint32_t k = 0; k < held->nseeds && !over; k++) {
         c->hit = 0;
-        seeded__traverse(items[held->seeds[k]], seeded__refers, c);
+        hook__traverse(items[held->seeds[k]], seeded__refers, c);
         if (c->hit) {
-            rc |= seeded__add(c, items, held->seeds[k]);
+            over |= seeded__add(c, items, held->seeds[k]) < 0;
         }
     }
-    int closed = rc < 0 ? -1 : seeded__closed(c, items);
+    int closed = over ? -1 : seeded__closed(c, items);
     for (int pass = 0; closed == 0 && pass < SEEDED_PASSES; pass++) {
         for (uint32_t pos = 0; pos < n && closed == 0; pos++) {
             if (in[pos]) {
                 continue;
             }
             c->hit = 0;
-            seeded__traverse(items[pos], seeded__refers, c);
+            hook__traverse(items[pos], seeded__refers, c);
             if (c->hit && seeded__add(c, items, pos) < 0) {
                 closed = -1;
             }
@@ -802,12 +773,12 @@ hook__seeded_keep(const held_ctx *held, PyObject *const *items, uint32_t n, uint
             closed = seeded__closed(c, items);
         }
     }
-    rc = 0;
+    int rc = 0;
     if (closed != 1) {
         goto done;  /* the full split decides */
     }
     /* Everything the members reach stays intact too. */
-    rc = -1;
+    rc = -1;  /* out of memory from here on */
     fw.map = &all;
     fw.alive = keep;
     fw.stack = malloc((size_t)n * sizeof(uint32_t));
@@ -822,7 +793,7 @@ hook__seeded_keep(const held_ctx *held, PyObject *const *items, uint32_t n, uint
         fw.stack[fw.sp++] = c->members[k];
     }
     while (fw.sp > 0) {
-        seeded__traverse(items[fw.stack[--fw.sp]], seeded__forward, &fw);
+        hook__traverse(items[fw.stack[--fw.sp]], free__mark, &fw);
     }
     rc = 1;
 done:
@@ -1028,12 +999,7 @@ hook__stop(tgc_state *st, PyObject *info)
         return;
     }
     Py_ssize_t from = now - k;
-    int generation = -1;
-    PyObject *gen = info && PyDict_Check(info) ? PyDict_GetItemString(info, "generation") : NULL;
-    if (gen != NULL) {
-        generation = (int)PyLong_AsLong(gen);
-        PyErr_Clear();
-    }
+    int generation = hook__info_generation(st, info);
     PyObject *objs = PyList_New(k);  /* new reference */
     if (objs == NULL) {
         PyErr_WriteUnraisable(st->hook);

@@ -677,6 +677,22 @@ device_memory(PyObject *Py_UNUSED(module), PyObject *arg)
                          "name", m.name, "source", m.source, "error", m.error);
 }
 
+/* The optional on/off argument of the private switches below: 1 with *on set when one was given,
+ * 0 when absent or None, -1 with an exception. */
+static int
+module__switch(const char *name, PyObject *const *args, Py_ssize_t nargs, int *on)
+{
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most one argument", name);
+        return -1;
+    }
+    if (nargs == 0 || args[0] == Py_None) {
+        return 0;
+    }
+    *on = PyObject_IsTrue(args[0]);
+    return *on < 0 ? -1 : 1;
+}
+
 PyDoc_STRVAR(young_scan_doc,
 "_young_scan(enabled=None) -> dict\n\nThe young-generation pre-scan (cycles/young.c): with "
 "enabled, switch it on or off (on is refused where the interpreter's collector is not the one it "
@@ -687,15 +703,11 @@ static PyObject *
 young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    if (nargs > 1) {
-        PyErr_SetString(PyExc_TypeError, "_young_scan() takes at most one argument");
+    int on = 0, given = module__switch("_young_scan", args, nargs, &on);
+    if (given < 0) {
         return NULL;
     }
-    if (nargs == 1 && args[0] != Py_None) {
-        int on = PyObject_IsTrue(args[0]);
-        if (on < 0) {
-            return NULL;
-        }
+    if (given) {
         if (on && !st->young_ok) {
             PyErr_SetString(PyExc_RuntimeError,
                             "the young-generation pre-scan is not available on this interpreter");
@@ -717,15 +729,11 @@ static PyObject *
 seeded_split(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    if (nargs > 1) {
-        PyErr_SetString(PyExc_TypeError, "_seeded_split() takes at most one argument");
+    int on = 0, given = module__switch("_seeded_split", args, nargs, &on);
+    if (given < 0) {
         return NULL;
     }
-    if (nargs == 1 && args[0] != Py_None) {
-        int on = PyObject_IsTrue(args[0]);
-        if (on < 0) {
-            return NULL;
-        }
+    if (given) {
         st->seeded_on = on;
     }
     return Py_BuildValue("{s:O,s:K,s:K}", "enabled", st->seeded_on ? Py_True : Py_False,
@@ -807,13 +815,14 @@ module_exec(PyObject *module)
         !st->observers || !st->hook) {
         return -1;
     }
+    st->str_generation = PyUnicode_InternFromString("generation");
     st->str_torch = PyUnicode_InternFromString("torch");
     st->str_torch_dot = PyUnicode_InternFromString("torch.");
     st->str_type = PyUnicode_InternFromString("type");
     st->str_index = PyUnicode_InternFromString("index");
     st->str_nbytes = PyUnicode_InternFromString("nbytes");
     st->str_data_ptr = PyUnicode_InternFromString("data_ptr");
-    if (!st->str_torch || !st->str_torch_dot || !st->str_type || !st->str_index || !st->str_nbytes ||
+    if (!st->str_generation || !st->str_torch || !st->str_torch_dot || !st->str_type || !st->str_index || !st->str_nbytes ||
         !st->str_data_ptr) {
         return -1;
     }
@@ -859,6 +868,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->garbage);
     Py_VISIT(st->index);
     Py_VISIT(st->index_hook);
+    Py_VISIT(st->str_generation);
     Py_VISIT(st->str_torch);
     Py_VISIT(st->str_torch_dot);
     Py_VISIT(st->str_type);
@@ -896,6 +906,7 @@ module_clear(PyObject *module)
     Py_CLEAR(st->garbage);
     Py_CLEAR(st->index);
     Py_CLEAR(st->index_hook);
+    Py_CLEAR(st->str_generation);
     Py_CLEAR(st->str_torch);
     Py_CLEAR(st->str_torch_dot);
     Py_CLEAR(st->str_type);

@@ -76,7 +76,7 @@ typedef struct {
     long index_promotions;    /* collections of generation >= 1 seen while on */
 
     /* Interned names the reporter looks up per tensor; set in module exec. */
-    PyObject *str_torch, *str_torch_dot, *str_type, *str_index, *str_nbytes, *str_data_ptr;
+    PyObject *str_generation, *str_torch, *str_torch_dot, *str_type, *str_index, *str_nbytes, *str_data_ptr;
 
     /* Only touched inside our gc callback, which runs with the GIL held and never nests: the
      * collector refuses to start a collection while one is running, and `busy` guards the rest. */

@@ -139,24 +139,14 @@ tgc_young_selfcheck(void)
  * (types repeat a lot among young objects; they stay alive while their objects do). */
 typedef struct {
     PyTypeObject *tensor;
-    PyTypeObject *plain[4];
-    unsigned next;
+    tgc_typecache types;
     tgc_shapes shapes;
 } young_ctx;
-
 
 static int
 young__is_tensor(young_ctx *c, PyObject *o)
 {
-    PyTypeObject *tp = Py_TYPE(o);
-    if (tp == c->plain[0] || tp == c->plain[1] || tp == c->plain[2] || tp == c->plain[3]) {
-        return 0;
-    }
-    if (PyType_IsSubtype(tp, c->tensor)) {
-        return 1;
-    }
-    c->plain[c->next++ & 3] = tp;
-    return 0;
+    return tgc_typecache_is_tensor(&c->types, c->tensor, o);
 }
 
 /* tp_traverse visitor: a nonzero return ends the traversal, which is all we need. */

@@ -10,8 +10,7 @@
  * objects of them are on the collector's lists, which the walk does not change. */
 typedef struct {
     PyTypeObject *tensor_type;
-    PyTypeObject *plain[4];
-    unsigned next;
+    tgc_typecache types;
     PyObject *out;
     int failed;
 } walk_ctx;
@@ -19,15 +18,7 @@ typedef struct {
 static inline int
 walk__is_tensor(walk_ctx *c, PyObject *op)
 {
-    PyTypeObject *tp = Py_TYPE(op);
-    if (tp == c->plain[0] || tp == c->plain[1] || tp == c->plain[2] || tp == c->plain[3]) {
-        return 0;
-    }
-    if (PyType_IsSubtype(tp, c->tensor_type)) {
-        return 1;
-    }
-    c->plain[c->next++ & 3] = tp;
-    return 0;
+    return tgc_typecache_is_tensor(&c->types, c->tensor_type, op);
 }
 
 #if TGC_HAVE_GC_VISIT
@@ -57,7 +48,7 @@ tgc_walk_tensors(tgc_state *st)
     if (out == NULL) {
         return NULL;
     }
-    walk_ctx c = {(PyTypeObject *)st->tensor_type, {NULL, NULL, NULL, NULL}, 0, out, 0};
+    walk_ctx c = {(PyTypeObject *)st->tensor_type, {{NULL, NULL, NULL, NULL}, 0}, out, 0};
 #if TGC_HAVE_GC_VISIT
     PyUnstable_GC_VisitObjects(walk__visit, &c);
     if (c.failed) {

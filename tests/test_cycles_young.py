@@ -88,20 +88,16 @@ def _holders():
     ListSub = new_class("ListSub", (list,), __slots__=("me",))
     Wide = new_class("Wide", __slots__=tuple(f"s{i}" for i in range(12)))  # more slots than read
 
-    def sub(t):
-        o = Sub()  # the tensor in the base class's slot
-        o.me = o
-        o.t = t
+    def self_cycle(cls):
+        def make(t):
+            o = cls()
+            o.me = o
+            o.t = t
+        return make
 
-    def plain(t):
-        o = Plain()
-        o.me = o
-        o.t = t
-
-    def mixed(t):
-        o = Mixed()
-        o.me = o
-        o.t = t  # in the instance __dict__, not a slot
+    sub = self_cycle(Sub)  # the tensor in the base class's slot
+    plain = self_cycle(Plain)
+    mixed = self_cycle(Mixed)  # the tensor in the instance __dict__, not a slot
 
     def list_subclass(t):
         o = ListSub([t])  # the tensor in the list's own items

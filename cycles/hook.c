@@ -310,6 +310,9 @@ hook__set_debug(tgc_state *st, long flags)
 }
 
 static void hook__stop(tgc_state *st, PyObject *info);
+static void hook__island_stop(tgc_state *st, PyObject *info);
+static void hook__deliver(tgc_state *st, PyObject *objs, int generation, Py_ssize_t garbage_total,
+                          int check, PyObject *gc_garbage);
 
 /* The "generation" of a gc callback's info dict, -1 when missing. */
 static int
@@ -367,7 +370,22 @@ hook__wanted(tgc_state *st, PyObject *info)
         return 1;
     }
     PyTypeObject *tensor = torch_known ? (PyTypeObject *)st->tensor_type : NULL;  /* borrowed */
-    if (hook__others_follow(st) || tgc_young_may_hold(tensor, gen)) {
+    int verdict;
+    if (hook__others_follow(st)) {
+        verdict = TGC_YOUNG_ARM;
+    }
+    else if (st->island_on) {
+        verdict = tgc_young_island(tensor, gen, &st->island);
+        if (verdict == TGC_YOUNG_ISLAND) {
+            st->island_used++;
+            return 0;  /* the collector runs alone; "stop" reports the island */
+        }
+        st->island_fallback += verdict == TGC_YOUNG_ARM && gen < 2;
+    }
+    else {
+        verdict = tgc_young_may_hold(tensor, gen) ? TGC_YOUNG_ARM : TGC_YOUNG_NONE;
+    }
+    if (verdict == TGC_YOUNG_ARM) {
         st->young_armed++;
         return 1;
     }
@@ -378,19 +396,40 @@ hook__wanted(tgc_state *st, PyObject *info)
 static void
 hook__start(tgc_state *st, PyObject *info)
 {
+    if (st->island != NULL && !st->busy) {
+        /* The last "stop" never came: its island is still unreachable garbage, which a later
+         * collection finds again once our list lets go of it. */
+        Py_CLEAR(st->island);
+    }
     if (st->armed && !st->busy) {
         /* The last "stop" never came (gc.callbacks changed mid-collection): restore the flags
          * and drain what that collection left, with the full check since we know nothing. */
         hook__stop(st, NULL);
     }
     if (st->armed || st->busy || PyList_GET_SIZE(st->observers) == 0 ||
-        tgc_compat_is_finalizing() || !hook__wanted(st, info)) {
+        tgc_compat_is_finalizing()) {
+        return;
+    }
+    int want = hook__wanted(st, info);
+    if (!want && st->island == NULL) {
         return;
     }
     long flags = hook__get_debug(st);
     if (flags < 0) {
         PyErr_Clear();
+        Py_CLEAR(st->island);
         return;
+    }
+    if (st->island != NULL) {
+        if (flags == 0) {
+            return;  /* "stop" reports the island */
+        }
+        /* The user's own debug flags (DEBUG_SAVEALL, DEBUG_COLLECTABLE...) are about what the
+         * collector sees as garbage: it must see the island too. */
+        Py_CLEAR(st->island);
+        st->island_used--;
+        st->island_fallback++;
+        st->young_armed++;
     }
     PyObject *garbage = Py_NewRef(st->gc_garbage);
     st->user_saveall = (flags & TGC_DEBUG_SAVEALL) != 0;
@@ -961,6 +1000,10 @@ hook__scan(tgc_state *st, PyObject *objs, PyObject *garbage, held_ctx *held)
 static void
 hook__stop(tgc_state *st, PyObject *info)
 {
+    if (st->island != NULL) {
+        hook__island_stop(st, info);
+        return;
+    }
     if (!st->armed) {
         return;
     }
@@ -1025,6 +1068,19 @@ hook__stop(tgc_state *st, PyObject *info)
      * refcount traffic, and the list keeps its capacity for the next collection. */
     memcpy(((PyListObject *)objs)->ob_item, src, (size_t)k * sizeof(PyObject *));
     Py_SET_SIZE(garbage, from);
+    hook__deliver(st, objs, generation, k, check, garbage);
+    Py_DECREF(garbage);
+}
+
+/* The common end of both paths: finds the tensors objs holds, reports, frees. objs is a list
+ * owning this collection's garbage (stolen); garbage_total counts all of the collection's
+ * garbage; check says Python code may have run since the last proof that objs is unreachable;
+ * gc_garbage, when not NULL, takes back objects with a legacy tp_del. */
+static void
+hook__deliver(tgc_state *st, PyObject *objs, int generation, Py_ssize_t garbage_total, int check,
+              PyObject *gc_garbage)
+{
+    Py_ssize_t k = PyList_GET_SIZE(objs);
     /* Which kinds of observer are listening decides the extra work below. */
     int garbage_observers = 0, cycle_observers = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(st->observers); i++) {
@@ -1040,7 +1096,7 @@ hook__stop(tgc_state *st, PyObject *info)
         held__init_inline(&held, st);
     }
     PyErr_Clear();
-    int any_tensor = hook__scan(st, objs, garbage, want_held ? &held : NULL);
+    int any_tensor = hook__scan(st, objs, gc_garbage, want_held ? &held : NULL);
     if (want_held) {
         any_tensor |= held.full ? hook__held_more(st, objs, k) : held__join(&held, objs);
     }
@@ -1051,12 +1107,64 @@ hook__stop(tgc_state *st, PyObject *info)
         hook__split(st, &objs, want_held ? &held : NULL, k);
     }
     if (!tgc_compat_is_finalizing()) {
-        check |= hook__notify(st, objs, generation, any_tensor, k);
+        check |= hook__notify(st, objs, generation, any_tensor, garbage_total);
     }
     tgc_hook_free(objs, check);
     st->busy = 0;
     Py_DECREF(objs);
-    Py_DECREF(garbage);
+}
+
+/* Whether the island "start" took (young.c) is still one: Python code that ran during the
+ * collection (finalizers and weakref callbacks of other garbage) could only have reached it
+ * through gc.get_objects() and the like, but then its references no longer add up. Our list
+ * holds one reference to each member. */
+static int
+hook__island_exact(PyObject *objs)
+{
+    Py_ssize_t n = PyList_GET_SIZE(objs);
+    PyObject **items = PySequence_Fast_ITEMS(objs);
+    tgc_ptrmap map;
+    free_ctx c = {0};
+    int exact = 0;
+    if (tgc_ptrmap_init(&map, (size_t)n) < 0) {
+        return 0;
+    }
+    c.map = &map;
+    c.internal = calloc((size_t)n, sizeof(uint32_t));
+    if (c.internal == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (tgc_ptrmap_put(&map, items[i], (uint32_t)i) != (uint32_t)i) {
+            goto done;  /* young.c lists each member once */
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        hook__traverse(items[i], free__count, &c);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((size_t)Py_REFCNT(items[i]) != c.internal[i] + 1 || !tgc_young_plain(items[i])) {
+            goto done;
+        }
+    }
+    exact = 1;
+done:
+    tgc_ptrmap_free(&map);
+    free(c.internal);
+    return exact;
+}
+
+/* "stop" after "start" found an island: the collector ran alone on everything else, and the
+ * island, kept alive by our list, is this collection's tensor-holding garbage. */
+static void
+hook__island_stop(tgc_state *st, PyObject *info)
+{
+    PyObject *objs = st->island;  /* take over the state's reference */
+    st->island = NULL;
+    Py_ssize_t ncol = hook__info_count(info, "collected");
+    Py_ssize_t total = PyList_GET_SIZE(objs) + (ncol > 0 ? ncol : 0);
+    int check = !hook__island_exact(objs);
+    hook__deliver(st, objs, hook__info_generation(st, info), total, check, NULL);
 }
 
 PyObject *

@@ -720,6 +720,33 @@ young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          "skipped", st->young_skipped, "armed", st->young_armed);
 }
 
+PyDoc_STRVAR(young_island_doc,
+"_young_island(enabled=None) -> dict\n\nIslands (cycles/young.c): when a young collection could hold "
+"tensors, prove before it runs that they sit in garbage nothing else references, and let the "
+"collector free the rest alone. With enabled, switch it on or off (off: such collections are armed; "
+"on is refused where the pre-scan is not available). Returns {'enabled', 'used', 'fallback'}: "
+"collections that took the path, and young ones that could hold tensors but were armed.");
+
+static PyObject *
+young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_state *st = tgc_state_of(module);
+    int on = 0, given = module__switch("_young_island", args, nargs, &on);
+    if (given < 0) {
+        return NULL;
+    }
+    if (given) {
+        if (on && !st->young_ok) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "islands need the young-generation pre-scan, not available here");
+            return NULL;
+        }
+        st->island_on = on;
+    }
+    return Py_BuildValue("{s:O,s:K,s:K}", "enabled", st->island_on ? Py_True : Py_False,
+                         "used", st->island_used, "fallback", st->island_fallback);
+}
+
 PyDoc_STRVAR(seeded_split_doc,
 "_seeded_split(enabled=None) -> dict\n\nThe seeded split (cycles/hook.c): with enabled, switch it "
 "on or off (off: every report's garbage goes through the full reference graph). Returns "
@@ -742,6 +769,7 @@ seeded_split(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef module_methods[] = {
     {"_seeded_split", (PyCFunction)(void (*)(void))seeded_split, METH_FASTCALL, seeded_split_doc},
+    {"_young_island", (PyCFunction)(void (*)(void))young_island, METH_FASTCALL, young_island_doc},
     {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},
     {"observe_garbage", (PyCFunction)observe_garbage, METH_O, observe_garbage_doc},
     {"observe_cycles", (PyCFunction)(void (*)(void))observe_cycles, METH_VARARGS | METH_KEYWORDS,
@@ -833,6 +861,7 @@ module_exec(PyObject *module)
     st->young_ok = tgc_young_selfcheck();
     st->young_scan = st->young_ok;
     st->seeded_on = 1;
+    st->island_on = st->young_ok;
     if (!PyList_Check(st->gc_callbacks) || !PyList_Check(st->gc_garbage)) {
         PyErr_SetString(PyExc_ImportError, "tensorgc: gc.callbacks and gc.garbage must be lists");
         return -1;
@@ -866,6 +895,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->torch_tensor_cls);
     Py_VISIT(st->torch_strs);
     Py_VISIT(st->garbage);
+    Py_VISIT(st->island);
     Py_VISIT(st->index);
     Py_VISIT(st->index_hook);
     Py_VISIT(st->str_generation);
@@ -904,6 +934,7 @@ module_clear(PyObject *module)
     Py_CLEAR(st->torch_tensor_cls);
     Py_CLEAR(st->torch_strs);
     Py_CLEAR(st->garbage);
+    Py_CLEAR(st->island);
     Py_CLEAR(st->index);
     Py_CLEAR(st->index_hook);
     Py_CLEAR(st->str_generation);

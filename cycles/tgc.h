@@ -96,6 +96,12 @@ typedef struct {
      * handed over to the full split. */
     int seeded_on;
     unsigned long long seeded_used, seeded_fallback;
+    /* Islands (young.c's tgc_young_island, tensorgc._young_island()): the switch, the island
+     * "start" proved and "stop" reports (new reference, NULL otherwise), and how often a young
+     * collection that could hold tensors took that path or fell back to arming. */
+    int island_on;
+    PyObject *island;
+    unsigned long long island_used, island_fallback;
 
     /* The line profiler (reporter/lineprof_py.c); all protected by the GIL. */
     PyTypeObject *lp_type;

@@ -25,6 +25,7 @@
 #  include "internal/pycore_gc.h"
 #endif
 
+#include "ptrmap.h"
 #include "young.h"
 
 
@@ -83,22 +84,25 @@ young__shape_of(PyTypeObject *tp, tgc_shape *s)
     s->nslots = n;
 }
 
+/* The cached shape of tp, computed on a miss. */
+static const tgc_shape *
+young__shape(tgc_shapes *c, PyTypeObject *tp)
+{
+    for (int i = 0; i < 4; i++) {
+        if (c->shapes[i].type == tp) {
+            return &c->shapes[i];
+        }
+    }
+    tgc_shape *fresh = &c->shapes[c->next++ & 3];
+    young__shape_of(tp, fresh);
+    return fresh;
+}
+
 int
 tgc_traverse_fast(tgc_shapes *c, PyObject *op, visitproc visit, void *arg)
 {
     PyTypeObject *tp = Py_TYPE(op);
-    const tgc_shape *sh = NULL;
-    for (int i = 0; i < 4; i++) {
-        if (c->shapes[i].type == tp) {
-            sh = &c->shapes[i];
-            break;
-        }
-    }
-    if (sh == NULL) {
-        tgc_shape *fresh = &c->shapes[c->next++ & 3];
-        young__shape_of(tp, fresh);
-        sh = fresh;
-    }
+    const tgc_shape *sh = young__shape(c, tp);
     if (sh->nslots >= 0) {
         for (int i = 0; i < sh->nslots; i++) {
             PyObject *v = *(PyObject **)((char *)op + sh->off[i]);
@@ -110,6 +114,21 @@ tgc_traverse_fast(tgc_shapes *c, PyObject *op, visitproc visit, void *arg)
         return 0;
     }
     return tp->tp_traverse != NULL && PyObject_IS_GC(op) ? tp->tp_traverse(op, visit, arg) : 0;
+}
+
+/* What the collector does to garbage before clearing it, and we would skip: finalizers
+ * (tp_finalize not yet run, legacy tp_del) and weak references (cleared and called back first).
+ * Objects needing any of it, and type objects, send the collection down the armed path. */
+int
+tgc_young_plain(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    if (PyType_Check(op) || tp->tp_del != NULL ||
+        (tp->tp_finalize != NULL && !PyObject_GC_IsFinalized(op))) {
+        return 0;
+    }
+    Py_ssize_t off = tp->tp_weaklistoffset;  /* negative where 3.12 keeps it before the object */
+    return off == 0 || *(PyObject **)((char *)op + off) == NULL;
 }
 
 #if TGC_HAVE_YOUNG_SCAN
@@ -156,6 +175,57 @@ young__visit(PyObject *o, void *arg)
     return young__is_tensor((young_ctx *)arg, o);
 }
 
+/* The first object of generations 0..generation (in list order) that is a tensor or references
+ * one; NULL when there is none. */
+static PyGC_Head *
+young__first_hit(PyTypeObject *tensor, int generation)
+{
+    young_ctx c;
+    memset(&c, 0, sizeof(c));
+    c.tensor = tensor;
+    /* This loop is the whole cost of a collection the detector stays out of, so it is
+     * tgc_traverse_fast unrolled: young objects come in runs of one type, so the type's answers
+     * (not a tensor; its shape) are looked up once per run, and __slots__ contents are tested
+     * inline, behind a one-entry cache of the last type that was not a tensor. */
+    PyTypeObject *run = NULL;         /* type of the current run; never a tensor type */
+    PyTypeObject *plain_ref = NULL;   /* last referenced type known not to be a tensor */
+    const tgc_shape *sh = NULL;
+    /* No Python code runs below (tp_traverse must not run any, the collector relies on that
+     * too), so the lists cannot change under the walk. */
+    for (int gen = 0; gen <= generation; gen++) {
+        PyGC_Head *head = young__head(gen);
+        for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
+            PyObject *op = (PyObject *)(g + 1);  /* the object follows its gc header */
+            PyTypeObject *tp = Py_TYPE(op);
+            if (tp != run) {
+                if (young__is_tensor(&c, op)) {
+                    return g;
+                }
+                run = tp;
+                sh = young__shape(&c.shapes, tp);
+            }
+            if (sh->nslots < 0) {
+                /* objects in the lists are tracked gc objects: tp_traverse is set */
+                if (tp->tp_traverse(op, young__visit, &c) != 0) {
+                    return g;
+                }
+                continue;
+            }
+            for (int i = 0; i < sh->nslots; i++) {
+                PyObject *v = *(PyObject **)((char *)op + sh->off[i]);
+                if (v == NULL || Py_TYPE(v) == plain_ref) {
+                    continue;
+                }
+                if (young__is_tensor(&c, v)) {
+                    return g;
+                }
+                plain_ref = Py_TYPE(v);
+            }
+        }
+    }
+    return NULL;
+}
+
 int
 tgc_young_may_hold(PyTypeObject *tensor, int generation)
 {
@@ -165,24 +235,182 @@ tgc_young_may_hold(PyTypeObject *tensor, int generation)
     if (generation < 0 || generation >= NUM_GENERATIONS - 1) {
         return 1;  /* a full collection: the walk would be the whole heap; it is not worth it */
     }
-    young_ctx c;
-    memset(&c, 0, sizeof(c));
-    c.tensor = tensor;
-    /* No Python code runs below (tp_traverse must not run any, the collector relies on that
-     * too), so the lists cannot change under the walk. */
+    return young__first_hit(tensor, generation) != NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Islands: young garbage proven before the collection runs                                     */
+
+/* Whether the walk below marked op as young. The mark is the collector's own "being collected"
+ * bit of _gc_prev: outside a collection it is clear on every object, and the collector sets it on
+ * exactly these objects first thing when it starts (update_refs), so borrowing it for the length
+ * of one walk, with no Python code running, disturbs nothing; island__unmark clears it again. */
+static inline int
+island__young(PyObject *op)
+{
+    return PyObject_IS_GC(op) &&
+           (_Py_AS_GC(op)->_gc_prev & _PyGC_PREV_MASK_COLLECTING) != 0;
+}
+
+static void
+island__unmark(int generation)
+{
     for (int gen = 0; gen <= generation; gen++) {
         PyGC_Head *head = young__head(gen);
         for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
-            PyObject *op = (PyObject *)(g + 1);  /* the object follows its gc header */
-            if (young__is_tensor(&c, op)) {
-                return 1;
-            }
-            if (tgc_traverse_fast(&c.shapes, op, young__visit, &c) != 0) {
-                return 1;
+            g->_gc_prev &= ~(uintptr_t)_PyGC_PREV_MASK_COLLECTING;
+        }
+    }
+}
+
+/* island__unmark that also lists the members of `map` in list order, the order the collector
+ * finds garbage in, so that a report (whose cycles start at the first object listed) reads the
+ * same whichever path produced it. Returns how many it listed. */
+static uint32_t
+island__unmark_ordered(int generation, const tgc_ptrmap *map, PyObject **out)
+{
+    uint32_t k = 0;
+    for (int gen = 0; gen <= generation; gen++) {
+        PyGC_Head *head = young__head(gen);
+        for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
+            g->_gc_prev &= ~(uintptr_t)_PyGC_PREV_MASK_COLLECTING;
+            PyObject *op = (PyObject *)(g + 1);
+            if (tgc_ptrmap_get(map, op) != UINT32_MAX) {
+                out[k++] = op;
             }
         }
     }
+    return k;
+}
+
+typedef struct {
+    young_ctx y;
+    tgc_ptrmap map;            /* member -> index in items */
+    PyObject **items;          /* borrowed: the members, seeds first */
+    uint32_t *internal;        /* references to each member from members */
+    uint32_t n, cap;
+    int overflow;
+} island_ctx;
+
+static int
+island__add(island_ctx *c, PyObject *op)
+{
+    if (c->n == c->cap) {
+        c->overflow = 1;
+        return 1;
+    }
+    if (tgc_ptrmap_put(&c->map, op, c->n) == c->n) {
+        c->items[c->n++] = op;
+    }
     return 0;
+}
+
+/* tp_traverse visitor of the closure: young referents join the set. */
+static int
+island__reach(PyObject *o, void *arg)
+{
+    island_ctx *c = arg;
+    return island__young(o) ? island__add(c, o) : 0;
+}
+
+static int
+island__count(PyObject *o, void *arg)
+{
+    island_ctx *c = arg;
+    uint32_t j = tgc_ptrmap_get(&c->map, o);
+    if (j != UINT32_MAX) {
+        c->internal[j]++;
+    }
+    return 0;
+}
+
+int
+tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island)
+{
+    *island = NULL;
+    if (tensor == NULL) {
+        return TGC_YOUNG_NONE;
+    }
+    if (generation < 0 || generation >= NUM_GENERATIONS - 1) {
+        return TGC_YOUNG_ARM;
+    }
+    PyGC_Head *hit = young__first_hit(tensor, generation);
+    if (hit == NULL) {
+        return TGC_YOUNG_NONE;
+    }
+    island_ctx c;
+    memset(&c, 0, sizeof(c));
+    c.y.tensor = tensor;
+    c.cap = TGC_ISLAND_MAX;
+    int rc = TGC_YOUNG_ARM;
+    if (tgc_ptrmap_init(&c.map, c.cap) < 0) {
+        return TGC_YOUNG_ARM;
+    }
+    c.items = malloc(c.cap * sizeof(PyObject *));
+    c.internal = calloc(c.cap, sizeof(uint32_t));
+    if (c.items == NULL || c.internal == NULL) {
+        goto done;
+    }
+    /* 1. Mark every young object, and take the tensors and the objects referencing one as
+     *    seeds; the first walk found none before `hit`. No Python code runs until
+     *    island__unmark (tp_traverse runs none). */
+    int seeking = 1;
+    for (int gen = 0; gen <= generation; gen++) {
+        PyGC_Head *head = young__head(gen);
+        for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
+            PyObject *op = (PyObject *)(g + 1);
+            g->_gc_prev |= _PyGC_PREV_MASK_COLLECTING;
+            seeking &= g != hit;
+            if (!seeking && !c.overflow && (young__is_tensor(&c.y, op) ||
+                                tgc_traverse_fast(&c.y.shapes, op, young__visit, &c.y) != 0)) {
+                (void)island__add(&c, op);
+            }
+        }
+    }
+    /* 2. Close the seeds under references, within the young generations: the garbage a young
+     *    collection can find that holds these tensors lies inside this set. */
+    uint32_t nseeds = c.n;
+    for (uint32_t i = 0; i < c.n && !c.overflow; i++) {
+        PyObject *op = c.items[i];
+        (void)Py_TYPE(op)->tp_traverse(op, island__reach, &c);
+    }
+    /* 3. The set is an island when every reference to every member comes from a member, as the
+     *    collector's own test finds garbage: then it is unreachable, and so is nothing else's
+     *    business. Anything else (a live tensor, garbage pointing in from outside) is the armed
+     *    path's to sort out. */
+    int is_island = !c.overflow;
+    for (uint32_t i = 0; i < c.n && is_island; i++) {
+        PyObject *op = c.items[i];
+        (void)Py_TYPE(op)->tp_traverse(op, island__count, &c);
+    }
+    for (uint32_t i = 0; i < c.n && is_island; i++) {
+        is_island = (size_t)Py_REFCNT(c.items[i]) == c.internal[i] && tgc_young_plain(c.items[i]);
+    }
+    /* Seeds were listed in list order; members the closure added need the walk to be placed. */
+    if (is_island && c.n > nseeds) {
+        is_island = island__unmark_ordered(generation, &c.map, c.items) == c.n;
+    }
+    else {
+        island__unmark(generation);
+    }
+    if (!is_island) {
+        goto done;
+    }
+    PyObject *list = PyList_New(c.n);  /* new reference; allocates, so after the walk */
+    if (list == NULL) {
+        PyErr_Clear();
+        goto done;
+    }
+    for (uint32_t i = 0; i < c.n; i++) {
+        PyList_SET_ITEM(list, i, Py_NewRef(c.items[i]));
+    }
+    *island = list;
+    rc = TGC_YOUNG_ISLAND;
+done:
+    tgc_ptrmap_free(&c.map);
+    free(c.items);
+    free(c.internal);
+    return rc;
 }
 
 #else  /* no known generation lists: every collection may hold tensors */
@@ -200,6 +428,15 @@ tgc_young_may_hold(PyTypeObject *tensor, int generation)
     (void)tensor;
     (void)generation;
     return 1;
+}
+
+int
+tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island)
+{
+    (void)tensor;
+    (void)generation;
+    *island = NULL;
+    return TGC_YOUNG_ARM;
 }
 
 #endif

@@ -16,6 +16,26 @@ int tgc_young_selfcheck(void);
  * starts (gc.callbacks' "start" phase) and only after tgc_young_selfcheck() returned 1. */
 int tgc_young_may_hold(PyTypeObject *tensor, int generation);
 
+/* tgc_young_may_hold, carried one step further when the answer is yes: whether the tensors in
+ * generations 0..generation (and the objects referencing one) lie in an island, a set of young
+ * objects closed under references whose every reference comes from inside the set. Such a set is
+ * unreachable before the collection runs, and no other garbage points into it, so it is all the
+ * garbage of this collection that holds those tensors.
+ *   TGC_YOUNG_NONE:   nothing could hold a tensor (tgc_young_may_hold's 0).
+ *   TGC_YOUNG_ISLAND: *island is a new list of the island's members (one more reference each).
+ *                     Its members need nothing of what the collector does before clearing
+ *                     garbage: no pending finalizer, no weak references, no type objects.
+ *   TGC_YOUNG_ARM:    anything else (a live or older tensor, garbage pointing in, more than
+ *                     TGC_ISLAND_MAX objects, no memory): the caller arms the full path.
+ * Same preconditions as tgc_young_may_hold; never leaves an exception set. */
+enum { TGC_YOUNG_NONE = 0, TGC_YOUNG_ARM = 1, TGC_YOUNG_ISLAND = 2 };
+#define TGC_ISLAND_MAX 1024
+int tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island);
+
+/* Whether op needs none of what the collector does to garbage before clearing it: no pending
+ * finalizer (tp_finalize not yet run, legacy tp_del), no weak references to it, not a type. */
+int tgc_young_plain(PyObject *op);
+
 /* Whether o is an instance of `tensor`, remembering the last few types that were not: walks meet
  * the same few types over and over. Shared by the pre-scan, hook.c's held-tensor pass and the
  * reporter's walk. Zero it before a walk and do not keep it past one (its type pointers are kept

@@ -232,6 +232,8 @@ def _run_shape(make, seeded, old_tensor):
     handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
     _C = tensorgc._tensorgc
     _C._seeded_split(seeded)
+    island = _C._young_island()["enabled"]
+    _C._young_island(False)  # the split is the armed path's: islands never reach it
     try:
         Pair = new_class("Pair")
         gc.collect()
@@ -260,6 +262,7 @@ def _run_shape(make, seeded, old_tensor):
         return summary, after["used"] - before["used"], after["fallback"] - before["fallback"]
     finally:
         _C._seeded_split(True)
+        _C._young_island(island)
         handle()
 
 
@@ -284,6 +287,8 @@ def _survivors_while_reporting(seeded):
     still alive while the observer reads the report, and whether the seeded split decided."""
     _C = tensorgc._tensorgc
     _C._seeded_split(seeded)
+    island = _C._young_island()["enabled"]
+    _C._young_island(False)  # the split is the armed path's: islands never reach it
     Node, Holder, Pair = new_class("Node"), new_class("Holder"), new_class("Pair")
     live = T(7)
     gc.collect()
@@ -305,6 +310,7 @@ def _survivors_while_reporting(seeded):
         return seen, _C._seeded_split()["used"] - before
     finally:
         _C._seeded_split(True)
+        _C._young_island(island)
         handle()
 
 

@@ -18,16 +18,21 @@ _C = tensorgc._tensorgc
 
 
 def counts():
+    """(collections run without the detector, collections it looked at): looked at means armed,
+    or handled as an island (a young collection whose tensor-holding garbage "start" proved)."""
     s = _C._young_scan()
-    return s["skipped"], s["armed"]
+    return s["skipped"], s["armed"] + _C._young_island()["used"]
 
 
-@pytest.fixture
-def scan():
-    """The pre-scan switched on for the test, and its former setting restored after."""
-    before = _C._young_scan()["enabled"]
+@pytest.fixture(params=["islands", "armed"])
+def scan(request):
+    """The pre-scan switched on for the test, with islands on (the default) or off (every young
+    collection that could hold a tensor is armed); the former settings are restored after."""
+    before, island = _C._young_scan()["enabled"], _C._young_island()["enabled"]
     _C._young_scan(True)
-    yield
+    _C._young_island(request.param == "islands")
+    yield request.param
+    _C._young_island(island)
     _C._young_scan(before)
 
 

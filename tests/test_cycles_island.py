@@ -1,0 +1,330 @@
+"""Islands (cycles/young.c, tgc_young_island): when a young collection could hold tensors, "start"
+tries to prove that the tensors and the young objects referencing them lie in garbage that nothing
+else references. Then the collector runs alone (no DEBUG_SAVEALL, no gc.garbage round trip) and
+"stop" reports and frees the island. Every shape must be reported exactly as the armed path
+reports it; shapes the proof cannot cover must fall back to the armed path."""
+import gc
+import weakref
+
+import pytest
+
+import tensorgc
+from _util import DEVICE, T, instances, live_tensors_with_ptr, new_class
+
+_C = tensorgc._tensorgc
+
+pytestmark = pytest.mark.skipif(not _C._young_scan()["available"],
+                                reason="islands need the young-generation pre-scan")
+
+
+@pytest.fixture(autouse=True)
+def _switches():
+    """Pre-scan and islands on; both restored after."""
+    scan, island = _C._young_scan()["enabled"], _C._young_island()["enabled"]
+    _C._young_scan(True)
+    _C._young_island(True)
+    yield
+    _C._young_island(island)
+    _C._young_scan(scan)
+
+
+# Module-level classes: a class made per cycle is young garbage itself, which islands leave to
+# the armed path (type objects carry weak references from their bases).
+class Holder:
+    pass
+
+
+class Slotted:
+    __slots__ = ("me", "t")
+
+
+class Pair:
+    __slots__ = ("other",)
+
+
+class Finalized:
+    def __del__(self):
+        Finalized.ran += 1
+
+
+Finalized.ran = 0
+
+
+def _self_cycle(t):
+    h = Holder()
+    h.me, h.t = h, t
+
+
+def _slotted(t):
+    s = Slotted()
+    s.me, s.t = s, t
+
+
+def _lambda(t):
+    h = Holder()
+    h.t = t
+    h.cb = lambda: h  # function -> closure tuple -> cell -> instance
+
+
+def _dict_and_list(t):
+    d = {"t": t, "<script>\"'{}": []}
+    d["<script>\"'{}"].append(d)
+
+
+def _pointed_at(t):
+    h = Holder()  # the cycle holding the tensor...
+    h.me, h.t = h, t
+    lst = [h]  # ...and garbage pointing at it that it does not reach
+    lst.append(lst)
+
+
+def _finalizer(t):
+    f = Finalized()
+    f.me, f.t = f, t
+
+
+def _weakly_referenced(t):
+    h = Holder()
+    h.me, h.t = h, t
+    _weakly_referenced.refs.append(weakref.ref(h))
+
+
+_weakly_referenced.refs = []
+
+
+def _class_per_cycle(t):
+    Local = new_class("Local")
+    o = Local()
+    o.me, o.t = o, t
+
+
+def _long_ring(t):
+    first = prev = Holder()
+    first.t = t
+    for _ in range(2000):  # more members than an island may have
+        nxt = Holder()
+        prev.next = nxt
+        prev = nxt
+    prev.next = first
+
+
+# name -> (make(tensor), whether an island can carry it)
+SHAPES = {
+    "self cycle": (_self_cycle, True),
+    "slots": (_slotted, True),
+    "lambda capturing self": (_lambda, True),
+    "dict and list, hostile keys": (_dict_and_list, True),
+    "garbage pointing in": (_pointed_at, False),
+    "__del__ in the cycle": (_finalizer, False),
+    "weak reference to a member": (_weakly_referenced, False),
+    "class made per cycle": (_class_per_cycle, False),
+    "ring longer than an island": (_long_ring, False),
+}
+
+
+def _collect_young(make, island, old_tensor):
+    """Young tensor-free garbage plus make(tensor), collected by gc.collect(0): what the report
+    said, whether an island carried it, and whether everything was freed."""
+    _C._young_island(island)
+    reports = []
+    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+    try:
+        gc.collect()
+        t = T(96)
+        ptr = t.data_ptr()  # no weakref.ref(t): a weak reference to a young tensor is a fallback
+        if old_tensor:
+            gc.collect()  # the tensor is old: only the held-tensor pass finds it
+        for _ in range(200):
+            a, b = Pair(), Pair()
+            a.other, b.other = b, a
+        del a, b
+        make(t)
+        del t
+        used = _C._young_island()["used"]
+        gc.collect(0)
+        used = _C._young_island()["used"] - used
+        assert len(reports) == 1
+        r = reports[0]
+        tensors = [{k: v for k, v in x.items() if k != "data_ptr"} for x in r.tensors]
+        summary = (sorted(r.edges), tensors, r.garbage, r.nbytes, r.objects, r.generation,
+                   r.text, r.dot)
+        return summary, used, live_tensors_with_ptr(ptr) == [] and instances(Pair) == []
+    finally:
+        handle()
+
+
+@pytest.mark.parametrize("old_tensor", [False, True], ids=["young tensor", "old tensor"])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_island_reports_exactly_what_the_armed_path_reports(gc_state, name, old_tensor):
+    make, carried = SHAPES[name]
+    armed, used, freed = _collect_young(make, False, old_tensor)
+    assert used == 0 and freed
+    fast, used, freed = _collect_young(make, True, old_tensor)
+    assert used == int(carried), "island taken" if used else "island expected"
+    assert fast == armed
+    assert freed
+
+
+def test_island_frees_everything_in_the_same_collection(gc_state):
+    reports = []
+    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+    try:
+        gc.collect()
+        refs = []
+        for _ in range(3):
+            s = Slotted()
+            s.me, s.t = s, T(10)
+            refs.append(s.t.data_ptr())
+        for _ in range(100):
+            a, b = Pair(), Pair()
+            a.other, b.other = b, a
+        del s, a, b
+        used = _C._young_island()["used"]
+        gc.collect(0)
+        assert _C._young_island()["used"] == used + 1
+        assert len(reports) == 1
+        assert sorted(x["nbytes"] for x in reports[0].tensors) == [40, 40, 40]
+        assert reports[0].garbage >= 3 * 2 + 200  # the whole collection's garbage
+        assert all(live_tensors_with_ptr(p) == [] for p in refs)
+        assert instances(Slotted) == [] and instances(Pair) == []
+    finally:
+        handle()
+
+
+def test_live_young_tensor_falls_back_and_stays_alive(gc_state):
+    reports = []
+    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+    try:
+        gc.collect()
+        live = T(5)  # young, and ours: an island can never include it
+        holder = Holder()
+        holder.t = live
+        _self_cycle(T(7))
+        before = _C._young_island()
+        gc.collect(0)
+        after = _C._young_island()
+        assert (after["used"], after["fallback"]) == (before["used"], before["fallback"] + 1)
+        assert len(reports) == 1 and [x["nbytes"] for x in reports[0].tensors] == [28]
+        assert holder.t is live and live.numel() == 5
+    finally:
+        handle()
+
+
+def test_young_collection_of_only_live_tensors_reports_nothing(gc_state):
+    reports = []
+    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+    try:
+        gc.collect()
+        kept = [T(3) for _ in range(5)]
+        gc.collect(0)
+        assert reports == [] and all(k.numel() == 3 for k in kept)
+    finally:
+        handle()
+
+
+def test_user_debug_flags_send_the_island_to_the_collector(gc_state):
+    reports = []
+    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+    try:
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        _self_cycle(T(4))
+        used = _C._young_island()["used"]
+        gc.collect(0)
+        assert _C._young_island()["used"] == used  # the user keeps their garbage
+        assert gc.get_debug() == gc.DEBUG_SAVEALL
+        assert len(reports) == 1
+        kept = [o for o in gc.garbage if type(o) is Holder]
+        assert len(kept) == 1 and kept[0].me is kept[0]  # intact, in gc.garbage, as asked
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        handle()
+
+
+def test_island_leaves_gc_garbage_and_flags_alone(gc_state):
+    handle = tensorgc.observe_cycles(lambda r: None, device=DEVICE)
+    try:
+        gc.collect()
+        mine = object()
+        gc.garbage.append(mine)
+        _self_cycle(T(4))
+        used = _C._young_island()["used"]
+        gc.collect(0)
+        assert _C._young_island()["used"] == used + 1
+        assert gc.garbage == [mine] and gc.get_debug() == 0
+    finally:
+        gc.garbage.clear()
+        handle()
+
+
+class Grabber:
+    """Tensor-free garbage whose finalizer, run by the collector while the island waits for
+    "stop", reaches into the island through gc.get_objects() and keeps a member."""
+    kept = []
+
+    def __del__(self):
+        Grabber.kept.extend(o for o in gc.get_objects() if type(o) is Slotted)
+
+
+def test_island_member_grabbed_during_the_collection_stays_intact(gc_state):
+    reports = []
+    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+    try:
+        gc.collect()
+        g = Grabber()
+        g.me = g
+        del g
+        _slotted(T(6))
+        used = _C._young_island()["used"]
+        gc.collect(0)
+        assert _C._young_island()["used"] == used + 1
+        assert len(Grabber.kept) == 1
+        s = Grabber.kept[0]
+        assert s.me is s and s.t.numel() == 6  # never cleared: it is reachable again
+        assert len(reports) == 1
+    finally:
+        Grabber.kept.clear()
+        handle()
+
+
+def test_exception_in_callback_on_the_island_path_is_logged(gc_state, caplog):
+    def boom(report):
+        raise RuntimeError("callback failed")
+    handle = tensorgc.observe_cycles(boom, device=DEVICE)
+    try:
+        gc.collect()
+        s = Slotted()
+        s.me, s.t = s, T(2)
+        ptr = s.t.data_ptr()
+        del s
+        with caplog.at_level("ERROR", logger="tensorgc"):
+            gc.collect(0)
+        assert any("callback failed" in (r.exc_text or "") or "callback failed" in r.getMessage()
+                   for r in caplog.records)
+        assert live_tensors_with_ptr(ptr) == [] and instances(Slotted) == []
+    finally:
+        handle()
+
+
+def test_collect_inside_the_callback_on_the_island_path(gc_state):
+    seen = []
+
+    def cb(report):
+        seen.append(gc.collect())  # must neither recurse nor deadlock
+    handle = tensorgc.observe_cycles(cb, device=DEVICE)
+    try:
+        gc.collect()
+        _self_cycle(T(2))
+        used = _C._young_island()["used"]
+        gc.collect(0)
+        assert _C._young_island()["used"] == used + 1 and len(seen) == 1
+    finally:
+        handle()
+
+
+def test_switch():
+    assert _C._young_island(False)["enabled"] is False
+    assert _C._young_island(True)["enabled"] is True
+    with pytest.raises(TypeError):
+        _C._young_island(1, 2)

@@ -16,6 +16,9 @@ Modes (each run in its own subprocess, ``--repeat`` times, median reported):
 * ``plain``    -- no detector.
 * ``tensorgc`` -- ``tensorgc.observe_cycles(cb, device=<dev>)``; ``cb`` reads
   ``report.text`` (``--access``: none/text/html).
+* ``tensorgc-noisland`` -- the same with islands switched off
+  (``tensorgc._tensorgc._young_island(False)``): every young collection that could hold a tensor
+  is armed (DEBUG_SAVEALL), as in stop 9.
 * ``tensorgc-noscan`` -- the same with the young-generation pre-scan switched off
   (``tensorgc._tensorgc._young_scan(False)``): every collection is armed, as before it existed.
 * ``torch``    -- PyTorch's own detector.  On CUDA:
@@ -56,7 +59,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
-MODES = ("plain", "tensorgc", "tensorgc-noscan", "torch")
+MODES = ("plain", "tensorgc", "tensorgc-noisland", "tensorgc-noscan", "torch")
 
 
 # --------------------------------------------------------------------------- worker
@@ -118,8 +121,10 @@ def worker(cfg: dict) -> None:
 
     remove = None
     detector = "none"
-    if mode in ("tensorgc", "tensorgc-noscan"):
+    if mode in ("tensorgc", "tensorgc-noisland", "tensorgc-noscan"):
         tensorgc = C.import_tensorgc()
+        if mode == "tensorgc-noisland":
+            tensorgc._tensorgc._young_island(False)
         if mode == "tensorgc-noscan":
             tensorgc._tensorgc._young_scan(False)  # arm every collection, as before the pre-scan
         remove = tensorgc.observe_cycles(tensorgc_cb, device=device)
@@ -180,6 +185,7 @@ def worker(cfg: dict) -> None:
         # what the detector decided per collection (counters since import; the warm-up is one)
         result["young_scan"] = tensorgc._tensorgc._young_scan()
         result["seeded_split"] = tensorgc._tensorgc._seeded_split()
+        result["young_island"] = tensorgc._tensorgc._young_island()
     if remove is not None:
         remove()
     C.emit_result(result)

@@ -33,7 +33,9 @@ for step in "$@"; do
     reporter)
       python3 bench/b3_reporter.py --repeat 7 --print-report --json "$OUT/b3.json" 2>"$OUT/b3.err" | tee "$OUT/b3.md" ;;
     b1)
-      python3 bench/b1_overhead.py --heaps 1000000 --modes plain,tensorgc,tensorgc-noscan --repeat 9 --json "$OUT/b1.json" 2>"$OUT/b1.err" | tee "$OUT/b1.md"
+      # pinned to one core: the GPU host's speed is bimodal when the process migrates
+      taskset -c 3 python3 bench/b1_overhead.py --heaps 1000000 --modes plain,tensorgc,tensorgc-noscan \
+        --repeat 9 --loops 5 --json "$OUT/b1.json" 2>"$OUT/b1.err" | tee "$OUT/b1.md"
       python3 bench/micro_collect.py --batches 15 2>&1 | tee "$OUT/micro.md" ;;
     b2)
       python3 bench/b2_report_cost.py --repeat 7 --json "$OUT/b2.json" 2>"$OUT/b2.err" | tee "$OUT/b2.md" ;;
@@ -44,7 +46,9 @@ for step in "$@"; do
     young)
       # the pre-scan's layout check on this interpreter, its tests, and the micro-benchmark
       python3 -c "import tensorgc; print(tensorgc._tensorgc._young_scan())" 2>&1 | tee "$OUT/young.log"
+      python3 -c "import tensorgc; print(tensorgc._tensorgc._young_island())" 2>&1 | tee -a "$OUT/young.log"
       TENSORGC_TEST_DEVICE=cuda python3 -m pytest tests/test_cycles_young.py tests/test_cycles_split.py \
+        tests/test_cycles_island.py \
         -q -p no:cacheprovider -rs 2>&1 | tee -a "$OUT/young.log" | tail -5
       python3 bench/micro_collect.py --batches 9 2>&1 | tee "$OUT/micro.md" ;;
     index)

@@ -1,4 +1,6 @@
-/* buf.c: growable buffer and escapers (contract in buf.h). */
+/* buf.c: growable buffer and escapers (contract in buf.h). Numbers are formatted by hand: the
+ * report path writes a dozen per report, and printf's format parsing cost more than the rest of
+ * the formatting together. */
 #include "buf.h"
 
 #include <stdarg.h>
@@ -15,8 +17,17 @@ tgc_buf_free(tgc_buf *b)
     b->oom = 0;
 }
 
-static int
-buf__reserve(tgc_buf *b, size_t extra)
+void
+tgc_buf_reset(tgc_buf *b)
+{
+    b->len = 0;
+    if (b->data != NULL) {
+        b->data[0] = '\0';
+    }
+}
+
+int
+tgc_buf_reserve(tgc_buf *b, size_t extra)
 {
     if (b->oom) {
         return -1;
@@ -41,7 +52,7 @@ buf__reserve(tgc_buf *b, size_t extra)
 void
 tgc_buf_add(tgc_buf *b, const char *s, size_t n)
 {
-    if (buf__reserve(b, n) < 0) {
+    if (tgc_buf_reserve(b, n) < 0) {
         return;
     }
     memcpy(b->data + b->len, s, n);
@@ -50,9 +61,14 @@ tgc_buf_add(tgc_buf *b, const char *s, size_t n)
 }
 
 void
-tgc_buf_puts(tgc_buf *b, const char *s)
+tgc_buf_append(tgc_buf *b, const tgc_buf *src)
 {
-    tgc_buf_add(b, s, strlen(s));
+    if (src->oom) {
+        b->oom = 1;
+    }
+    else if (src->len > 0) {
+        tgc_buf_add(b, src->data, src->len);
+    }
 }
 
 void
@@ -70,7 +86,7 @@ tgc_buf_printf(tgc_buf *b, const char *fmt, ...)
         tgc_buf_add(b, small, (size_t)n);
         return;
     }
-    if (buf__reserve(b, (size_t)n) < 0) {
+    if (tgc_buf_reserve(b, (size_t)n) < 0) {
         return;
     }
     va_start(ap, fmt);
@@ -79,41 +95,89 @@ tgc_buf_printf(tgc_buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+/* The escapers copy runs of characters that need nothing in one go, not byte by byte. */
 void
 tgc_buf_dot(tgc_buf *b, const char *s, size_t n)
 {
+    size_t run = 0;  /* start of the pending plain run */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != 0x7f && c != '\\' && c != '"' && c != '&') {
+            continue;
+        }
+        if (i > run) {
+            tgc_buf_add(b, s + run, i - run);
+        }
+        run = i + 1;
         switch (c) {
         case '\\': tgc_buf_add(b, "\\\\", 2); break;
         case '"': tgc_buf_add(b, "\\\"", 2); break;
         case '&': tgc_buf_add(b, "&amp;", 5); break;
         case '\n': tgc_buf_add(b, "\\l", 2); break;
-        default:
-            if (c >= 0x20 && c != 0x7f) {
-                tgc_buf_add(b, (const char *)&s[i], 1);
-            }
+        default: break;  /* other control characters are dropped */
         }
+    }
+    if (n > run) {
+        tgc_buf_add(b, s + run, n - run);
     }
 }
 
 void
 tgc_buf_html(tgc_buf *b, const char *s, size_t n)
 {
+    size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        if ((c >= 0x20 || c == '\n' || c == '\t') && c != '&' && c != '<' && c != '>' &&
+            c != '"' && c != '\'') {
+            continue;
+        }
+        if (i > run) {
+            tgc_buf_add(b, s + run, i - run);
+        }
+        run = i + 1;
         switch (c) {
         case '&': tgc_buf_add(b, "&amp;", 5); break;
         case '<': tgc_buf_add(b, "&lt;", 4); break;
         case '>': tgc_buf_add(b, "&gt;", 4); break;
         case '"': tgc_buf_add(b, "&quot;", 6); break;
         case '\'': tgc_buf_add(b, "&#39;", 5); break;
-        default:
-            if (c >= 0x20 || c == '\n' || c == '\t') {
-                tgc_buf_add(b, (const char *)&s[i], 1);
-            }
+        default: break;  /* other control characters are dropped */
         }
     }
+    if (n > run) {
+        tgc_buf_add(b, s + run, n - run);
+    }
+}
+
+/* Decimal digits of n at the end of out[20]; returns where they start. */
+static char *
+buf__digits(char out[20], uint64_t n)
+{
+    char *p = out + 20;
+    do {
+        *--p = (char)('0' + n % 10);
+        n /= 10;
+    } while (n != 0);
+    return p;
+}
+
+void
+tgc_buf_uint(tgc_buf *b, uint64_t n)
+{
+    char digits[20];
+    char *p = buf__digits(digits, n);
+    tgc_buf_add(b, p, (size_t)(digits + 20 - p));
+}
+
+void
+tgc_buf_int(tgc_buf *b, int64_t n)
+{
+    if (n < 0) {
+        tgc_buf_add(b, "-", 1);
+    }
+    /* the magnitude, computed so that INT64_MIN does not overflow */
+    tgc_buf_uint(b, n < 0 ? (uint64_t)-(n + 1) + 1 : (uint64_t)n);
 }
 
 void
@@ -121,27 +185,51 @@ tgc_buf_bytes(tgc_buf *b, uint64_t nbytes)
 {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     if (nbytes < 1024) {
-        tgc_buf_printf(b, "%llu B", (unsigned long long)nbytes);
+        tgc_buf_uint(b, nbytes);
+        tgc_buf_add(b, " B", 2);
         return;
     }
-    double v = (double)nbytes;
+    if (nbytes >= (1ULL << 53)) {
+        /* (8 PiB and up) the double no longer holds nbytes exactly: let printf round it */
+        double v = (double)nbytes;
+        int u = 0;
+        while (v >= 1024.0 && u < 5) {
+            v /= 1024.0;
+            u++;
+        }
+        tgc_buf_printf(b, "%.1f %s", v, units[u]);
+        return;
+    }
+    /* What "%.1f" prints for nbytes / 1024^u, from integers: that quotient is exact in a
+     * double here, and printf rounds its exact value to tenths, ties to even. */
     int u = 0;
-    while (v >= 1024.0 && u < 5) {
-        v /= 1024.0;
+    while (u < 5 && nbytes >> (10 * (u + 1)) != 0) {
         u++;
     }
-    tgc_buf_printf(b, "%.1f %s", v, units[u]);
+    unsigned shift = 10u * (unsigned)u;
+    uint64_t scaled = nbytes * 10;  /* < 2^57 */
+    uint64_t tenths = scaled >> shift;
+    uint64_t rest = scaled & ((1ULL << shift) - 1), half = 1ULL << (shift - 1);
+    if (rest > half || (rest == half && (tenths & 1))) {
+        tenths++;
+    }
+    tgc_buf_uint(b, tenths / 10);
+    char frac[3] = {'.', (char)('0' + tenths % 10), ' '};
+    tgc_buf_add(b, frac, 3);
+    tgc_buf_puts(b, units[u]);
 }
 
 void
 tgc_buf_count(tgc_buf *b, uint64_t n)
 {
-    char digits[32];
-    int len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)n);
-    for (int i = 0; i < len; i++) {
+    char digits[20], out[27];
+    char *p = buf__digits(digits, n);
+    size_t len = (size_t)(digits + 20 - p), k = 0;
+    for (size_t i = 0; i < len; i++) {
         if (i > 0 && (len - i) % 3 == 0) {
-            tgc_buf_add(b, ",", 1);
+            out[k++] = ',';
         }
-        tgc_buf_add(b, &digits[i], 1);
+        out[k++] = p[i];
     }
+    tgc_buf_add(b, out, k);
 }

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     char *data;     /* NUL-terminated while len < cap; NULL until the first append */
@@ -13,13 +14,24 @@ typedef struct {
 } tgc_buf;
 
 void tgc_buf_free(tgc_buf *b);
+/* Empties b and keeps its memory for the next use (an out-of-memory b stays so). */
+void tgc_buf_reset(tgc_buf *b);
+/* Room for extra more bytes (and the NUL) without another allocation; 0, or -1 once oom. */
+int tgc_buf_reserve(tgc_buf *b, size_t extra);
 void tgc_buf_add(tgc_buf *b, const char *s, size_t n);
-void tgc_buf_puts(tgc_buf *b, const char *s);
+/* Inline so that the compiler measures string literals, the usual argument, at build time. */
+static inline void
+tgc_buf_puts(tgc_buf *b, const char *s)
+{
+    tgc_buf_add(b, s, strlen(s));
+}
 void tgc_buf_printf(tgc_buf *b, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Appends src's bytes; an out-of-memory src makes b out of memory too. */
+void tgc_buf_append(tgc_buf *b, const tgc_buf *src);
 /* For a Graphviz quoted string: \ and " escaped, & as &amp; (Graphviz decodes entities in
  * labels), newlines as \l (left-justified line break), other control characters dropped. */
 void tgc_buf_dot(tgc_buf *b, const char *s, size_t n);
@@ -29,5 +41,8 @@ void tgc_buf_html(tgc_buf *b, const char *s, size_t n);
 void tgc_buf_bytes(tgc_buf *b, uint64_t nbytes);
 /* 1,234,567 */
 void tgc_buf_count(tgc_buf *b, uint64_t n);
+/* 1234567: what "%llu" prints, without printf's format parsing. */
+void tgc_buf_uint(tgc_buf *b, uint64_t n);
+void tgc_buf_int(tgc_buf *b, int64_t n);
 
 #endif /* TGC_BUF_H */

@@ -8,6 +8,7 @@ typedef struct {
     uint32_t src;
     uint32_t *esrc, *edst;
     size_t m, cap;
+    size_t first_cap;  /* the arrays' first size: small sets get small arrays */
     int oom;
 } edges_ctx;
 
@@ -20,7 +21,7 @@ edges__visit(PyObject *o, void *arg)
         return 0;
     }
     if (c->m == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 1024;
+        size_t cap = c->cap ? c->cap * 2 : c->first_cap;
         uint32_t *s = realloc(c->esrc, cap * sizeof(uint32_t));
         if (s != NULL) {
             c->esrc = s;
@@ -54,6 +55,9 @@ tgc_edges(PyObject *const *items, uint32_t n, tgc_ptrmap *map,
         tgc_ptrmap_put(map, items[i], i);
     }
     c.map = map;
+    /* About two references per object is typical; a report's few objects then need no regrowth
+     * and no large-chunk allocation (which makes glibc consolidate its small free lists). */
+    c.first_cap = n < 8 ? 16 : n < 512 ? (size_t)n * 2 : 1024;
     for (uint32_t i = 0; i < n && !c.oom; i++) {
         traverseproc trav = Py_TYPE(items[i])->tp_traverse;
         if (trav != NULL && PyObject_IS_GC(items[i])) {

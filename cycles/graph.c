@@ -17,24 +17,19 @@ graph__csr(uint32_t n, uint32_t m, const uint32_t *key, const uint32_t *val,
         free(out);
         return -1;
     }
+    /* off[v] counts v's edges, then (running sums) the end of v's run; placing the edges back to
+     * front then moves each off[v] down to the start of v's run, without a second array. */
     for (uint32_t e = 0; e < m; e++) {
-        off[key[e] + 1]++;
+        off[key[e]]++;
     }
-    for (uint32_t v = 0; v < n; v++) {
-        off[v + 1] += off[v];
+    for (uint32_t v = 1; v < n; v++) {
+        off[v] += off[v - 1];
     }
     /* Stable placement keeps parallel edges in the caller's order (edge names depend on it). */
-    uint32_t *fill = malloc(((size_t)n + 1) * sizeof(uint32_t));
-    if (fill == NULL) {
-        free(off);
-        free(out);
-        return -1;
+    for (uint32_t e = m; e-- > 0;) {
+        out[--off[key[e]]] = val[e];
     }
-    memcpy(fill, off, ((size_t)n + 1) * sizeof(uint32_t));
-    for (uint32_t e = 0; e < m; e++) {
-        out[fill[key[e]]++] = val[e];
-    }
-    free(fill);
+    off[n] = m;
     *off_out = off;
     *val_out = out;
     return 0;
@@ -72,15 +67,19 @@ static int
 graph__scc(const tgc_graph *g, const uint8_t *mask, uint32_t *scc, uint32_t *nscc)
 {
     const uint32_t n = g->n;
-    uint32_t *index = malloc((n ? n : 1) * sizeof(uint32_t));
-    uint32_t *low = malloc((n ? n : 1) * sizeof(uint32_t));
-    uint32_t *stack = malloc((n ? n : 1) * sizeof(uint32_t));    /* Tarjan's node stack */
-    uint32_t *call_v = malloc((n ? n : 1) * sizeof(uint32_t));   /* the explicit call stack */
-    uint32_t *call_e = malloc((n ? n : 1) * sizeof(uint32_t));   /* next edge to look at */
-    uint8_t *on_stack = calloc(n ? n : 1, 1);
-    if (!index || !low || !stack || !call_v || !call_e || !on_stack) {
-        goto error;
+    const size_t nn = n ? n : 1;
+    /* One block for the scratch arrays: small graphs are the common case, where the number of
+     * allocations, not their size, is the cost. */
+    uint32_t *index = malloc(nn * (5 * sizeof(uint32_t) + 1));
+    if (index == NULL) {
+        return -1;
     }
+    uint32_t *low = index + nn;
+    uint32_t *stack = low + nn;     /* Tarjan's node stack */
+    uint32_t *call_v = stack + nn;  /* the explicit call stack */
+    uint32_t *call_e = call_v + nn; /* next edge to look at */
+    uint8_t *on_stack = (uint8_t *)(call_e + nn);
+    memset(on_stack, 0, nn);
     for (uint32_t v = 0; v < n; v++) {
         index[v] = TGC_NONE;
         scc[v] = TGC_NONE;
@@ -137,11 +136,8 @@ graph__scc(const tgc_graph *g, const uint8_t *mask, uint32_t *scc, uint32_t *nsc
         }
     }
     *nscc = comps;
-    free(index); free(low); free(stack); free(call_v); free(call_e); free(on_stack);
+    free(index);
     return 0;
-error:
-    free(index); free(low); free(stack); free(call_v); free(call_e); free(on_stack);
-    return -1;
 }
 
 int
@@ -200,7 +196,10 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
     const uint32_t n = g->n;
     const size_t nn = n ? n : 1;
     uint8_t *reach = NULL, *anc = NULL;
-    uint32_t *order = NULL, *start = NULL, *queue = NULL, *parent = NULL, *uf = NULL;
+    uint32_t *order = NULL, *start = NULL, *fill = NULL, *queue = NULL, *parent = NULL, *uf = NULL;
+    /* Scratch in two blocks, one sized by nodes and one by components: a report's graph is
+     * usually a handful of nodes, where each allocation costs more than the work. */
+    uint32_t *node_tmp = NULL, *comp_tmp = NULL;
 
     memset(a, 0, sizeof(*a));
     a->scc = malloc(nn * sizeof(uint32_t));
@@ -213,23 +212,28 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
      * path from it to the tensor, consist of such nodes. Find them by walking in-edges back from
      * the targets, and leave everything else out of Tarjan (in a young collection that is most
      * of the garbage). */
-    anc = calloc(nn, 1);
-    queue = malloc(nn * sizeof(uint32_t));
-    if (anc == NULL || queue == NULL) {
+    node_tmp = malloc(nn * (4 * sizeof(uint32_t) + 1));
+    if (node_tmp == NULL) {
         goto error;
     }
+    queue = node_tmp;
+    order = queue + nn;
+    parent = order + nn;
+    uf = parent + nn;
+    anc = (uint8_t *)(uf + nn);  /* every entry set by graph__ancestors */
     graph__ancestors(g, is_target, anc, queue);
     if (graph__scc(g, anc, a->scc, &a->nscc) < 0) {
         goto error;
     }
     const size_t nc = a->nscc ? a->nscc : 1;
     a->cyclic = calloc(nc, 1);
-    reach = calloc(nc, 1);
-    start = calloc(nc + 1, sizeof(uint32_t));
-    order = malloc(nn * sizeof(uint32_t));
-    if (!a->cyclic || !reach || !start || !order) {
+    comp_tmp = calloc(1, (2 * nc + 1) * sizeof(uint32_t) + nc);  /* all zeroed */
+    if (!a->cyclic || !comp_tmp) {
         goto error;
     }
+    start = comp_tmp;
+    fill = start + nc + 1;
+    reach = (uint8_t *)(fill + nc);
 
     /* Nodes bucketed by component (counting sort), so components can be visited sinks first. */
     for (uint32_t v = 0; v < n; v++) {
@@ -243,18 +247,11 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
             a->cyclic[c] = 1;
         }
     }
-    {
-        uint32_t *fill = malloc(nc * sizeof(uint32_t));
-        if (fill == NULL) {
-            goto error;
+    memcpy(fill, start, nc * sizeof(uint32_t));
+    for (uint32_t v = 0; v < n; v++) {
+        if (a->scc[v] != TGC_NONE) {
+            order[fill[a->scc[v]]++] = v;
         }
-        memcpy(fill, start, nc * sizeof(uint32_t));
-        for (uint32_t v = 0; v < n; v++) {
-            if (a->scc[v] != TGC_NONE) {
-                order[fill[a->scc[v]]++] = v;
-            }
-        }
-        free(fill);
     }
     /* Self-loops make a one-node component cyclic; reach flows from successors (lower numbers). */
     for (uint32_t c = 0; c < a->nscc; c++) {
@@ -277,10 +274,6 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
 
     /* Multi-source BFS from every kept cycle: the BFS tree holds a shortest path from the
      * cycles to each target they reach. */
-    parent = malloc(nn * sizeof(uint32_t));
-    if (!parent) {
-        goto error;
-    }
     uint32_t head = 0, tail = 0;
     for (uint32_t v = 0; v < n; v++) {
         parent[v] = TGC_NONE;
@@ -315,10 +308,6 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
     }
 
     /* Groups: weakly connected components of the kept nodes (union-find). */
-    uf = malloc(nn * sizeof(uint32_t));
-    if (uf == NULL) {
-        goto error;
-    }
     for (uint32_t v = 0; v < n; v++) {
         uf[v] = v;
     }
@@ -355,10 +344,12 @@ tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a)
         a->group[v] = parent[r];
     }
 
-    free(reach); free(anc); free(order); free(start); free(queue); free(parent); free(uf);
+    free(node_tmp);
+    free(comp_tmp);
     return 0;
 error:
-    free(reach); free(anc); free(order); free(start); free(queue); free(parent); free(uf);
+    free(node_tmp);
+    free(comp_tmp);
     tgc_analysis_free(a);
     return -1;
 }

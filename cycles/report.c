@@ -125,6 +125,43 @@ report__may_dispatch(tgc_state *st, PyTypeObject *tp)
     return !disabled;
 }
 
+/* A device's type and index from its str(): torch writes str(device) as the type's name, then
+ * ":index" when it has one, and .type is that same name. Reading the cached str saves the
+ * .type getter, which builds its str through a C++ stream on every call. Returns 0 when the
+ * str has another form (the caller then asks the device). */
+static int
+report__parse_device(PyObject *device_s, char *type, size_t type_len, int *index)
+{
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(device_s, &n);
+    if (s == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *colon = memchr(s, ':', (size_t)n);
+    size_t name = colon ? (size_t)(colon - s) : (size_t)n;
+    if (name == 0 || name >= type_len) {
+        return 0;
+    }
+    int idx = -1;
+    if (colon != NULL) {
+        const char *d = colon + 1, *end = s + n;
+        if (d == end || end - d > 6 || (d[0] == '0' && end - d > 1)) {
+            return 0;
+        }
+        for (idx = 0; d < end; d++) {
+            if (*d < '0' || *d > '9') {
+                return 0;
+            }
+            idx = idx * 10 + (*d - '0');
+        }
+    }
+    memcpy(type, s, name);
+    type[name] = '\0';
+    *index = idx;
+    return 1;
+}
+
 static PyObject *
 report__get(PyObject *descr, PyObject *obj)
 {
@@ -135,6 +172,10 @@ report__get(PyObject *descr, PyObject *obj)
 typedef struct {
     PyObject *info;        /* new reference: the dict of CycleReport.tensors */
     PyObject *storage_key; /* new reference: (device str, storage data_ptr) for dedupe */
+    /* New references to the values of info the text is made of, so that writing a tensor's line
+     * looks nothing up; NULL exactly when info is. */
+    PyObject *shape, *dtype_s, *device_s, *type_name;
+    tgc_buf line;          /* "Tensor float32[4] on cpu (16 B)": made on first use (report__line) */
     char dev_type[32];
     int dev_index;
     unsigned long long nbytes;
@@ -176,11 +217,19 @@ report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
     dtype_s = dtype ? report__str(st, dtype) : NULL;
     device = dtype_s ? report__get(st->torch_get_device, t) : NULL;
     device_s = device ? report__str(st, device) : NULL;
-    dev_type = device_s ? PyObject_GetAttrString(device, "type") : NULL;
-    dev_index = dev_type ? PyObject_GetAttrString(device, "index") : NULL;
-    type_name = dev_index ? tgc_type_name(t) : NULL;
+    type_name = device_s ? tgc_type_name(t) : NULL;
     if (type_name == NULL) {
         goto error;
+    }
+    if (!report__parse_device(device_s, out->dev_type, sizeof(out->dev_type), &out->dev_index)) {
+        dev_type = PyObject_GetAttr(device, st->str_type);  /* interned names: no str made */
+        dev_index = dev_type ? PyObject_GetAttr(device, st->str_index) : NULL;
+        const char *dt = dev_index ? PyUnicode_AsUTF8(dev_type) : NULL;
+        if (dt == NULL) {
+            goto error;
+        }
+        snprintf(out->dev_type, sizeof(out->dev_type), "%s", dt);
+        out->dev_index = dev_index == Py_None ? -1 : (int)PyLong_AsLong(dev_index);
     }
     if (PyUnicode_Check(dtype_s) && PyUnicode_GET_LENGTH(dtype_s) > 6 &&
         PyUnicode_READ_CHAR(dtype_s, 5) == '.') {
@@ -213,13 +262,7 @@ report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
             }
         }
     }
-    const char *dt = PyUnicode_AsUTF8(dev_type);
-    if (dt == NULL) {
-        goto error;
-    }
-    snprintf(out->dev_type, sizeof(out->dev_type), "%s", dt);
-    out->dev_index = dev_index == Py_None ? -1 : (int)PyLong_AsLong(dev_index);
-    out->is_cuda = strcmp(dt, "cuda") == 0;
+    out->is_cuda = strcmp(out->dev_type, "cuda") == 0;
     out->nbytes = nbytes;
     out->storage_key = Py_BuildValue("(OK)", device_s, ptr);
     out->info = Py_BuildValue("{s:O,s:O,s:O,s:K,s:K,s:O,s:O}", "shape", shape, "dtype", dtype_s,
@@ -228,8 +271,12 @@ report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
     if (out->info == NULL || out->storage_key == NULL) {
         goto error;
     }
-    Py_DECREF(size); Py_DECREF(shape); Py_DECREF(dtype); Py_DECREF(dtype_s); Py_DECREF(device);
-    Py_DECREF(device_s); Py_DECREF(dev_type); Py_DECREF(dev_index); Py_DECREF(type_name);
+    out->shape = shape;  /* the references move to out */
+    out->dtype_s = dtype_s;
+    out->device_s = device_s;
+    out->type_name = type_name;
+    Py_DECREF(size); Py_DECREF(dtype); Py_DECREF(device); Py_XDECREF(dev_type);
+    Py_XDECREF(dev_index);
     return 0;
 error:
     Py_XDECREF(size); Py_XDECREF(shape); Py_XDECREF(dtype); Py_XDECREF(dtype_s);
@@ -238,6 +285,19 @@ error:
     Py_CLEAR(out->info);
     Py_CLEAR(out->storage_key);
     return -1;
+}
+
+/* Drops what report__tensor made (the struct stays usable: info NULL, no line). */
+static void
+report__tensor_clear(report_tensor *rt)
+{
+    Py_CLEAR(rt->info);
+    Py_CLEAR(rt->storage_key);
+    Py_CLEAR(rt->shape);
+    Py_CLEAR(rt->dtype_s);
+    Py_CLEAR(rt->device_s);
+    Py_CLEAR(rt->type_name);
+    tgc_buf_free(&rt->line);
 }
 
 /* 1 when the tensor passes the observer's device filter, 0 when not, -1 with an exception. */
@@ -420,6 +480,8 @@ typedef struct {
     uint8_t *draw;                   /* per node: drawn */
     uint32_t *owner;                 /* per node: TGC_NONE, or the node it is folded into */
     tgc_names *names;                /* per node, only for drawn nodes (else zeroed) */
+    PyObject **tname;                /* per node: new reference to its short type name, made on
+                                        first use (builder__tname), so drawn nodes only */
     drawn_edge *edges;
     size_t nedges, cap_edges;
     PyObject *unknown;               /* "?" */
@@ -427,6 +489,17 @@ typedef struct {
     group_info *groups;              /* by signature; representatives carry counts */
     uint32_t ngroups;
 } builder;
+
+/* Node v's short type name (tgc_type_name), made once per node: the node label, the edges list,
+ * the cycle and the hint all spell it. Borrowed, or NULL with an exception. */
+static PyObject *
+builder__tname(builder *b, uint32_t v)
+{
+    if (b->tname[v] == NULL) {
+        b->tname[v] = tgc_type_name(b->items[v]);
+    }
+    return b->tname[v];
+}
 
 static int
 builder__emit(builder *b, uint32_t s, uint32_t d, PyObject *label)
@@ -518,17 +591,32 @@ builder__emit_all(builder *b)
 /* ------------------------------------------------------------------------------------------ */
 /* Text: labels, a cycle per group, the fix hint                                               */
 
+/* A shape as the text shows it: str() of the tuple in brackets, (3, 4) -> [3, 4], (4,) -> [4],
+ * () -> []. Plain int dimensions, the usual case, are written directly; anything else (a
+ * symbolic size, a huge int) goes through str(), which gives the same for plain ints. */
 static void
-buf_tensor_line(tgc_buf *o, const report_tensor *rt)
+buf_shape(tgc_buf *o, PyObject *shape)
 {
-    PyObject *info = rt->info;
-    PyObject *shape = PyDict_GetItemString(info, "shape");
-    PyObject *s = shape ? PyObject_Str(shape) : NULL;
-    tgc_buf_pystr(o, PyDict_GetItemString(info, "type"), 0);
-    tgc_buf_puts(o, " ");
-    tgc_buf_pystr(o, PyDict_GetItemString(info, "dtype"), 0);
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    int plain = 1;
+    for (Py_ssize_t i = 0; i < nd && plain; i++) {
+        PyObject *d = PyTuple_GET_ITEM(shape, i);
+        int overflow = 0;
+        plain = PyLong_CheckExact(d) && (PyLong_AsLongLongAndOverflow(d, &overflow), !overflow);
+    }
+    if (plain) {
+        tgc_buf_puts(o, "[");
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            if (i > 0) {
+                tgc_buf_puts(o, ", ");
+            }
+            tgc_buf_int(o, PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i)));
+        }
+        tgc_buf_puts(o, "]");
+        return;
+    }
+    PyObject *s = PyObject_Str(shape);
     if (s != NULL) {
-        /* (3, 4) -> [3, 4]; () -> [] */
         Py_ssize_t n;
         const char *u = PyUnicode_AsUTF8AndSize(s, &n);
         if (u != NULL && n >= 2) {
@@ -539,21 +627,37 @@ buf_tensor_line(tgc_buf *o, const report_tensor *rt)
         Py_DECREF(s);
     }
     PyErr_Clear();
+}
+
+/* The tensor's line, "Tensor float32[4] on cpu (16 B)", for the node label and the text alike:
+ * made once, kept in rt->line. Borrowed; rt->info must be set. */
+static const tgc_buf *
+report__line(report_tensor *rt)
+{
+    tgc_buf *o = &rt->line;
+    if (o->len > 0 || o->oom) {
+        return o;
+    }
+    tgc_buf_pystr(o, rt->type_name, 0);
+    tgc_buf_puts(o, " ");
+    tgc_buf_pystr(o, rt->dtype_s, 0);
+    buf_shape(o, rt->shape);
     tgc_buf_puts(o, " on ");
-    tgc_buf_pystr(o, PyDict_GetItemString(info, "device"), 0);
+    tgc_buf_pystr(o, rt->device_s, 0);
     tgc_buf_puts(o, " (");
     tgc_buf_bytes(o, rt->nbytes);
     tgc_buf_puts(o, ")");
+    PyErr_Clear();
+    return o;
 }
 
 /* "Node.other" or "<lambda> closure self": how an edge reads in prose. */
 static void
 buf_edge_name(tgc_buf *o, builder *b, const drawn_edge *e)
 {
-    PyObject *tn = tgc_type_name(b->items[e->src]);
+    PyObject *tn = builder__tname(b, e->src);
     if (tn != NULL) {
         tgc_buf_pystr(o, tn, 0);
-        Py_DECREF(tn);
     }
     PyErr_Clear();
     Py_ssize_t n;
@@ -652,20 +756,18 @@ builder__hint(builder *b, const size_t *path, size_t len, tgc_buf *cyc, tgc_buf 
                            "points back to an owner and make it a weakref.ref");
         return;
     }
-    PyObject *t0 = tgc_type_name(b->items[b->edges[path[0]].src]);
+    PyObject *t0 = builder__tname(b, b->edges[path[0]].src);
     if (t0 != NULL) {
         tgc_buf_pystr(cyc, t0, 0);
-        Py_DECREF(t0);
     }
     for (size_t i = 0; i < len; i++) {
         const drawn_edge *e = &b->edges[path[i]];
-        PyObject *tn = tgc_type_name(b->items[e->dst]);
+        PyObject *tn = builder__tname(b, e->dst);
         tgc_buf_puts(cyc, " -");
         tgc_buf_pystr(cyc, e->label, 0);
         tgc_buf_puts(cyc, "-> ");
         if (tn != NULL) {
             tgc_buf_pystr(cyc, tn, 0);
-            Py_DECREF(tn);
         }
     }
     PyErr_Clear();
@@ -758,13 +860,13 @@ static void
 dot_node(tgc_buf *o, builder *b, uint32_t v)
 {
     PyObject *obj = b->items[v];
-    tgc_buf_printf(o, "  n%u [label=\"", v);
+    tgc_buf_puts(o, "  n");
+    tgc_buf_uint(o, v);
+    tgc_buf_puts(o, " [label=\"");
     if (b->ts[v].info != NULL) {
         PyObject *info = b->ts[v].info;
-        tgc_buf buf = {0};
-        buf_tensor_line(&buf, &b->ts[v]);
-        tgc_buf_dot(o, buf.data ? buf.data : "", buf.len);
-        tgc_buf_free(&buf);
+        const tgc_buf *line = report__line(&b->ts[v]);
+        tgc_buf_dot(o, line->data ? line->data : "", line->len);
         tgc_buf_dot(o, "\n", 1);
         PyObject *stack = PyDict_GetItemString(info, "stack");
         if (stack != NULL && stack != Py_None) {
@@ -800,7 +902,7 @@ dot_node(tgc_buf *o, builder *b, uint32_t v)
                         "penwidth=2];\n");
         return;
     }
-    PyObject *tn = tgc_type_name(obj);
+    PyObject *tn = builder__tname(b, v);
     PyObject *desc = tn ? tgc_describe(obj) : NULL;
     if (desc == NULL) {
         PyErr_Clear();
@@ -827,7 +929,6 @@ dot_node(tgc_buf *o, builder *b, uint32_t v)
     }
     tgc_buf_puts(o, "];\n");
     PyErr_Clear();
-    Py_XDECREF(tn);
     Py_XDECREF(desc);
 }
 
@@ -843,11 +944,16 @@ builder_free(builder *b)
     }
     if (b->ts != NULL) {
         for (uint32_t v = 0; v < b->n; v++) {
-            Py_XDECREF(b->ts[v].info);
-            Py_XDECREF(b->ts[v].storage_key);
+            report__tensor_clear(&b->ts[v]);
+        }
+    }
+    if (b->tname != NULL) {
+        for (uint32_t v = 0; v < b->n; v++) {
+            Py_XDECREF(b->tname[v]);
         }
     }
     PyMem_Free(b->names);
+    PyMem_Free(b->tname);
     PyMem_Free(b->ts);
     PyMem_Free(b->edges);
     free(b->is_target);
@@ -904,8 +1010,7 @@ builder__tensors(builder *b, const tgc_filter *f)
             found = 1;
         }
         else {
-            Py_CLEAR(b->ts[i].info);
-            Py_CLEAR(b->ts[i].storage_key);
+            report__tensor_clear(&b->ts[i]);
         }
     }
     if (ctx != NULL) {
@@ -960,8 +1065,7 @@ builder__groups(builder *b)
         group_info *gi = &b->groups[k];
         uint64_t h = (uint64_t)(uintptr_t)Py_TYPE(b->items[v]);
         if (b->ts[v].info != NULL && (b->a.role[v] & TGC_ROLE_TARGET)) {
-            PyObject *shape = PyDict_GetItemString(b->ts[v].info, "shape");
-            Py_hash_t sh = shape ? PyObject_Hash(shape) : 0;
+            Py_hash_t sh = PyObject_Hash(b->ts[v].shape);
             h ^= mix1((uint64_t)sh) ^ (uint64_t)b->ts[v].nbytes;
             gi->targets++;
             gi->nbytes += b->ts[v].nbytes;
@@ -1014,6 +1118,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     builder b;
     memset(&b, 0, sizeof(b));
     tgc_buf dot = {0}, text = {0}, table = {0};
+    tgc_buf scratch = {0}, cyc = {0}, hint = {0};  /* reused: a DOT title, a group's cycle/hint */
     PyObject *result = NULL, *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
     PyObject *seen = NULL;
     uint32_t *elided = NULL;
@@ -1036,8 +1141,10 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     b.draw = calloc(b.n, 1);
     b.owner = malloc(b.n * sizeof(uint32_t));
     b.names = PyMem_Calloc(b.n, sizeof(tgc_names));
+    b.tname = PyMem_Calloc(b.n, sizeof(PyObject *));
     b.unknown = PyUnicode_FromString("?");
-    if (!b.items || !b.is_target || !b.ts || !b.draw || !b.owner || !b.names || !b.unknown) {
+    if (!b.items || !b.is_target || !b.ts || !b.draw || !b.owner || !b.names || !b.tname ||
+        !b.unknown) {
         PyErr_NoMemory();
         goto error;
     }
@@ -1132,7 +1239,11 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         }
     }
 
-    /* DOT */
+    /* DOT. The three buffers start at the size of a one-leak report (about 1 KB of DOT, half
+     * that of text and of table), so the common case never regrows them. */
+    tgc_buf_reserve(&dot, 2000);
+    tgc_buf_reserve(&text, 1000);
+    tgc_buf_reserve(&table, 1000);
     tgc_buf_puts(&dot, "digraph tensorgc {\n"
                        "  graph [rankdir=LR, fontname=\"Helvetica\", fontsize=11, nodesep=0.25, "
                        "ranksep=0.45, bgcolor=\"white\"];\n"
@@ -1145,19 +1256,23 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         if (!gi->drawn) {
             continue;
         }
-        tgc_buf_printf(&dot, "  subgraph cluster_%u {\n    label=\"", k);
-        tgc_buf title = {0};
-        tgc_buf_printf(&title, "#%u: ", k + 1);
+        tgc_buf_puts(&dot, "  subgraph cluster_");
+        tgc_buf_uint(&dot, k);
+        tgc_buf_puts(&dot, " {\n    label=\"");
+        tgc_buf *title = &scratch;  /* written plain, then escaped into the label */
+        tgc_buf_reset(title);
+        tgc_buf_puts(title, "#");
+        tgc_buf_uint(title, k + 1);
+        tgc_buf_puts(title, ": ");
         if (gi->count > 1) {
-            tgc_buf_count(&title, gi->count);
-            tgc_buf_puts(&title, " identical leaks, one drawn; ");
+            tgc_buf_count(title, gi->count);
+            tgc_buf_puts(title, " identical leaks, one drawn; ");
         }
-        tgc_buf_count(&title, gi->nodes);
-        tgc_buf_puts(&title, gi->count > 1 ? " objects each, " : " objects, ");
-        tgc_buf_bytes(&title, gi->total_bytes);
-        tgc_buf_puts(&title, " held");
-        tgc_buf_dot(&dot, title.data ? title.data : "", title.len);
-        tgc_buf_free(&title);
+        tgc_buf_count(title, gi->nodes);
+        tgc_buf_puts(title, gi->count > 1 ? " objects each, " : " objects, ");
+        tgc_buf_bytes(title, gi->total_bytes);
+        tgc_buf_puts(title, " held");
+        tgc_buf_dot(&dot, title->data ? title->data : "", title->len);
         tgc_buf_puts(&dot, "\"; style=\"rounded,dashed\"; color=\"#90a4ae\"; fontcolor=\"#37474f\";\n");
         for (uint32_t v = 0; v < b.n; v++) {
             if (b.draw[v] && b.owner[v] == TGC_NONE && b.a.group[v] == gi->group) {
@@ -1198,7 +1313,9 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
             }
             Py_XDECREF(counts);
             PyErr_Clear();
-            tgc_buf_printf(&dot, "    more%u [label=\"", k);
+            tgc_buf_puts(&dot, "    more");
+            tgc_buf_uint(&dot, k);
+            tgc_buf_puts(&dot, " [label=\"");
             tgc_buf_dot(&dot, more.data ? more.data : "", more.len);
             tgc_buf_puts(&dot, "\", style=\"rounded,dashed\", fillcolor=\"white\"];\n");
             tgc_buf_free(&more);
@@ -1217,25 +1334,38 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
                     in |= !b.draw[b.g.in_src[e]];
                 }
                 if (out) {
-                    tgc_buf_printf(&dot, "  n%u -> more%u [style=dashed];\n", v, k);
+                    tgc_buf_puts(&dot, "  n");
+                    tgc_buf_uint(&dot, v);
+                    tgc_buf_puts(&dot, " -> more");
+                    tgc_buf_uint(&dot, k);
+                    tgc_buf_puts(&dot, " [style=dashed];\n");
                 }
                 if (in) {
-                    tgc_buf_printf(&dot, "  more%u -> n%u [style=dashed];\n", k, v);
+                    tgc_buf_puts(&dot, "  more");
+                    tgc_buf_uint(&dot, k);
+                    tgc_buf_puts(&dot, " -> n");
+                    tgc_buf_uint(&dot, v);
+                    tgc_buf_puts(&dot, " [style=dashed];\n");
                 }
             }
         }
     }
     for (size_t e = 0; e < b.nedges; e++) {
         drawn_edge *de = &b.edges[e];
-        tgc_buf_printf(&dot, "  n%u -> n%u [label=\"", de->src, de->dst);
+        tgc_buf_puts(&dot, "  n");
+        tgc_buf_uint(&dot, de->src);
+        tgc_buf_puts(&dot, " -> n");
+        tgc_buf_uint(&dot, de->dst);
+        tgc_buf_puts(&dot, " [label=\"");
         tgc_buf_pystr(&dot, de->label, 'd');
         tgc_buf_puts(&dot, "\"");
         if (b.is_target[de->dst]) {
             tgc_buf_puts(&dot, ", color=\"#c62828\", fontcolor=\"#c62828\"");
         }
         tgc_buf_puts(&dot, "];\n");
-        PyObject *tup = Py_BuildValue("(NON)", tgc_type_name(b.items[de->src]), de->label,
-                                      tgc_type_name(b.items[de->dst]));
+        PyObject *src_t = builder__tname(&b, de->src);
+        PyObject *dst_t = src_t ? builder__tname(&b, de->dst) : NULL;
+        PyObject *tup = dst_t ? PyTuple_Pack(3, src_t, de->label, dst_t) : NULL;
         if (tup == NULL || PyList_Append(edges, tup) < 0) {
             Py_XDECREF(tup);
             goto error;
@@ -1245,7 +1375,9 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     tgc_buf_puts(&dot, "}\n");
 
     /* Text and groups */
-    tgc_buf_printf(&text, "tensorgc: garbage collection (generation %d) found ", generation);
+    tgc_buf_puts(&text, "tensorgc: garbage collection (generation ");
+    tgc_buf_int(&text, generation);
+    tgc_buf_puts(&text, ") found ");
     tgc_buf_count(&text, b.a.kept);
     tgc_buf_puts(&text, " objects in reference cycles keeping ");
     tgc_buf_count(&text, ntensors);
@@ -1256,7 +1388,9 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
                          "<th>tensors</th><th>held</th><th>cycle</th><th>fix</th></tr>\n");
     for (uint32_t k = 0; k < b.ngroups; k++) {
         group_info *gi = &b.groups[k];
-        tgc_buf cyc = {0}, hint = {0}, line = {0};
+        tgc_buf *line = &text;  /* the group's lines go straight into the text */
+        tgc_buf_reset(&cyc);
+        tgc_buf_reset(&hint);
         size_t path[64];
         size_t len = gi->drawn ? builder__cycle(&b, gi->group, path, 64) : 0;
         if (gi->drawn) {
@@ -1265,26 +1399,28 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         else {
             tgc_buf_puts(&hint, "not drawn (the page shows the largest leaks first)");
         }
-        tgc_buf_printf(&line, "  #%u ", k + 1);
+        tgc_buf_puts(line, "  #");
+        tgc_buf_uint(line, k + 1);
+        tgc_buf_puts(line, " ");
         if (gi->count > 1) {
-            tgc_buf_puts(&line, "\xc3\x97");
-            tgc_buf_count(&line, gi->count);
-            tgc_buf_puts(&line, " ");
+            tgc_buf_puts(line, "\xc3\x97");
+            tgc_buf_count(line, gi->count);
+            tgc_buf_puts(line, " ");
         }
-        tgc_buf_puts(&line, "cycle ");
+        tgc_buf_puts(line, "cycle ");
         if (cyc.len > 0) {
-            tgc_buf_add(&line, cyc.data, cyc.len);
+            tgc_buf_add(line, cyc.data, cyc.len);
         }
         else {
-            tgc_buf_puts(&line, "(too large to spell out)");
+            tgc_buf_puts(line, "(too large to spell out)");
         }
-        tgc_buf_puts(&line, " (");
-        tgc_buf_count(&line, gi->nodes);
-        tgc_buf_puts(&line, gi->count > 1 ? " objects each) holds " : " objects) holds ");
-        tgc_buf_count(&line, gi->targets);
-        tgc_buf_puts(&line, gi->targets == 1 ? " tensor" : " tensors");
+        tgc_buf_puts(line, " (");
+        tgc_buf_count(line, gi->nodes);
+        tgc_buf_puts(line, gi->count > 1 ? " objects each) holds " : " objects) holds ");
+        tgc_buf_count(line, gi->targets);
+        tgc_buf_puts(line, gi->targets == 1 ? " tensor" : " tensors");
         if (gi->count > 1) {
-            tgc_buf_puts(&line, " each");
+            tgc_buf_puts(line, " each");
         }
         /* the largest tensor of the representative */
         uint32_t best = TGC_NONE;
@@ -1295,16 +1431,17 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
             }
         }
         if (best != TGC_NONE) {
-            tgc_buf_puts(&line, gi->targets > 1 ? ", largest " : ": ");
-            buf_tensor_line(&line, &b.ts[best]);
+            tgc_buf_puts(line, gi->targets > 1 ? ", largest " : ": ");
+            tgc_buf_append(line, report__line(&b.ts[best]));
         }
-        tgc_buf_puts(&line, "; ");
-        tgc_buf_bytes(&line, gi->total_bytes);
-        tgc_buf_puts(&line, " in all\n      fix: ");
-        tgc_buf_add(&line, hint.data ? hint.data : "", hint.len);
-        tgc_buf_puts(&line, "\n");
-        tgc_buf_add(&text, line.data ? line.data : "", line.len);
-        tgc_buf_printf(&table, "<tr><td class=\"num\">%u</td><td class=\"num\">", k + 1);
+        tgc_buf_puts(line, "; ");
+        tgc_buf_bytes(line, gi->total_bytes);
+        tgc_buf_puts(line, " in all\n      fix: ");
+        tgc_buf_add(line, hint.data ? hint.data : "", hint.len);
+        tgc_buf_puts(line, "\n");
+        tgc_buf_puts(&table, "<tr><td class=\"num\">");
+        tgc_buf_uint(&table, k + 1);
+        tgc_buf_puts(&table, "</td><td class=\"num\">");
         tgc_buf_count(&table, gi->count);
         tgc_buf_puts(&table, "</td><td class=\"num\">");
         tgc_buf_count(&table, gi->nodes);
@@ -1325,9 +1462,6 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
                                              "nbytes", gi->total_bytes, "hint", hint_s,
                                              "cycle", cyc_s, "drawn", gi->drawn ? Py_True : Py_False)
                              : NULL;
-        tgc_buf_free(&cyc);
-        tgc_buf_free(&hint);
-        tgc_buf_free(&line);
         if (gd == NULL || PyList_Append(groups, gd) < 0 || PyList_Append(hints, hint_s) < 0) {
             Py_XDECREF(gd);
             Py_XDECREF(hint_s);
@@ -1373,6 +1507,9 @@ error:
     tgc_buf_free(&dot);
     tgc_buf_free(&text);
     tgc_buf_free(&table);
+    tgc_buf_free(&scratch);
+    tgc_buf_free(&cyc);
+    tgc_buf_free(&hint);
     Py_XDECREF(tensors);
     Py_XDECREF(groups);
     Py_XDECREF(edges);

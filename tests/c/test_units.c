@@ -93,6 +93,84 @@ test_escapes(void)
     tgc_buf_free(&b);
 }
 
+/* The hand-written number formats print what printf did before them. */
+static void
+test_numbers(void)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; i < 200000; i++) {
+        uint64_t n;
+        if (i < 4096) {
+            n = (uint64_t)i;
+        }
+        else if (i < 8192) {
+            /* around every power of two and the round-to-tenths ties of each unit */
+            int sh = (i / 8) % 64;
+            n = ((1ULL << sh) + (uint64_t)(i % 8) - 4) & ((i / 512) % 2 ? ~0ULL : (1ULL << 60) - 1);
+        }
+        else if (i < 100000) {
+            /* exact halves of a tenth: printf rounds them to even */
+            uint64_t q = (uint64_t)(i - 8192) / 3, u = 1 + q % 5;
+            uint64_t v = (2 * (q * 5 + 2) + 1) * (1ULL << (10 * u - 1)) / 10;
+            n = v + (uint64_t)(i % 3) - 1;
+        }
+        else {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            n = x >> (x % 64);
+        }
+        char want[64];
+        if (n < 1024) {
+            snprintf(want, sizeof(want), "%llu B", (unsigned long long)n);
+        }
+        else {
+            double v = (double)n;
+            int u = 0;
+            while (v >= 1024.0 && u < 5) {
+                v /= 1024.0;
+                u++;
+            }
+            snprintf(want, sizeof(want), "%.1f %s", v, units[u]);
+        }
+        tgc_buf b = {0};
+        tgc_buf_bytes(&b, n);
+        CHECK_STR(b, want);
+        tgc_buf_free(&b);
+        snprintf(want, sizeof(want), "%llu", (unsigned long long)n);
+        tgc_buf_uint(&b, n);
+        CHECK_STR(b, want);
+        tgc_buf_free(&b);
+        snprintf(want, sizeof(want), "%lld", (long long)n);
+        tgc_buf_int(&b, (int64_t)n);
+        CHECK_STR(b, want);
+        tgc_buf_free(&b);
+    }
+    tgc_buf b = {0};
+    tgc_buf_count(&b, 0);
+    tgc_buf_puts(&b, "|");
+    tgc_buf_count(&b, 999);
+    tgc_buf_puts(&b, "|");
+    tgc_buf_count(&b, 1000);
+    tgc_buf_puts(&b, "|");
+    tgc_buf_count(&b, UINT64_MAX);
+    CHECK_STR(b, "0|999|1,000|18,446,744,073,709,551,615");
+    tgc_buf_free(&b);
+    /* escapers: runs copied in bulk, empty input allocates nothing */
+    tgc_buf_dot(&b, "", 0);
+    tgc_buf_html(&b, "", 0);
+    CHECK(b.data == NULL);
+    static const char dot_in[] = "\x01\x7f plain & \"q\" end\\";
+    tgc_buf_dot(&b, dot_in, sizeof(dot_in) - 1);
+    CHECK_STR(b, " plain &amp; \\\"q\\\" end\\\\");
+    tgc_buf_free(&b);
+    static const char html_in[] = "a\tb\x7f<i>\x02'z'";
+    tgc_buf_html(&b, html_in, sizeof(html_in) - 1);
+    CHECK_STR(b, "a\tb\x7f&lt;i&gt;&#39;z&#39;");
+    tgc_buf_free(&b);
+}
+
 static void
 test_render(void)
 {
@@ -215,6 +293,7 @@ main(void)
     test_ring(1000);
     test_ring(200000);
     test_escapes();
+    test_numbers();
     test_render();
     test_lineprof();
     if (failures) {

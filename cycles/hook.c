@@ -377,8 +377,7 @@ hook__wanted(tgc_state *st, PyObject *info)
     else if (st->island_on) {
         verdict = tgc_young_island(tensor, gen, &st->island);
         if (verdict == TGC_YOUNG_ISLAND) {
-            st->island_used++;
-            return 0;  /* the collector runs alone; "stop" reports the island */
+            return 0;  /* the collector runs alone; "stop" reports the island (hook__start) */
         }
         st->island_fallback += verdict == TGC_YOUNG_ARM && gen < 2;
     }
@@ -422,12 +421,12 @@ hook__start(tgc_state *st, PyObject *info)
     }
     if (st->island != NULL) {
         if (flags == 0) {
+            st->island_used++;
             return;  /* "stop" reports the island */
         }
         /* The user's own debug flags (DEBUG_SAVEALL, DEBUG_COLLECTABLE...) are about what the
          * collector sees as garbage: it must see the island too. */
         Py_CLEAR(st->island);
-        st->island_used--;
         st->island_fallback++;
         st->young_armed++;
     }
@@ -1114,46 +1113,6 @@ hook__deliver(tgc_state *st, PyObject *objs, int generation, Py_ssize_t garbage_
     Py_DECREF(objs);
 }
 
-/* Whether the island "start" took (young.c) is still one: Python code that ran during the
- * collection (finalizers and weakref callbacks of other garbage) could only have reached it
- * through gc.get_objects() and the like, but then its references no longer add up. Our list
- * holds one reference to each member. */
-static int
-hook__island_exact(PyObject *objs)
-{
-    Py_ssize_t n = PyList_GET_SIZE(objs);
-    PyObject **items = PySequence_Fast_ITEMS(objs);
-    tgc_ptrmap map;
-    free_ctx c = {0};
-    int exact = 0;
-    if (tgc_ptrmap_init(&map, (size_t)n) < 0) {
-        return 0;
-    }
-    c.map = &map;
-    c.internal = calloc((size_t)n, sizeof(uint32_t));
-    if (c.internal == NULL) {
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (tgc_ptrmap_put(&map, items[i], (uint32_t)i) != (uint32_t)i) {
-            goto done;  /* young.c lists each member once */
-        }
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        hook__traverse(items[i], free__count, &c);
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if ((size_t)Py_REFCNT(items[i]) != c.internal[i] + 1 || !tgc_young_plain(items[i])) {
-            goto done;
-        }
-    }
-    exact = 1;
-done:
-    tgc_ptrmap_free(&map);
-    free(c.internal);
-    return exact;
-}
-
 /* "stop" after "start" found an island: the collector ran alone on everything else, and the
  * island, kept alive by our list, is this collection's tensor-holding garbage. */
 static void
@@ -1163,7 +1122,7 @@ hook__island_stop(tgc_state *st, PyObject *info)
     st->island = NULL;
     Py_ssize_t ncol = hook__info_count(info, "collected");
     Py_ssize_t total = PyList_GET_SIZE(objs) + (ncol > 0 ? ncol : 0);
-    int check = !hook__island_exact(objs);
+    int check = !tgc_young_island_exact(objs);
     hook__deliver(st, objs, hook__info_generation(st, info), total, check, NULL);
 }
 

@@ -699,21 +699,34 @@ PyDoc_STRVAR(young_scan_doc,
 "was built for). Returns {'available', 'enabled', 'skipped', 'armed'}: the last two count the "
 "collections that ran without the detector and those it armed since import.");
 
+/* A switch that can only be turned on where the pre-scan's layout check passed. Returns -1 with
+ * an exception set, else 0 after applying args (if any) to *field. */
+static int
+module__young_switch(tgc_state *st, const char *name, PyObject *const *args, Py_ssize_t nargs,
+                     int *field)
+{
+    int on = 0, given = module__switch(name, args, nargs, &on);
+    if (given < 0) {
+        return -1;
+    }
+    if (given) {
+        if (on && !st->young_ok) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "%s: the young-generation pre-scan is not available on this interpreter",
+                         name);
+            return -1;
+        }
+        *field = on;
+    }
+    return 0;
+}
+
 static PyObject *
 young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    int on = 0, given = module__switch("_young_scan", args, nargs, &on);
-    if (given < 0) {
+    if (module__young_switch(st, "_young_scan", args, nargs, &st->young_scan) < 0) {
         return NULL;
-    }
-    if (given) {
-        if (on && !st->young_ok) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "the young-generation pre-scan is not available on this interpreter");
-            return NULL;
-        }
-        st->young_scan = on;
     }
     return Py_BuildValue("{s:O,s:O,s:K,s:K}", "available", st->young_ok ? Py_True : Py_False,
                          "enabled", st->young_scan ? Py_True : Py_False,
@@ -731,17 +744,8 @@ static PyObject *
 young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    int on = 0, given = module__switch("_young_island", args, nargs, &on);
-    if (given < 0) {
+    if (module__young_switch(st, "_young_island", args, nargs, &st->island_on) < 0) {
         return NULL;
-    }
-    if (given) {
-        if (on && !st->young_ok) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "islands need the young-generation pre-scan, not available here");
-            return NULL;
-        }
-        st->island_on = on;
     }
     return Py_BuildValue("{s:O,s:K,s:K}", "enabled", st->island_on ? Py_True : Py_False,
                          "used", st->island_used, "fallback", st->island_fallback);

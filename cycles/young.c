@@ -324,6 +324,53 @@ island__count(PyObject *o, void *arg)
     return 0;
 }
 
+/* Counts the references from members to members into c->internal; 1 when every member's
+ * refcount is explained by them plus `extra` (references the caller holds), and every member is
+ * tgc_young_plain. Runs no Python code. */
+static int
+island__exact(island_ctx *c, size_t extra)
+{
+    for (uint32_t i = 0; i < c->n; i++) {
+        PyObject *op = c->items[i];
+        (void)Py_TYPE(op)->tp_traverse(op, island__count, c);
+    }
+    for (uint32_t i = 0; i < c->n; i++) {
+        if ((size_t)Py_REFCNT(c->items[i]) != c->internal[i] + extra ||
+            !tgc_young_plain(c->items[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int
+tgc_young_island_exact(PyObject *list)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    island_ctx c;
+    memset(&c, 0, sizeof(c));
+    int exact = 0;
+    if (n <= 0 || n > TGC_ISLAND_MAX || tgc_ptrmap_init(&c.map, (size_t)n) < 0) {
+        return 0;
+    }
+    c.items = PySequence_Fast_ITEMS(list);  /* borrowed: the list owns them */
+    c.internal = calloc((size_t)n, sizeof(uint32_t));
+    if (c.internal == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (tgc_ptrmap_put(&c.map, c.items[i], (uint32_t)i) != (uint32_t)i) {
+            goto done;  /* tgc_young_island lists each member once */
+        }
+    }
+    c.n = (uint32_t)n;
+    exact = island__exact(&c, 1);
+done:
+    tgc_ptrmap_free(&c.map);
+    free(c.internal);
+    return exact;
+}
+
 int
 tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island)
 {
@@ -378,14 +425,7 @@ tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island)
      *    collector's own test finds garbage: then it is unreachable, and so is nothing else's
      *    business. Anything else (a live tensor, garbage pointing in from outside) is the armed
      *    path's to sort out. */
-    int is_island = !c.overflow;
-    for (uint32_t i = 0; i < c.n && is_island; i++) {
-        PyObject *op = c.items[i];
-        (void)Py_TYPE(op)->tp_traverse(op, island__count, &c);
-    }
-    for (uint32_t i = 0; i < c.n && is_island; i++) {
-        is_island = (size_t)Py_REFCNT(c.items[i]) == c.internal[i] && tgc_young_plain(c.items[i]);
-    }
+    int is_island = !c.overflow && island__exact(&c, 0);
     /* Seeds were listed in list order; members the closure added need the walk to be placed. */
     if (is_island && c.n > nseeds) {
         is_island = island__unmark_ordered(generation, &c.map, c.items) == c.n;
@@ -428,6 +468,13 @@ tgc_young_may_hold(PyTypeObject *tensor, int generation)
     (void)tensor;
     (void)generation;
     return 1;
+}
+
+int
+tgc_young_island_exact(PyObject *list)
+{
+    (void)list;
+    return 0;
 }
 
 int

@@ -32,6 +32,12 @@ enum { TGC_YOUNG_NONE = 0, TGC_YOUNG_ARM = 1, TGC_YOUNG_ISLAND = 2 };
 #define TGC_ISLAND_MAX 1024
 int tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island);
 
+/* Whether an island tgc_young_island returned is still one after the collection ran: every
+ * member's references still come from members, plus the one the list holds, and every member is
+ * still tgc_young_plain. Python code that ran meanwhile (finalizers, weakref callbacks) could only
+ * have reached it through gc.get_objects() and the like. */
+int tgc_young_island_exact(PyObject *list);
+
 /* Whether op needs none of what the collector does to garbage before clearing it: no pending
  * finalizer (tp_finalize not yet run, legacy tp_del), no weak references to it, not a type. */
 int tgc_young_plain(PyObject *op);

@@ -858,6 +858,12 @@ module_exec(PyObject *module)
         !st->str_data_ptr) {
         return -1;
     }
+    static const char *const key_names[TGC_KEY_COUNT] = TGC_KEY_NAMES;
+    for (int i = 0; i < TGC_KEY_COUNT; i++) {
+        if ((st->keys[i] = PyUnicode_InternFromString(key_names[i])) == NULL) {
+            return -1;
+        }
+    }
     if (tgc_lineprof_exec(module, st) < 0 ||
         PyModule_AddFunctions(module, tgc_lineprof_methods) < 0) {
         return -1;
@@ -909,6 +915,10 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->str_index);
     Py_VISIT(st->str_nbytes);
     Py_VISIT(st->str_data_ptr);
+    for (int i = 0; i < TGC_KEY_COUNT; i++) {
+        Py_VISIT(st->keys[i]);
+    }
+    Py_VISIT(st->str_data_ptr);
     return tgc_lineprof_traverse(st, visit, arg);
 }
 
@@ -948,6 +958,9 @@ module_clear(PyObject *module)
     Py_CLEAR(st->str_index);
     Py_CLEAR(st->str_nbytes);
     Py_CLEAR(st->str_data_ptr);
+    for (int i = 0; i < TGC_KEY_COUNT; i++) {
+        Py_CLEAR(st->keys[i]);
+    }
     tgc_lineprof_clear(st);
     return 0;
 }

@@ -203,6 +203,31 @@ report__storage(tgc_state *st, PyObject *t, unsigned long long *nbytes, unsigned
     return PyErr_Occurred() ? -1 : 0;
 }
 
+/* A new dict of n entries keys[i] -> vals[i] (the keys borrowed, interned; the values new
+ * references, stolen, NULL where making one failed); NULL with an exception set. Py_BuildValue
+ * would make every key string again for every tensor and group. */
+static PyObject *
+report__dict(PyObject *const *keys, PyObject **vals, int n)
+{
+    PyObject *d = NULL;
+    for (int i = 0; i < n; i++) {
+        if (vals[i] == NULL) {
+            goto done;
+        }
+    }
+    d = tgc_compat_dict_presized(n);
+    for (int i = 0; d != NULL && i < n; i++) {
+        if (PyDict_SetItem(d, keys[i], vals[i]) < 0) {
+            Py_CLEAR(d);
+        }
+    }
+done:
+    for (int i = 0; i < n; i++) {
+        Py_XDECREF(vals[i]);
+    }
+    return d;
+}
+
 static int
 report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
 {
@@ -264,10 +289,19 @@ report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
     }
     out->is_cuda = strcmp(out->dev_type, "cuda") == 0;
     out->nbytes = nbytes;
-    out->storage_key = Py_BuildValue("(OK)", device_s, ptr);
-    out->info = Py_BuildValue("{s:O,s:O,s:O,s:K,s:K,s:O,s:O}", "shape", shape, "dtype", dtype_s,
-                              "device", device_s, "nbytes", nbytes, "data_ptr", ptr,
-                              "stack", Py_None, "type", type_name);
+    PyObject *ptr_o = PyLong_FromUnsignedLongLong(ptr);  /* new reference */
+    out->storage_key = ptr_o ? PyTuple_Pack(2, device_s, ptr_o) : NULL;
+    Py_XDECREF(ptr_o);
+    {
+        PyObject *const keys[] = {st->keys[TGC_KEY_SHAPE], st->keys[TGC_KEY_DTYPE],
+                                  st->keys[TGC_KEY_DEVICE], st->keys[TGC_KEY_NBYTES],
+                                  st->keys[TGC_KEY_DATA_PTR], st->keys[TGC_KEY_STACK],
+                                  st->keys[TGC_KEY_TYPE]};
+        PyObject *vals[] = {Py_NewRef(shape), Py_NewRef(dtype_s), Py_NewRef(device_s),
+                            PyLong_FromUnsignedLongLong(nbytes), PyLong_FromUnsignedLongLong(ptr),
+                            Py_NewRef(Py_None), Py_NewRef(type_name)};
+        out->info = report__dict(keys, vals, 7);
+    }
     if (out->info == NULL || out->storage_key == NULL) {
         goto error;
     }
@@ -868,7 +902,7 @@ dot_node(tgc_buf *o, builder *b, uint32_t v)
         const tgc_buf *line = report__line(&b->ts[v]);
         tgc_buf_dot(o, line->data ? line->data : "", line->len);
         tgc_buf_dot(o, "\n", 1);
-        PyObject *stack = PyDict_GetItemString(info, "stack");
+        PyObject *stack = PyDict_GetItem(info, b->st->keys[TGC_KEY_STACK]);  /* borrowed */
         if (stack != NULL && stack != Py_None) {
             /* the first lines on the node, all of it in the tooltip */
             Py_ssize_t n;
@@ -1457,11 +1491,19 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
 
         PyObject *hint_s = buf_to_str(&hint);
         PyObject *cyc_s = hint_s ? buf_to_str(&cyc) : NULL;
-        PyObject *gd = cyc_s ? Py_BuildValue("{s:I,s:I,s:I,s:K,s:O,s:O,s:O}", "count", gi->count,
-                                             "objects", gi->nodes, "tensors", gi->total_targets,
-                                             "nbytes", gi->total_bytes, "hint", hint_s,
-                                             "cycle", cyc_s, "drawn", gi->drawn ? Py_True : Py_False)
-                             : NULL;
+        PyObject *gd = NULL;
+        if (cyc_s != NULL) {
+            PyObject *const keys[] = {st->keys[TGC_KEY_COUNT_], st->keys[TGC_KEY_OBJECTS],
+                                      st->keys[TGC_KEY_TENSORS], st->keys[TGC_KEY_NBYTES],
+                                      st->keys[TGC_KEY_HINT], st->keys[TGC_KEY_CYCLE],
+                                      st->keys[TGC_KEY_DRAWN]};
+            PyObject *vals[] = {PyLong_FromUnsignedLong(gi->count),
+                                PyLong_FromUnsignedLong(gi->nodes),
+                                PyLong_FromUnsignedLong(gi->total_targets),
+                                PyLong_FromUnsignedLongLong(gi->total_bytes), Py_NewRef(hint_s),
+                                Py_NewRef(cyc_s), Py_NewRef(gi->drawn ? Py_True : Py_False)};
+            gd = report__dict(keys, vals, 7);
+        }
         if (gd == NULL || PyList_Append(groups, gd) < 0 || PyList_Append(hints, hint_s) < 0) {
             Py_XDECREF(gd);
             Py_XDECREF(hint_s);

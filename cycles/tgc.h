@@ -44,6 +44,15 @@ typedef struct {
     int generation;
 } tgc_report;
 
+/* The keys of tgc_state.keys, in the order of TGC_KEY_NAMES. */
+enum {
+    TGC_KEY_SHAPE, TGC_KEY_DTYPE, TGC_KEY_DEVICE, TGC_KEY_NBYTES, TGC_KEY_DATA_PTR, TGC_KEY_STACK,
+    TGC_KEY_TYPE, TGC_KEY_COUNT_, TGC_KEY_OBJECTS, TGC_KEY_TENSORS, TGC_KEY_HINT, TGC_KEY_CYCLE,
+    TGC_KEY_DRAWN, TGC_KEY_COUNT
+};
+#define TGC_KEY_NAMES {"shape", "dtype", "device", "nbytes", "data_ptr", "stack", "type", \
+                       "count", "objects", "tensors", "hint", "cycle", "drawn"}
+
 typedef struct {
     /* Set in module exec, released in m_clear; everything here is used with the GIL held. */
     PyTypeObject *report_type;
@@ -77,6 +86,10 @@ typedef struct {
 
     /* Interned names the reporter looks up per tensor; set in module exec. */
     PyObject *str_generation, *str_torch, *str_torch_dot, *str_type, *str_index, *str_nbytes, *str_data_ptr;
+    /* Interned keys of the dicts a CycleReport hands out (.tensors, .groups), indexed by
+     * TGC_KEY_*: a report builds them for every tensor and group, so their keys are made once.
+     * Set in module exec. */
+    PyObject *keys[TGC_KEY_COUNT];
 
     /* Only touched inside our gc callback, which runs with the GIL held and never nests: the
      * collector refuses to start a collection while one is running, and `busy` guards the rest. */

@@ -183,44 +183,60 @@ young__first_hit(PyTypeObject *tensor, int generation)
     young_ctx c;
     memset(&c, 0, sizeof(c));
     c.tensor = tensor;
-    /* This loop is the whole cost of a collection the detector stays out of, so it is
-     * tgc_traverse_fast unrolled: young objects come in runs of one type, so the type's answers
-     * (not a tensor; its shape) are looked up once per run, and __slots__ contents are tested
-     * inline, behind a one-entry cache of the last type that was not a tensor. */
-    PyTypeObject *run = NULL;         /* type of the current run; never a tensor type */
+    /* This loop is the whole cost of a collection the detector stays out of, and it is bound by
+     * the latency of following the list, so each step does as little as possible: young objects
+     * come in runs of one type, whose answers (not a tensor; its shape) are looked up once per
+     * run, and a run of a __slots__ class is walked by a loop of its own that reads the slots
+     * inline. A referent whose type is the run's own, or the last one seen that is not a tensor,
+     * needs no lookup. */
     PyTypeObject *plain_ref = NULL;   /* last referenced type known not to be a tensor */
-    const tgc_shape *sh = NULL;
+    PyTypeObject *run = NULL;         /* type of the current run; never a tensor type */
+    const tgc_shape *sh = NULL;       /* its shape */
     /* No Python code runs below (tp_traverse must not run any, the collector relies on that
      * too), so the lists cannot change under the walk. */
     for (int gen = 0; gen <= generation; gen++) {
         PyGC_Head *head = young__head(gen);
-        for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
+        PyGC_Head *g = _PyGCHead_NEXT(head);
+        while (g != head) {
             PyObject *op = (PyObject *)(g + 1);  /* the object follows its gc header */
-            PyTypeObject *tp = Py_TYPE(op);
-            if (tp != run) {
+            if (Py_TYPE(op) != run) {
                 if (young__is_tensor(&c, op)) {
                     return g;
                 }
-                run = tp;
-                sh = young__shape(&c.shapes, tp);
+                run = Py_TYPE(op);
+                sh = young__shape(&c.shapes, run);
             }
             if (sh->nslots < 0) {
                 /* objects in the lists are tracked gc objects: tp_traverse is set */
-                if (tp->tp_traverse(op, young__visit, &c) != 0) {
+                if (run->tp_traverse(op, young__visit, &c) != 0) {
                     return g;
                 }
+                g = _PyGCHead_NEXT(g);
                 continue;
             }
-            for (int i = 0; i < sh->nslots; i++) {
-                PyObject *v = *(PyObject **)((char *)op + sh->off[i]);
-                if (v == NULL || Py_TYPE(v) == plain_ref) {
-                    continue;
+            /* a run of instances of one __slots__ class; copies kept in locals, which the
+             * calls below cannot change */
+            const int nslots = sh->nslots;
+            Py_ssize_t off[TGC_SHAPE_SLOTS];
+            memcpy(off, sh->off, sizeof(off));
+            do {
+                for (int i = 0; i < nslots; i++) {
+                    PyObject *v = *(PyObject **)((char *)op + off[i]);
+                    if (v == NULL) {
+                        continue;
+                    }
+                    PyTypeObject *vt = Py_TYPE(v);
+                    if (vt == run || vt == plain_ref) {
+                        continue;
+                    }
+                    if (young__is_tensor(&c, v)) {
+                        return g;
+                    }
+                    plain_ref = vt;
                 }
-                if (young__is_tensor(&c, v)) {
-                    return g;
-                }
-                plain_ref = Py_TYPE(v);
-            }
+                g = _PyGCHead_NEXT(g);
+                op = (PyObject *)(g + 1);
+            } while (g != head && Py_TYPE(op) == run);
         }
     }
     return NULL;
@@ -292,11 +308,40 @@ typedef struct {
     int overflow;
 } island_ctx;
 
+/* Doubles the member capacity (map and list) up to TGC_ISLAND_MAX; -1 when it cannot. Islands are
+ * mostly a handful of objects, so they start small: a map sized for the maximum would be 16 KiB
+ * to clear for every report, and would push the young objects out of the cache. */
+static int
+island__grow(island_ctx *c)
+{
+    uint32_t cap = c->cap ? c->cap * 2 : 16;
+    if (cap > TGC_ISLAND_MAX) {
+        return -1;
+    }
+    tgc_ptrmap map;
+    if (tgc_ptrmap_init(&map, cap) < 0) {
+        return -1;
+    }
+    PyObject **items = realloc(c->items, cap * sizeof(PyObject *));
+    if (items == NULL) {
+        tgc_ptrmap_free(&map);
+        return -1;
+    }
+    for (uint32_t i = 0; i < c->n; i++) {
+        (void)tgc_ptrmap_put(&map, items[i], i);
+    }
+    tgc_ptrmap_free(&c->map);
+    c->map = map;
+    c->items = items;
+    c->cap = cap;
+    return 0;
+}
+
 static int
 island__add(island_ctx *c, PyObject *op)
 {
-    if (c->n == c->cap) {
-        c->overflow = 1;
+    if (c->n == c->cap && tgc_ptrmap_get(&c->map, op) == UINT32_MAX && island__grow(c) < 0) {
+        c->overflow = 1;  /* more than TGC_ISLAND_MAX members, or no memory */
         return 1;
     }
     if (tgc_ptrmap_put(&c->map, op, c->n) == c->n) {
@@ -330,6 +375,10 @@ island__count(PyObject *o, void *arg)
 static int
 island__exact(island_ctx *c, size_t extra)
 {
+    c->internal = calloc(c->n ? c->n : 1, sizeof(uint32_t));
+    if (c->internal == NULL) {
+        return 0;
+    }
     for (uint32_t i = 0; i < c->n; i++) {
         PyObject *op = c->items[i];
         (void)Py_TYPE(op)->tp_traverse(op, island__count, c);
@@ -354,10 +403,6 @@ tgc_young_island_exact(PyObject *list)
         return 0;
     }
     c.items = PySequence_Fast_ITEMS(list);  /* borrowed: the list owns them */
-    c.internal = calloc((size_t)n, sizeof(uint32_t));
-    if (c.internal == NULL) {
-        goto done;
-    }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (tgc_ptrmap_put(&c.map, c.items[i], (uint32_t)i) != (uint32_t)i) {
             goto done;  /* tgc_young_island lists each member once */
@@ -388,14 +433,8 @@ tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island)
     island_ctx c;
     memset(&c, 0, sizeof(c));
     c.y.tensor = tensor;
-    c.cap = TGC_ISLAND_MAX;
     int rc = TGC_YOUNG_ARM;
-    if (tgc_ptrmap_init(&c.map, c.cap) < 0) {
-        return TGC_YOUNG_ARM;
-    }
-    c.items = malloc(c.cap * sizeof(PyObject *));
-    c.internal = calloc(c.cap, sizeof(uint32_t));
-    if (c.items == NULL || c.internal == NULL) {
+    if (island__grow(&c) < 0) {
         goto done;
     }
     /* 1. Mark every young object, and take the tensors and the objects referencing one as

@@ -98,14 +98,26 @@ def _class_per_cycle(t):
     o.me, o.t = o, t
 
 
-def _long_ring(t):
+def _ring(t, n):
     first = prev = Holder()
     first.t = t
-    for _ in range(2000):  # more members than an island may have
+    for _ in range(n):
         nxt = Holder()
         prev.next = nxt
         prev = nxt
     prev.next = first
+
+
+def _long_ring(t):
+    _ring(t, 2000)  # more members than an island may have
+
+
+def _ring_300(t):
+    _ring(t, 300)  # grows the island's tables from their first size
+
+
+def _ring_almost_max(t):
+    _ring(t, 1020)  # with the tensor and the first holder: 1,022 members, just under the cap
 
 
 # name -> (make(tensor), whether an island can carry it)
@@ -118,6 +130,8 @@ SHAPES = {
     "__del__ in the cycle": (_finalizer, False),
     "weak reference to a member": (_weakly_referenced, False),
     "class made per cycle": (_class_per_cycle, False),
+    "ring of 300": (_ring_300, True),
+    "ring just under the cap": (_ring_almost_max, True),
     "ring longer than an island": (_long_ring, False),
 }
 

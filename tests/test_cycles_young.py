@@ -132,10 +132,21 @@ def _holders():
         lst = [o, None]
         lst[1] = lst
 
+    Link = new_class("Link", __slots__=("nxt", "t", "other"))
+
+    def mid_run(t):
+        # a run of one __slots__ class (the walk's inner loop), whose slots alternate between
+        # its own type, None and another class, and only the 38th holds the tensor
+        marker = Plain()
+        links = [Link() for _ in range(60)]
+        for i, o in enumerate(links):
+            o.nxt, o.t, o.other = links[(i + 1) % 60], None, marker
+        links[37].t = t
+
     return [("slots, base class", sub), ("slot never set", unset), ("instance dict", plain),
             ("slots and __dict__", mixed), ("list subclass", list_subclass),
             ("more slots than the fast path reads", wide), ("closure", closure),
-            ("tuple", tuple_cycle), ("dict", dict_cycle)]
+            ("tuple", tuple_cycle), ("dict", dict_cycle), ("middle of a run of slots", mid_run)]
 
 
 @pytest.mark.parametrize("name", [n for n, _ in _holders()])

@@ -179,6 +179,14 @@ tgc_compat_weakref_target(PyObject *ref)
 #  define TGC_TPFLAGS_MANAGED_DICT 0
 #endif
 
+/* A dict with room for n entries without resizing: a report builds one per tensor and group.
+ * _PyDict_NewPresized left the public headers in 3.13. */
+#if PY_VERSION_HEX < 0x030D0000
+#  define tgc_compat_dict_presized(n) _PyDict_NewPresized(n)
+#else
+#  define tgc_compat_dict_presized(n) ((void)(n), PyDict_New())
+#endif
+
 #endif /* Py_PYTHON_H */
 
 /* The Graphviz half. gvRenderData's length argument became size_t in Graphviz 13. */

@@ -34,7 +34,7 @@ for step in "$@"; do
       python3 bench/b3_reporter.py --repeat 7 --print-report --json "$OUT/b3.json" 2>"$OUT/b3.err" | tee "$OUT/b3.md" ;;
     b1)
       # pinned to one core: the GPU host's speed is bimodal when the process migrates
-      taskset -c 3 python3 bench/b1_overhead.py --heaps 1000000 --modes plain,tensorgc,tensorgc-noscan \
+      taskset -c 3 python3 bench/b1_overhead.py --heaps 1000000 --modes plain,tensorgc,tensorgc-noisland \
         --repeat 9 --loops 5 --json "$OUT/b1.json" 2>"$OUT/b1.err" | tee "$OUT/b1.md"
       python3 bench/micro_collect.py --batches 15 2>&1 | tee "$OUT/micro.md" ;;
     b2)

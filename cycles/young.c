@@ -175,68 +175,85 @@ young__visit(PyObject *o, void *arg)
     return young__is_tensor((young_ctx *)arg, o);
 }
 
-/* The first object of generations 0..generation (in list order) that is a tensor or references
- * one; NULL when there is none. */
+/* One end of the walk below: the type of the run of objects it is in (never a tensor type) and
+ * that type's shape. */
+typedef struct {
+    PyTypeObject *run;
+    const tgc_shape *sh;
+} young_cursor;
+
+/* Whether op is a tensor or references one. */
+static inline int
+young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    if (tp != cur->run) {
+        if (young__is_tensor(c, op)) {
+            return 1;
+        }
+        cur->run = tp;
+        cur->sh = young__shape(&c->shapes, tp);
+    }
+    const tgc_shape *sh = cur->sh;
+    if (sh->nslots < 0) {
+        /* objects in the lists are tracked gc objects: tp_traverse is set */
+        return tp->tp_traverse(op, young__visit, c) != 0;
+    }
+    for (int i = 0; i < sh->nslots; i++) {
+        PyObject *v = *(PyObject **)((char *)op + sh->off[i]);
+        if (v == NULL) {
+            continue;
+        }
+        PyTypeObject *vt = Py_TYPE(v);
+        if (vt == tp || vt == *plain_ref) {
+            continue;
+        }
+        if (young__is_tensor(c, v)) {
+            return 1;
+        }
+        *plain_ref = vt;
+    }
+    return 0;
+}
+
+/* Where the tensors of generations 0..generation start: an object such that none before it (in
+ * list order, the lists taken in generation order) is a tensor or references one, while it or one
+ * after it does; NULL when there is none. This walk is the whole cost of a collection the detector
+ * stays out of, and it is bound by the latency of following the list, not by the tests, so it
+ * follows the list from both ends at once (the lists are doubly linked): two independent chains of
+ * loads instead of one. Young objects come in runs of one type, whose answers (not a tensor; its
+ * shape) each end looks up once per run; __slots__ are read inline, and a referent of the run's own
+ * type, or of the last type seen that is not a tensor, needs no lookup. */
 static PyGC_Head *
 young__first_hit(PyTypeObject *tensor, int generation)
 {
     young_ctx c;
     memset(&c, 0, sizeof(c));
     c.tensor = tensor;
-    /* This loop is the whole cost of a collection the detector stays out of, and it is bound by
-     * the latency of following the list, so each step does as little as possible: young objects
-     * come in runs of one type, whose answers (not a tensor; its shape) are looked up once per
-     * run, and a run of a __slots__ class is walked by a loop of its own that reads the slots
-     * inline. A referent whose type is the run's own, or the last one seen that is not a tensor,
-     * needs no lookup. */
-    PyTypeObject *plain_ref = NULL;   /* last referenced type known not to be a tensor */
-    PyTypeObject *run = NULL;         /* type of the current run; never a tensor type */
-    const tgc_shape *sh = NULL;       /* its shape */
+    PyTypeObject *plain_ref = NULL;  /* last referenced type known not to be a tensor */
+    young_cursor fc = {NULL, NULL}, bc = {NULL, NULL};
     /* No Python code runs below (tp_traverse must not run any, the collector relies on that
      * too), so the lists cannot change under the walk. */
     for (int gen = 0; gen <= generation; gen++) {
         PyGC_Head *head = young__head(gen);
-        PyGC_Head *g = _PyGCHead_NEXT(head);
-        while (g != head) {
-            PyObject *op = (PyObject *)(g + 1);  /* the object follows its gc header */
-            if (Py_TYPE(op) != run) {
-                if (young__is_tensor(&c, op)) {
-                    return g;
-                }
-                run = Py_TYPE(op);
-                sh = young__shape(&c.shapes, run);
+        /* Objects before f and after b are clean; f is not after b while any is left. */
+        PyGC_Head *f = _PyGCHead_NEXT(head), *b = _PyGCHead_PREV(head);
+        while (f != head) {
+            if (young__hit(&c, &fc, &plain_ref, (PyObject *)(f + 1))) {
+                return f;
             }
-            if (sh->nslots < 0) {
-                /* objects in the lists are tracked gc objects: tp_traverse is set */
-                if (run->tp_traverse(op, young__visit, &c) != 0) {
-                    return g;
-                }
-                g = _PyGCHead_NEXT(g);
-                continue;
+            if (f == b) {
+                break;
             }
-            /* a run of instances of one __slots__ class; copies kept in locals, which the
-             * calls below cannot change */
-            const int nslots = sh->nslots;
-            Py_ssize_t off[TGC_SHAPE_SLOTS];
-            memcpy(off, sh->off, sizeof(off));
-            do {
-                for (int i = 0; i < nslots; i++) {
-                    PyObject *v = *(PyObject **)((char *)op + off[i]);
-                    if (v == NULL) {
-                        continue;
-                    }
-                    PyTypeObject *vt = Py_TYPE(v);
-                    if (vt == run || vt == plain_ref) {
-                        continue;
-                    }
-                    if (young__is_tensor(&c, v)) {
-                        return g;
-                    }
-                    plain_ref = vt;
-                }
-                g = _PyGCHead_NEXT(g);
-                op = (PyObject *)(g + 1);
-            } while (g != head && Py_TYPE(op) == run);
+            if (young__hit(&c, &bc, &plain_ref, (PyObject *)(b + 1))) {
+                return _PyGCHead_NEXT(f);  /* f and everything before it are clean */
+            }
+            PyGC_Head *prev = _PyGCHead_PREV(b);
+            f = _PyGCHead_NEXT(f);
+            if (f == b) {
+                break;  /* they were neighbours: nothing is left */
+            }
+            b = prev;
         }
     }
     return NULL;

@@ -345,3 +345,48 @@ def test_switch():
     assert _C._young_island(True)["enabled"] is True
     with pytest.raises(TypeError):
         _C._young_island(1, 2)
+
+
+def _two_leaks_far_apart(island):
+    """Two tensor self-cycles in one young generation, the second near its end: the pre-scan
+    walks the list from both ends, so it meets the second first, and the island must still start
+    early enough to take the first."""
+    _C._young_island(island)
+    reports = []
+    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+    try:
+        gc.collect()
+        ptrs = []
+        for n, (before, after) in enumerate([(150, 90), (0, 5)]):
+            for _ in range(before):
+                a, b = Pair(), Pair()
+                a.other, b.other = b, a
+            t = T(96 + 32 * n)
+            ptrs.append(t.data_ptr())
+            _self_cycle(t)
+            del t
+            for _ in range(after):
+                a, b = Pair(), Pair()
+                a.other, b.other = b, a
+        del a, b
+        used = _C._young_island()["used"]
+        gc.collect(0)
+        used = _C._young_island()["used"] - used
+        assert len(reports) == 1
+        r = reports[0]
+        tensors = sorted((x["shape"], x["nbytes"]) for x in r.tensors)
+        freed = all(live_tensors_with_ptr(p) == [] for p in ptrs) and instances(Pair) == []
+        return (r.text, r.dot, tensors, r.garbage, r.objects), used, freed
+    finally:
+        handle()
+
+
+def test_island_takes_a_leak_before_the_one_the_pre_scan_met_first(gc_state):
+    _two_leaks_far_apart(False)  # a throw-away round (the device's lazy set-up)
+    armed, used, freed = _two_leaks_far_apart(False)
+    assert used == 0 and freed
+    fast, used, freed = _two_leaks_far_apart(True)
+    assert used == 1, "island expected"
+    assert freed
+    assert fast == armed
+    assert len(fast[2]) == 2, "both tensors reported"

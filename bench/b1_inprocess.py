@@ -1,0 +1,139 @@
+#!/usr/bin/env python
+"""B1 in one process, with paired differences: where B1's overhead budget goes.
+
+B1 (b1_overhead.py) runs every mode in fresh interpreters and compares medians across runs; on a
+shared machine the run-to-run spread of plain alone (a few %) is as large as the 5% target. This
+script runs B1's loop (``--pairs`` pairs of tensor-free cyclic garbage through ``make_pair()``,
+``--tensor-cycles`` tensor self-cycles interleaved, automatic gc on, a heap of ``--heap`` live
+objects) in ONE process, alternating the modes loop by loop (the order reversed every round), and
+reports each mode's median loop time and the median of its per-round difference to plain:
+
+* ``plain``    -- no gc callback;
+* ``floor``    -- a C no-op on ``gc.callbacks`` (``operator.is_``): what CPython itself spends to
+  call any gc callback twice per collection (it builds an info dict and the phase string for each
+  call), which no detector registered there can avoid;
+* ``tensorgc`` -- ``tensorgc.observe_cycles(cb, device=...)``, ``cb`` reads ``.tensors``,
+  ``.nbytes`` and ``.text`` as B1's does;
+* ``tensorgc-noisland`` -- the same with islands off.
+
+    python bench/b1_inprocess.py --rounds 12
+
+Not a replacement for B1 (one interpreter, warm caches): a second opinion on the same loop,
+with the floor measured next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import operator
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+from b1_overhead import TensorCycle, make_pair  # noqa: E402
+
+MODES = ("plain", "floor", "tensorgc", "tensorgc-noisland")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=12, help="loops per mode, interleaved")
+    p.add_argument("--heap", type=int, default=1_000_000)
+    p.add_argument("--pairs", type=int, default=300_000)
+    p.add_argument("--tensor-cycles", type=int, default=100)
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--device", default="auto")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes or modes[0] != "plain":
+        p.error(f"--modes: a comma-separated list from {MODES}, starting with plain")
+    if args.rounds < 1 or args.pairs < 1 or args.heap < 0 or args.tensor_cycles < 0:
+        p.error("--rounds and --pairs must be positive, --heap and --tensor-cycles not negative")
+
+    import torch
+
+    tensorgc = C.import_tensorgc()
+    device = C.resolve_device(args.device)
+    heap = C.build_heap(args.heap)
+    TensorCycle(torch.ones(4, device=device))  # warm the tensor path
+    gc.collect()
+    every = max(1, args.pairs // args.tensor_cycles) if args.tensor_cycles else 0
+    stats = {"reports": 0}
+
+    def cb(report):
+        stats["reports"] += 1
+        len(report.tensors)
+        report.nbytes
+        len(report.text)
+
+    def loop() -> float:
+        t0 = time.perf_counter()
+        for i in range(args.pairs):
+            make_pair()
+            if every and i % every == every // 2:
+                TensorCycle(torch.ones(4, device=device))
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    island = tensorgc._tensorgc._young_island()["enabled"]
+    times = {m: [] for m in modes}
+    reports = {m: 0 for m in modes}
+    try:
+        for r in range(args.rounds):
+            for m in (modes if r % 2 == 0 else modes[::-1]):
+                remove = None
+                tensorgc._tensorgc._young_island(m != "tensorgc-noisland" and island)
+                if m == "floor":
+                    gc.callbacks.append(operator.is_)
+                elif m.startswith("tensorgc"):
+                    remove = tensorgc.observe_cycles(cb, device=device)
+                stats["reports"] = 0
+                try:
+                    times[m].append(loop())
+                finally:
+                    if m == "floor":
+                        gc.callbacks.remove(operator.is_)
+                    if remove is not None:
+                        remove()
+                reports[m] = stats["reports"]
+                C.log(f"[B1-inprocess] round {r + 1}/{args.rounds} {m:18s} {times[m][-1]:.4f} s")
+    finally:
+        tensorgc._tensorgc._young_island(island)
+    del heap
+
+    plain = times["plain"]
+    med_plain = statistics.median(plain)
+    rows = []
+    for m in modes:
+        diffs = [a - b for a, b in zip(times[m], plain)]
+        rows.append({"mode": m, "median_s": statistics.median(times[m]),
+                     "ratio_vs_plain": statistics.median(times[m]) / med_plain,
+                     "paired_diff_ms": statistics.median(diffs) * 1e3,
+                     "paired_ratio": 1 + statistics.median(diffs) / med_plain,
+                     "loops_s": times[m], "reports_per_loop": reports[m]})
+    env = C.environment(device)
+    print(f"### B1 in one process: {args.pairs:,} garbage pairs + {args.tensor_cycles} tensor "
+          f"self-cycles, heap {args.heap:,}, device={device}\n")
+    print(f"python {env.get('python', '?')}, torch {env.get('torch', '?')}, {args.rounds} rounds, "
+          "modes alternating loop by loop\n")
+    print("| mode | median loop (s) | vs plain | median paired difference | as a ratio | reports per loop |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(f"| {row['mode']} | {row['median_s']:.4f} | {row['ratio_vs_plain']:.3f}x | "
+              f"{row['paired_diff_ms']:+.2f} ms | {row['paired_ratio']:.3f}x | {row['reports_per_loop']} |")
+    if args.json:
+        C.write_json(args.json, {"benchmark": "B1-inprocess", "config": vars(args), "env": env,
+                                 "results": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -914,7 +914,6 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->str_type);
     Py_VISIT(st->str_index);
     Py_VISIT(st->str_nbytes);
-    Py_VISIT(st->str_data_ptr);
     for (int i = 0; i < TGC_KEY_COUNT; i++) {
         Py_VISIT(st->keys[i]);
     }

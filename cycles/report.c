@@ -292,6 +292,9 @@ report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
     PyObject *ptr_o = PyLong_FromUnsignedLongLong(ptr);  /* new reference */
     out->storage_key = ptr_o ? PyTuple_Pack(2, device_s, ptr_o) : NULL;
     Py_XDECREF(ptr_o);
+    if (out->storage_key == NULL) {
+        goto error;
+    }
     {
         PyObject *const keys[] = {st->keys[TGC_KEY_SHAPE], st->keys[TGC_KEY_DTYPE],
                                   st->keys[TGC_KEY_DEVICE], st->keys[TGC_KEY_NBYTES],

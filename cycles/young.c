@@ -175,11 +175,14 @@ young__visit(PyObject *o, void *arg)
     return young__is_tensor((young_ctx *)arg, o);
 }
 
-/* One end of the walk below: the type of the run of objects it is in (never a tensor type) and
- * that type's shape. */
+/* One end of the walk below: the type of the run of objects it is in (never a tensor type), that
+ * type's shape, and the shapes this end has looked up. Each end has a cache of its own: sh points
+ * into it, and a cache shared with the other end could reuse that entry for another type while
+ * this end is still in its run. */
 typedef struct {
     PyTypeObject *run;
     const tgc_shape *sh;
+    tgc_shapes shapes;
 } young_cursor;
 
 /* Whether op is a tensor or references one. */
@@ -192,7 +195,7 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
             return 1;
         }
         cur->run = tp;
-        cur->sh = young__shape(&c->shapes, tp);
+        cur->sh = young__shape(&cur->shapes, tp);
     }
     const tgc_shape *sh = cur->sh;
     if (sh->nslots < 0) {
@@ -231,7 +234,9 @@ young__first_hit(PyTypeObject *tensor, int generation)
     memset(&c, 0, sizeof(c));
     c.tensor = tensor;
     PyTypeObject *plain_ref = NULL;  /* last referenced type known not to be a tensor */
-    young_cursor fc = {NULL, NULL}, bc = {NULL, NULL};
+    young_cursor fc, bc;
+    memset(&fc, 0, sizeof(fc));
+    memset(&bc, 0, sizeof(bc));
     /* No Python code runs below (tp_traverse must not run any, the collector relies on that
      * too), so the lists cannot change under the walk. */
     for (int gen = 0; gen <= generation; gen++) {
@@ -331,9 +336,12 @@ typedef struct {
 static int
 island__grow(island_ctx *c)
 {
+    if (c->cap >= TGC_ISLAND_MAX) {
+        return -1;
+    }
     uint32_t cap = c->cap ? c->cap * 2 : 16;
     if (cap > TGC_ISLAND_MAX) {
-        return -1;
+        cap = TGC_ISLAND_MAX;
     }
     tgc_ptrmap map;
     if (tgc_ptrmap_init(&map, cap) < 0) {

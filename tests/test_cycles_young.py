@@ -275,3 +275,34 @@ def test_callback_after_ours_making_tensor_garbage_in_start(track, scan, enabled
     assert len(reports) == 1
     assert [x["nbytes"] for x in reports[0].tensors] == [40]
     assert instances(Holder) == []
+
+
+def test_each_end_of_the_walk_keeps_its_own_shape(track, scan):
+    """The walk follows the list from both ends; while the front end is inside a long run of one
+    __slots__ class, the back end meets many other types. Each end must keep the shape of its own
+    run (a shared cache of a few entries would hand the front end another type's slot layout: it
+    would read the wrong words of the objects, or none, and miss the tensor)."""
+    Link = new_class("ShapeLink", __slots__=("a", "b"))
+    # thirty one-slot classes at the end of the young list: the back end looks up a new type at
+    # every step, and a cache shared by both ends would hand the front end one of their layouts
+    # (one word of a Link, never the one holding the tensor) long before it reaches links[20]
+    tail_types = [new_class(f"Tail{i}", __slots__=("s",)) for i in range(30)]
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    t = T(300)
+    t_ref = weakref.ref(t)
+    gc.collect()  # the tensor is old: only the reference from the run shows it to the walk
+    links = [Link() for _ in range(60)]
+    for i, o in enumerate(links):
+        o.a, o.b = links[(i + 1) % 60], None
+    links[20].b = t
+    tail = [cls() for cls in tail_types]
+    for i, o in enumerate(tail):
+        o.s = tail[(i + 1) % 30]
+    del links, tail, t, o
+    skipped, armed = counts()
+    gc.collect(0)
+    assert counts() == (skipped, armed + 1), "the walk must see the run's reference to the tensor"
+    assert len(reports) == 1
+    assert [x["nbytes"] for x in reports[0].tensors] == [1200]
+    assert t_ref() is None

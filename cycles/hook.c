@@ -162,17 +162,6 @@ typedef struct {
 } free_ctx;
 
 static int
-free__count(PyObject *o, void *arg)
-{
-    free_ctx *c = arg;
-    uint32_t j = tgc_ptrmap_get(c->map, o);
-    if (j != UINT32_MAX) {
-        c->internal[j]++;
-    }
-    return 0;
-}
-
-static int
 free__mark(PyObject *o, void *arg)
 {
     free_ctx *c = arg;
@@ -252,11 +241,12 @@ tgc_hook_free(PyObject *objs, int check)
         c.internal[slot[i]]++;
     }
     /* References from inside the set. */
+    tgc_ptrcount inside = {&map, c.internal};
     for (Py_ssize_t i = 0; i < n; i++) {
         if (slot[i] != (uint32_t)i) {
             continue;  /* a duplicate: traverse each object once */
         }
-        hook__traverse(items[i], free__count, &c);
+        hook__traverse(items[i], tgc_ptrcount_visit, &inside);
     }
     /* The resurrection check: any reference we cannot account for comes from outside, so that
      * object and everything it reaches stay alive and intact. */
@@ -724,17 +714,6 @@ seeded__add(seeded_ctx *c, PyObject *const *items, uint32_t pos)
 }
 
 static int
-seeded__count(PyObject *o, void *arg)
-{
-    seeded_ctx *c = arg;
-    uint32_t j = tgc_ptrmap_get(&c->set, o);
-    if (j != UINT32_MAX) {
-        c->inner[j]++;
-    }
-    return 0;
-}
-
-static int
 seeded__refers(PyObject *o, void *arg)
 {
     seeded_ctx *c = arg;
@@ -747,8 +726,9 @@ static int
 seeded__closed(seeded_ctx *c, PyObject *const *items)
 {
     memset(c->inner, 0, c->n * sizeof(uint32_t));
+    tgc_ptrcount inside = {&c->set, c->inner};
     for (uint32_t k = 0; k < c->n; k++) {
-        hook__traverse(items[c->members[k]], seeded__count, c);
+        hook__traverse(items[c->members[k]], tgc_ptrcount_visit, &inside);
     }
     int closed = 1;
     for (uint32_t k = 0; k < c->n; k++) {

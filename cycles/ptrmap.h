@@ -80,4 +80,25 @@ tgc_ptrmap_get(const tgc_ptrmap *m, const void *p)
     return UINT32_MAX;
 }
 
+#ifdef Py_PYTHON_H  /* the Python half: for files that include Python.h first */
+/* The tp_traverse visitor of every "do the references from inside the set explain each member's
+ * refcount" check (hook.c's freeing and seeded split, young.c's islands): arg is a tgc_ptrcount,
+ * and each reference to a key of map adds one to counts[its index]. */
+typedef struct {
+    const tgc_ptrmap *map;
+    uint32_t *counts;
+} tgc_ptrcount;
+
+static inline int
+tgc_ptrcount_visit(PyObject *o, void *arg)
+{
+    const tgc_ptrcount *pc = arg;
+    uint32_t j = tgc_ptrmap_get(pc->map, o);
+    if (j != UINT32_MAX) {
+        pc->counts[j]++;
+    }
+    return 0;
+}
+#endif
+
 #endif /* TGC_PTRMAP_H */

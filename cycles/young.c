@@ -185,6 +185,17 @@ typedef struct {
     tgc_shapes shapes;
 } young_cursor;
 
+static void
+young__cursor_init(young_cursor *cur)
+{
+    cur->run = NULL;
+    cur->sh = NULL;
+    cur->shapes.next = 0;
+    for (int i = 0; i < 4; i++) {
+        cur->shapes.shapes[i].type = NULL;  /* an empty entry: no type matches it */
+    }
+}
+
 /* Whether op is a tensor or references one. */
 static inline int
 young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *op)
@@ -230,13 +241,15 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
 static PyGC_Head *
 young__first_hit(PyTypeObject *tensor, int generation)
 {
+    /* Only what the walk reads is cleared (this runs for every young collection): the type
+     * cache, and per end its run and its cache's type pointers. c.shapes is not used here. */
     young_ctx c;
-    memset(&c, 0, sizeof(c));
     c.tensor = tensor;
+    memset(&c.types, 0, sizeof(c.types));
     PyTypeObject *plain_ref = NULL;  /* last referenced type known not to be a tensor */
     young_cursor fc, bc;
-    memset(&fc, 0, sizeof(fc));
-    memset(&bc, 0, sizeof(bc));
+    young__cursor_init(&fc);
+    young__cursor_init(&bc);
     /* No Python code runs below (tp_traverse must not run any, the collector relies on that
      * too), so the lists cannot change under the walk. */
     for (int gen = 0; gen <= generation; gen++) {
@@ -383,17 +396,6 @@ island__reach(PyObject *o, void *arg)
     return island__young(o) ? island__add(c, o) : 0;
 }
 
-static int
-island__count(PyObject *o, void *arg)
-{
-    island_ctx *c = arg;
-    uint32_t j = tgc_ptrmap_get(&c->map, o);
-    if (j != UINT32_MAX) {
-        c->internal[j]++;
-    }
-    return 0;
-}
-
 /* Counts the references from members to members into c->internal; 1 when every member's
  * refcount is explained by them plus `extra` (references the caller holds), and every member is
  * tgc_young_plain. Runs no Python code. */
@@ -404,9 +406,10 @@ island__exact(island_ctx *c, size_t extra)
     if (c->internal == NULL) {
         return 0;
     }
+    tgc_ptrcount inside = {&c->map, c->internal};
     for (uint32_t i = 0; i < c->n; i++) {
         PyObject *op = c->items[i];
-        (void)Py_TYPE(op)->tp_traverse(op, island__count, c);
+        (void)Py_TYPE(op)->tp_traverse(op, tgc_ptrcount_visit, &inside);
     }
     for (uint32_t i = 0; i < c->n; i++) {
         if ((size_t)Py_REFCNT(c->items[i]) != c->internal[i] + extra ||

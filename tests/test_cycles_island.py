@@ -108,6 +108,20 @@ def _ring(t, n):
     prev.next = first
 
 
+def _pairs(n):
+    for _ in range(n):
+        a, b = Pair(), Pair()
+        a.other, b.other = b, a
+
+
+def _two_leaks(t):
+    # after _collect_young's 200 pairs: a leak, 90 pairs, a second leak, 5 pairs
+    _self_cycle(t)
+    _pairs(90)
+    _self_cycle(T(128))
+    _pairs(5)
+
+
 def _long_ring(t):
     _ring(t, 2000)  # more members than an island may have
 
@@ -133,6 +147,7 @@ SHAPES = {
     "ring of 300": (_ring_300, True),
     "ring just under the cap": (_ring_almost_max, True),
     "ring longer than an island": (_long_ring, False),
+    "two leaks, the later one met first": (_two_leaks, True),
 }
 
 
@@ -148,10 +163,7 @@ def _collect_young(make, island, old_tensor):
         ptr = t.data_ptr()  # no weakref.ref(t): a weak reference to a young tensor is a fallback
         if old_tensor:
             gc.collect()  # the tensor is old: only the held-tensor pass finds it
-        for _ in range(200):
-            a, b = Pair(), Pair()
-            a.other, b.other = b, a
-        del a, b
+        _pairs(200)
         make(t)
         del t
         used = _C._young_island()["used"]
@@ -347,46 +359,17 @@ def test_switch():
         _C._young_island(1, 2)
 
 
-def _two_leaks_far_apart(island):
-    """Two tensor self-cycles in one young generation, the second near its end: the pre-scan
-    walks the list from both ends, so it meets the second first, and the island must still start
-    early enough to take the first."""
-    _C._young_island(island)
-    reports = []
-    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
-    try:
-        gc.collect()
-        ptrs = []
-        for n, (before, after) in enumerate([(150, 90), (0, 5)]):
-            for _ in range(before):
-                a, b = Pair(), Pair()
-                a.other, b.other = b, a
-            t = T(96 + 32 * n)
-            ptrs.append(t.data_ptr())
-            _self_cycle(t)
-            del t
-            for _ in range(after):
-                a, b = Pair(), Pair()
-                a.other, b.other = b, a
-        del a, b
-        used = _C._young_island()["used"]
-        gc.collect(0)
-        used = _C._young_island()["used"] - used
-        assert len(reports) == 1
-        r = reports[0]
-        tensors = sorted((x["shape"], x["nbytes"]) for x in r.tensors)
-        freed = all(live_tensors_with_ptr(p) == [] for p in ptrs) and instances(Pair) == []
-        return (r.text, r.dot, tensors, r.garbage, r.objects), used, freed
-    finally:
-        handle()
-
 
 def test_island_takes_a_leak_before_the_one_the_pre_scan_met_first(gc_state):
-    _two_leaks_far_apart(False)  # a throw-away round (the device's lazy set-up)
-    armed, used, freed = _two_leaks_far_apart(False)
+    """The pre-scan walks the young list from both ends, so it meets the second leak (near the
+    end) first: the island must still start early enough to take the first one too."""
+    make = SHAPES["two leaks, the later one met first"][0]
+    # the first tensor old, so that neither leak is near the front of the young list
+    _collect_young(make, False, True)  # a throw-away round (the device's lazy set-up)
+    armed, used, freed = _collect_young(make, False, True)
     assert used == 0 and freed
-    fast, used, freed = _two_leaks_far_apart(True)
+    fast, used, freed = _collect_young(make, True, True)
     assert used == 1, "island expected"
     assert freed
     assert fast == armed
-    assert len(fast[2]) == 2, "both tensors reported"
+    assert len(fast[1]) == 2, "both tensors reported"

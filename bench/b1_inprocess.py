@@ -16,7 +16,11 @@ reports each mode's median loop time and the median of its per-round difference 
   ``.nbytes`` and ``.text`` as B1's does;
 * ``tensorgc-noisland`` -- the same with islands off.
 
+With ``--variant NAME=PATH`` (repeatable) a built copy of the extension joins as mode NAME (loaded
+as in ab_variants.py), for an A/B of builds on B1's own loop:
+
     python bench/b1_inprocess.py --rounds 12
+    python bench/b1_inprocess.py --rounds 16 --modes plain --variant old=/tmp/old.so --variant new=tensorgc/_tensorgc.so
 
 Not a replacement for B1 (one interpreter, warm caches): a second opinion on the same loop,
 with the floor measured next to it.
@@ -49,9 +53,17 @@ def main(argv=None) -> int:
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--device", default="auto")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",
+                   help="a built _tensorgc to time as mode NAME (repeatable)")
     args = p.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     unknown = [m for m in modes if m not in MODES]
+    variants = {}
+    for v in args.variant:
+        name, sep, path = v.partition("=")
+        if not sep or not name or name in MODES or name in variants or not os.path.exists(path):
+            p.error(f"--variant {v!r}: expected NAME=PATH of a built _tensorgc, NAME new")
+        variants[name] = path
     if unknown or not modes or modes[0] != "plain":
         p.error(f"--modes: a comma-separated list from {MODES}, starting with plain")
     if args.rounds < 1 or args.pairs < 1 or args.heap < 0 or args.tensor_cycles < 0:
@@ -60,6 +72,10 @@ def main(argv=None) -> int:
     import torch
 
     tensorgc = C.import_tensorgc()
+    if variants:
+        from ab_variants import load
+        variants = {name: load(name, path) for name, path in variants.items()}
+        modes += list(variants)
     device = C.resolve_device(args.device)
     heap = C.build_heap(args.heap)
     TensorCycle(torch.ones(4, device=device))  # warm the tensor path
@@ -95,6 +111,8 @@ def main(argv=None) -> int:
                     gc.callbacks.append(operator.is_)
                 elif m.startswith("tensorgc"):
                     remove = tensorgc.observe_cycles(cb, device=device)
+                elif m in variants:
+                    remove = variants[m].observe_cycles(cb, device=device)
                 stats["reports"] = 0
                 try:
                     times[m].append(loop())

@@ -21,6 +21,10 @@ Modes (each run in its own subprocess, ``--repeat`` times, median reported):
   is armed (DEBUG_SAVEALL), as in stop 9.
 * ``tensorgc-noscan`` -- the same with the young-generation pre-scan switched off
   (``tensorgc._tensorgc._young_scan(False)``): every collection is armed, as before it existed.
+* ``floor``    -- no detector; a C no-op (``operator.is_``) on ``gc.callbacks``: what CPython
+  spends calling any gc callback (twice per collection), which no detector there can avoid.
+* ``import``   -- ``import tensorgc`` and nothing else: what loading the package costs the loop
+  (a different heap layout, more modules) apart from the detector's own work.
 * ``torch``    -- PyTorch's own detector.  On CUDA:
   ``torch.utils.viz._cycles.observe_tensor_cycles(cb)``.  That function is CUDA-only
   (it calls ``torch.cuda.memory._record_memory_history`` and a CUDA allocator snapshot
@@ -59,7 +63,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
-MODES = ("plain", "tensorgc", "tensorgc-noisland", "tensorgc-noscan", "torch")
+MODES = ("plain", "floor", "import", "tensorgc", "tensorgc-noisland", "tensorgc-noscan", "torch")
 
 
 # --------------------------------------------------------------------------- worker
@@ -131,6 +135,14 @@ def worker(cfg: dict) -> None:
         detector = f"tensorgc.observe_cycles(cb, device={device!r}), cb reads report.{access}"
     elif mode == "torch":
         remove, detector = C.install_torch_detector(device, torch_cb)
+    elif mode == "floor":
+        import operator
+        gc.callbacks.append(operator.is_)
+        remove = lambda: gc.callbacks.remove(operator.is_)  # noqa: E731
+        detector = "operator.is_ on gc.callbacks"
+    elif mode == "import":
+        C.import_tensorgc()
+        detector = "import tensorgc, no observer"
     elif mode != "plain":
         raise SystemExit(f"unknown mode {mode}")
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One session on the GPU machine: build from source, then the steps named on the command line
-# (tests, demos, bench, quickbench, reporter, b1, b1torch, b2, young, units, profile, index, lineprof), logs under $OUT. Usage (after `source .gpu/enter.sh`):
+# (tests, demos, bench, quickbench, reporter, b1, b1torch, b2, young, units, profile, index, lineprof, ab), logs under $OUT. Usage (after `source .gpu/enter.sh`):
 #   bash bench/gpu_session.sh tests demos bench
+# ab: A/B of this tree's build against an older one, built from the sources in the tar file
+# $BASE_TAR (`git archive REV -- setup.py setup.cfg pyproject.toml cycles include reporter allocator tensorgc`).
 set -uo pipefail
 OUT=${OUT:-/tmp/tensorgc-gpu}
 mkdir -p "$OUT"
@@ -34,7 +36,7 @@ for step in "$@"; do
       python3 bench/b3_reporter.py --repeat 7 --print-report --json "$OUT/b3.json" 2>"$OUT/b3.err" | tee "$OUT/b3.md" ;;
     b1)
       # pinned to one core: the GPU host's speed is bimodal when the process migrates
-      taskset -c 3 python3 bench/b1_overhead.py --heaps 1000000 --modes plain,tensorgc,tensorgc-noisland \
+      taskset -c 3 python3 bench/b1_overhead.py --heaps 1000000 --modes plain,floor,tensorgc,tensorgc-noisland \
         --repeat 9 --loops 5 --json "$OUT/b1.json" 2>"$OUT/b1.err" | tee "$OUT/b1.md"
       python3 bench/micro_collect.py --batches 15 2>&1 | tee "$OUT/micro.md" ;;
     b2)
@@ -72,6 +74,17 @@ for step in "$@"; do
         | tee "$OUT/tests-lineprof.log" | tail -8
       PYTHONPATH=$PYTHONPATH:/tmp/tgc-memlab python3 bench/b5_lineprof.py --repeat 7 --json "$OUT/b5.json" \
         2>"$OUT/b5.err" | tee "$OUT/b5.md" ;;
+    ab)
+      rm -rf /tmp/tgc-base && mkdir -p /tmp/tgc-base && tar -xf "$BASE_TAR" -C /tmp/tgc-base \
+        && (cd /tmp/tgc-base && python3 setup.py -q build_ext --inplace > "$OUT/build-base.log" 2>&1) \
+        || { echo "ab: no base build"; continue; }
+      base=$(ls /tmp/tgc-base/tensorgc/_tensorgc*.so); new=$(ls tensorgc/_tensorgc*.so)
+      {
+        taskset -c 3 python3 bench/ab_variants.py --batches 30 base="$base" new="$new"
+        taskset -c 3 python3 bench/ab_variants.py --batches 30 --tensor base="$base" new="$new"
+        taskset -c 3 python3 bench/b1_inprocess.py --rounds 20 --modes plain,floor \
+          --variant base="$base" --variant new="$new" 2>/dev/null
+      } 2>&1 | tee "$OUT/ab.md" ;;
     quickbench)
       python3 bench/run_all.py --quick --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
   esac

@@ -26,6 +26,16 @@ tgc_buf_reset(tgc_buf *b)
     }
 }
 
+/* Out of memory for good: cap 0 sends every later append to tgc_buf_reserve, which refuses it
+ * (tgc_buf_add's inline path relies on cap > 0 meaning "not out of memory"). The data stays
+ * allocated until tgc_buf_free. */
+static void
+buf__fail(tgc_buf *b)
+{
+    b->oom = 1;
+    b->cap = 0;
+}
+
 int
 tgc_buf_reserve(tgc_buf *b, size_t extra)
 {
@@ -41,7 +51,7 @@ tgc_buf_reserve(tgc_buf *b, size_t extra)
     }
     char *p = realloc(b->data, cap);
     if (p == NULL) {
-        b->oom = 1;
+        buf__fail(b);
         return -1;
     }
     b->data = p;
@@ -50,7 +60,7 @@ tgc_buf_reserve(tgc_buf *b, size_t extra)
 }
 
 void
-tgc_buf_add(tgc_buf *b, const char *s, size_t n)
+tgc_buf_add_grow(tgc_buf *b, const char *s, size_t n)
 {
     if (tgc_buf_reserve(b, n) < 0) {
         return;
@@ -64,7 +74,7 @@ void
 tgc_buf_append(tgc_buf *b, const tgc_buf *src)
 {
     if (src->oom) {
-        b->oom = 1;
+        buf__fail(b);
     }
     else if (src->len > 0) {
         tgc_buf_add(b, src->data, src->len);

@@ -9,7 +9,7 @@
 
 typedef struct {
     char *data;     /* NUL-terminated while len < cap; NULL until the first append */
-    size_t len, cap;
+    size_t len, cap;  /* cap is 0 while data is NULL, and from the moment oom is set */
     int oom;        /* sticky: set once an allocation failed, later appends do nothing */
 } tgc_buf;
 
@@ -18,7 +18,20 @@ void tgc_buf_free(tgc_buf *b);
 void tgc_buf_reset(tgc_buf *b);
 /* Room for extra more bytes (and the NUL) without another allocation; 0, or -1 once oom. */
 int tgc_buf_reserve(tgc_buf *b, size_t extra);
-void tgc_buf_add(tgc_buf *b, const char *s, size_t n);
+/* tgc_buf_add's path through tgc_buf_reserve; callers use tgc_buf_add. */
+void tgc_buf_add_grow(tgc_buf *b, const char *s, size_t n);
+/* Inline: a report makes a few hundred small appends, nearly all into room already there. */
+static inline void
+tgc_buf_add(tgc_buf *b, const char *s, size_t n)
+{
+    if (b->len + n < b->cap) {  /* cap > 0 here: data is allocated, oom is not set */
+        memcpy(b->data + b->len, s, n);
+        b->len += n;
+        b->data[b->len] = '\0';
+        return;
+    }
+    tgc_buf_add_grow(b, s, n);
+}
 /* Inline so that the compiler measures string literals, the usual argument, at build time. */
 static inline void
 tgc_buf_puts(tgc_buf *b, const char *s)

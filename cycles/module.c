@@ -146,7 +146,6 @@ report_traverse(tgc_report *r, visitproc visit, void *arg)
     Py_VISIT(r->svg);
     Py_VISIT(r->html);
     Py_VISIT(r->svg_error);
-    Py_VISIT(r->table);
     return 0;
 }
 
@@ -162,7 +161,16 @@ report_clear(tgc_report *r)
     Py_CLEAR(r->svg);
     Py_CLEAR(r->html);
     Py_CLEAR(r->svg_error);
-    Py_CLEAR(r->table);
+    tgc_buf_free(&r->dot_src);
+    tgc_report_row *rows = r->rows;
+    Py_ssize_t n = r->nrows;
+    r->rows = NULL;
+    r->nrows = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(rows[i].cycle);
+        Py_XDECREF(rows[i].hint);
+    }
+    PyMem_Free(rows);
     return 0;
 }
 
@@ -186,6 +194,12 @@ live_state(tgc_report *r)
         return NULL;
     }
     return st;
+}
+
+static PyObject *
+report_get_dot(tgc_report *r, void *Py_UNUSED(closure))
+{
+    return tgc_report_dot(r);
 }
 
 static PyObject *
@@ -256,7 +270,7 @@ report_repr(tgc_report *r)
     {#name, (getter)report_get_field, NULL, doc, (void *)offsetof(tgc_report, name)}
 static PyGetSetDef report_getset[] = {
     FIELD(text, "Plain-text summary with one line and one fix hint per group of leaks."),
-    FIELD(dot, "Graphviz DOT source of the drawing."),
+    {"dot", (getter)report_get_dot, NULL, "Graphviz DOT source of the drawing.", NULL},
     FIELD(tensors, "One dict per tensor kept alive: shape, dtype, device, nbytes, data_ptr, stack, type."),
     FIELD(groups, "One dict per group of identical leaks: count, objects, tensors, nbytes, cycle, hint, drawn."),
     FIELD(edges, "Drawn references as (source type, label, target type)."),

@@ -1154,7 +1154,8 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
 {
     builder b;
     memset(&b, 0, sizeof(b));
-    tgc_buf dot = {0}, text = {0}, table = {0};
+    tgc_buf dot = {0}, text = {0};
+    tgc_report_row *rows = NULL;  /* the table's, one per group; its strings new references */
     tgc_buf scratch = {0}, cyc = {0}, hint = {0};  /* reused: a DOT title, a group's cycle/hint */
     PyObject *result = NULL, *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
     PyObject *seen = NULL;
@@ -1276,11 +1277,15 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         }
     }
 
-    /* DOT. The three buffers start at the size of a one-leak report (about 1 KB of DOT, half
-     * that of text and of table), so the common case never regrows them. */
+    /* DOT. The buffers start at the size of a one-leak report (about 1 KB of DOT, half that of
+     * text), so the common case never regrows them. */
     tgc_buf_reserve(&dot, 2000);
     tgc_buf_reserve(&text, 1000);
-    tgc_buf_reserve(&table, 1000);
+    rows = PyMem_Calloc(b.ngroups ? b.ngroups : 1, sizeof(tgc_report_row));
+    if (rows == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
     tgc_buf_puts(&dot, "digraph tensorgc {\n"
                        "  graph [rankdir=LR, fontname=\"Helvetica\", fontsize=11, nodesep=0.25, "
                        "ranksep=0.45, bgcolor=\"white\"];\n"
@@ -1421,8 +1426,6 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     tgc_buf_puts(&text, ntensors == 1 ? " tensor (" : " tensors (");
     tgc_buf_bytes(&text, total);
     tgc_buf_puts(&text, ") alive until the collector ran; they are freed now.\n");
-    tgc_buf_puts(&table, "<table id=\"groups\">\n<tr><th>#</th><th>leaks</th><th>objects each</th>"
-                         "<th>tensors</th><th>held</th><th>cycle</th><th>fix</th></tr>\n");
     for (uint32_t k = 0; k < b.ngroups; k++) {
         group_info *gi = &b.groups[k];
         tgc_buf *line = &text;  /* the group's lines go straight into the text */
@@ -1476,22 +1479,6 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         tgc_buf_puts(line, " in all\n      fix: ");
         tgc_buf_add(line, hint.data ? hint.data : "", hint.len);
         tgc_buf_puts(line, "\n");
-        tgc_buf_puts(&table, "<tr><td class=\"num\">");
-        tgc_buf_uint(&table, k + 1);
-        tgc_buf_puts(&table, "</td><td class=\"num\">");
-        tgc_buf_count(&table, gi->count);
-        tgc_buf_puts(&table, "</td><td class=\"num\">");
-        tgc_buf_count(&table, gi->nodes);
-        tgc_buf_puts(&table, "</td><td class=\"num\">");
-        tgc_buf_count(&table, gi->total_targets);
-        tgc_buf_puts(&table, "</td><td class=\"num\">");
-        tgc_buf_bytes(&table, gi->total_bytes);
-        tgc_buf_puts(&table, "</td><td>");
-        tgc_buf_html(&table, cyc.data ? cyc.data : "", cyc.len);
-        tgc_buf_puts(&table, "</td><td>");
-        tgc_buf_html(&table, hint.data ? hint.data : "", hint.len);
-        tgc_buf_puts(&table, "</td></tr>\n");
-
         PyObject *hint_s = buf_to_str(&hint);
         PyObject *cyc_s = hint_s ? buf_to_str(&cyc) : NULL;
         PyObject *gd = NULL;
@@ -1514,11 +1501,14 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
             goto error;
         }
         Py_DECREF(gd);
-        Py_DECREF(hint_s);
-        Py_DECREF(cyc_s);
+        rows[k].count = gi->count;
+        rows[k].nodes = gi->nodes;
+        rows[k].tensors = gi->total_targets;
+        rows[k].nbytes = gi->total_bytes;
+        rows[k].cycle = cyc_s;  /* the references move to the row */
+        rows[k].hint = hint_s;
     }
-    tgc_buf_puts(&table, "</table>\n");
-    if (dot.oom || text.oom || table.oom) {
+    if (dot.oom || text.oom) {
         PyErr_NoMemory();
         goto error;
     }
@@ -1528,8 +1518,12 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         goto error;
     }
     r->text = buf_to_str(&text);
-    r->dot = buf_to_str(&dot);
-    r->table = buf_to_str(&table);
+    r->dot = NULL;
+    r->dot_src = dot;  /* the buffer moves to the report */
+    memset(&dot, 0, sizeof(dot));
+    r->rows = rows;
+    r->nrows = b.ngroups;
+    rows = NULL;
     r->tensors = tensors;
     r->groups = groups;
     r->edges = edges;
@@ -1542,7 +1536,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     r->generation = generation;
     PyObject_GC_Track((PyObject *)r);
     result = (PyObject *)r;
-    if (r->text == NULL || r->dot == NULL || r->table == NULL) {
+    if (r->text == NULL) {
         Py_CLEAR(result);
     }
 error:
@@ -1551,7 +1545,13 @@ error:
     free(elided);
     tgc_buf_free(&dot);
     tgc_buf_free(&text);
-    tgc_buf_free(&table);
+    if (rows != NULL) {
+        for (uint32_t k = 0; k < b.ngroups; k++) {
+            Py_XDECREF(rows[k].cycle);
+            Py_XDECREF(rows[k].hint);
+        }
+        PyMem_Free(rows);
+    }
     tgc_buf_free(&scratch);
     tgc_buf_free(&cyc);
     tgc_buf_free(&hint);
@@ -1567,6 +1567,43 @@ error:
 /* Lazy rendering                                                                              */
 
 PyObject *
+tgc_report_dot(tgc_report *r)
+{
+    if (r->dot == NULL) {
+        /* No Python code runs between the test and the store: one decoding wins. */
+        r->dot = buf_to_str(&r->dot_src);
+    }
+    return Py_XNewRef(r->dot);
+}
+
+/* The page's summary table, one row per group of leaks. */
+static void
+report__table(tgc_buf *o, const tgc_report *r)
+{
+    tgc_buf_puts(o, "<table id=\"groups\">\n<tr><th>#</th><th>leaks</th><th>objects each</th>"
+                    "<th>tensors</th><th>held</th><th>cycle</th><th>fix</th></tr>\n");
+    for (Py_ssize_t k = 0; k < r->nrows; k++) {
+        const tgc_report_row *row = &r->rows[k];
+        tgc_buf_puts(o, "<tr><td class=\"num\">");
+        tgc_buf_uint(o, (uint64_t)k + 1);
+        tgc_buf_puts(o, "</td><td class=\"num\">");
+        tgc_buf_count(o, row->count);
+        tgc_buf_puts(o, "</td><td class=\"num\">");
+        tgc_buf_count(o, row->nodes);
+        tgc_buf_puts(o, "</td><td class=\"num\">");
+        tgc_buf_count(o, row->tensors);
+        tgc_buf_puts(o, "</td><td class=\"num\">");
+        tgc_buf_bytes(o, row->nbytes);
+        tgc_buf_puts(o, "</td><td>");
+        tgc_buf_pystr(o, row->cycle, 'h');
+        tgc_buf_puts(o, "</td><td>");
+        tgc_buf_pystr(o, row->hint, 'h');
+        tgc_buf_puts(o, "</td></tr>\n");
+    }
+    tgc_buf_puts(o, "</table>\n");
+}
+
+PyObject *
 tgc_report_svg(tgc_state *st, tgc_report *r)
 {
     if (r->svg != NULL) {
@@ -1576,9 +1613,14 @@ tgc_report_svg(tgc_state *st, tgc_report *r)
         PyErr_SetObject(st->error_type, r->svg_error);
         return NULL;
     }
+    PyObject *dot_s = tgc_report_dot(r);  /* new reference */
+    if (dot_s == NULL) {
+        return NULL;
+    }
     Py_ssize_t n;
-    const char *dot = PyUnicode_AsUTF8AndSize(r->dot, &n);  /* lives as long as r->dot */
+    const char *dot = PyUnicode_AsUTF8AndSize(dot_s, &n);  /* lives as long as dot_s */
     if (dot == NULL) {
+        Py_DECREF(dot_s);
         return NULL;
     }
     char *svg = NULL, err[640] = "";
@@ -1590,12 +1632,11 @@ tgc_report_svg(tgc_state *st, tgc_report *r)
         rc = tgc_render_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
     }
     else {
-        Py_INCREF(r);  /* r->dot must outlive the unlocked section */
-        Py_BEGIN_ALLOW_THREADS
+        Py_BEGIN_ALLOW_THREADS  /* dot_s, ours, outlives the unlocked section */
         rc = tgc_render_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
         Py_END_ALLOW_THREADS
-        Py_DECREF(r);
     }
+    Py_DECREF(dot_s);
     /* Another thread may have rendered the same report while the GIL was released. */
     if (rc < 0) {
         if (r->svg_error == NULL) {
@@ -1636,10 +1677,11 @@ tgc_report_html(tgc_state *st, tgc_report *r)
     const char *text = PyUnicode_AsUTF8(r->text);
     const char *svg_s = svg ? PyUnicode_AsUTF8(svg) : NULL;
     const char *svg_err = r->svg_error ? PyUnicode_AsUTF8(r->svg_error) : NULL;
-    const char *table = PyUnicode_AsUTF8(r->table);
+    tgc_buf table = {0};
+    report__table(&table, r);
     PyObject *result = NULL;
-    if (text != NULL && table != NULL && !title.oom) {
-        tgc_page p = {title.data, text, table, svg_s, svg_err};
+    if (text != NULL && !table.oom && !title.oom) {
+        tgc_page p = {title.data, text, table.data, svg_s, svg_err};
         tgc_html_page(&page, &p);
         if (r->html == NULL) {
             r->html = buf_to_str(&page);
@@ -1651,6 +1693,7 @@ tgc_report_html(tgc_state *st, tgc_report *r)
     }
     Py_XDECREF(svg);
     tgc_buf_free(&title);
+    tgc_buf_free(&table);
     tgc_buf_free(&page);
     return result;
 }

@@ -33,12 +33,23 @@ typedef struct {
     tgc_filter filter;
 } tgc_handle;
 
+/* One row of the page's summary table: a group of identical leaks. */
+typedef struct {
+    uint32_t count, nodes, tensors;
+    unsigned long long nbytes;
+    PyObject *cycle, *hint;  /* new references (str), shared with the group's dict */
+} tgc_report_row;
+
 typedef struct {
     PyObject_HEAD
-    PyObject *text, *dot, *tensors, *groups, *edges, *hints;  /* new references, set at build */
+    PyObject *text, *tensors, *groups, *edges, *hints;  /* new references, set at build */
+    /* Made on first use: most reports are read for their text and never drawn. */
+    PyObject *dot;         /* new reference, decoded from dot_src by tgc_report_dot */
+    tgc_buf dot_src;       /* the DOT as built (UTF-8); freed with the report */
     PyObject *svg, *html;  /* new references, NULL until first asked for (rendering is lazy) */
     PyObject *svg_error;   /* str when rendering failed, so the page can say why */
-    PyObject *table;       /* the page's summary table, HTML made at build time (str) */
+    tgc_report_row *rows;  /* the summary table's rows, made into HTML with the page */
+    Py_ssize_t nrows;
     unsigned long long nbytes;
     Py_ssize_t objects, garbage;
     int generation;
@@ -171,6 +182,7 @@ int tgc_is_tensor(tgc_state *st, PyObject *obj);
  * the collection found in all (objs may be the tensors' part only). */
 PyObject *tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generation,
                            Py_ssize_t garbage_total);
+PyObject *tgc_report_dot(tgc_report *r);                  /* new reference */
 PyObject *tgc_report_svg(tgc_state *st, tgc_report *r);    /* new reference */
 PyObject *tgc_report_html(tgc_state *st, tgc_report *r);   /* new reference */
 

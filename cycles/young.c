@@ -159,7 +159,6 @@ tgc_young_selfcheck(void)
 typedef struct {
     PyTypeObject *tensor;
     tgc_typecache types;
-    tgc_shapes shapes;
 } young_ctx;
 
 static int
@@ -242,7 +241,7 @@ static PyGC_Head *
 young__first_hit(PyTypeObject *tensor, int generation)
 {
     /* Only what the walk reads is cleared (this runs for every young collection): the type
-     * cache, and per end its run and its cache's type pointers. c.shapes is not used here. */
+     * cache, and per end its run and its cache's type pointers. */
     young_ctx c;
     c.tensor = tensor;
     memset(&c.types, 0, sizeof(c.types));
@@ -468,15 +467,20 @@ tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island)
     /* 1. Mark every young object, and take the tensors and the objects referencing one as
      *    seeds; the first walk found none before `hit`. No Python code runs until
      *    island__unmark (tp_traverse runs none). */
+    /* The seeds are tested as the pre-scan tests (young__hit, one lookup per run of a type):
+     * when the pre-scan's backward end met the tensor, everything between its two ends is still
+     * to be tested, three quarters of the list on average. */
     int seeking = 1;
+    young_cursor cur;
+    young__cursor_init(&cur);
+    PyTypeObject *plain_ref = NULL;
     for (int gen = 0; gen <= generation; gen++) {
         PyGC_Head *head = young__head(gen);
         for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
             PyObject *op = (PyObject *)(g + 1);
             g->_gc_prev |= _PyGC_PREV_MASK_COLLECTING;
             seeking &= g != hit;
-            if (!seeking && !c.overflow && (young__is_tensor(&c.y, op) ||
-                                tgc_traverse_fast(&c.y.shapes, op, young__visit, &c.y) != 0)) {
+            if (!seeking && !c.overflow && young__hit(&c.y, &cur, &plain_ref, op)) {
                 (void)island__add(&c, op);
             }
         }

@@ -1015,6 +1015,44 @@ def test_observe_tensor_cycles_html(track):
     assert not re.search(r"@import", page, re.I)
 
 
+def test_page_table_and_dot_are_made_from_what_the_build_kept(track):
+    """The DOT and the page's summary table are made on first use, from what the report kept when
+    it was built: the garbage is gone by then, the rows match .groups, user strings in them are
+    escaped, and changing the lists a report hands out changes neither."""
+    import html as html_mod
+    import re
+
+    def build():
+        Node = new_class()
+        for _ in range(3):  # three identical leaks: one group, count 3
+            make_pair(Node)
+        Owner = new_class("Owner")
+        o = Owner()
+        o.t = T(64)
+        o.box = {'<b>"k"</b>': o}  # a hostile key on the cycle's path
+        del o
+
+    report = collect_one_report(track, build)
+    gc.collect()  # whatever the hook left; the report needs none of it
+    groups = [dict(g) for g in report.groups]
+    assert len(groups) == 2 and sorted(g["count"] for g in groups) == [1, 3]
+    dot = report.dot
+    assert report.dot is dot  # decoded once
+    report.groups.clear()  # the table does not read the list it hands out
+    page = report.html
+    table = re.search(r'<table id="groups">(.*?)</table>', page, re.S).group(1)
+    rows = re.findall(r"<tr><td class=\"num\">(\d+)</td><td class=\"num\">([\d,]+)</td>"
+                      r"<td class=\"num\">([\d,]+)</td><td class=\"num\">([\d,]+)</td>"
+                      r"<td class=\"num\">([^<]*)</td><td>(.*?)</td><td>(.*?)</td></tr>", table)
+    assert [r[0] for r in rows] == ["1", "2"]
+    for r, g in zip(rows, groups):
+        assert (int(r[1]), int(r[2]), int(r[3])) == (g["count"], g["objects"], g["tensors"])
+        assert html_mod.unescape(r[5]) == g["cycle"] and html_mod.unescape(r[6]) == g["hint"]
+    assert any('<b>"k"</b>' in g["cycle"] for g in groups)
+    assert "<b>" not in table and "&lt;b&gt;&quot;k&quot;&lt;/b&gt;" in table
+    assert '\\"k\\"' in dot and "<b>" in dot  # DOT escapes quotes; HTML-like text is plain there
+
+
 def test_observe_cycles_html_is_self_contained(track):
     import re
 

@@ -171,6 +171,42 @@ test_numbers(void)
     tgc_buf_free(&b);
 }
 
+/* tgc_buf_add's inline path writes into room already there; the rest goes through reserve. */
+static void
+test_buf_paths(void)
+{
+    tgc_buf b = {0};
+    char run[300];
+    memset(run, 'x', sizeof(run));
+    tgc_buf_add(&b, run, 1);                 /* the first append allocates: 256 bytes */
+    CHECK_EQ_U(b.cap, 256);
+    tgc_buf_add(&b, run, 254);               /* fills it but for the NUL: still inline */
+    CHECK_EQ_U(b.len, 255);
+    CHECK_EQ_U(b.cap, 256);
+    CHECK(b.data[255] == '\0');
+    tgc_buf_add(&b, "y", 1);                 /* one more byte needs room for its NUL: grows */
+    CHECK_EQ_U(b.len, 256);
+    CHECK(b.cap > 256 && b.data[255] == 'y' && b.data[256] == '\0');
+    /* out of memory is sticky, inline path included */
+    tgc_buf bad = {0};
+    bad.oom = 1;
+    tgc_buf_append(&b, &bad);
+    CHECK(b.oom && b.cap == 0);
+    size_t len = b.len;
+    tgc_buf_puts(&b, "z");
+    tgc_buf_add(&b, run, 0);
+    CHECK_EQ_U(b.len, len);
+    CHECK(tgc_buf_reserve(&b, 1) < 0);
+    tgc_buf_reset(&b);                       /* keeps the memory and the verdict */
+    tgc_buf_puts(&b, "z");
+    CHECK(b.oom && b.len == 0);
+    tgc_buf_free(&b);
+    CHECK(!b.oom && b.data == NULL);
+    tgc_buf_puts(&b, "ok");                  /* a freed buffer starts over */
+    CHECK_STR(b, "ok");
+    tgc_buf_free(&b);
+}
+
 static void
 test_render(void)
 {
@@ -294,6 +330,7 @@ main(void)
     test_ring(200000);
     test_escapes();
     test_numbers();
+    test_buf_paths();
     test_render();
     test_lineprof();
     if (failures) {

@@ -1570,14 +1570,18 @@ PyObject *
 tgc_report_dot(tgc_report *r)
 {
     if (r->dot == NULL) {
-        /* No Python code runs between the test and the store: one decoding wins. */
+        /* No Python code runs between the test and the store: one decoding wins, and nothing
+         * else reads dot_src. */
         r->dot = buf_to_str(&r->dot_src);
+        if (r->dot != NULL) {
+            tgc_buf_free(&r->dot_src);
+        }
     }
     return Py_XNewRef(r->dot);
 }
 
-/* The page's summary table, one row per group of leaks. */
-static void
+/* The page's summary table, one row per group of leaks. 0, or -1 with an exception set. */
+static int
 report__table(tgc_buf *o, const tgc_report *r)
 {
     tgc_buf_puts(o, "<table id=\"groups\">\n<tr><th>#</th><th>leaks</th><th>objects each</th>"
@@ -1595,12 +1599,17 @@ report__table(tgc_buf *o, const tgc_report *r)
         tgc_buf_puts(o, "</td><td class=\"num\">");
         tgc_buf_bytes(o, row->nbytes);
         tgc_buf_puts(o, "</td><td>");
-        tgc_buf_pystr(o, row->cycle, 'h');
+        if (tgc_buf_pystr(o, row->cycle, 'h') < 0) {
+            return -1;
+        }
         tgc_buf_puts(o, "</td><td>");
-        tgc_buf_pystr(o, row->hint, 'h');
+        if (tgc_buf_pystr(o, row->hint, 'h') < 0) {
+            return -1;
+        }
         tgc_buf_puts(o, "</td></tr>\n");
     }
     tgc_buf_puts(o, "</table>\n");
+    return o->oom ? (PyErr_NoMemory(), -1) : 0;
 }
 
 PyObject *
@@ -1660,6 +1669,11 @@ tgc_report_html(tgc_state *st, tgc_report *r)
     if (r->html != NULL) {
         return Py_NewRef(r->html);
     }
+    if (r->text == NULL || r->tensors == NULL) {
+        /* only reachable from a finalizer that ran while the collector cleared the report */
+        PyErr_SetString(PyExc_ValueError, "this CycleReport was cleared by the collector");
+        return NULL;
+    }
     PyObject *svg = tgc_report_svg(st, r);
     if (svg == NULL) {
         if (!PyErr_ExceptionMatches(st->error_type)) {
@@ -1674,13 +1688,14 @@ tgc_report_html(tgc_state *st, tgc_report *r)
     tgc_buf_bytes(&title, r->nbytes);
     tgc_buf_printf(&title, ") alive until gc generation %d ran", r->generation);
 
-    const char *text = PyUnicode_AsUTF8(r->text);
-    const char *svg_s = svg ? PyUnicode_AsUTF8(svg) : NULL;
-    const char *svg_err = r->svg_error ? PyUnicode_AsUTF8(r->svg_error) : NULL;
     tgc_buf table = {0};
-    report__table(&table, r);
+    const char *text = PyUnicode_AsUTF8(r->text);
+    const char *svg_s = text && svg ? PyUnicode_AsUTF8(svg) : NULL;
+    const char *svg_err = text && r->svg_error ? PyUnicode_AsUTF8(r->svg_error) : NULL;
+    int ok = text != NULL && (svg == NULL || svg_s != NULL) &&
+             (r->svg_error == NULL || svg_err != NULL) && report__table(&table, r) == 0;
     PyObject *result = NULL;
-    if (text != NULL && !table.oom && !title.oom) {
+    if (ok && !title.oom) {
         tgc_page p = {title.data, text, table.data, svg_s, svg_err};
         tgc_html_page(&page, &p);
         if (r->html == NULL) {

@@ -561,6 +561,39 @@ def test_hostile_objects_are_freed(track):
     assert instances(Evil) == [] and instances(BadRepr) == []
 
 
+def test_page_out_of_memory_raises_and_leaves_the_report_usable(track):
+    """The page is made on first use; if memory runs out while it is made (here the UTF-8 of a
+    non-ASCII edge name in the summary table), .html raises MemoryError, caches nothing, and works
+    once memory is back. Never a result with an exception set (SystemError)."""
+    _testcapi = pytest.importorskip("_testcapi")
+    if not hasattr(_testcapi, "set_nomemory"):
+        pytest.skip("this interpreter's _testcapi cannot make allocations fail")
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Owner = new_class("Owner")
+    outcomes = set()
+    for start in range(80):  # every allocation of the page's first steps fails once
+        reports.clear()
+        o = Owner()
+        o.t = T(4)
+        o.box = {"\u043a\u043b\u044e\u0447 <k>": o}  # a Cyrillic key: its UTF-8 is allocated
+        del o
+        gc.collect()
+        assert len(reports) == 1
+        r = reports[0]
+        _testcapi.set_nomemory(start, start + 1)
+        try:
+            page = r.html
+            outcomes.add("page")
+        except MemoryError:
+            outcomes.add("MemoryError")
+        finally:
+            _testcapi.remove_mem_hooks()  # raises SystemError if .html left an exception set
+        page = r.html
+        assert "\u043a\u043b\u044e\u0447 &lt;k&gt;" in page and "</table>" in page
+    assert outcomes == {"page", "MemoryError"}
+
+
 def test_huge_repr_and_key_output_bounded(track):
     # docs/api.md does not state a limit for one label; we expect the
     # output to stay bounded like the 10,000-object ring (test_cycles.py).

@@ -162,15 +162,11 @@ report_clear(tgc_report *r)
     Py_CLEAR(r->html);
     Py_CLEAR(r->svg_error);
     tgc_buf_free(&r->dot_src);
-    tgc_report_row *rows = r->rows;
+    tgc_report_row *rows = r->rows;  /* detached first: clear may run again from dealloc */
     Py_ssize_t n = r->nrows;
     r->rows = NULL;
     r->nrows = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_XDECREF(rows[i].cycle);
-        Py_XDECREF(rows[i].hint);
-    }
-    PyMem_Free(rows);
+    tgc_report_rows_free(rows, n);
     return 0;
 }
 

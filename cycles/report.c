@@ -1545,13 +1545,7 @@ error:
     free(elided);
     tgc_buf_free(&dot);
     tgc_buf_free(&text);
-    if (rows != NULL) {
-        for (uint32_t k = 0; k < b.ngroups; k++) {
-            Py_XDECREF(rows[k].cycle);
-            Py_XDECREF(rows[k].hint);
-        }
-        PyMem_Free(rows);
-    }
+    tgc_report_rows_free(rows, b.ngroups);
     tgc_buf_free(&scratch);
     tgc_buf_free(&cyc);
     tgc_buf_free(&hint);
@@ -1565,6 +1559,16 @@ error:
 
 /* ------------------------------------------------------------------------------------------ */
 /* Lazy rendering                                                                              */
+
+void
+tgc_report_rows_free(tgc_report_row *rows, Py_ssize_t n)
+{
+    for (Py_ssize_t k = 0; rows != NULL && k < n; k++) {
+        Py_XDECREF(rows[k].cycle);
+        Py_XDECREF(rows[k].hint);
+    }
+    PyMem_Free(rows);
+}
 
 PyObject *
 tgc_report_dot(tgc_report *r)

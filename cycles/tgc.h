@@ -183,6 +183,8 @@ int tgc_is_tensor(tgc_state *st, PyObject *obj);
 PyObject *tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generation,
                            Py_ssize_t garbage_total);
 PyObject *tgc_report_dot(tgc_report *r);                  /* new reference */
+/* Releases n rows (strings NULL where a row was never filled) and the array; NULL is fine. */
+void tgc_report_rows_free(tgc_report_row *rows, Py_ssize_t n);
 PyObject *tgc_report_svg(tgc_state *st, tgc_report *r);    /* new reference */
 PyObject *tgc_report_html(tgc_state *st, tgc_report *r);   /* new reference */
 

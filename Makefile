@@ -21,7 +21,7 @@ DEVICE_CFLAGS = $(shell $(PYTHON) tools/cuda_flags.py 2>/dev/null)
 REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 
 .DEFAULT_GOAL := build
-.PHONY: help deps build test demo bench units valgrind asan clean
+.PHONY: help deps build test demo bench units valgrind asan phases clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -84,6 +84,12 @@ asan: deps ## Build the extension with AddressSanitizer+UBSan and run the Python
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0 $(REAL_PYTHON) -m pytest tests -q -x
 	rm -f $(SO)
+
+phases: deps build ## Build a copy with phase timers (build/phases-lib) and show where B1's overhead goes
+	TENSORGC_WERROR=1 TENSORGC_CFLAGS="-DTGC_PHASE_TIMES" $(PYTHON) setup.py -q build_ext --force \
+	  --build-temp build/phases-temp --build-lib build/phases-lib
+	$(PYTHON) bench/b1_inprocess.py --rounds $(or $(ROUNDS),20) --modes plain,floor \
+	  --variant timed=$$(ls build/phases-lib/tensorgc/_tensorgc*.so)
 
 clean: ## Remove build products
 	rm -rf build dist *.egg-info tensorgc/*.so

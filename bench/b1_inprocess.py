@@ -22,6 +22,12 @@ as in ab_variants.py), for an A/B of builds on B1's own loop:
     python bench/b1_inprocess.py --rounds 12
     python bench/b1_inprocess.py --rounds 16 --modes plain --variant old=/tmp/old.so --variant new=tensorgc/_tensorgc.so
 
+Where the time goes: a mode whose extension was built with phase timers (``make phases`` builds
+one into build/phases-lib and runs this script with it as a variant) also gets a table of the
+detector's phases per loop (pre-scan, island, report build, callback, freeing), next to its paired
+difference; whatever the phases do not cover is CPython calling the callback (the floor) and the
+interpreter running slower around it.
+
 Not a replacement for B1 (one interpreter, warm caches): a second opinion on the same loop,
 with the floor measured next to it.
 """
@@ -100,6 +106,14 @@ def main(argv=None) -> int:
         return time.perf_counter() - t0
 
     island = tensorgc._tensorgc._young_island()["enabled"]
+
+    def module_of(m):
+        """The extension module a mode runs, when it has phase timers; None otherwise."""
+        mod = variants.get(m) or (tensorgc._tensorgc if m.startswith("tensorgc") else None)
+        timer = getattr(mod, "_phase_times", None)
+        return mod if timer is not None and timer() is not None else None
+
+    phases = {m: {} for m in modes if module_of(m) is not None}
     times = {m: [] for m in modes}
     reports = {m: 0 for m in modes}
     try:
@@ -114,8 +128,13 @@ def main(argv=None) -> int:
                 elif m in variants:
                     remove = variants[m].observe_cycles(cb, device=device)
                 stats["reports"] = 0
+                if m in phases:
+                    module_of(m)._phase_times(True)
                 try:
                     times[m].append(loop())
+                    if m in phases:
+                        for name, (n, secs) in module_of(m)._phase_times(True).items():
+                            phases[m].setdefault(name, []).append((n, secs))
                 finally:
                     if m == "floor":
                         gc.callbacks.remove(operator.is_)
@@ -147,6 +166,25 @@ def main(argv=None) -> int:
     for row in rows:
         print(f"| {row['mode']} | {row['median_s']:.4f} | {row['ratio_vs_plain']:.3f}x | "
               f"{row['paired_diff_ms']:+.2f} ms | {row['paired_ratio']:.3f}x | {row['reports_per_loop']} |")
+    floor = next((r["paired_diff_ms"] for r in rows if r["mode"] == "floor"), None)
+    for m, per in phases.items():
+        row = next(r for r in rows if r["mode"] == m)
+        print(f"\n#### where {m}'s time goes (phase timers; medians over loops)\n")
+        print("| phase | events per loop | us per event | ms per loop |")
+        print("| --- | ---: | ---: | ---: |")
+        total = 0.0
+        for name, samples in per.items():
+            n = statistics.median(x[0] for x in samples)
+            ms = statistics.median(x[1] for x in samples) * 1e3
+            total += ms
+            each = ms * 1e3 / n if n else 0.0
+            print(f"| {name} | {n:g} | {each:.2f} | {ms:.3f} |")
+        print(f"| all phases | | | {total:.3f} |")
+        print(f"| paired difference to plain | | | {row['paired_diff_ms']:.3f} |")
+        if floor is not None:
+            print(f"| of which CPython's callback floor (mode floor) | | | {floor:.3f} |")
+            print(f"| not in a phase nor the floor | | | {row['paired_diff_ms'] - floor - total:.3f} |")
+        row["phases"] = {name: samples for name, samples in per.items()}
     if args.json:
         C.write_json(args.json, {"benchmark": "B1-inprocess", "config": vars(args), "env": env,
                                  "results": rows})

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One session on the GPU machine: build from source, then the steps named on the command line
-# (tests, demos, bench, quickbench, reporter, b1, b1torch, b2, young, units, profile, index, lineprof, ab), logs under $OUT. Usage (after `source .gpu/enter.sh`):
+# (tests, demos, bench, quickbench, reporter, b1, b1torch, b2, young, units, profile, index, lineprof, ab,
+# phases), logs under $OUT. Usage (after `source .gpu/enter.sh`):
 #   bash bench/gpu_session.sh tests demos bench
 # ab: A/B of this tree's build against an older one, built from the sources in the tar file
 # $BASE_TAR (`git archive REV -- setup.py setup.cfg pyproject.toml cycles include reporter allocator tensorgc`).
@@ -85,6 +86,13 @@ for step in "$@"; do
         taskset -c 3 python3 bench/b1_inprocess.py --rounds 20 --modes plain,floor \
           --variant base="$base" --variant new="$new" 2>/dev/null
       } 2>&1 | tee "$OUT/ab.md" ;;
+    phases)
+      # B1 in one process with a copy built with phase timers: where the overhead goes
+      TENSORGC_WERROR=1 TENSORGC_CFLAGS="-DTGC_PHASE_TIMES" python3 setup.py -q build_ext --force \
+        --build-temp /tmp/tgc-phases-temp --build-lib /tmp/tgc-phases-lib > "$OUT/build-phases.log" 2>&1 \
+        || { echo "phases: no timed build"; continue; }
+      taskset -c 3 python3 bench/b1_inprocess.py --rounds 20 --modes plain,floor \
+        --variant timed="$(ls /tmp/tgc-phases-lib/tensorgc/_tensorgc*.so)" 2>/dev/null | tee "$OUT/phases.md" ;;
     quickbench)
       python3 bench/run_all.py --quick --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
   esac

@@ -365,7 +365,9 @@ hook__wanted(tgc_state *st, PyObject *info)
         verdict = TGC_YOUNG_ARM;
     }
     else if (st->island_on) {
+        TGC_PHASE_BEGIN(t0);
         verdict = tgc_young_island(tensor, gen, &st->island);
+        TGC_PHASE_END(st, verdict == TGC_YOUNG_ISLAND ? TGC_PHASE_ISLAND : TGC_PHASE_SCAN, t0);
         if (verdict == TGC_YOUNG_ISLAND) {
             return 0;  /* the collector runs alone; "stop" reports the island (hook__start) */
         }
@@ -500,7 +502,9 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor,
             }
             ran = 1;  /* building a report calls reprs, the predicate, torch */
             if (report == NULL) {
+                TGC_PHASE_BEGIN(t0);
                 report = tgc_report_build(st, objs, &h->filter, generation, garbage_total);
+                TGC_PHASE_END(st, TGC_PHASE_BUILD, t0);
                 if (report == NULL) {
                     tgc_log_exception(st, "building a cycle report");
                     continue;
@@ -522,7 +526,9 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor,
                     }
                 }
                 else {
+                    TGC_PHASE_BEGIN(t0);
                     hook__call(st, h, report, "an observe_cycles callback");
+                    TGC_PHASE_END(st, TGC_PHASE_CALLBACK, t0);
                 }
             }
             Py_DECREF(report);
@@ -1088,7 +1094,9 @@ hook__deliver(tgc_state *st, PyObject *objs, int generation, Py_ssize_t garbage_
     if (!tgc_compat_is_finalizing()) {
         check |= hook__notify(st, objs, generation, any_tensor, garbage_total);
     }
+    TGC_PHASE_BEGIN(t0);
     tgc_hook_free(objs, check);
+    TGC_PHASE_END(st, TGC_PHASE_FREE, t0);
     st->busy = 0;
     Py_DECREF(objs);
 }
@@ -1102,7 +1110,9 @@ hook__island_stop(tgc_state *st, PyObject *info)
     st->island = NULL;
     Py_ssize_t ncol = hook__info_count(info, "collected");
     Py_ssize_t total = PyList_GET_SIZE(objs) + (ncol > 0 ? ncol : 0);
+    TGC_PHASE_BEGIN(t0);
     int check = !tgc_young_island_exact(objs);
+    TGC_PHASE_END(st, TGC_PHASE_EXACT, t0);
     hook__deliver(st, objs, hook__info_generation(st, info), total, check, NULL);
 }
 

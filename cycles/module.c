@@ -781,7 +781,43 @@ seeded_split(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          "used", st->seeded_used, "fallback", st->seeded_fallback);
 }
 
+PyDoc_STRVAR(phase_times_doc,
+"_phase_times(reset=False) -> dict or None\n\nWhere the detector's time goes, per phase: "
+"{phase: (count, seconds)} since import or the last reset; None unless the extension was built "
+"with -DTGC_PHASE_TIMES (make phases). For benchmarks (bench/b1_phases.py).");
+
+static PyObject *
+phase_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_state *st = tgc_state_of(module);
+    int reset = 0;
+    if (module__switch("_phase_times", args, nargs, &reset) < 0) {
+        return NULL;
+    }
+#ifdef TGC_PHASE_TIMES
+    static const char *const names[TGC_PHASE_COUNT] = {"scan", "island", "exact", "build",
+                                                         "callback", "free"};
+    PyObject *d = PyDict_New();  /* new reference */
+    for (int i = 0; d != NULL && i < TGC_PHASE_COUNT; i++) {
+        PyObject *v = Py_BuildValue("(Kd)", st->phases[i].n, (double)st->phases[i].ns / 1e9);
+        if (v == NULL || PyDict_SetItemString(d, names[i], v) < 0) {
+            Py_CLEAR(d);
+        }
+        Py_XDECREF(v);
+    }
+    if (d != NULL && reset) {
+        memset(st->phases, 0, sizeof(st->phases));
+    }
+    return d;
+#else
+    (void)st;
+    (void)reset;
+    Py_RETURN_NONE;
+#endif
+}
+
 static PyMethodDef module_methods[] = {
+    {"_phase_times", (PyCFunction)(void (*)(void))phase_times, METH_FASTCALL, phase_times_doc},
     {"_seeded_split", (PyCFunction)(void (*)(void))seeded_split, METH_FASTCALL, seeded_split_doc},
     {"_young_island", (PyCFunction)(void (*)(void))young_island, METH_FASTCALL, young_island_doc},
     {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},

@@ -55,6 +55,34 @@ typedef struct {
     int generation;
 } tgc_report;
 
+/* Phase timing for benchmarks (bench/b1_phases.py). Off in every normal build: the macros
+ * compile to nothing, so the hot path carries no clock reads. */
+enum {
+    TGC_PHASE_SCAN,       /* "start": the pre-scan of a collection that found no tensor */
+    TGC_PHASE_ISLAND,     /* "start": the pre-scan plus proving an island */
+    TGC_PHASE_EXACT,      /* "stop": checking that the island is still one */
+    TGC_PHASE_BUILD,      /* building a CycleReport */
+    TGC_PHASE_CALLBACK,   /* running an observe_cycles callback */
+    TGC_PHASE_FREE,       /* clearing the garbage the detector kept */
+    TGC_PHASE_COUNT
+};
+#ifdef TGC_PHASE_TIMES
+#  include <time.h>
+static inline unsigned long long
+tgc_phase_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+#  define TGC_PHASE_BEGIN(var) unsigned long long var = tgc_phase_now()
+#  define TGC_PHASE_END(st, phase, var) \
+    ((st)->phases[phase].n++, (st)->phases[phase].ns += tgc_phase_now() - (var))
+#else
+#  define TGC_PHASE_BEGIN(var) ((void)0)
+#  define TGC_PHASE_END(st, phase, var) ((void)0)
+#endif
+
 /* The keys of tgc_state.keys, in the order of TGC_KEY_NAMES. */
 enum {
     TGC_KEY_SHAPE, TGC_KEY_DTYPE, TGC_KEY_DEVICE, TGC_KEY_NBYTES, TGC_KEY_DATA_PTR, TGC_KEY_STACK,
@@ -126,6 +154,12 @@ typedef struct {
     int island_on;
     PyObject *island;
     unsigned long long island_used, island_fallback;
+    /* Where a collection's time goes, per phase (TGC_PHASE_*), only in a build with
+     * -DTGC_PHASE_TIMES (make phases; read by tensorgc._phase_times()); otherwise never written.
+     * Only touched inside our gc callback. */
+    struct {
+        unsigned long long n, ns;
+    } phases[TGC_PHASE_COUNT];
 
     /* The line profiler (reporter/lineprof_py.c); all protected by the GIL. */
     PyTypeObject *lp_type;

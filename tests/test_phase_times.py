@@ -1,0 +1,89 @@
+"""Phase timers (tensorgc._phase_times, cycles/tgc.h's TGC_PHASE_*): compiled out of a normal
+build, where the function says so with None; a build with -DTGC_PHASE_TIMES (make phases) counts
+each phase of the detector once per event, which bench/b1_inprocess.py turns into B1's breakdown.
+The second test compiles such a copy of the extension and checks its counts on one collection of
+each kind."""
+import gc
+import glob
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import types
+
+import pytest
+
+import tensorgc
+from _util import DEVICE, T
+
+_C = tensorgc._tensorgc
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PHASES = {"scan", "island", "exact", "build", "callback", "free"}
+
+
+class Cycle:
+    def __init__(self, tensor):
+        self.tensor = tensor
+        self.me = self
+
+
+class Pair:
+    __slots__ = ("other",)
+
+
+def test_normal_build_has_no_timers():
+    assert _C._phase_times() is None
+    assert _C._phase_times(True) is None
+    with pytest.raises(TypeError):
+        _C._phase_times(True, False)
+
+
+def _load(path):
+    """A second copy of the extension under its own package name (its init function is the
+    file's): module state of its own, a gc hook of its own."""
+    pkg = "tgc_phase_times_copy"
+    sys.modules[pkg] = types.ModuleType(pkg)
+    sys.modules[pkg].__path__ = []
+    spec = importlib.util.spec_from_file_location(pkg + "._tensorgc", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory):
+    if shutil.which(sysconfig.get_config_var("CC").split()[0] or "cc") is None:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("phases")
+    env = dict(os.environ, TENSORGC_CFLAGS="-DTGC_PHASE_TIMES", TENSORGC_WERROR="1")
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--force",
+                    "--build-temp", str(out / "temp"), "--build-lib", str(out / "lib")],
+                   cwd=ROOT, env=env, check=True, capture_output=True)
+    (path,) = glob.glob(str(out / "lib" / "tensorgc" / "_tensorgc*"))
+    return _load(path)
+
+
+def test_timed_build_counts_each_phase(gc_state, timed):
+    assert set(timed._phase_times()) == PHASES
+    if not timed._young_scan()["available"]:
+        pytest.skip("the phases of a young collection need the pre-scan")
+    seen = []
+    remove = timed.observe_cycles(lambda r: seen.append(len(r.text)), device=DEVICE)
+    try:
+        timed._phase_times(True)
+        for _ in range(5):
+            Pair().other = Pair()
+        gc.collect(0)  # garbage without a tensor: a pre-scan, nothing else
+        after_scan = timed._phase_times(True)
+        Cycle(T(4))
+        gc.collect(0)  # a tensor cycle: an island, reported and freed
+        after_island = timed._phase_times()
+    finally:
+        remove()
+    assert [n for n, _ in after_scan.values()] == [1, 0, 0, 0, 0, 0]  # reset, then one scan
+    counts = {k: n for k, (n, _) in after_island.items()}
+    assert counts == {"scan": 0, "island": 1, "exact": 1, "build": 1, "callback": 1, "free": 1}
+    assert len(seen) == 1 and seen[0] > 0
+    assert all(secs > 0 for n, secs in after_island.values() if n)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import operator
 import os
 import statistics
@@ -113,7 +112,8 @@ def main(argv=None) -> int:
         timer = getattr(mod, "_phase_times", None)
         return mod if timer is not None and timer() is not None else None
 
-    phases = {m: {} for m in modes if module_of(m) is not None}
+    timed = {m: mod for m in modes if (mod := module_of(m)) is not None}  # m -> its module
+    phases = {m: {} for m in timed}
     times = {m: [] for m in modes}
     reports = {m: 0 for m in modes}
     try:
@@ -128,12 +128,12 @@ def main(argv=None) -> int:
                 elif m in variants:
                     remove = variants[m].observe_cycles(cb, device=device)
                 stats["reports"] = 0
-                if m in phases:
-                    module_of(m)._phase_times(True)
+                if m in timed:
+                    timed[m]._phase_times(True)
                 try:
                     times[m].append(loop())
-                    if m in phases:
-                        for name, (n, secs) in module_of(m)._phase_times(True).items():
+                    if m in timed:
+                        for name, (n, secs) in timed[m]._phase_times(True).items():
                             phases[m].setdefault(name, []).append((n, secs))
                 finally:
                     if m == "floor":

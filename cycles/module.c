@@ -784,7 +784,7 @@ seeded_split(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 PyDoc_STRVAR(phase_times_doc,
 "_phase_times(reset=False) -> dict or None\n\nWhere the detector's time goes, per phase: "
 "{phase: (count, seconds)} since import or the last reset; None unless the extension was built "
-"with -DTGC_PHASE_TIMES (make phases). For benchmarks (bench/b1_phases.py).");
+"with -DTGC_PHASE_TIMES (make phases). For benchmarks (bench/b1_inprocess.py).");
 
 static PyObject *
 phase_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)

@@ -55,7 +55,7 @@ typedef struct {
     int generation;
 } tgc_report;
 
-/* Phase timing for benchmarks (bench/b1_phases.py). Off in every normal build: the macros
+/* Phase timing for benchmarks (bench/b1_inprocess.py). Off in every normal build: the macros
  * compile to nothing, so the hot path carries no clock reads. */
 enum {
     TGC_PHASE_SCAN,       /* "start": the pre-scan of a collection that found no tensor */

@@ -366,7 +366,9 @@ hook__wanted(tgc_state *st, PyObject *info)
     }
     else if (st->island_on) {
         TGC_PHASE_BEGIN(t0);
-        verdict = tgc_young_island(tensor, gen, &st->island);
+        int marked;
+        verdict = tgc_young_island(tensor, gen, &st->island, &marked);
+        st->island_marked += marked;
         TGC_PHASE_END(st, verdict == TGC_YOUNG_ISLAND ? TGC_PHASE_ISLAND : TGC_PHASE_SCAN, t0);
         if (verdict == TGC_YOUNG_ISLAND) {
             return 0;  /* the collector runs alone; "stop" reports the island (hook__start) */

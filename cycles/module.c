@@ -747,8 +747,9 @@ PyDoc_STRVAR(young_island_doc,
 "_young_island(enabled=None) -> dict\n\nIslands (cycles/young.c): when a young collection could hold "
 "tensors, prove before it runs that they sit in garbage nothing else references, and let the "
 "collector free the rest alone. With enabled, switch it on or off (off: such collections are armed; "
-"on is refused where the pre-scan is not available). Returns {'enabled', 'used', 'fallback'}: "
-"collections that took the path, and young ones that could hold tensors but were armed.");
+"on is refused where the pre-scan is not available). Returns {'enabled', 'used', 'fallback', 'marked'}: "
+"collections that took the path, and young ones that could hold tensors but were armed. 'marked': "
+"proofs that needed the young lists marked (an old object or a class in reach, a large set).");
 
 static PyObject *
 young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -757,8 +758,9 @@ young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (module__young_switch(st, "_young_island", args, nargs, &st->island_on) < 0) {
         return NULL;
     }
-    return Py_BuildValue("{s:O,s:K,s:K}", "enabled", st->island_on ? Py_True : Py_False,
-                         "used", st->island_used, "fallback", st->island_fallback);
+    return Py_BuildValue("{s:O,s:K,s:K,s:K}", "enabled", st->island_on ? Py_True : Py_False,
+                         "used", st->island_used, "fallback", st->island_fallback,
+                         "marked", st->island_marked);
 }
 
 PyDoc_STRVAR(seeded_split_doc,

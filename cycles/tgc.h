@@ -154,6 +154,7 @@ typedef struct {
     int island_on;
     PyObject *island;
     unsigned long long island_used, island_fallback;
+    unsigned long long island_marked;  /* proofs that took marking the young lists */
     /* Where a collection's time goes, per phase (TGC_PHASE_*), only in a build with
      * -DTGC_PHASE_TIMES (make phases; read by tensorgc._phase_times()); otherwise never written.
      * Only touched inside our gc callback. */

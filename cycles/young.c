@@ -159,6 +159,7 @@ tgc_young_selfcheck(void)
 typedef struct {
     PyTypeObject *tensor;
     tgc_typecache types;
+    int saw_type;  /* a run of type objects started: some young object is a class */
 } young_ctx;
 
 static int
@@ -204,6 +205,7 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
         if (young__is_tensor(c, op)) {
             return 1;
         }
+        c->saw_type |= PyType_FastSubclass(tp, Py_TPFLAGS_TYPE_SUBCLASS);  /* once per run */
         cur->run = tp;
         cur->sh = young__shape(&cur->shapes, tp);
     }
@@ -231,20 +233,22 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
 
 /* Where the tensors of generations 0..generation start: an object such that none before it (in
  * list order, the lists taken in generation order) is a tensor or references one, while it or one
- * after it does; NULL when there is none. This walk is the whole cost of a collection the detector
+ * after it does; NULL when there is none. On a hit, what the walk left untested is the hit to
+ * *last in generation *last_gen's list (both included), then the whole lists of the generations
+ * after it; everything else was tested clean. c (its tensor set by the caller) also says whether
+ * a class was among the objects tested. This walk is the whole cost of a collection the detector
  * stays out of, and it is bound by the latency of following the list, not by the tests, so it
  * follows the list from both ends at once (the lists are doubly linked): two independent chains of
  * loads instead of one. Young objects come in runs of one type, whose answers (not a tensor; its
  * shape) each end looks up once per run; __slots__ are read inline, and a referent of the run's own
  * type, or of the last type seen that is not a tensor, needs no lookup. */
 static PyGC_Head *
-young__first_hit(PyTypeObject *tensor, int generation)
+young__first_hit(young_ctx *c, int generation, PyGC_Head **last, int *last_gen)
 {
     /* Only what the walk reads is cleared (this runs for every young collection): the type
      * cache, and per end its run and its cache's type pointers. */
-    young_ctx c;
-    c.tensor = tensor;
-    memset(&c.types, 0, sizeof(c.types));
+    memset(&c->types, 0, sizeof(c->types));
+    c->saw_type = 0;
     PyTypeObject *plain_ref = NULL;  /* last referenced type known not to be a tensor */
     young_cursor fc, bc;
     young__cursor_init(&fc);
@@ -255,14 +259,17 @@ young__first_hit(PyTypeObject *tensor, int generation)
         PyGC_Head *head = young__head(gen);
         /* Objects before f and after b are clean; f is not after b while any is left. */
         PyGC_Head *f = _PyGCHead_NEXT(head), *b = _PyGCHead_PREV(head);
+        *last_gen = gen;
         while (f != head) {
-            if (young__hit(&c, &fc, &plain_ref, (PyObject *)(f + 1))) {
+            if (young__hit(c, &fc, &plain_ref, (PyObject *)(f + 1))) {
+                *last = b;  /* everything after b was tested clean */
                 return f;
             }
             if (f == b) {
                 break;
             }
-            if (young__hit(&c, &bc, &plain_ref, (PyObject *)(b + 1))) {
+            if (young__hit(c, &bc, &plain_ref, (PyObject *)(b + 1))) {
+                *last = b;
                 return _PyGCHead_NEXT(f);  /* f and everything before it are clean */
             }
             PyGC_Head *prev = _PyGCHead_PREV(b);
@@ -285,7 +292,11 @@ tgc_young_may_hold(PyTypeObject *tensor, int generation)
     if (generation < 0 || generation >= NUM_GENERATIONS - 1) {
         return 1;  /* a full collection: the walk would be the whole heap; it is not worth it */
     }
-    return young__first_hit(tensor, generation) != NULL;
+    young_ctx c;
+    c.tensor = tensor;
+    PyGC_Head *last;
+    int last_gen;
+    return young__first_hit(&c, generation, &last, &last_gen) != NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -313,17 +324,19 @@ island__unmark(int generation)
     }
 }
 
-/* island__unmark that also lists the members of `map` in list order, the order the collector
+/* Lists the members of `map` found in the young lists, in list order, the order the collector
  * finds garbage in, so that a report (whose cycles start at the first object listed) reads the
- * same whichever path produced it. Returns how many it listed. */
+ * same whichever path produced it; with `unmark`, also does island__unmark's work in the same
+ * walk. Returns how many it listed: fewer than the map holds when some member is not young. */
 static uint32_t
-island__unmark_ordered(int generation, const tgc_ptrmap *map, PyObject **out)
+island__list_ordered(int generation, const tgc_ptrmap *map, PyObject **out, int unmark)
 {
     uint32_t k = 0;
+    uintptr_t clear = unmark ? (uintptr_t)_PyGC_PREV_MASK_COLLECTING : 0;
     for (int gen = 0; gen <= generation; gen++) {
         PyGC_Head *head = young__head(gen);
         for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
-            g->_gc_prev &= ~(uintptr_t)_PyGC_PREV_MASK_COLLECTING;
+            g->_gc_prev &= ~clear;
             PyObject *op = (PyObject *)(g + 1);
             if (tgc_ptrmap_get(map, op) != UINT32_MAX) {
                 out[k++] = op;
@@ -338,7 +351,7 @@ typedef struct {
     tgc_ptrmap map;            /* member -> index in items */
     PyObject **items;          /* borrowed: the members, seeds first */
     uint32_t *internal;        /* references to each member from members */
-    uint32_t n, cap;
+    uint32_t n, cap, max;      /* max: the most members this attempt takes */
     int overflow;
 } island_ctx;
 
@@ -348,12 +361,12 @@ typedef struct {
 static int
 island__grow(island_ctx *c)
 {
-    if (c->cap >= TGC_ISLAND_MAX) {
+    if (c->cap >= c->max) {
         return -1;
     }
     uint32_t cap = c->cap ? c->cap * 2 : 16;
-    if (cap > TGC_ISLAND_MAX) {
-        cap = TGC_ISLAND_MAX;
+    if (cap > c->max) {
+        cap = c->max;
     }
     tgc_ptrmap map;
     if (tgc_ptrmap_init(&map, cap) < 0) {
@@ -395,24 +408,41 @@ island__reach(PyObject *o, void *arg)
     return island__young(o) ? island__add(c, o) : 0;
 }
 
-/* Counts the references from members to members into c->internal; 1 when every member's
- * refcount is explained by them plus `extra` (references the caller holds), and every member is
- * tgc_young_plain. Runs no Python code. */
+/* Counts the references from members to members into c->internal; -1 without memory. Runs no
+ * Python code. */
 static int
-island__exact(island_ctx *c, size_t extra)
+island__count(island_ctx *c)
 {
     c->internal = calloc(c->n ? c->n : 1, sizeof(uint32_t));
     if (c->internal == NULL) {
-        return 0;
+        return -1;
     }
     tgc_ptrcount inside = {&c->map, c->internal};
     for (uint32_t i = 0; i < c->n; i++) {
         PyObject *op = c->items[i];
         (void)Py_TYPE(op)->tp_traverse(op, tgc_ptrcount_visit, &inside);
     }
+    return 0;
+}
+
+/* Whether member i's refcount is explained by the references from members plus `extra`
+ * (references the caller holds), and it is tgc_young_plain. */
+static inline int
+island__member_ok(const island_ctx *c, uint32_t i, size_t extra)
+{
+    return (size_t)Py_REFCNT(c->items[i]) == c->internal[i] + extra &&
+           tgc_young_plain(c->items[i]);
+}
+
+/* Whether the set is an island: island__count, then island__member_ok for every member. */
+static int
+island__exact(island_ctx *c, size_t extra)
+{
+    if (island__count(c) < 0) {
+        return 0;
+    }
     for (uint32_t i = 0; i < c->n; i++) {
-        if ((size_t)Py_REFCNT(c->items[i]) != c->internal[i] + extra ||
-            !tgc_young_plain(c->items[i])) {
+        if (!island__member_ok(c, i, extra)) {
             return 0;
         }
     }
@@ -425,6 +455,7 @@ tgc_young_island_exact(PyObject *list)
     Py_ssize_t n = PyList_GET_SIZE(list);
     island_ctx c;
     memset(&c, 0, sizeof(c));
+    c.max = TGC_ISLAND_MAX;
     int exact = 0;
     if (n <= 0 || n > TGC_ISLAND_MAX || tgc_ptrmap_init(&c.map, (size_t)n) < 0) {
         return 0;
@@ -443,23 +474,136 @@ done:
     return exact;
 }
 
-int
-tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island)
+/* The members, as a new list (one more reference each); NULL (no exception) without memory. */
+static PyObject *
+island__list(const island_ctx *c)
 {
-    *island = NULL;
-    if (tensor == NULL) {
-        return TGC_YOUNG_NONE;
+    PyObject *list = PyList_New(c->n);  /* new reference */
+    if (list == NULL) {
+        PyErr_Clear();
+        return NULL;
     }
-    if (generation < 0 || generation >= NUM_GENERATIONS - 1) {
-        return TGC_YOUNG_ARM;
+    for (uint32_t i = 0; i < c->n; i++) {
+        PyList_SET_ITEM(list, i, Py_NewRef(c->items[i]));
     }
-    PyGC_Head *hit = young__first_hit(tensor, generation);
-    if (hit == NULL) {
-        return TGC_YOUNG_NONE;
+    return list;
+}
+
+/* The quick proof takes sets of at most this many members: the islands it is for are a handful
+ * of objects, and a closure that wanders into old objects (a function reaches its module's
+ * globals) should give up early. */
+#define ISLAND_QUICK_MAX 16
+enum { ISLAND_UNSURE = -1 };
+
+/* tp_traverse visitor of the quick closure: tracked objects that are not classes join the set,
+ * young or not (only a walk could tell; the counts, or island__list_ordered, sort them out). */
+static int
+island__reach_tracked(PyObject *o, void *arg)
+{
+    if (PyType_Check(o) || !PyObject_IS_GC(o) || !_PyObject_GC_IS_TRACKED(o)) {
+        return 0;
     }
+    return island__add((island_ctx *)arg, o);
+}
+
+/* The island found without marking the young lists, for the common case: a few young objects
+ * whose references out of the set all go to classes. Finishes the seed walk where
+ * young__first_hit stopped (from `hit` to `last` in generation `last_gen`, then the later
+ * generations), closes the seeds under references to tracked objects that are not classes, and
+ * checks the counts. With no mark, youngness is known only for what a walk met: the seeds, and
+ * the closure's other members once island__list_ordered finds them in the young lists. Leaving
+ * classes out is right only when no class is young (y->saw_type and the seed walk say whether
+ * the walks met one). Returns TGC_YOUNG_ISLAND (*island set as tgc_young_island sets it) or
+ * TGC_YOUNG_ARM when the answer is certain (a seed's own counts fail: the marked proof, whose
+ * sets are no larger, would fail on it too), and ISLAND_UNSURE when only the marked proof can
+ * tell (an old object in the set, a young class, a larger set, no memory). Runs no Python code;
+ * never leaves an exception set. */
+static int
+island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int last_gen,
+              PyObject **island)
+{
+    island_ctx c;
+    memset(&c, 0, sizeof(c));
+    c.y.tensor = y->tensor;
+    c.y.saw_type = y->saw_type;
+    c.max = ISLAND_QUICK_MAX;
+    int rc = ISLAND_UNSURE;
+    if (island__grow(&c) < 0) {
+        goto done;
+    }
+    /* 1. The seeds, among the objects young__first_hit did not test. */
+    young_cursor cur;
+    young__cursor_init(&cur);
+    PyTypeObject *plain_ref = NULL;
+    for (PyGC_Head *g = hit; !c.overflow; g = _PyGCHead_NEXT(g)) {
+        PyObject *op = (PyObject *)(g + 1);
+        if (young__hit(&c.y, &cur, &plain_ref, op)) {
+            (void)island__add(&c, op);
+        }
+        if (g == last) {
+            break;
+        }
+    }
+    for (int gen = last_gen + 1; gen <= generation && !c.overflow; gen++) {
+        PyGC_Head *head = young__head(gen);
+        for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head && !c.overflow;
+             g = _PyGCHead_NEXT(g)) {
+            PyObject *op = (PyObject *)(g + 1);
+            if (young__hit(&c.y, &cur, &plain_ref, op)) {
+                (void)island__add(&c, op);
+            }
+        }
+    }
+    if (c.overflow || c.y.saw_type) {
+        goto done;
+    }
+    /* 2. The closure, old objects included (the counts below tell them). */
+    uint32_t nseeds = c.n;
+    for (uint32_t i = 0; i < c.n && !c.overflow; i++) {
+        PyObject *op = c.items[i];
+        (void)Py_TYPE(op)->tp_traverse(op, island__reach_tracked, &c);
+    }
+    if (c.overflow || island__count(&c) < 0) {
+        goto done;
+    }
+    /* 3. A seed whose references do not all come from the set is referenced from outside any
+     *    set the marked walk would build (those hold no more objects than this one): no island.
+     *    Any other member may be an old object the marked walk would leave out. */
+    int others_ok = 1;
+    for (uint32_t i = 0; i < c.n; i++) {
+        if (!island__member_ok(&c, i, 0)) {
+            if (i < nseeds) {
+                rc = TGC_YOUNG_ARM;
+                goto done;
+            }
+            others_ok = 0;
+        }
+    }
+    if (!others_ok) {
+        goto done;
+    }
+    /* 4. Members beyond the seeds must be young, and placed in list order. */
+    if (c.n > nseeds && island__list_ordered(generation, &c.map, c.items, 0) != c.n) {
+        goto done;
+    }
+    *island = island__list(&c);
+    rc = *island != NULL ? TGC_YOUNG_ISLAND : TGC_YOUNG_ARM;
+done:
+    tgc_ptrmap_free(&c.map);
+    free(c.items);
+    free(c.internal);
+    return rc;
+}
+
+/* The island found by marking every young object first (the collector's own "being collected"
+ * bit, see island__young): always right, at the cost of two more walks of the young lists. */
+static int
+island__marked(PyTypeObject *tensor, int generation, PyGC_Head *hit, PyObject **island)
+{
     island_ctx c;
     memset(&c, 0, sizeof(c));
     c.y.tensor = tensor;
+    c.max = TGC_ISLAND_MAX;
     int rc = TGC_YOUNG_ARM;
     if (island__grow(&c) < 0) {
         goto done;
@@ -499,7 +643,7 @@ tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island)
     int is_island = !c.overflow && island__exact(&c, 0);
     /* Seeds were listed in list order; members the closure added need the walk to be placed. */
     if (is_island && c.n > nseeds) {
-        is_island = island__unmark_ordered(generation, &c.map, c.items) == c.n;
+        is_island = island__list_ordered(generation, &c.map, c.items, 1) == c.n;
     }
     else {
         island__unmark(generation);
@@ -507,20 +651,43 @@ tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island)
     if (!is_island) {
         goto done;
     }
-    PyObject *list = PyList_New(c.n);  /* new reference; allocates, so after the walk */
-    if (list == NULL) {
-        PyErr_Clear();
-        goto done;
-    }
-    for (uint32_t i = 0; i < c.n; i++) {
-        PyList_SET_ITEM(list, i, Py_NewRef(c.items[i]));
-    }
-    *island = list;
-    rc = TGC_YOUNG_ISLAND;
+    *island = island__list(&c);  /* allocates, so after the walk */
+    rc = *island != NULL ? TGC_YOUNG_ISLAND : TGC_YOUNG_ARM;
 done:
     tgc_ptrmap_free(&c.map);
     free(c.items);
     free(c.internal);
+    return rc;
+}
+
+int
+tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island, int *marked)
+{
+    *island = NULL;
+    if (marked != NULL) {
+        *marked = 0;
+    }
+    if (tensor == NULL) {
+        return TGC_YOUNG_NONE;
+    }
+    if (generation < 0 || generation >= NUM_GENERATIONS - 1) {
+        return TGC_YOUNG_ARM;
+    }
+    young_ctx y;
+    y.tensor = tensor;
+    PyGC_Head *last;
+    int last_gen;
+    PyGC_Head *hit = young__first_hit(&y, generation, &last, &last_gen);
+    if (hit == NULL) {
+        return TGC_YOUNG_NONE;
+    }
+    int rc = island__quick(&y, generation, hit, last, last_gen, island);
+    if (rc == ISLAND_UNSURE) {
+        rc = island__marked(tensor, generation, hit, island);
+        if (marked != NULL) {
+            *marked = 1;
+        }
+    }
     return rc;
 }
 
@@ -549,11 +716,14 @@ tgc_young_island_exact(PyObject *list)
 }
 
 int
-tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island)
+tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island, int *marked)
 {
     (void)tensor;
     (void)generation;
     *island = NULL;
+    if (marked != NULL) {
+        *marked = 0;
+    }
     return TGC_YOUNG_ARM;
 }
 

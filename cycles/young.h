@@ -20,7 +20,9 @@ int tgc_young_may_hold(PyTypeObject *tensor, int generation);
  * generations 0..generation (and the objects referencing one) lie in an island, a set of young
  * objects closed under references whose every reference comes from inside the set. Such a set is
  * unreachable before the collection runs, and no other garbage points into it, so it is all the
- * garbage of this collection that holds those tensors.
+ * garbage of this collection that holds those tensors. The answer comes without marking the young
+ * lists when it can (a few members, none old, no young class); *marked (may be NULL) is set to 1
+ * when it took marking them, 0 otherwise.
  *   TGC_YOUNG_NONE:   nothing could hold a tensor (tgc_young_may_hold's 0).
  *   TGC_YOUNG_ISLAND: *island is a new list of the island's members (one more reference each).
  *                     Its members need nothing of what the collector does before clearing
@@ -30,7 +32,7 @@ int tgc_young_may_hold(PyTypeObject *tensor, int generation);
  * Same preconditions as tgc_young_may_hold; never leaves an exception set. */
 enum { TGC_YOUNG_NONE = 0, TGC_YOUNG_ARM = 1, TGC_YOUNG_ISLAND = 2 };
 #define TGC_ISLAND_MAX 1024
-int tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island);
+int tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island, int *marked);
 
 /* Whether an island tgc_young_island returned is still one after the collection ran: every
  * member's references still come from members, plus the one the list holds, and every member is

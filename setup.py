@@ -76,7 +76,7 @@ def cuda_headers():
 
 gv = graphviz()
 cuda_inc, cuda_macros = cuda_headers()
-warnings = ["-Wall", "-Wextra", "-Wno-missing-field-initializers", "-Wno-cast-function-type"]
+warnings = ["-Wall", "-Wextra", "-Wshadow", "-Wno-missing-field-initializers", "-Wno-cast-function-type"]
 if os.environ.get("TENSORGC_WERROR"):
     warnings.append("-Werror")
 extra = shlex.split(os.environ.get("TENSORGC_CFLAGS", ""))

@@ -722,25 +722,25 @@ tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_ssize_t upt
             PyErr_Format(PyExc_ValueError, "trace entry %zd is not a dict", i);
             goto done;
         }
-        PyObject *a = PyDict_GetItemString(e, "action");  /* borrowed */
-        if (a == NULL || !PyUnicode_Check(a)) {
+        PyObject *action = PyDict_GetItemString(e, "action");  /* borrowed */
+        if (action == NULL || !PyUnicode_Check(action)) {
             PyErr_Format(PyExc_ValueError, "trace entry %zd has no str 'action'", i);
             goto done;
         }
         int act;
-        if (PyUnicode_CompareWithASCIIString(a, "alloc") == 0) {
+        if (PyUnicode_CompareWithASCIIString(action, "alloc") == 0) {
             act = TGC_SM_ALLOC;
         }
         else if (PyUnicode_CompareWithASCIIString(
-                     a, use_free_requested ? "free_requested" : "free_completed") == 0) {
+                     action, use_free_requested ? "free_requested" : "free_completed") == 0) {
             act = TGC_SM_FREE;
         }
-        else if (PyUnicode_CompareWithASCIIString(a, "segment_alloc") == 0 ||
-                 PyUnicode_CompareWithASCIIString(a, "segment_map") == 0) {
+        else if (PyUnicode_CompareWithASCIIString(action, "segment_alloc") == 0 ||
+                 PyUnicode_CompareWithASCIIString(action, "segment_map") == 0) {
             act = TGC_SM_SEG_ADD;
         }
-        else if (PyUnicode_CompareWithASCIIString(a, "segment_free") == 0 ||
-                 PyUnicode_CompareWithASCIIString(a, "segment_unmap") == 0) {
+        else if (PyUnicode_CompareWithASCIIString(action, "segment_free") == 0 ||
+                 PyUnicode_CompareWithASCIIString(action, "segment_unmap") == 0) {
             act = TGC_SM_SEG_DEL;
         }
         else {

@@ -366,9 +366,11 @@ hook__wanted(tgc_state *st, PyObject *info)
     }
     else if (st->island_on) {
         TGC_PHASE_BEGIN(t0);
-        int marked;
-        verdict = tgc_young_island(tensor, gen, &st->island, &marked);
-        st->island_marked += marked;
+        tgc_island_info how;
+        verdict = tgc_young_island(tensor, gen, st->island_crosscheck, &st->island, &how);
+        st->island_marked += how.marked;
+        st->island_checked += how.checked;
+        st->island_mismatched += how.mismatch;
         TGC_PHASE_END(st, verdict == TGC_YOUNG_ISLAND ? TGC_PHASE_ISLAND : TGC_PHASE_SCAN, t0);
         if (verdict == TGC_YOUNG_ISLAND) {
             return 0;  /* the collector runs alone; "stop" reports the island (hook__start) */

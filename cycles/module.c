@@ -763,6 +763,26 @@ young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          "marked", st->island_marked);
 }
 
+PyDoc_STRVAR(island_crosscheck_doc,
+"_island_crosscheck(enabled=None) -> dict\n\nFor tests: with enabled, switch on or off checking "
+"every island proof that came without marking the young lists against the marked proof (verdict, "
+"members, order). Returns {'enabled', 'checked', 'mismatched'}.");
+
+static PyObject *
+island_crosscheck(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_state *st = tgc_state_of(module);
+    int on = 0, given = module__switch("_island_crosscheck", args, nargs, &on);
+    if (given < 0) {
+        return NULL;
+    }
+    if (given) {
+        st->island_crosscheck = on;
+    }
+    return Py_BuildValue("{s:O,s:K,s:K}", "enabled", st->island_crosscheck ? Py_True : Py_False,
+                         "checked", st->island_checked, "mismatched", st->island_mismatched);
+}
+
 PyDoc_STRVAR(seeded_split_doc,
 "_seeded_split(enabled=None) -> dict\n\nThe seeded split (cycles/hook.c): with enabled, switch it "
 "on or off (off: every report's garbage goes through the full reference graph). Returns "
@@ -822,6 +842,8 @@ static PyMethodDef module_methods[] = {
     {"_phase_times", (PyCFunction)(void (*)(void))phase_times, METH_FASTCALL, phase_times_doc},
     {"_seeded_split", (PyCFunction)(void (*)(void))seeded_split, METH_FASTCALL, seeded_split_doc},
     {"_young_island", (PyCFunction)(void (*)(void))young_island, METH_FASTCALL, young_island_doc},
+    {"_island_crosscheck", (PyCFunction)(void (*)(void))island_crosscheck, METH_FASTCALL,
+     island_crosscheck_doc},
     {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},
     {"observe_garbage", (PyCFunction)observe_garbage, METH_O, observe_garbage_doc},
     {"observe_cycles", (PyCFunction)(void (*)(void))observe_cycles, METH_VARARGS | METH_KEYWORDS,

@@ -155,6 +155,8 @@ typedef struct {
     PyObject *island;
     unsigned long long island_used, island_fallback;
     unsigned long long island_marked;  /* proofs that took marking the young lists */
+    int island_crosscheck;  /* check quick proofs against marked ones (tests; _island_crosscheck) */
+    unsigned long long island_checked, island_mismatched;
     /* Where a collection's time goes, per phase (TGC_PHASE_*), only in a build with
      * -DTGC_PHASE_TIMES (make phases; read by tensorgc._phase_times()); otherwise never written.
      * Only touched inside our gc callback. */

@@ -138,6 +138,17 @@ young__head(int gen)
 {
     return &PyInterpreterState_Get()->gc.generations[gen].head;
 }
+
+/* The list at position pos (0..generation) of a collection of `generation`, in the order the
+ * collector sees them: it appends generations 0..generation-1, in that order, to the collected
+ * one's list, and finds garbage in list order. Walks take the lists in this order, so that a report built from
+ * an island lists its objects as one built from gc.garbage does. */
+static int
+young__gen_at(int generation, int pos)
+{
+    return pos == 0 ? generation : pos - 1;
+}
+
 int
 tgc_young_selfcheck(void)
 {
@@ -232,10 +243,10 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
 }
 
 /* Where the tensors of generations 0..generation start: an object such that none before it (in
- * list order, the lists taken in generation order) is a tensor or references one, while it or one
- * after it does; NULL when there is none. On a hit, what the walk left untested is the hit to
- * *last in generation *last_gen's list (both included), then the whole lists of the generations
- * after it; everything else was tested clean. c (its tensor set by the caller) also says whether
+ * list order, the lists taken in young__gen_at's order) is a tensor or references one, while it or
+ * one after it does; NULL when there is none. On a hit, what the walk left untested is the hit to
+ * *last in list *last_k (both included; k as in young__gen_at), then the whole lists after it;
+ * everything else was tested clean. c (its tensor set by the caller) also says whether
  * a class was among the objects tested. This walk is the whole cost of a collection the detector
  * stays out of, and it is bound by the latency of following the list, not by the tests, so it
  * follows the list from both ends at once (the lists are doubly linked): two independent chains of
@@ -243,7 +254,7 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
  * shape) each end looks up once per run; __slots__ are read inline, and a referent of the run's own
  * type, or of the last type seen that is not a tensor, needs no lookup. */
 static PyGC_Head *
-young__first_hit(young_ctx *c, int generation, PyGC_Head **last, int *last_gen)
+young__first_hit(young_ctx *c, int generation, PyGC_Head **last, int *last_k)
 {
     /* Only what the walk reads is cleared (this runs for every young collection): the type
      * cache, and per end its run and its cache's type pointers. */
@@ -255,11 +266,11 @@ young__first_hit(young_ctx *c, int generation, PyGC_Head **last, int *last_gen)
     young__cursor_init(&bc);
     /* No Python code runs below (tp_traverse must not run any, the collector relies on that
      * too), so the lists cannot change under the walk. */
-    for (int gen = 0; gen <= generation; gen++) {
-        PyGC_Head *head = young__head(gen);
+    for (int pos = 0; pos <= generation; pos++) {
+        PyGC_Head *head = young__head(young__gen_at(generation, pos));
         /* Objects before f and after b are clean; f is not after b while any is left. */
         PyGC_Head *f = _PyGCHead_NEXT(head), *b = _PyGCHead_PREV(head);
-        *last_gen = gen;
+        *last_k = pos;
         while (f != head) {
             if (young__hit(c, &fc, &plain_ref, (PyObject *)(f + 1))) {
                 *last = b;  /* everything after b was tested clean */
@@ -295,8 +306,8 @@ tgc_young_may_hold(PyTypeObject *tensor, int generation)
     young_ctx c;
     c.tensor = tensor;
     PyGC_Head *last;
-    int last_gen;
-    return young__first_hit(&c, generation, &last, &last_gen) != NULL;
+    int last_k;
+    return young__first_hit(&c, generation, &last, &last_k) != NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -316,7 +327,7 @@ island__young(PyObject *op)
 static void
 island__unmark(int generation)
 {
-    for (int gen = 0; gen <= generation; gen++) {
+    for (int gen = 0; gen <= generation; gen++) {  /* any order will do */
         PyGC_Head *head = young__head(gen);
         for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
             g->_gc_prev &= ~(uintptr_t)_PyGC_PREV_MASK_COLLECTING;
@@ -333,8 +344,8 @@ island__list_ordered(int generation, const tgc_ptrmap *map, PyObject **out, int 
 {
     uint32_t k = 0;
     uintptr_t clear = unmark ? (uintptr_t)_PyGC_PREV_MASK_COLLECTING : 0;
-    for (int gen = 0; gen <= generation; gen++) {
-        PyGC_Head *head = young__head(gen);
+    for (int pos = 0; pos <= generation; pos++) {
+        PyGC_Head *head = young__head(young__gen_at(generation, pos));
         for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
             g->_gc_prev &= ~clear;
             PyObject *op = (PyObject *)(g + 1);
@@ -352,6 +363,7 @@ typedef struct {
     PyObject **items;          /* borrowed: the members, seeds first */
     uint32_t *internal;        /* references to each member from members */
     uint32_t n, cap, max;      /* max: the most members this attempt takes */
+    uint32_t visits;           /* references the quick closure has looked at */
     int overflow;
 } island_ctx;
 
@@ -489,10 +501,13 @@ island__list(const island_ctx *c)
     return list;
 }
 
-/* The quick proof takes sets of at most this many members: the islands it is for are a handful
- * of objects, and a closure that wanders into old objects (a function reaches its module's
- * globals) should give up early. */
+/* The quick proof takes sets of at most this many members, and looks at most at this many
+ * references while closing them: the islands it is for are a handful of objects, and a closure
+ * that wanders into old objects (a function reaches its module's globals; an old list of a
+ * million ints holds no tracked object but takes as long to traverse) must give up early. The
+ * counts traverse the same members again, so they are bounded by the same budget. */
 #define ISLAND_QUICK_MAX 16
+#define ISLAND_QUICK_VISITS 256
 enum { ISLAND_UNSURE = -1 };
 
 /* tp_traverse visitor of the quick closure: tracked objects that are not classes join the set,
@@ -500,10 +515,15 @@ enum { ISLAND_UNSURE = -1 };
 static int
 island__reach_tracked(PyObject *o, void *arg)
 {
+    island_ctx *c = arg;
+    if (++c->visits > ISLAND_QUICK_VISITS) {
+        c->overflow = 1;
+        return 1;
+    }
     if (PyType_Check(o) || !PyObject_IS_GC(o) || !_PyObject_GC_IS_TRACKED(o)) {
         return 0;
     }
-    return island__add((island_ctx *)arg, o);
+    return island__add(c, o);
 }
 
 /* The island found without marking the young lists, for the common case: a few young objects
@@ -519,7 +539,7 @@ island__reach_tracked(PyObject *o, void *arg)
  * tell (an old object in the set, a young class, a larger set, no memory). Runs no Python code;
  * never leaves an exception set. */
 static int
-island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int last_gen,
+island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int last_k,
               PyObject **island)
 {
     island_ctx c;
@@ -528,13 +548,15 @@ island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int
     c.y.saw_type = y->saw_type;
     c.max = ISLAND_QUICK_MAX;
     int rc = ISLAND_UNSURE;
+    young_cursor cur;
+    young__cursor_init(&cur);
+    PyTypeObject *plain_ref = NULL;
+    uint32_t nseeds = 0;
+    int others_ok = 1;
     if (island__grow(&c) < 0) {
         goto done;
     }
     /* 1. The seeds, among the objects young__first_hit did not test. */
-    young_cursor cur;
-    young__cursor_init(&cur);
-    PyTypeObject *plain_ref = NULL;
     for (PyGC_Head *g = hit; !c.overflow; g = _PyGCHead_NEXT(g)) {
         PyObject *op = (PyObject *)(g + 1);
         if (young__hit(&c.y, &cur, &plain_ref, op)) {
@@ -544,8 +566,8 @@ island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int
             break;
         }
     }
-    for (int gen = last_gen + 1; gen <= generation && !c.overflow; gen++) {
-        PyGC_Head *head = young__head(gen);
+    for (int pos = last_k + 1; pos <= generation && !c.overflow; pos++) {
+        PyGC_Head *head = young__head(young__gen_at(generation, pos));
         for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head && !c.overflow;
              g = _PyGCHead_NEXT(g)) {
             PyObject *op = (PyObject *)(g + 1);
@@ -558,7 +580,7 @@ island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int
         goto done;
     }
     /* 2. The closure, old objects included (the counts below tell them). */
-    uint32_t nseeds = c.n;
+    nseeds = c.n;
     for (uint32_t i = 0; i < c.n && !c.overflow; i++) {
         PyObject *op = c.items[i];
         (void)Py_TYPE(op)->tp_traverse(op, island__reach_tracked, &c);
@@ -569,7 +591,6 @@ island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int
     /* 3. A seed whose references do not all come from the set is referenced from outside any
      *    set the marked walk would build (those hold no more objects than this one): no island.
      *    Any other member may be an old object the marked walk would leave out. */
-    int others_ok = 1;
     for (uint32_t i = 0; i < c.n; i++) {
         if (!island__member_ok(&c, i, 0)) {
             if (i < nseeds) {
@@ -618,8 +639,8 @@ island__marked(PyTypeObject *tensor, int generation, PyGC_Head *hit, PyObject **
     young_cursor cur;
     young__cursor_init(&cur);
     PyTypeObject *plain_ref = NULL;
-    for (int gen = 0; gen <= generation; gen++) {
-        PyGC_Head *head = young__head(gen);
+    for (int pos = 0; pos <= generation; pos++) {
+        PyGC_Head *head = young__head(young__gen_at(generation, pos));
         for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
             PyObject *op = (PyObject *)(g + 1);
             g->_gc_prev |= _PyGC_PREV_MASK_COLLECTING;
@@ -660,13 +681,35 @@ done:
     return rc;
 }
 
-int
-tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island, int *marked)
+/* Whether an island list (or NULL: no island) holds exactly items[0..n), in that order. The items
+ * are only compared, never dereferenced. */
+static int
+island__same(PyObject *list, PyObject *const *items, Py_ssize_t n)
 {
-    *island = NULL;
-    if (marked != NULL) {
-        *marked = 0;
+    if (list == NULL) {
+        return n == 0;
     }
+    if (PyList_GET_SIZE(list) != n) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyList_GET_ITEM(list, i) != items[i]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int
+tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject **island,
+                 tgc_island_info *info)
+{
+    tgc_island_info ignored;
+    if (info == NULL) {
+        info = &ignored;
+    }
+    memset(info, 0, sizeof(*info));
+    *island = NULL;
     if (tensor == NULL) {
         return TGC_YOUNG_NONE;
     }
@@ -676,17 +719,34 @@ tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island, int *m
     young_ctx y;
     y.tensor = tensor;
     PyGC_Head *last;
-    int last_gen;
-    PyGC_Head *hit = young__first_hit(&y, generation, &last, &last_gen);
+    int last_k;
+    PyGC_Head *hit = young__first_hit(&y, generation, &last, &last_k);
     if (hit == NULL) {
         return TGC_YOUNG_NONE;
     }
-    int rc = island__quick(&y, generation, hit, last, last_gen, island);
+    int rc = island__quick(&y, generation, hit, last, last_k, island);
     if (rc == ISLAND_UNSURE) {
-        rc = island__marked(tensor, generation, hit, island);
-        if (marked != NULL) {
-            *marked = 1;
+        info->marked = 1;
+        return island__marked(tensor, generation, hit, island);
+    }
+    if (crosscheck) {
+        /* The quick list's references would fail the marked proof's counts: let it go first.
+         * Its members stay alive (each one's refcount is all references from members, at least
+         * one), and are only compared below. The marked proof's answer is the one returned. */
+        Py_ssize_t n = *island != NULL ? PyList_GET_SIZE(*island) : 0;
+        PyObject **quick = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(PyObject *));
+        if (quick == NULL) {
+            return rc;  /* no memory: no check */
         }
+        if (n > 0) {
+            memcpy(quick, PySequence_Fast_ITEMS(*island), (size_t)n * sizeof(PyObject *));
+        }
+        Py_CLEAR(*island);
+        int marked_rc = island__marked(tensor, generation, hit, island);
+        info->checked = 1;
+        info->mismatch = marked_rc != rc || !island__same(*island, quick, n);
+        PyMem_Free(quick);
+        return marked_rc;
     }
     return rc;
 }
@@ -716,13 +776,15 @@ tgc_young_island_exact(PyObject *list)
 }
 
 int
-tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island, int *marked)
+tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject **island,
+                 tgc_island_info *info)
 {
     (void)tensor;
     (void)generation;
+    (void)crosscheck;
     *island = NULL;
-    if (marked != NULL) {
-        *marked = 0;
+    if (info != NULL) {
+        memset(info, 0, sizeof(*info));
     }
     return TGC_YOUNG_ARM;
 }

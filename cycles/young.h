@@ -21,8 +21,9 @@ int tgc_young_may_hold(PyTypeObject *tensor, int generation);
  * objects closed under references whose every reference comes from inside the set. Such a set is
  * unreachable before the collection runs, and no other garbage points into it, so it is all the
  * garbage of this collection that holds those tensors. The answer comes without marking the young
- * lists when it can (a few members, none old, no young class); *marked (may be NULL) is set to 1
- * when it took marking them, 0 otherwise.
+ * lists when it can (a few members, none old, no young class); *info says how it came (NULL: not
+ * wanted). With crosscheck, an answer that came without marking is checked against the marked
+ * proof, which must agree on the verdict, the members and their order (for tests).
  *   TGC_YOUNG_NONE:   nothing could hold a tensor (tgc_young_may_hold's 0).
  *   TGC_YOUNG_ISLAND: *island is a new list of the island's members (one more reference each).
  *                     Its members need nothing of what the collector does before clearing
@@ -32,7 +33,13 @@ int tgc_young_may_hold(PyTypeObject *tensor, int generation);
  * Same preconditions as tgc_young_may_hold; never leaves an exception set. */
 enum { TGC_YOUNG_NONE = 0, TGC_YOUNG_ARM = 1, TGC_YOUNG_ISLAND = 2 };
 #define TGC_ISLAND_MAX 1024
-int tgc_young_island(PyTypeObject *tensor, int generation, PyObject **island, int *marked);
+typedef struct {
+    int marked;    /* the proof took marking the young lists */
+    int checked;   /* crosscheck ran the marked proof after the quick one */
+    int mismatch;  /* ... and the two disagreed */
+} tgc_island_info;
+int tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject **island,
+                     tgc_island_info *info);
 
 /* Whether an island tgc_young_island returned is still one after the collection ran: every
  * member's references still come from members, plus the one the list holds, and every member is

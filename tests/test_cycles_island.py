@@ -20,13 +20,20 @@ pytestmark = pytest.mark.skipif(not _C._young_scan()["available"],
 
 @pytest.fixture(autouse=True)
 def _switches():
-    """Pre-scan and islands on; both restored after."""
+    """Pre-scan and islands on, the cross-check of the two proofs off; all restored after, and
+    the old objects the shapes take refilled (a full collection in each run makes them old)."""
     scan, island = _C._young_scan()["enabled"], _C._young_island()["enabled"]
+    check = _C._island_crosscheck()["enabled"]
     _C._young_scan(True)
     _C._young_island(True)
+    _C._island_crosscheck(False)
+    if len(_OLD_POOL) < 512:
+        _OLD_POOL.extend(Config() for _ in range(1024 - len(_OLD_POOL)))
     yield
+    _C._island_crosscheck(check)
     _C._young_island(island)
     _C._young_scan(scan)
+    _KEPT_CLASSES.clear()
 
 
 # Module-level classes: a class made per cycle is young garbage itself, which islands leave to
@@ -120,7 +127,7 @@ class Config:
 
 
 _OLD_LIVE = Config()  # made at import: old, and alive through the module
-_OLD_POOL = [Config() for _ in range(1024)]  # old objects, handed to one cycle each
+_OLD_POOL = [Config() for _ in range(1024)]  # old objects (see _switches), one per cycle
 
 
 def _old_live_in_reach(t):
@@ -140,6 +147,12 @@ _KEPT_CLASSES = []
 def _young_class_elsewhere(t):
     _KEPT_CLASSES.append(new_class("Elsewhere"))  # a young class, alive, outside the leak
     _self_cycle(t)
+
+
+def _young_ints(t):
+    h = Holder()
+    h.me, h.t = h, t
+    h.data = [0] * 5000  # one member, but more references than the quick proof looks at
 
 
 def _two_leaks(t):
@@ -179,16 +192,18 @@ SHAPES = {
     "old live object in reach": (_old_live_in_reach, True),
     "old garbage in reach": (_old_garbage_in_reach, True),
     "young class elsewhere": (_young_class_elsewhere, True),
+    "young list of 5,000 ints": (_young_ints, True),
 }
 
 # Shapes whose proof needs the young lists marked (island__marked), with a young tensor: larger
-# sets than the quick proof takes (ISLAND_QUICK_MAX), old objects in reach, young classes. The others are decided
-# without marking, island or not. With an old tensor, every shape the proof reaches a verdict on
-# through the closure needs marking: the tensor is an old member.
+# sets than the quick proof takes (ISLAND_QUICK_MAX, ISLAND_QUICK_VISITS), old objects in reach,
+# young classes. The others are decided without marking, island or not. With an old tensor,
+# every shape the proof reaches a verdict on through the closure needs marking: the tensor is an
+# old member.
 NEEDS_MARKING = {"lambda capturing self",  # a function reaches its module's (old) globals
                  "class made per cycle", "ring of 300", "ring just under the cap",
                  "ring longer than an island", "old live object in reach",
-                 "old garbage in reach", "young class elsewhere"}
+                 "old garbage in reach", "young class elsewhere", "young list of 5,000 ints"}
 DECIDED_BY_A_SEED = {"garbage pointing in", "__del__ in the cycle", "weak reference to a member"}
 
 
@@ -269,9 +284,13 @@ def _random_graph(seed):
         else:
             a["k%d" % i] = b
 
-    def make(t):
+    def make(t, split=None):
         rng = random.Random(seed)
-        nodes = [rng.choice((Holder, list, dict))() for _ in range(rng.randint(1, 14))]
+        kinds = [rng.choice((Holder, list, dict)) for _ in range(rng.randint(1, 14))]
+        nodes = [k() for k in kinds[:len(kinds) // 2]]
+        if split is not None:
+            split()  # with gc.collect(0): these nodes (and the tensor) move to generation 1
+        nodes += [k() for k in kinds[len(kinds) // 2:]]
         for a in nodes:
             for i in range(rng.randint(0, 3)):
                 r = rng.random()
@@ -295,8 +314,9 @@ def _random_graph(seed):
     return make
 
 
-def _random_run(make, island):
-    """One young collection of make(tensor) after some pairs: every report, as comparable data."""
+def _random_run(make, island, generation=0):
+    """One young collection of make(tensor) after some pairs: every report, as comparable data.
+    With generation 1, half the graph is in generation 1 when the collection starts."""
     _C._young_island(island)
     reports = []
     gc.collect()
@@ -305,9 +325,9 @@ def _random_run(make, island):
         gc.collect()
         t = T(96)
         _pairs(50)
-        make(t)
+        make(t, (lambda: gc.collect(0)) if generation else None)
         del t
-        gc.collect(0)
+        gc.collect(generation)
         return [(sorted(r.edges), [{k: v for k, v in x.items() if k != "data_ptr"}
                                    for x in r.tensors], r.garbage, r.nbytes, r.objects, r.text,
                  r.dot) for r in reports]
@@ -317,21 +337,82 @@ def _random_run(make, island):
         gc.collect()
 
 
-def test_island_matches_the_armed_path_on_random_graphs(gc_state):
+@pytest.mark.parametrize("generation", [0, 1])
+def test_island_matches_the_armed_path_on_random_graphs(gc_state, generation):
     """Whichever proof decides (quick, marked, or none), what is reported and freed must be what
-    the armed path reports: a wrong island would free live objects or change the report."""
+    the armed path reports: a wrong island would free live objects or change the report. Every
+    quick answer is also checked against the marked proof (members and order)."""
     outcomes = set()
+    check = _C._island_crosscheck(True)
     for seed in range(60):
         make = _random_graph(seed)
-        _random_run(make, False)  # the device's lazy set-up
-        armed = _random_run(make, False)
+        _random_run(make, False, generation)  # the device's lazy set-up
+        armed = _random_run(make, False, generation)
         before = _C._young_island()
-        fast = _random_run(make, True)
+        fast = _random_run(make, True, generation)
         after = _C._young_island()
         assert fast == armed, "seed %d" % seed
+        # (with generation 1, the collection that splits the graph counts too: a live tensor)
         outcomes.add(tuple(after[k] - before[k] for k in ("used", "marked", "fallback")))
+    done = _C._island_crosscheck()
+    assert done["checked"] > check["checked"]
+    assert done["mismatched"] == check["mismatched"]
     # the graphs took every road: islands proven quickly and by marking, and armed collections
-    assert {(1, 0, 0), (1, 1, 0), (0, 0, 1)} <= outcomes, outcomes
+    assert {(1, 0), (1, 1)} <= {o[:2] for o in outcomes}, outcomes
+    assert any(o[2] > 0 for o in outcomes), outcomes
+
+
+def test_generation_1_island_lists_objects_in_the_collectors_order(gc_state):
+    """A collection of generation 1 sees generation 1's objects first, then generation 0's: an
+    island must list (and report) them in that order, as gc.garbage does."""
+    def run(island):
+        _C._young_island(island)
+        reports = []
+        gc.collect()
+        handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+        try:
+            older = Holder()
+            older.t = T(7)
+            gc.collect(0)  # older (and its tensor) move to generation 1
+            younger = Holder()
+            younger.t = T(16)
+            younger.o, older.o = older, younger
+            del older, younger
+            used = _C._young_island()["used"]
+            gc.collect(1)
+            return [x["shape"] for r in reports for x in r.tensors], _C._young_island()["used"] - used
+        finally:
+            handle()
+    run(False)  # the device's lazy set-up
+    armed, used = run(False)
+    assert used == 0 and len(armed) == 2
+    fast, used = run(True)
+    assert used == 1 and fast == armed
+
+
+def test_island_crosscheck_switch():
+    assert _C._island_crosscheck(True)["enabled"] is True
+    assert _C._island_crosscheck(False)["enabled"] is False
+    with pytest.raises(TypeError):
+        _C._island_crosscheck(1, 2)
+
+
+def test_old_container_of_untracked_items_in_reach(gc_state):
+    """A leak holding an old list of many ints: the quick proof looks at a bounded number of
+    references and hands over to the marked proof, which reports as the armed path does."""
+    def make(t):
+        h = Holder()
+        h.me, h.t, h.big = h, t, _BIG_OLD
+    _collect_young(make, False, False)
+    armed, used, freed = _collect_young(make, False, False)
+    before = _C._young_island()
+    fast, used, freed = _collect_young(make, True, False)
+    after = _C._young_island()
+    assert fast == armed and freed
+    assert (after["used"] - before["used"], after["marked"] - before["marked"]) == (1, 1)
+
+
+_BIG_OLD = list(range(200_000))
 
 
 def test_island_frees_everything_in_the_same_collection(gc_state):

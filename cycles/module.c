@@ -709,18 +709,18 @@ PyDoc_STRVAR(young_scan_doc,
 "was built for). Returns {'available', 'enabled', 'skipped', 'armed'}: the last two count the "
 "collections that ran without the detector and those it armed since import.");
 
-/* A switch that can only be turned on where the pre-scan's layout check passed. Returns -1 with
- * an exception set, else 0 after applying args (if any) to *field. */
+/* Applies a private switch's argument (if any) to *field; with needs_prescan, turning it on is
+ * refused where the pre-scan's layout check failed. Returns -1 with an exception set, else 0. */
 static int
-module__young_switch(tgc_state *st, const char *name, PyObject *const *args, Py_ssize_t nargs,
-                     int *field)
+module__set_switch(tgc_state *st, const char *name, PyObject *const *args, Py_ssize_t nargs,
+                   int *field, int needs_prescan)
 {
     int on = 0, given = module__switch(name, args, nargs, &on);
     if (given < 0) {
         return -1;
     }
     if (given) {
-        if (on && !st->young_ok) {
+        if (on && needs_prescan && !st->young_ok) {
             PyErr_Format(PyExc_RuntimeError,
                          "%s: the young-generation pre-scan is not available on this interpreter",
                          name);
@@ -735,7 +735,7 @@ static PyObject *
 young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    if (module__young_switch(st, "_young_scan", args, nargs, &st->young_scan) < 0) {
+    if (module__set_switch(st, "_young_scan", args, nargs, &st->young_scan, 1) < 0) {
         return NULL;
     }
     return Py_BuildValue("{s:O,s:O,s:K,s:K}", "available", st->young_ok ? Py_True : Py_False,
@@ -744,18 +744,19 @@ young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyDoc_STRVAR(young_island_doc,
-"_young_island(enabled=None) -> dict\n\nIslands (cycles/young.c): when a young collection could hold "
-"tensors, prove before it runs that they sit in garbage nothing else references, and let the "
-"collector free the rest alone. With enabled, switch it on or off (off: such collections are armed; "
-"on is refused where the pre-scan is not available). Returns {'enabled', 'used', 'fallback', 'marked'}: "
-"collections that took the path, and young ones that could hold tensors but were armed. 'marked': "
-"proofs that needed the young lists marked (an old object or a class in reach, a large set).");
+"_young_island(enabled=None) -> dict\n\nIslands (cycles/young.c): when a young collection could "
+"hold tensors, prove before it runs that they sit in garbage nothing else references, and let "
+"the collector free the rest alone. With enabled, switch it on or off (off: such collections are "
+"armed; on is refused where the pre-scan is not available). Returns {'enabled', 'used', "
+"'fallback', 'marked'}: collections that took the path, young ones that could hold tensors but "
+"were armed, and proofs that needed the young lists marked (an old object or a class in reach, "
+"a large set).");
 
 static PyObject *
 young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    if (module__young_switch(st, "_young_island", args, nargs, &st->island_on) < 0) {
+    if (module__set_switch(st, "_young_island", args, nargs, &st->island_on, 1) < 0) {
         return NULL;
     }
     return Py_BuildValue("{s:O,s:K,s:K,s:K}", "enabled", st->island_on ? Py_True : Py_False,
@@ -772,12 +773,8 @@ static PyObject *
 island_crosscheck(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    int on = 0, given = module__switch("_island_crosscheck", args, nargs, &on);
-    if (given < 0) {
+    if (module__set_switch(st, "_island_crosscheck", args, nargs, &st->island_crosscheck, 0) < 0) {
         return NULL;
-    }
-    if (given) {
-        st->island_crosscheck = on;
     }
     return Py_BuildValue("{s:O,s:K,s:K}", "enabled", st->island_crosscheck ? Py_True : Py_False,
                          "checked", st->island_checked, "mismatched", st->island_mismatched);
@@ -792,12 +789,8 @@ static PyObject *
 seeded_split(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    int on = 0, given = module__switch("_seeded_split", args, nargs, &on);
-    if (given < 0) {
+    if (module__set_switch(st, "_seeded_split", args, nargs, &st->seeded_on, 0) < 0) {
         return NULL;
-    }
-    if (given) {
-        st->seeded_on = on;
     }
     return Py_BuildValue("{s:O,s:K,s:K}", "enabled", st->seeded_on ? Py_True : Py_False,
                          "used", st->seeded_used, "fallback", st->seeded_fallback);

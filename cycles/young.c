@@ -141,8 +141,8 @@ young__head(int gen)
 
 /* The list at position pos (0..generation) of a collection of `generation`, in the order the
  * collector sees them: it appends generations 0..generation-1, in that order, to the collected
- * one's list, and finds garbage in list order. Walks take the lists in this order, so that a report built from
- * an island lists its objects as one built from gc.garbage does. */
+ * one's list, and finds garbage in list order. Walks take the lists in this order, so that a
+ * report built from an island lists its objects as one built from gc.garbage does. */
 static int
 young__gen_at(int generation, int pos)
 {
@@ -486,19 +486,41 @@ done:
     return exact;
 }
 
-/* The members, as a new list (one more reference each); NULL (no exception) without memory. */
-static PyObject *
-island__list(const island_ctx *c)
+/* A proof's context with room for its first members; -1 without memory (c is then still fine
+ * to pass to island__ctx_free). */
+static int
+island__ctx_init(island_ctx *c, PyTypeObject *tensor, uint32_t max)
+{
+    memset(c, 0, sizeof(*c));
+    c->y.tensor = tensor;
+    c->max = max;
+    return island__grow(c);
+}
+
+static void
+island__ctx_free(island_ctx *c)
+{
+    tgc_ptrmap_free(&c->map);
+    free(c->items);
+    free(c->internal);
+}
+
+/* A proven island's answer: *island set to a new list of the members (one more reference each),
+ * TGC_YOUNG_ISLAND; TGC_YOUNG_ARM (no exception) when the list cannot be made. Allocates, so it
+ * comes after the walks. */
+static int
+island__take(const island_ctx *c, PyObject **island)
 {
     PyObject *list = PyList_New(c->n);  /* new reference */
     if (list == NULL) {
         PyErr_Clear();
-        return NULL;
+        return TGC_YOUNG_ARM;
     }
     for (uint32_t i = 0; i < c->n; i++) {
         PyList_SET_ITEM(list, i, Py_NewRef(c->items[i]));
     }
-    return list;
+    *island = list;
+    return TGC_YOUNG_ISLAND;
 }
 
 /* The quick proof takes sets of at most this many members, and looks at most at this many
@@ -543,19 +565,16 @@ island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int
               PyObject **island)
 {
     island_ctx c;
-    memset(&c, 0, sizeof(c));
-    c.y.tensor = y->tensor;
-    c.y.saw_type = y->saw_type;
-    c.max = ISLAND_QUICK_MAX;
     int rc = ISLAND_UNSURE;
     young_cursor cur;
     young__cursor_init(&cur);
     PyTypeObject *plain_ref = NULL;
     uint32_t nseeds = 0;
     int others_ok = 1;
-    if (island__grow(&c) < 0) {
+    if (island__ctx_init(&c, y->tensor, ISLAND_QUICK_MAX) < 0) {
         goto done;
     }
+    c.y.saw_type = y->saw_type;
     /* 1. The seeds, among the objects young__first_hit did not test. */
     for (PyGC_Head *g = hit; !c.overflow; g = _PyGCHead_NEXT(g)) {
         PyObject *op = (PyObject *)(g + 1);
@@ -607,12 +626,9 @@ island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int
     if (c.n > nseeds && island__list_ordered(generation, &c.map, c.items, 0) != c.n) {
         goto done;
     }
-    *island = island__list(&c);
-    rc = *island != NULL ? TGC_YOUNG_ISLAND : TGC_YOUNG_ARM;
+    rc = island__take(&c, island);
 done:
-    tgc_ptrmap_free(&c.map);
-    free(c.items);
-    free(c.internal);
+    island__ctx_free(&c);
     return rc;
 }
 
@@ -622,11 +638,8 @@ static int
 island__marked(PyTypeObject *tensor, int generation, PyGC_Head *hit, PyObject **island)
 {
     island_ctx c;
-    memset(&c, 0, sizeof(c));
-    c.y.tensor = tensor;
-    c.max = TGC_ISLAND_MAX;
     int rc = TGC_YOUNG_ARM;
-    if (island__grow(&c) < 0) {
+    if (island__ctx_init(&c, tensor, TGC_ISLAND_MAX) < 0) {
         goto done;
     }
     /* 1. Mark every young object, and take the tensors and the objects referencing one as
@@ -672,12 +685,9 @@ island__marked(PyTypeObject *tensor, int generation, PyGC_Head *hit, PyObject **
     if (!is_island) {
         goto done;
     }
-    *island = island__list(&c);  /* allocates, so after the walk */
-    rc = *island != NULL ? TGC_YOUNG_ISLAND : TGC_YOUNG_ARM;
+    rc = island__take(&c, island);
 done:
-    tgc_ptrmap_free(&c.map);
-    free(c.items);
-    free(c.internal);
+    island__ctx_free(&c);
     return rc;
 }
 

@@ -380,7 +380,8 @@ def test_generation_1_island_lists_objects_in_the_collectors_order(gc_state):
             del older, younger
             used = _C._young_island()["used"]
             gc.collect(1)
-            return [x["shape"] for r in reports for x in r.tensors], _C._young_island()["used"] - used
+            shapes = [x["shape"] for r in reports for x in r.tensors]
+            return shapes, _C._young_island()["used"] - used
         finally:
             handle()
     run(False)  # the device's lazy set-up
@@ -388,13 +389,6 @@ def test_generation_1_island_lists_objects_in_the_collectors_order(gc_state):
     assert used == 0 and len(armed) == 2
     fast, used = run(True)
     assert used == 1 and fast == armed
-
-
-def test_island_crosscheck_switch():
-    assert _C._island_crosscheck(True)["enabled"] is True
-    assert _C._island_crosscheck(False)["enabled"] is False
-    with pytest.raises(TypeError):
-        _C._island_crosscheck(1, 2)
 
 
 def test_old_container_of_untracked_items_in_reach(gc_state):
@@ -573,11 +567,13 @@ def test_collect_inside_the_callback_on_the_island_path(gc_state):
         handle()
 
 
-def test_switch():
-    assert _C._young_island(False)["enabled"] is False
-    assert _C._young_island(True)["enabled"] is True
+@pytest.mark.parametrize("name", ["_young_island", "_island_crosscheck"])
+def test_switch(name):
+    switch = getattr(_C, name)
+    assert switch(False)["enabled"] is False
+    assert switch(True)["enabled"] is True
     with pytest.raises(TypeError):
-        _C._young_island(1, 2)
+        switch(1, 2)
 
 
 

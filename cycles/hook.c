@@ -452,6 +452,15 @@ hook__call(tgc_state *st, tgc_handle *h, PyObject *arg, const char *what)
     Py_XDECREF(r);
 }
 
+/* The hook lets go of a report (holding one reference to it) before the garbage is freed. */
+static void
+hook__settle(tgc_state *st, PyObject *report)
+{
+    int drawn = tgc_report_settle(report, 1);
+    st->dots_kept += drawn == 1;
+    st->dots_skipped += drawn == 0;
+}
+
 /* Runs the observers on objs. Returns 1 when Python code may have run (and so may have made
  * some of objs reachable again), 0 when nothing ran. */
 static int
@@ -497,11 +506,13 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor,
                 continue;
             }
             PyObject *report = NULL;
+            int shared = 0;  /* made[] holds it too, and settles it after the last observer */
             for (int k = 0; k < nmade && report == NULL; k++) {
                 const tgc_filter *f = made_for[k];
                 if (f->kind == h->filter.kind && f->index == h->filter.index &&
                     f->predicate == h->filter.predicate && strcmp(f->type, h->filter.type) == 0) {
                     report = Py_NewRef(made[k]);
+                    shared = 1;
                 }
             }
             ran = 1;  /* building a report calls reprs, the predicate, torch */
@@ -516,6 +527,7 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor,
                 if (nmade < 8) {
                     made[nmade] = Py_NewRef(report);
                     made_for[nmade++] = &h->filter;
+                    shared = 1;
                 }
             }
             if (report != Py_None) {
@@ -535,9 +547,14 @@ hook__notify(tgc_state *st, PyObject *objs, int generation, int any_tensor,
                     TGC_PHASE_END(st, TGC_PHASE_CALLBACK, t0);
                 }
             }
+            if (!shared) {
+                hook__settle(st, report);
+            }
             Py_DECREF(report);
         }
         for (int k = 0; k < nmade; k++) {
+            /* The garbage is freed after this: a report kept by an observer draws its DOT now. */
+            hook__settle(st, made[k]);
             Py_DECREF(made[k]);
         }
     }

@@ -146,6 +146,7 @@ report_traverse(tgc_report *r, visitproc visit, void *arg)
     Py_VISIT(r->svg);
     Py_VISIT(r->html);
     Py_VISIT(r->svg_error);
+    Py_VISIT(r->pending_objs);
     return 0;
 }
 
@@ -161,6 +162,7 @@ report_clear(tgc_report *r)
     Py_CLEAR(r->svg);
     Py_CLEAR(r->html);
     Py_CLEAR(r->svg_error);
+    tgc_report_forget(r);
     tgc_buf_free(&r->dot_src);
     tgc_report_row *rows = r->rows;  /* detached first: clear may run again from dealloc */
     Py_ssize_t n = r->nrows;
@@ -743,6 +745,18 @@ young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          "skipped", st->young_skipped, "armed", st->young_armed);
 }
 
+PyDoc_STRVAR(report_dots_doc,
+"_report_dots() -> dict\n\nA report's DOT is drawn on first use of .dot, .svg or .html, or when the "
+"detector lets go of a report someone kept, since the garbage is freed then. Returns {'kept', "
+"'skipped'}: reports drawn at that moment, and reports nobody asked for nor kept, never drawn.");
+
+static PyObject *
+report_dots(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    tgc_state *st = tgc_state_of(module);
+    return Py_BuildValue("{s:K,s:K}", "kept", st->dots_kept, "skipped", st->dots_skipped);
+}
+
 PyDoc_STRVAR(young_island_doc,
 "_young_island(enabled=None) -> dict\n\nIslands (cycles/young.c): when a young collection could "
 "hold tensors, prove before it runs that they sit in garbage nothing else references, and let "
@@ -838,6 +852,7 @@ static PyMethodDef module_methods[] = {
     {"_island_crosscheck", (PyCFunction)(void (*)(void))island_crosscheck, METH_FASTCALL,
      island_crosscheck_doc},
     {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},
+    {"_report_dots", (PyCFunction)report_dots, METH_NOARGS, report_dots_doc},
     {"observe_garbage", (PyCFunction)observe_garbage, METH_O, observe_garbage_doc},
     {"observe_cycles", (PyCFunction)(void (*)(void))observe_cycles, METH_VARARGS | METH_KEYWORDS,
      observe_cycles_doc},
@@ -980,6 +995,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     for (int i = 0; i < TGC_KEY_COUNT; i++) {
         Py_VISIT(st->keys[i]);
     }
+    Py_VISIT(st->labels.attrs);  /* the fixed labels are str: nothing to traverse */
     Py_VISIT(st->str_data_ptr);
     return tgc_lineprof_traverse(st, visit, arg);
 }
@@ -1023,6 +1039,7 @@ module_clear(PyObject *module)
     for (int i = 0; i < TGC_KEY_COUNT; i++) {
         Py_CLEAR(st->keys[i]);
     }
+    tgc_labels_clear(&st->labels);
     tgc_lineprof_clear(st);
     return 0;
 }

@@ -35,10 +35,75 @@ names__add(tgc_names *ns, PyObject *target, PyObject *via, PyObject *label /* st
     return 0;
 }
 
+void
+tgc_labels_clear(tgc_labels *l)
+{
+    int n = l->nfixed;
+    l->nfixed = 0;
+    for (int i = 0; i < n; i++) {
+        Py_CLEAR(l->fixed[i].label);
+    }
+    Py_CLEAR(l->attrs);
+}
+
+/* A fixed label as a str, made once per literal when ns has a cache. New reference. */
+static PyObject *
+names__literal(tgc_names *ns, const char *literal)
+{
+    tgc_labels *l = ns->labels;
+    if (l == NULL) {
+        return PyUnicode_FromString(literal);
+    }
+    for (int i = 0; i < l->nfixed; i++) {
+        if (l->fixed[i].literal == literal) {
+            return Py_NewRef(l->fixed[i].label);
+        }
+    }
+    PyObject *s = PyUnicode_FromString(literal);
+    if (s != NULL && l->nfixed < TGC_LABELS_FIXED) {
+        l->fixed[l->nfixed].literal = literal;
+        l->fixed[l->nfixed].label = Py_NewRef(s);
+        l->nfixed++;
+    }
+    return s;
+}
+
+/* ".name" for an attribute, reused across reports when name is an exact str (whose hash and
+ * equality run no user code). New reference. */
+static PyObject *
+names__attr(tgc_names *ns, PyObject *name)
+{
+    tgc_labels *l = ns->labels;
+    if (l == NULL || !PyUnicode_CheckExact(name)) {
+        return PyUnicode_FromFormat(".%U", name);
+    }
+    if (l->attrs == NULL && (l->attrs = PyDict_New()) == NULL) {
+        return NULL;
+    }
+    PyObject *label = PyDict_GetItemWithError(l->attrs, name);  /* borrowed */
+    if (label != NULL) {
+        return Py_NewRef(label);
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    label = PyUnicode_FromFormat(".%U", name);
+    if (label == NULL) {
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(l->attrs) >= TGC_LABELS_ATTRS) {
+        PyDict_Clear(l->attrs);  /* many distinct names: start over rather than grow */
+    }
+    if (PyDict_SetItem(l->attrs, name, label) < 0) {
+        PyErr_Clear();  /* the label is good without the cache */
+    }
+    return label;
+}
+
 static int
 names__fixed(tgc_names *ns, PyObject *target, const char *label)
 {
-    return target ? names__add(ns, target, NULL, PyUnicode_FromString(label)) : 0;
+    return target ? names__add(ns, target, NULL, names__literal(ns, label)) : 0;
 }
 
 static void
@@ -94,14 +159,14 @@ names__key(PyObject *key)
 }
 
 static int
-names__dict_items(tgc_names *ns, PyObject *dict, PyObject *via, const char *fmt_attr)
+names__dict_items(tgc_names *ns, PyObject *dict, PyObject *via, int attrs)
 {
     Py_ssize_t pos = 0;
     PyObject *k, *v;
     while (PyDict_Next(dict, &pos, &k, &v)) {
         PyObject *label;
-        if (fmt_attr != NULL && PyUnicode_Check(k)) {
-            label = PyUnicode_FromFormat(fmt_attr, k);
+        if (attrs && PyUnicode_Check(k)) {
+            label = names__attr(ns, k);
         }
         else {
             PyObject *kr = names__key(k);
@@ -111,7 +176,7 @@ names__dict_items(tgc_names *ns, PyObject *dict, PyObject *via, const char *fmt_
         if (names__add(ns, v, via, label) < 0) {
             return -1;
         }
-        if (fmt_attr == NULL && names__fixed(ns, k, "(key)") < 0) {
+        if (!attrs && names__fixed(ns, k, "(key)") < 0) {
             return -1;
         }
     }
@@ -175,7 +240,7 @@ names__function(tgc_names *ns, PyObject *obj)
     }
     if (f->func_dict != NULL) {
         if (names__fixed(ns, f->func_dict, "__dict__") < 0 ||
-            names__dict_items(ns, f->func_dict, f->func_dict, ".%U") < 0) {
+            names__dict_items(ns, f->func_dict, f->func_dict, 1) < 0) {
             return -1;
         }
         names__fold(ns, f->func_dict);
@@ -272,7 +337,7 @@ tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned)
     int rc = 0;
 
     if (PyDict_Check(obj)) {
-        rc = names__dict_items(ns, obj, NULL, NULL);
+        rc = names__dict_items(ns, obj, NULL, 0);
     }
     else if (PyList_Check(obj) || PyTuple_Check(obj)) {
         rc = names__sequence(ns, obj, NULL);
@@ -341,8 +406,8 @@ tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned)
                 /* Accounted for first, so a failure below cannot leave it uncounted. */
                 rc = owned != NULL ? PyList_Append(owned, d) : 0;
                 if (rc == 0) rc = names__fixed(ns, d, "__dict__");
-                if (rc == 0) rc = names__dict_items(ns, d, d, ".%U");
-                if (rc == 0) rc = names__dict_items(ns, d, NULL, ".%U");
+                if (rc == 0) rc = names__dict_items(ns, d, d, 1);
+                if (rc == 0) rc = names__dict_items(ns, d, NULL, 1);
                 names__fold(ns, d);
             }
             Py_DECREF(d);
@@ -354,7 +419,7 @@ tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned)
     else if (PyModule_Check(obj)) {
         PyObject *d = PyModule_GetDict(obj);  /* borrowed */
         if (d != NULL && (names__fixed(ns, d, "__dict__") < 0 ||
-                          names__dict_items(ns, d, d, ".%U") < 0)) {
+                          names__dict_items(ns, d, d, 1) < 0)) {
             return -1;
         }
         names__fold(ns, d);

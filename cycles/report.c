@@ -1,7 +1,8 @@
 /* report.c: turns one collection's garbage into a CycleReport: which objects are tensors of
  * interest (C type checks only), the reference graph restricted to the garbage (tp_traverse), the
  * cycles that hold tensors (graph.c), identical leaks grouped, a bounded drawing in DOT, the text
- * summary and fix hints. Rendering to SVG/HTML is lazy (render.c), on first access. */
+ * summary and fix hints. The DOT is drawn on first use or when the hook lets go of a report someone
+ * kept (tgc_report_settle), and rendering to SVG/HTML (render.c) on first use. */
 #include "tgc.h"
 
 #define TGC_DRAW_BUDGET 300     /* object nodes drawn per report, summary nodes aside */
@@ -175,6 +176,7 @@ typedef struct {
     /* New references to the values of info the text is made of, so that writing a tensor's line
      * looks nothing up; NULL exactly when info is. */
     PyObject *shape, *dtype_s, *device_s, *type_name;
+    PyObject *stack;       /* new reference to info's "stack" when it is a str, else NULL */
     tgc_buf line;          /* "Tensor float32[4] on cpu (16 B)": made on first use (report__line) */
     char dev_type[32];
     int dev_index;
@@ -334,6 +336,7 @@ report__tensor_clear(report_tensor *rt)
     Py_CLEAR(rt->dtype_s);
     Py_CLEAR(rt->device_s);
     Py_CLEAR(rt->type_name);
+    Py_CLEAR(rt->stack);
     tgc_buf_free(&rt->line);
 }
 
@@ -429,7 +432,7 @@ report__stacks(report_tensor *ts, Py_ssize_t n)
                     PyObject *st = PyUnicode_DecodeUTF8(sb.data, (Py_ssize_t)sb.len - 1, "replace");
                     if (st != NULL) {
                         PyDict_SetItemString(ts[i].info, "stack", st);
-                        Py_DECREF(st);
+                        Py_XSETREF(ts[i].stack, st);  /* the reference moves */
                     }
                 }
                 tgc_buf_free(&sb);
@@ -901,12 +904,13 @@ dot_node(tgc_buf *o, builder *b, uint32_t v)
     tgc_buf_uint(o, v);
     tgc_buf_puts(o, " [label=\"");
     if (b->ts[v].info != NULL) {
-        PyObject *info = b->ts[v].info;
         const tgc_buf *line = report__line(&b->ts[v]);
         tgc_buf_dot(o, line->data ? line->data : "", line->len);
         tgc_buf_dot(o, "\n", 1);
-        PyObject *stack = PyDict_GetItem(info, b->st->keys[TGC_KEY_STACK]);  /* borrowed */
-        if (stack != NULL && stack != Py_None) {
+        /* Borrowed. Not read from info: that is the dict report.tensors hands out, and the DOT
+         * may be drawn after the user's callback has changed it. */
+        PyObject *stack = b->ts[v].stack;
+        if (stack != NULL) {
             /* the first lines on the node, all of it in the tooltip */
             Py_ssize_t n;
             const char *s = PyUnicode_AsUTF8AndSize(stack, &n);
@@ -970,6 +974,185 @@ dot_node(tgc_buf *o, builder *b, uint32_t v)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+
+/* Draws the report's DOT from its builder: the groups chosen for drawing as clusters (what did
+ * not fit as one summary node each), then the drawn edges. Runs no Python code. */
+static void
+report__draw_dot(builder *b, const uint32_t *elided, tgc_buf *dot)
+{
+    tgc_buf scratch = {0};  /* a cluster's title */
+    tgc_buf_reserve(dot, 2000);
+    tgc_buf_puts(dot, "digraph tensorgc {\n"
+                      "  graph [rankdir=LR, fontname=\"Helvetica\", fontsize=11, nodesep=0.25, "
+                      "ranksep=0.45, bgcolor=\"white\"];\n"
+                      "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#f7f7f7\", "
+                      "color=\"#607d8b\", fontname=\"Helvetica\", fontsize=10];\n"
+                      "  edge [fontname=\"Helvetica\", fontsize=9, color=\"#455a64\"];\n");
+    for (uint32_t k = 0; k < b->ngroups; k++) {
+        group_info *gi = &b->groups[k];
+        if (!gi->drawn) {
+            continue;
+        }
+        tgc_buf_puts(dot, "  subgraph cluster_");
+        tgc_buf_uint(dot, k);
+        tgc_buf_puts(dot, " {\n    label=\"");
+        tgc_buf *title = &scratch;  /* written plain, then escaped into the label */
+        tgc_buf_reset(title);
+        tgc_buf_puts(title, "#");
+        tgc_buf_uint(title, k + 1);
+        tgc_buf_puts(title, ": ");
+        if (gi->count > 1) {
+            tgc_buf_count(title, gi->count);
+            tgc_buf_puts(title, " identical leaks, one drawn; ");
+        }
+        tgc_buf_count(title, gi->nodes);
+        tgc_buf_puts(title, gi->count > 1 ? " objects each, " : " objects, ");
+        tgc_buf_bytes(title, gi->total_bytes);
+        tgc_buf_puts(title, " held");
+        tgc_buf_dot(dot, title->data ? title->data : "", title->len);
+        tgc_buf_puts(dot, "\"; style=\"rounded,dashed\"; color=\"#90a4ae\"; fontcolor=\"#37474f\";\n");
+        for (uint32_t v = 0; v < b->n; v++) {
+            if (b->draw[v] && b->owner[v] == TGC_NONE && b->a.group[v] == gi->group) {
+                tgc_buf_puts(dot, "  ");
+                dot_node(dot, b, v);
+            }
+        }
+        if (elided[k] > 0) {
+            /* The rest of a large group, as one node with its type counts. */
+            PyObject *counts = PyDict_New();
+            for (uint32_t v = 0; counts && v < b->n; v++) {
+                if (b->a.group[v] != gi->group || b->draw[v]) {
+                    continue;
+                }
+                PyObject *tn = tgc_type_name(b->items[v]);
+                PyObject *c = tn ? PyDict_GetItemWithError(counts, tn) : NULL;
+                PyObject *c1 = tn ? PyLong_FromLong(c ? PyLong_AsLong(c) + 1 : 1) : NULL;
+                if (c1 == NULL || PyDict_SetItem(counts, tn, c1) < 0) {
+                    Py_CLEAR(counts);
+                }
+                Py_XDECREF(tn);
+                Py_XDECREF(c1);
+            }
+            tgc_buf more = {0};
+            tgc_buf_puts(&more, "\xe2\x80\xa6 ");
+            tgc_buf_count(&more, elided[k]);
+            tgc_buf_puts(&more, " more objects in this leak\n");
+            Py_ssize_t pos = 0;
+            PyObject *key, *val;
+            int shown = 0;
+            while (counts && PyDict_Next(counts, &pos, &key, &val) && shown < 6) {
+                tgc_buf_pystr(&more, key, 0);
+                tgc_buf_puts(&more, " \xc3\x97");
+                tgc_buf_count(&more, (uint64_t)PyLong_AsLong(val));
+                tgc_buf_puts(&more, "\n");
+                shown++;
+            }
+            Py_XDECREF(counts);
+            PyErr_Clear();
+            tgc_buf_puts(dot, "    more");
+            tgc_buf_uint(dot, k);
+            tgc_buf_puts(dot, " [label=\"");
+            tgc_buf_dot(dot, more.data ? more.data : "", more.len);
+            tgc_buf_puts(dot, "\", style=\"rounded,dashed\", fillcolor=\"white\"];\n");
+            tgc_buf_free(&more);
+        }
+        tgc_buf_puts(dot, "  }\n");
+        if (elided[k] > 0) {
+            for (uint32_t v = 0; v < b->n; v++) {
+                if (!b->draw[v] || b->owner[v] != TGC_NONE || b->a.group[v] != gi->group) {
+                    continue;
+                }
+                int out = 0, in = 0;
+                for (uint32_t e = b->g.out_off[v]; e < b->g.out_off[v + 1]; e++) {
+                    out |= !b->draw[b->g.out_dst[e]];
+                }
+                for (uint32_t e = b->g.in_off[v]; e < b->g.in_off[v + 1]; e++) {
+                    in |= !b->draw[b->g.in_src[e]];
+                }
+                if (out) {
+                    tgc_buf_puts(dot, "  n");
+                    tgc_buf_uint(dot, v);
+                    tgc_buf_puts(dot, " -> more");
+                    tgc_buf_uint(dot, k);
+                    tgc_buf_puts(dot, " [style=dashed];\n");
+                }
+                if (in) {
+                    tgc_buf_puts(dot, "  more");
+                    tgc_buf_uint(dot, k);
+                    tgc_buf_puts(dot, " -> n");
+                    tgc_buf_uint(dot, v);
+                    tgc_buf_puts(dot, " [style=dashed];\n");
+                }
+            }
+        }
+    }
+    for (size_t e = 0; e < b->nedges; e++) {
+        drawn_edge *de = &b->edges[e];
+        tgc_buf_puts(dot, "  n");
+        tgc_buf_uint(dot, de->src);
+        tgc_buf_puts(dot, " -> n");
+        tgc_buf_uint(dot, de->dst);
+        tgc_buf_puts(dot, " [label=\"");
+        tgc_buf_pystr(dot, de->label, 'd');
+        tgc_buf_puts(dot, "\"");
+        if (b->is_target[de->dst]) {
+            tgc_buf_puts(dot, ", color=\"#c62828\", fontcolor=\"#c62828\"");
+        }
+        tgc_buf_puts(dot, "];\n");
+    }
+    tgc_buf_puts(dot, "}\n");
+    tgc_buf_free(&scratch);
+}
+
+/* A report's DOT, not drawn yet (tgc.h's tgc_report.pending). */
+struct tgc_pending {
+    builder b;           /* b.objs and b.items borrow from the report's pending_objs */
+    uint32_t *elided;    /* per drawn group: objects summarised, not drawn */
+};
+
+static void builder_free(builder *b);
+
+/* Ends the wait, drawing the DOT into dot_src first when `draw`. The report's fields are
+ * detached before anything else: drawing runs no Python code and freeing the builder only
+ * releases strings, but this also serves tp_clear, and a re-entrant call must find nothing. */
+static void
+report__end_wait(tgc_report *r, int draw)
+{
+    tgc_pending *p = r->pending;
+    PyObject *objs = r->pending_objs;  /* keeps the builder's objects alive until the end */
+    r->pending = NULL;
+    r->pending_objs = NULL;
+    if (p != NULL) {
+        if (draw) {
+            tgc_buf dot = {0};
+            report__draw_dot(&p->b, p->elided, &dot);
+            tgc_buf_free(&r->dot_src);
+            r->dot_src = dot;
+        }
+        builder_free(&p->b);
+        PyMem_Free(p->b.items);
+        free(p->elided);
+        PyMem_Free(p);
+    }
+    Py_XDECREF(objs);
+}
+
+void
+tgc_report_forget(tgc_report *r)
+{
+    report__end_wait(r, 0);
+}
+
+int
+tgc_report_settle(PyObject *report, Py_ssize_t own)
+{
+    if (report == NULL || report == Py_None || ((tgc_report *)report)->pending == NULL) {
+        return -1;  /* drawn already (the DOT was asked for), or no report */
+    }
+    int kept = Py_REFCNT(report) > own;  /* kept by someone: draw while the objects live */
+    report__end_wait((tgc_report *)report, kept);
+    return kept;
+}
 
 static void
 builder_free(builder *b)
@@ -1154,9 +1337,9 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
 {
     builder b;
     memset(&b, 0, sizeof(b));
-    tgc_buf dot = {0}, text = {0};
+    tgc_buf text = {0};
     tgc_report_row *rows = NULL;  /* the table's, one per group; its strings new references */
-    tgc_buf scratch = {0}, cyc = {0}, hint = {0};  /* reused: a DOT title, a group's cycle/hint */
+    tgc_buf cyc = {0}, hint = {0};  /* reused: a group's cycle and hint */
     PyObject *result = NULL, *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
     PyObject *seen = NULL;
     uint32_t *elided = NULL;
@@ -1240,6 +1423,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     }
     /* Names of drawn objects, then folding and the drawn edges. */
     for (uint32_t v = 0; v < b.n; v++) {
+        b.names[v].labels = &st->labels;
         if (b.draw[v] && tgc_names_collect(b.items[v], &b.names[v], objs) < 0) {
             tgc_log_exception(st, "naming references");
         }
@@ -1277,134 +1461,20 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         }
     }
 
-    /* DOT. The buffers start at the size of a one-leak report (about 1 KB of DOT, half that of
-     * text), so the common case never regrows them. */
-    tgc_buf_reserve(&dot, 2000);
+    /* The text buffer starts at the size of a one-leak report (about 500 bytes; its DOT is twice
+     * that, report__draw_dot), so the common case never regrows it. */
     tgc_buf_reserve(&text, 1000);
     rows = PyMem_Calloc(b.ngroups ? b.ngroups : 1, sizeof(tgc_report_row));
     if (rows == NULL) {
         PyErr_NoMemory();
         goto error;
     }
-    tgc_buf_puts(&dot, "digraph tensorgc {\n"
-                       "  graph [rankdir=LR, fontname=\"Helvetica\", fontsize=11, nodesep=0.25, "
-                       "ranksep=0.45, bgcolor=\"white\"];\n"
-                       "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#f7f7f7\", "
-                       "color=\"#607d8b\", fontname=\"Helvetica\", fontsize=10];\n"
-                       "  edge [fontname=\"Helvetica\", fontsize=9, color=\"#455a64\"];\n");
     Py_ssize_t objects_drawn = 0;
-    for (uint32_t k = 0; k < b.ngroups; k++) {
-        group_info *gi = &b.groups[k];
-        if (!gi->drawn) {
-            continue;
-        }
-        tgc_buf_puts(&dot, "  subgraph cluster_");
-        tgc_buf_uint(&dot, k);
-        tgc_buf_puts(&dot, " {\n    label=\"");
-        tgc_buf *title = &scratch;  /* written plain, then escaped into the label */
-        tgc_buf_reset(title);
-        tgc_buf_puts(title, "#");
-        tgc_buf_uint(title, k + 1);
-        tgc_buf_puts(title, ": ");
-        if (gi->count > 1) {
-            tgc_buf_count(title, gi->count);
-            tgc_buf_puts(title, " identical leaks, one drawn; ");
-        }
-        tgc_buf_count(title, gi->nodes);
-        tgc_buf_puts(title, gi->count > 1 ? " objects each, " : " objects, ");
-        tgc_buf_bytes(title, gi->total_bytes);
-        tgc_buf_puts(title, " held");
-        tgc_buf_dot(&dot, title->data ? title->data : "", title->len);
-        tgc_buf_puts(&dot, "\"; style=\"rounded,dashed\"; color=\"#90a4ae\"; fontcolor=\"#37474f\";\n");
-        for (uint32_t v = 0; v < b.n; v++) {
-            if (b.draw[v] && b.owner[v] == TGC_NONE && b.a.group[v] == gi->group) {
-                tgc_buf_puts(&dot, "  ");
-                dot_node(&dot, &b, v);
-                objects_drawn++;
-            }
-        }
-        if (elided[k] > 0) {
-            /* The rest of a large group, as one node with its type counts. */
-            PyObject *counts = PyDict_New();
-            for (uint32_t v = 0; counts && v < b.n; v++) {
-                if (b.a.group[v] != gi->group || b.draw[v]) {
-                    continue;
-                }
-                PyObject *tn = tgc_type_name(b.items[v]);
-                PyObject *c = tn ? PyDict_GetItemWithError(counts, tn) : NULL;
-                PyObject *c1 = tn ? PyLong_FromLong(c ? PyLong_AsLong(c) + 1 : 1) : NULL;
-                if (c1 == NULL || PyDict_SetItem(counts, tn, c1) < 0) {
-                    Py_CLEAR(counts);
-                }
-                Py_XDECREF(tn);
-                Py_XDECREF(c1);
-            }
-            tgc_buf more = {0};
-            tgc_buf_puts(&more, "\xe2\x80\xa6 ");
-            tgc_buf_count(&more, elided[k]);
-            tgc_buf_puts(&more, " more objects in this leak\n");
-            Py_ssize_t pos = 0;
-            PyObject *key, *val;
-            int shown = 0;
-            while (counts && PyDict_Next(counts, &pos, &key, &val) && shown < 6) {
-                tgc_buf_pystr(&more, key, 0);
-                tgc_buf_puts(&more, " \xc3\x97");
-                tgc_buf_count(&more, (uint64_t)PyLong_AsLong(val));
-                tgc_buf_puts(&more, "\n");
-                shown++;
-            }
-            Py_XDECREF(counts);
-            PyErr_Clear();
-            tgc_buf_puts(&dot, "    more");
-            tgc_buf_uint(&dot, k);
-            tgc_buf_puts(&dot, " [label=\"");
-            tgc_buf_dot(&dot, more.data ? more.data : "", more.len);
-            tgc_buf_puts(&dot, "\", style=\"rounded,dashed\", fillcolor=\"white\"];\n");
-            tgc_buf_free(&more);
-        }
-        tgc_buf_puts(&dot, "  }\n");
-        if (elided[k] > 0) {
-            for (uint32_t v = 0; v < b.n; v++) {
-                if (!b.draw[v] || b.owner[v] != TGC_NONE || b.a.group[v] != gi->group) {
-                    continue;
-                }
-                int out = 0, in = 0;
-                for (uint32_t e = b.g.out_off[v]; e < b.g.out_off[v + 1]; e++) {
-                    out |= !b.draw[b.g.out_dst[e]];
-                }
-                for (uint32_t e = b.g.in_off[v]; e < b.g.in_off[v + 1]; e++) {
-                    in |= !b.draw[b.g.in_src[e]];
-                }
-                if (out) {
-                    tgc_buf_puts(&dot, "  n");
-                    tgc_buf_uint(&dot, v);
-                    tgc_buf_puts(&dot, " -> more");
-                    tgc_buf_uint(&dot, k);
-                    tgc_buf_puts(&dot, " [style=dashed];\n");
-                }
-                if (in) {
-                    tgc_buf_puts(&dot, "  more");
-                    tgc_buf_uint(&dot, k);
-                    tgc_buf_puts(&dot, " -> n");
-                    tgc_buf_uint(&dot, v);
-                    tgc_buf_puts(&dot, " [style=dashed];\n");
-                }
-            }
-        }
+    for (uint32_t v = 0; v < b.n; v++) {
+        objects_drawn += b.draw[v] && b.owner[v] == TGC_NONE;  /* draw is set in drawn groups only */
     }
     for (size_t e = 0; e < b.nedges; e++) {
         drawn_edge *de = &b.edges[e];
-        tgc_buf_puts(&dot, "  n");
-        tgc_buf_uint(&dot, de->src);
-        tgc_buf_puts(&dot, " -> n");
-        tgc_buf_uint(&dot, de->dst);
-        tgc_buf_puts(&dot, " [label=\"");
-        tgc_buf_pystr(&dot, de->label, 'd');
-        tgc_buf_puts(&dot, "\"");
-        if (b.is_target[de->dst]) {
-            tgc_buf_puts(&dot, ", color=\"#c62828\", fontcolor=\"#c62828\"");
-        }
-        tgc_buf_puts(&dot, "];\n");
         PyObject *src_t = builder__tname(&b, de->src);
         PyObject *dst_t = src_t ? builder__tname(&b, de->dst) : NULL;
         PyObject *tup = dst_t ? PyTuple_Pack(3, src_t, de->label, dst_t) : NULL;
@@ -1414,7 +1484,6 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         }
         Py_DECREF(tup);
     }
-    tgc_buf_puts(&dot, "}\n");
 
     /* Text and groups */
     tgc_buf_puts(&text, "tensorgc: garbage collection (generation ");
@@ -1508,7 +1577,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         rows[k].cycle = cyc_s;  /* the references move to the row */
         rows[k].hint = hint_s;
     }
-    if (dot.oom || text.oom) {
+    if (text.oom) {
         PyErr_NoMemory();
         goto error;
     }
@@ -1519,8 +1588,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     }
     r->text = buf_to_str(&text);
     r->dot = NULL;
-    r->dot_src = dot;  /* the buffer moves to the report */
-    memset(&dot, 0, sizeof(dot));
+    memset(&r->dot_src, 0, sizeof(r->dot_src));
     r->rows = rows;
     r->nrows = b.ngroups;
     rows = NULL;
@@ -1534,6 +1602,21 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     r->objects = objects_drawn;
     r->garbage = garbage_total > (Py_ssize_t)b.n ? garbage_total : (Py_ssize_t)b.n;
     r->generation = generation;
+    /* The DOT waits: most reports are read for their text and freed with the garbage, never
+     * drawn. The builder moves to the report, with the garbage list that keeps its objects
+     * alive, until the DOT is asked for or tgc_report_settle decides (before the garbage goes). */
+    r->pending = PyMem_Malloc(sizeof(tgc_pending));
+    r->pending_objs = NULL;
+    if (r->pending != NULL) {
+        r->pending->b = b;  /* moves: the builder's arrays and references */
+        r->pending->elided = elided;
+        memset(&b, 0, sizeof(b));
+        elided = NULL;
+        r->pending_objs = Py_NewRef(objs);
+    }
+    else {
+        report__draw_dot(&b, elided, &r->dot_src);  /* no memory to wait: draw it now */
+    }
     PyObject_GC_Track((PyObject *)r);
     result = (PyObject *)r;
     if (r->text == NULL) {
@@ -1543,10 +1626,8 @@ error:
     builder_free(&b);
     PyMem_Free(b.items);
     free(elided);
-    tgc_buf_free(&dot);
     tgc_buf_free(&text);
     tgc_report_rows_free(rows, b.ngroups);
-    tgc_buf_free(&scratch);
     tgc_buf_free(&cyc);
     tgc_buf_free(&hint);
     Py_XDECREF(tensors);
@@ -1574,6 +1655,7 @@ PyObject *
 tgc_report_dot(tgc_report *r)
 {
     if (r->dot == NULL) {
+        report__end_wait(r, 1);
         /* No Python code runs between the test and the store: one decoding wins, and nothing
          * else reads dot_src. */
         r->dot = buf_to_str(&r->dot_src);

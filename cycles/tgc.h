@@ -33,6 +33,20 @@ typedef struct {
     tgc_filter filter;
 } tgc_handle;
 
+/* Labels made once and reused by every report (module state; GIL): the fixed ones ("__dict__",
+ * "__self__"...) found by the address of their C literal, ".name" by the attribute's name. */
+#define TGC_LABELS_FIXED 32
+#define TGC_LABELS_ATTRS 4096   /* a bound: the dict is emptied when it reaches this size */
+typedef struct {
+    struct {
+        const char *literal;   /* the label's C string, compared by address */
+        PyObject *label;       /* new reference */
+    } fixed[TGC_LABELS_FIXED];
+    int nfixed;
+    PyObject *attrs;           /* new reference: dict, exact str name -> ".name"; NULL: none */
+} tgc_labels;
+void tgc_labels_clear(tgc_labels *l);  /* names.c */
+
 /* One row of the page's summary table: a group of identical leaks. */
 typedef struct {
     uint32_t count, nodes, tensors;
@@ -40,12 +54,19 @@ typedef struct {
     PyObject *cycle, *hint;  /* new references (str), shared with the group's dict */
 } tgc_report_row;
 
+typedef struct tgc_pending tgc_pending;  /* report.c */
+
 typedef struct {
     PyObject_HEAD
     PyObject *text, *tensors, *groups, *edges, *hints;  /* new references, set at build */
     /* Made on first use: most reports are read for their text and never drawn. */
     PyObject *dot;         /* new reference, decoded from dot_src by tgc_report_dot */
-    tgc_buf dot_src;       /* the DOT as built (UTF-8); freed with the report */
+    tgc_buf dot_src;       /* the DOT as drawn (UTF-8); freed once decoded */
+    /* Until the DOT is drawn: what it is drawn from (report.c), which borrows the garbage's
+     * objects, and the garbage list that keeps them alive (a new reference). Only while the hook
+     * delivers the report: tgc_report_settle ends it before the garbage is freed. */
+    tgc_pending *pending;
+    PyObject *pending_objs;
     PyObject *svg, *html;  /* new references, NULL until first asked for (rendering is lazy) */
     PyObject *svg_error;   /* str when rendering failed, so the page can say why */
     tgc_report_row *rows;  /* the summary table's rows, made into HTML with the page */
@@ -129,6 +150,7 @@ typedef struct {
      * TGC_KEY_*: a report builds them for every tensor and group, so their keys are made once.
      * Set in module exec. */
     PyObject *keys[TGC_KEY_COUNT];
+    tgc_labels labels;        /* edge labels reports reuse (names.c); GIL */
 
     /* Only touched inside our gc callback, which runs with the GIL held and never nests: the
      * collector refuses to start a collection while one is running, and `busy` guards the rest. */
@@ -157,6 +179,9 @@ typedef struct {
     unsigned long long island_marked;  /* proofs that took marking the young lists */
     int island_crosscheck;  /* check quick proofs against marked ones (tests; _island_crosscheck) */
     unsigned long long island_checked, island_mismatched;
+    /* Reports whose DOT was drawn when the hook let go of them (someone kept the report) or never
+     * drawn (nobody asked and nobody kept it); tensorgc._report_dots(). GIL. */
+    unsigned long long dots_kept, dots_skipped;
     /* Where a collection's time goes, per phase (TGC_PHASE_*), only in a build with
      * -DTGC_PHASE_TIMES (make phases; read by tensorgc._phase_times()); otherwise never written.
      * Only touched inside our gc callback. */
@@ -198,6 +223,7 @@ typedef struct {
     size_t n, cap;
     PyObject *folds[8];  /* borrowed; containers drawn as part of the owner (dict, closure) */
     int nfolds;
+    tgc_labels *labels;  /* borrowed: reusable labels, or NULL to make every label anew */
 } tgc_names;
 int tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned);
 PyObject *tgc_names_take(tgc_names *ns, PyObject *target, PyObject *via);  /* borrowed or NULL */
@@ -220,6 +246,10 @@ int tgc_is_tensor(tgc_state *st, PyObject *obj);
 PyObject *tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generation,
                            Py_ssize_t garbage_total);
 PyObject *tgc_report_dot(tgc_report *r);                  /* new reference */
+/* Before the garbage a report was built from is freed: draws the report's DOT if anyone besides
+ * the caller's `own` references holds the report, else forgets what it would be drawn from. */
+int tgc_report_settle(PyObject *report, Py_ssize_t own);  /* 1 drawn, 0 forgotten, -1 neither */
+void tgc_report_forget(tgc_report *r);  /* drops what the DOT would be drawn from (tp_clear) */
 /* Releases n rows (strings NULL where a row was never filled) and the array; NULL is fine. */
 void tgc_report_rows_free(tgc_report_row *rows, Py_ssize_t n);
 PyObject *tgc_report_svg(tgc_state *st, tgc_report *r);    /* new reference */

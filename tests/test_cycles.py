@@ -416,6 +416,52 @@ def test_edges_are_string_triples(track):
         assert all(type(part) is str for part in edge)
 
 
+def test_edge_labels_are_made_once_and_reused(track):
+    """Labels are reused across reports: ".other" is one str object in both. An attribute name
+    that is a str subclass is labelled anew, without its __hash__ or __eq__ running; and a cycle
+    with more distinct attribute names than the cache keeps is still labelled right."""
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Node = new_class()
+    for _ in range(2):
+        make_pair(Node)
+        gc.collect()
+    assert len(reports) == 2
+    first, second = ({e[1]: e[1] for e in r.edges if e[1] == ".other"} for r in reports)
+    assert first[".other"] is second[".other"]
+
+    class Name(str):
+        calls = 0
+
+        def __hash__(self):
+            Name.calls += 1
+            return str.__hash__(self)
+
+        def __eq__(self, other):
+            Name.calls += 1
+            return str.__eq__(self, other)
+
+    def build():
+        o = Node()
+        o.__dict__[Name("held")] = T(16)
+        for i in range(5000):  # more names than the cache keeps
+            setattr(o, f"a{i}", i)
+        o.me = o
+
+    calls = Name.calls
+    before = len(reports)
+    build()
+    after_insert = Name.calls
+    gc.collect()
+    assert len(reports) == before + 1
+    assert Name.calls == after_insert >= calls  # the report ran none of them
+    report = reports[-1]
+    assert has_edge(report, "Node", ".held", "Tensor") and has_edge(report, "Node", ".me", "Node")
+    make_pair(Node)
+    gc.collect()
+    assert has_edge(reports[-1], "Node", ".other", "Node")
+
+
 # --------------------------------------------------------------------------
 # cycle shapes
 # --------------------------------------------------------------------------
@@ -1051,6 +1097,73 @@ def test_page_table_and_dot_are_made_from_what_the_build_kept(track):
     assert any('<b>"k"</b>' in g["cycle"] for g in groups)
     assert "<b>" not in table and "&lt;b&gt;&quot;k&quot;&lt;/b&gt;" in table
     assert '\\"k\\"' in dot and "<b>" in dot  # DOT escapes quotes; HTML-like text is plain there
+
+
+def test_dot_is_drawn_only_for_reports_someone_keeps(track):
+    """The DOT waits until it is asked for: a report the callback only reads is never drawn; one
+    it keeps is drawn before the garbage goes, from the builder rather than from what .tensors
+    hands out, and keeps none of the garbage alive; one whose .dot was read is drawn once."""
+    dots = tensorgc._tensorgc._report_dots
+    Node = new_class()
+
+    lengths = []
+    handle = track(tensorgc.observe_cycles(lambda r: lengths.append(len(r.text)), device=DEVICE))
+    before = dots()
+    refs, _ = make_pair(Node)
+    gc.collect()
+    assert len(lengths) == 1 and lengths[0] > 0
+    assert dots() == {"kept": before["kept"], "skipped": before["skipped"] + 1}
+    assert all(r() is None for r in refs)
+    handle.remove()
+
+    kept = []
+
+    def keep(report):
+        for t in report.tensors:
+            t["stack"] = 42  # what .tensors hands out is the user's to change
+        kept.append(report)
+
+    handle = track(tensorgc.observe_cycles(keep, device=DEVICE))
+    before = dots()
+    refs, _ = make_pair(Node)
+    gc.collect()
+    assert dots() == {"kept": before["kept"] + 1, "skipped": before["skipped"]}
+    assert all(r() is None for r in refs)  # the kept report holds none of the garbage
+    dot = kept[0].dot
+    assert dot.count('label=".other"') == 2 and dot.count('label=".t"') == 1
+    assert "Tensor float32[16]" in dot and "42" not in dot
+    assert kept[0].dot is dot and "<svg" in kept[0].svg
+    handle.remove()
+
+    read_in_callback = []
+
+    def read(report):
+        read_in_callback.append(report.dot)
+        kept.append(report)
+
+    track(tensorgc.observe_cycles(read, device=DEVICE))
+    before = dots()
+    make_pair(Node)
+    gc.collect()
+    assert dots() == before  # drawn when asked, nothing left to settle
+    assert kept[-1].dot is read_in_callback[0] and 'label=".t"' in read_in_callback[0]
+
+
+def test_dot_of_reports_beyond_the_shared_ones(track):
+    """Observers with distinct filters get reports of their own; past the eight the detector
+    shares between observers, each is settled on its own, and every kept one has its DOT."""
+    kept = [[] for _ in range(10)]
+    for i in range(10):
+        track(tensorgc.observe_cycles(kept[i].append, device=lambda t, i=i: True))
+    Node = new_class()
+    before = tensorgc._tensorgc._report_dots()
+    refs, _ = make_pair(Node)
+    gc.collect()
+    assert tensorgc._tensorgc._report_dots()["kept"] == before["kept"] + 10
+    assert all(r() is None for r in refs)
+    assert len({id(k[0]) for k in kept}) == 10
+    for k in kept:
+        assert len(k) == 1 and k[0].dot.count('label=".other"') == 2
 
 
 def test_observe_cycles_html_is_self_contained(track):

@@ -1137,6 +1137,19 @@ hook__island_stop(tgc_state *st, PyObject *info)
     hook__deliver(st, objs, hook__info_generation(st, info), total, check, NULL);
 }
 
+/* 1 for "start", 2 for "stop", 0 for anything else. The collector passes a fresh ASCII str every
+ * time (never interned), twice per collection: compared in place, without a call. */
+static int
+hook__phase(PyObject *s)
+{
+    if (!PyUnicode_IS_COMPACT_ASCII(s)) {
+        return 0;
+    }
+    const char *p = (const char *)PyUnicode_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    return n == 5 && memcmp(p, "start", 5) == 0 ? 1 : n == 4 && memcmp(p, "stop", 4) == 0 ? 2 : 0;
+}
+
 PyObject *
 tgc_hook_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1152,10 +1165,11 @@ tgc_hook_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         Py_RETURN_NONE;
     }
-    if (PyUnicode_CompareWithASCIIString(args[0], "start") == 0) {
+    int phase = hook__phase(args[0]);
+    if (phase == 1) {
         hook__start(st, args[1]);
     }
-    else if (PyUnicode_CompareWithASCIIString(args[0], "stop") == 0) {
+    else if (phase == 2) {
         hook__stop(st, args[1]);
     }
     if (PyErr_Occurred()) {

@@ -228,15 +228,16 @@ young__run_start(young_ctx *c, young_cursor *cur, PyObject *op)
 }
 
 /* Whether op's slot at offset off is empty or holds an object of type tp or plain: no lookup. */
-static inline int
+static inline Py_ALWAYS_INLINE int
 young__slot_plain(PyObject *op, Py_ssize_t off, PyTypeObject *tp, PyTypeObject *plain)
 {
     PyObject *v = *(PyObject **)((char *)op + off);
     return v == NULL || Py_TYPE(v) == tp || Py_TYPE(v) == plain;
 }
 
-/* Whether op is a tensor or references one. */
-static inline int
+/* Whether op is a tensor or references one. Inlined into every walk: it runs for each young
+ * object, where a call would cost as much as the test. */
+static inline Py_ALWAYS_INLINE int
 young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);

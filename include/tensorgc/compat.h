@@ -26,6 +26,17 @@ static inline PyObject *tgc_compat_newref(PyObject *o) { Py_INCREF(o); return o;
 #  define Py_XNewRef(o) ((o) ? tgc_compat_newref((PyObject *)(o)) : NULL)
 #endif
 
+/* Py_ALWAYS_INLINE is 3.11+ (it expands to nothing in debug builds there). The pre-scan's per-object
+ * test relies on it: at -O2 (the usual CFLAGS of distributions' Pythons) GCC keeps that test out
+ * of line, a call for every young object. */
+#ifndef Py_ALWAYS_INLINE
+#  if defined(__GNUC__) || defined(__clang__)
+#    define Py_ALWAYS_INLINE __attribute__((always_inline))
+#  else
+#    define Py_ALWAYS_INLINE
+#  endif
+#endif
+
 /* The frame's local variables as a mapping (new reference), or NULL with an exception.
  * 3.13 returns a write-through proxy that holds no strong references of its own. 3.11 and 3.12
  * materialise frame->f_locals, a dict that the frame keeps: the caller must account for it

@@ -522,6 +522,10 @@ typedef struct {
     tgc_names *names;                /* per node, only for drawn nodes (else zeroed) */
     PyObject **tname;                /* per node: new reference to its short type name, made on
                                         first use (builder__tname), so drawn nodes only */
+    PyObject **desc;                 /* per drawn node: new reference to tgc_describe's text, made
+                                        at build: it may run a user __repr__, which must not run
+                                        while the DOT is drawn, and shows the object as it was
+                                        when the collector found it */
     drawn_edge *edges;
     size_t nedges, cap_edges;
     PyObject *unknown;               /* "?" */
@@ -899,7 +903,6 @@ builder__hint(builder *b, const size_t *path, size_t len, tgc_buf *cyc, tgc_buf 
 static void
 dot_node(tgc_buf *o, builder *b, uint32_t v)
 {
-    PyObject *obj = b->items[v];
     tgc_buf_puts(o, "  n");
     tgc_buf_uint(o, v);
     tgc_buf_puts(o, " [label=\"");
@@ -944,8 +947,8 @@ dot_node(tgc_buf *o, builder *b, uint32_t v)
         return;
     }
     PyObject *tn = builder__tname(b, v);
-    PyObject *desc = tn ? tgc_describe(obj) : NULL;
-    if (desc == NULL) {
+    PyObject *desc = b->desc[v];  /* borrowed; NULL when describing failed */
+    if (tn == NULL) {
         PyErr_Clear();
     }
     if (tn != NULL) {
@@ -970,13 +973,13 @@ dot_node(tgc_buf *o, builder *b, uint32_t v)
     }
     tgc_buf_puts(o, "];\n");
     PyErr_Clear();
-    Py_XDECREF(desc);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 
 /* Draws the report's DOT from its builder: the groups chosen for drawing as clusters (what did
- * not fit as one summary node each), then the drawn edges. Runs no Python code. */
+ * not fit as one summary node each), then the drawn edges. Runs no Python code: the user reprs
+ * it shows were taken at build (builder.desc). */
 static void
 report__draw_dot(builder *b, const uint32_t *elided, tgc_buf *dot)
 {
@@ -1125,7 +1128,9 @@ report__end_wait(tgc_report *r, int draw)
     if (p != NULL) {
         if (draw) {
             tgc_buf dot = {0};
+            r->drawing = 1;  /* tgc_report_dot refuses meanwhile (see there) */
             report__draw_dot(&p->b, p->elided, &dot);
+            r->drawing = 0;
             tgc_buf_free(&r->dot_src);
             r->dot_src = dot;
         }
@@ -1167,13 +1172,17 @@ builder_free(builder *b)
             report__tensor_clear(&b->ts[v]);
         }
     }
-    if (b->tname != NULL) {
-        for (uint32_t v = 0; v < b->n; v++) {
+    for (uint32_t v = 0; v < b->n; v++) {
+        if (b->tname != NULL) {
             Py_XDECREF(b->tname[v]);
+        }
+        if (b->desc != NULL) {
+            Py_XDECREF(b->desc[v]);
         }
     }
     PyMem_Free(b->names);
     PyMem_Free(b->tname);
+    PyMem_Free(b->desc);
     PyMem_Free(b->ts);
     PyMem_Free(b->edges);
     free(b->is_target);
@@ -1363,9 +1372,10 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     b.owner = malloc(b.n * sizeof(uint32_t));
     b.names = PyMem_Calloc(b.n, sizeof(tgc_names));
     b.tname = PyMem_Calloc(b.n, sizeof(PyObject *));
+    b.desc = PyMem_Calloc(b.n, sizeof(PyObject *));
     b.unknown = PyUnicode_FromString("?");
     if (!b.items || !b.is_target || !b.ts || !b.draw || !b.owner || !b.names || !b.tname ||
-        !b.unknown) {
+        !b.desc || !b.unknown) {
         PyErr_NoMemory();
         goto error;
     }
@@ -1431,6 +1441,13 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     builder__fold(&b);
     if (builder__emit_all(&b) < 0) {
         goto error;
+    }
+    for (uint32_t v = 0; v < b.n; v++) {
+        /* what dot_node writes under the type name; the DOT itself is drawn later, if at all */
+        if (b.draw[v] && b.owner[v] == TGC_NONE && b.ts[v].info == NULL &&
+            (b.desc[v] = tgc_describe(b.items[v])) == NULL) {
+            PyErr_Clear();
+        }
     }
 
     /* Tensors of interest, largest first, and bytes counted once per storage. */
@@ -1607,6 +1624,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
      * alive, until the DOT is asked for or tgc_report_settle decides (before the garbage goes). */
     r->pending = PyMem_Malloc(sizeof(tgc_pending));
     r->pending_objs = NULL;
+    r->drawing = 0;
     if (r->pending != NULL) {
         r->pending->b = b;  /* moves: the builder's arrays and references */
         r->pending->elided = elided;
@@ -1655,12 +1673,20 @@ PyObject *
 tgc_report_dot(tgc_report *r)
 {
     if (r->dot == NULL) {
+        if (r->drawing) {
+            /* Asked for from inside the draw. Nothing there runs Python code now (a report
+             * waits only inside our gc callback, where no collection can start either); should
+             * that change, an empty DOT must not become the report's for good. */
+            PyErr_SetString(PyExc_RuntimeError, "this CycleReport's DOT is being drawn");
+            return NULL;
+        }
         report__end_wait(r, 1);
-        /* No Python code runs between the test and the store: one decoding wins, and nothing
-         * else reads dot_src. */
-        r->dot = buf_to_str(&r->dot_src);
-        if (r->dot != NULL) {
-            tgc_buf_free(&r->dot_src);
+        /* The first decoding is kept; nothing else reads dot_src. */
+        if (r->dot == NULL) {
+            r->dot = buf_to_str(&r->dot_src);
+            if (r->dot != NULL) {
+                tgc_buf_free(&r->dot_src);
+            }
         }
     }
     return Py_XNewRef(r->dot);

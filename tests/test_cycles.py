@@ -1149,6 +1149,33 @@ def test_dot_is_drawn_only_for_reports_someone_keeps(track):
     assert kept[-1].dot is read_in_callback[0] and 'label=".t"' in read_in_callback[0]
 
 
+def test_reprs_on_the_dot_are_taken_before_the_callback(track):
+    """A drawn object's __repr__ runs while the report is built, before any callback: drawing the
+    DOT later runs no user code. A repr that reads the report it appears in (it can reach it
+    through a callback's list) finds nothing there yet, and the kept report's DOT is complete."""
+    kept, events = [], []
+
+    class Node:
+        def __repr__(self):
+            events.append("repr")
+            if kept:
+                kept[0].dot  # never reached: the report is not anyone's yet
+            return "Node!"
+
+    def keep(report):
+        events.append("callback")
+        kept.append(report)
+
+    track(tensorgc.observe_cycles(keep, device=DEVICE))
+    make_pair(Node)
+    gc.collect()
+    assert len(kept) == 1 and events and events[-1] == "callback"
+    assert set(events[:-1]) == {"repr"}
+    assert "digraph" in kept[0].dot and "Node!" in kept[0].dot
+    assert "<svg" in kept[0].svg
+    assert events[-1] == "callback"  # drawing and rendering ran no repr
+
+
 def test_dot_of_reports_beyond_the_shared_ones(track):
     """Observers with distinct filters get reports of their own; past the eight the detector
     shares between observers, each is settled on its own, and every kept one has its DOT."""

@@ -1128,9 +1128,7 @@ report__end_wait(tgc_report *r, int draw)
     if (p != NULL) {
         if (draw) {
             tgc_buf dot = {0};
-            r->drawing = 1;  /* tgc_report_dot refuses meanwhile (see there) */
             report__draw_dot(&p->b, p->elided, &dot);
-            r->drawing = 0;
             tgc_buf_free(&r->dot_src);
             r->dot_src = dot;
         }
@@ -1624,7 +1622,6 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
      * alive, until the DOT is asked for or tgc_report_settle decides (before the garbage goes). */
     r->pending = PyMem_Malloc(sizeof(tgc_pending));
     r->pending_objs = NULL;
-    r->drawing = 0;
     if (r->pending != NULL) {
         r->pending->b = b;  /* moves: the builder's arrays and references */
         r->pending->elided = elided;
@@ -1673,20 +1670,12 @@ PyObject *
 tgc_report_dot(tgc_report *r)
 {
     if (r->dot == NULL) {
-        if (r->drawing) {
-            /* Asked for from inside the draw. Nothing there runs Python code now (a report
-             * waits only inside our gc callback, where no collection can start either); should
-             * that change, an empty DOT must not become the report's for good. */
-            PyErr_SetString(PyExc_RuntimeError, "this CycleReport's DOT is being drawn");
-            return NULL;
-        }
+        /* Drawing and decoding run no Python code (the reprs on the DOT were taken at build), so
+         * nothing reads the report in between: one drawing, one decoding. */
         report__end_wait(r, 1);
-        /* The first decoding is kept; nothing else reads dot_src. */
-        if (r->dot == NULL) {
-            r->dot = buf_to_str(&r->dot_src);
-            if (r->dot != NULL) {
-                tgc_buf_free(&r->dot_src);
-            }
+        r->dot = buf_to_str(&r->dot_src);
+        if (r->dot != NULL) {
+            tgc_buf_free(&r->dot_src);
         }
     }
     return Py_XNewRef(r->dot);

@@ -67,7 +67,6 @@ typedef struct {
      * delivers the report: tgc_report_settle ends it before the garbage is freed. */
     tgc_pending *pending;
     PyObject *pending_objs;
-    int drawing;           /* the DOT is being drawn from pending (GIL) */
     PyObject *svg, *html;  /* new references, NULL until first asked for (rendering is lazy) */
     PyObject *svg_error;   /* str when rendering failed, so the page can say why */
     tgc_report_row *rows;  /* the summary table's rows, made into HTML with the page */

@@ -187,15 +187,14 @@ young__visit(PyObject *o, void *arg)
 }
 
 /* One end of the walk below: the type of the run of objects it is in (never a tensor type), that
- * type's shape, and the shapes this end has looked up. Each end has a cache of its own: the run's
- * offsets point into it, and a cache shared with the other end could reuse that entry for another
- * type while this end is still in its run. The run's slot count and offsets are copied out of its
- * shape, as the walk reads them for every object. */
+ * type's shape, and the shapes this end has looked up. Each end has a cache of its own: sh points
+ * into it, and a cache shared with the other end could reuse that entry for another type while
+ * this end is still in its run. */
 typedef struct {
     PyTypeObject *run;
-    int nslots;                /* the run's shape's: -1 when its objects go through tp_traverse */
-    const Py_ssize_t *off;     /* the run's shape's slot offsets */
-    Py_ssize_t one;            /* the only slot's offset when nslots is 1, else 0 (never a slot) */
+    const tgc_shape *sh;
+    Py_ssize_t one;            /* sh's only slot offset when it has exactly one, else 0 (never a
+                                  slot): the walk's fast path reads no more than this */
     tgc_shapes shapes;
 } young_cursor;
 
@@ -203,8 +202,7 @@ static void
 young__cursor_init(young_cursor *cur)
 {
     cur->run = NULL;
-    cur->nslots = -1;
-    cur->off = NULL;
+    cur->sh = NULL;
     cur->one = 0;
     cur->shapes.next = 0;
     for (int i = 0; i < 4; i++) {
@@ -224,8 +222,7 @@ young__run_start(young_ctx *c, young_cursor *cur, PyObject *op)
     c->saw_type |= PyType_FastSubclass(tp, Py_TPFLAGS_TYPE_SUBCLASS);  /* once per run */
     const tgc_shape *sh = young__shape(&cur->shapes, tp);
     cur->run = tp;
-    cur->nslots = sh->nslots;
-    cur->off = sh->off;
+    cur->sh = sh;
     cur->one = sh->nslots == 1 ? sh->off[0] : 0;
     return 0;
 }
@@ -250,21 +247,14 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
     if (tp != cur->run && young__run_start(c, cur, op)) {
         return 1;
     }
-    const int n = cur->nslots;
-    if (n < 0) {
+    const tgc_shape *sh = cur->sh;
+    if (sh->nslots < 0) {
         /* objects in the lists are tracked gc objects: tp_traverse is set */
         return tp->tp_traverse(op, young__visit, c) != 0;
     }
-    const Py_ssize_t *off = cur->off;
     PyTypeObject *plain = *plain_ref;
-    /* Objects with two slots (links of lists, trees) whose referents need no lookup: answered
-     * without the loop's setup, which costs more than the test (one slot: above). */
-    if (n == 2 && young__slot_plain(op, off[0], tp, plain) &&
-        young__slot_plain(op, off[1], tp, plain)) {
-        return 0;
-    }
-    for (int i = 0; i < n; i++) {
-        PyObject *v = *(PyObject **)((char *)op + off[i]);
+    for (int i = 0; i < sh->nslots; i++) {
+        PyObject *v = *(PyObject **)((char *)op + sh->off[i]);
         if (v == NULL) {
             continue;
         }

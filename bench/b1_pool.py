@@ -56,7 +56,7 @@ def main(argv=None) -> int:
         sets.append((path, s))
     modes = [m for m in sets[0][1] if all(m in s and s[m] for _, s in sets)]
 
-    print(f"| set | runs | " + " | ".join(modes) + f" | {args.mode} / plain |")
+    print("| set | runs | " + " | ".join(modes) + f" | {args.mode} / plain |")
     print("| --- | ---: | " + " | ".join("---:" for _ in modes) + " | ---: |")
     for path, s in sets:
         med = {m: statistics.median(s[m]) for m in modes}

@@ -705,44 +705,69 @@ module__switch(const char *name, PyObject *const *args, Py_ssize_t nargs, int *o
     return *on < 0 ? -1 : 1;
 }
 
-PyDoc_STRVAR(young_scan_doc,
-"_young_scan(enabled=None) -> dict\n\nThe young-generation pre-scan (cycles/young.c): with "
-"enabled, switch it on or off (on is refused where the interpreter's collector is not the one it "
-"was built for). Returns {'available', 'enabled', 'skipped', 'armed'}: the last two count the "
-"collections that ran without the detector and those it armed since import.");
+/* A counter a private switch reports, by name. */
+typedef struct {
+    const char *name;
+    unsigned long long value;
+} module_count;
 
-/* Applies a private switch's argument (if any) to *field; with needs_prescan, turning it on is
- * refused where the pre-scan's layout check failed. Returns -1 with an exception set, else 0. */
-static int
-module__set_switch(tgc_state *st, const char *name, PyObject *const *args, Py_ssize_t nargs,
-                   int *field, int needs_prescan)
+/* What every private switch does: applies its argument (if any) to *field, where with
+ * needs_prescan turning it on is refused if the pre-scan's layout check failed; then returns
+ * {'enabled': bool, <counter>: int...} as a new dict, or NULL with an exception set. */
+static PyObject *
+module__switch_call(tgc_state *st, const char *name, PyObject *const *args, Py_ssize_t nargs,
+                    int *field, int needs_prescan, const module_count *counts, int ncounts)
 {
     int on = 0, given = module__switch(name, args, nargs, &on);
     if (given < 0) {
-        return -1;
+        return NULL;
     }
     if (given) {
         if (on && needs_prescan && !st->young_ok) {
             PyErr_Format(PyExc_RuntimeError,
                          "%s: the young-generation pre-scan is not available on this interpreter",
                          name);
-            return -1;
+            return NULL;
         }
         *field = on;
     }
-    return 0;
+    PyObject *d = PyDict_New();  /* new reference */
+    if (d == NULL || PyDict_SetItemString(d, "enabled", *field ? Py_True : Py_False) < 0) {
+        goto error;
+    }
+    for (int i = 0; i < ncounts; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(counts[i].value);  /* new reference */
+        int rc = v != NULL ? PyDict_SetItemString(d, counts[i].name, v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0) {
+            goto error;
+        }
+    }
+    return d;
+error:
+    Py_XDECREF(d);
+    return NULL;
 }
+
+PyDoc_STRVAR(young_scan_doc,
+"_young_scan(enabled=None) -> dict\n\nThe young-generation pre-scan (cycles/young.c): with "
+"enabled, switch it on or off (on is refused where the interpreter's collector is not the one it "
+"was built for). Returns {'available', 'enabled', 'skipped', 'armed'}: the last two count the "
+"collections that ran without the detector and those it armed since import.");
 
 static PyObject *
 young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    if (module__set_switch(st, "_young_scan", args, nargs, &st->young_scan, 1) < 0) {
-        return NULL;
+    /* the counters are read before the switch is applied: switching changes none of them */
+    PyObject *d = module__switch_call(st, "_young_scan", args, nargs, &st->young_scan, 1,
+                                      (module_count[]){{"skipped", st->young_skipped},
+                                                       {"armed", st->young_armed}}, 2);
+    if (d != NULL &&
+        PyDict_SetItemString(d, "available", st->young_ok ? Py_True : Py_False) < 0) {
+        Py_CLEAR(d);
     }
-    return Py_BuildValue("{s:O,s:O,s:K,s:K}", "available", st->young_ok ? Py_True : Py_False,
-                         "enabled", st->young_scan ? Py_True : Py_False,
-                         "skipped", st->young_skipped, "armed", st->young_armed);
+    return d;
 }
 
 PyDoc_STRVAR(report_dots_doc,
@@ -770,12 +795,10 @@ static PyObject *
 young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    if (module__set_switch(st, "_young_island", args, nargs, &st->island_on, 1) < 0) {
-        return NULL;
-    }
-    return Py_BuildValue("{s:O,s:K,s:K,s:K}", "enabled", st->island_on ? Py_True : Py_False,
-                         "used", st->island_used, "fallback", st->island_fallback,
-                         "marked", st->island_marked);
+    return module__switch_call(st, "_young_island", args, nargs, &st->island_on, 1,
+                               (module_count[]){{"used", st->island_used},
+                                                {"fallback", st->island_fallback},
+                                                {"marked", st->island_marked}}, 3);
 }
 
 PyDoc_STRVAR(island_crosscheck_doc,
@@ -787,11 +810,9 @@ static PyObject *
 island_crosscheck(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    if (module__set_switch(st, "_island_crosscheck", args, nargs, &st->island_crosscheck, 0) < 0) {
-        return NULL;
-    }
-    return Py_BuildValue("{s:O,s:K,s:K}", "enabled", st->island_crosscheck ? Py_True : Py_False,
-                         "checked", st->island_checked, "mismatched", st->island_mismatched);
+    return module__switch_call(st, "_island_crosscheck", args, nargs, &st->island_crosscheck, 0,
+                               (module_count[]){{"checked", st->island_checked},
+                                                {"mismatched", st->island_mismatched}}, 2);
 }
 
 PyDoc_STRVAR(seeded_split_doc,
@@ -803,11 +824,9 @@ static PyObject *
 seeded_split(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_state *st = tgc_state_of(module);
-    if (module__set_switch(st, "_seeded_split", args, nargs, &st->seeded_on, 0) < 0) {
-        return NULL;
-    }
-    return Py_BuildValue("{s:O,s:K,s:K}", "enabled", st->seeded_on ? Py_True : Py_False,
-                         "used", st->seeded_used, "fallback", st->seeded_fallback);
+    return module__switch_call(st, "_seeded_split", args, nargs, &st->seeded_on, 0,
+                               (module_count[]){{"used", st->seeded_used},
+                                                {"fallback", st->seeded_fallback}}, 2);
 }
 
 PyDoc_STRVAR(phase_times_doc,

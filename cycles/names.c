@@ -78,7 +78,8 @@ names__attr(tgc_names *ns, PyObject *name)
         return PyUnicode_FromFormat(".%U", name);
     }
     if (l->attrs == NULL && (l->attrs = PyDict_New()) == NULL) {
-        return NULL;
+        PyErr_Clear();  /* the label is good without the cache, as below */
+        return PyUnicode_FromFormat(".%U", name);
     }
     PyObject *label = PyDict_GetItemWithError(l->attrs, name);  /* borrowed */
     if (label != NULL) {
@@ -100,6 +101,7 @@ names__attr(tgc_names *ns, PyObject *name)
     return label;
 }
 
+/* label: a string literal; the label cache (names__literal) knows it by its address. */
 static int
 names__fixed(tgc_names *ns, PyObject *target, const char *label)
 {

@@ -900,6 +900,16 @@ builder__hint(builder *b, const size_t *path, size_t len, tgc_buf *cyc, tgc_buf 
 /* ------------------------------------------------------------------------------------------ */
 /* DOT                                                                                         */
 
+/* s escaped for DOT into o; a string that cannot be written (no memory) is left out, with no
+ * exception left behind: drawing has no caller to report to (oom shows in the buffer). */
+static void
+dot_str(tgc_buf *o, PyObject *s)
+{
+    if (tgc_buf_pystr(o, s, 'd') < 0) {
+        PyErr_Clear();
+    }
+}
+
 static void
 dot_node(tgc_buf *o, builder *b, uint32_t v)
 {
@@ -917,6 +927,9 @@ dot_node(tgc_buf *o, builder *b, uint32_t v)
             /* the first lines on the node, all of it in the tooltip */
             Py_ssize_t n;
             const char *s = PyUnicode_AsUTF8AndSize(stack, &n);
+            if (s == NULL) {
+                PyErr_Clear();  /* no memory: the node goes without its stack */
+            }
             int lines = 0;
             for (Py_ssize_t i = 0; s && i < n && lines < TGC_STACK_LINES; lines++) {
                 const char *nl = memchr(s + i, '\n', (size_t)(n - i));
@@ -952,20 +965,20 @@ dot_node(tgc_buf *o, builder *b, uint32_t v)
         PyErr_Clear();
     }
     if (tn != NULL) {
-        tgc_buf_pystr(o, tn, 'd');
+        dot_str(o, tn);
     }
     tgc_buf_dot(o, "\n", 1);
     if (desc != NULL && PyUnicode_GET_LENGTH(desc) > 0) {
-        tgc_buf_pystr(o, desc, 'd');
+        dot_str(o, desc);
         tgc_buf_dot(o, "\n", 1);
     }
     tgc_buf_puts(o, "\", tooltip=\"");
     if (tn != NULL) {
-        tgc_buf_pystr(o, tn, 'd');
+        dot_str(o, tn);
     }
     if (desc != NULL && PyUnicode_GET_LENGTH(desc) > 0) {
         tgc_buf_puts(o, ": ");
-        tgc_buf_pystr(o, desc, 'd');
+        dot_str(o, desc);
     }
     tgc_buf_puts(o, "\"");
     if (b->a.role[v] & TGC_ROLE_CYCLE) {
@@ -979,7 +992,10 @@ dot_node(tgc_buf *o, builder *b, uint32_t v)
 
 /* Draws the report's DOT from its builder: the groups chosen for drawing as clusters (what did
  * not fit as one summary node each), then the drawn edges. Runs no Python code: the user reprs
- * it shows were taken at build (builder.desc). */
+ * it shows were taken at build (builder.desc). Its one tracked allocation (a large group's type
+ * counts) cannot start a collection that would: a report waits to be drawn only while the hook
+ * delivers it, inside the collector's callback. Leaves no exception set: a label it cannot write
+ * is left out, and running out of memory shows in dot->oom. */
 static void
 report__draw_dot(builder *b, const uint32_t *elided, tgc_buf *dot)
 {
@@ -1044,7 +1060,9 @@ report__draw_dot(builder *b, const uint32_t *elided, tgc_buf *dot)
             PyObject *key, *val;
             int shown = 0;
             while (counts && PyDict_Next(counts, &pos, &key, &val) && shown < 6) {
-                tgc_buf_pystr(&more, key, 0);
+                if (tgc_buf_pystr(&more, key, 0) < 0) {
+                    PyErr_Clear();
+                }
                 tgc_buf_puts(&more, " \xc3\x97");
                 tgc_buf_count(&more, (uint64_t)PyLong_AsLong(val));
                 tgc_buf_puts(&more, "\n");
@@ -1096,7 +1114,7 @@ report__draw_dot(builder *b, const uint32_t *elided, tgc_buf *dot)
         tgc_buf_puts(dot, " -> n");
         tgc_buf_uint(dot, de->dst);
         tgc_buf_puts(dot, " [label=\"");
-        tgc_buf_pystr(dot, de->label, 'd');
+        dot_str(dot, de->label);
         tgc_buf_puts(dot, "\"");
         if (b->is_target[de->dst]) {
             tgc_buf_puts(dot, ", color=\"#c62828\", fontcolor=\"#c62828\"");
@@ -1440,10 +1458,16 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     if (builder__emit_all(&b) < 0) {
         goto error;
     }
+    /* The object nodes the DOT will show (drawn, not folded into an owner; draw is set in drawn
+     * groups only), and what dot_node writes under their type names: the DOT itself is drawn
+     * later, if at all. */
+    Py_ssize_t objects_drawn = 0;
     for (uint32_t v = 0; v < b.n; v++) {
-        /* what dot_node writes under the type name; the DOT itself is drawn later, if at all */
-        if (b.draw[v] && b.owner[v] == TGC_NONE && b.ts[v].info == NULL &&
-            (b.desc[v] = tgc_describe(b.items[v])) == NULL) {
+        if (!b.draw[v] || b.owner[v] != TGC_NONE) {
+            continue;
+        }
+        objects_drawn++;
+        if (b.ts[v].info == NULL && (b.desc[v] = tgc_describe(b.items[v])) == NULL) {
             PyErr_Clear();
         }
     }
@@ -1483,10 +1507,6 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     if (rows == NULL) {
         PyErr_NoMemory();
         goto error;
-    }
-    Py_ssize_t objects_drawn = 0;
-    for (uint32_t v = 0; v < b.n; v++) {
-        objects_drawn += b.draw[v] && b.owner[v] == TGC_NONE;  /* draw is set in drawn groups only */
     }
     for (size_t e = 0; e < b.nedges; e++) {
         drawn_edge *de = &b.edges[e];

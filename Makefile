@@ -60,9 +60,9 @@ bench: deps build ## Run the benchmarks (B1 overhead, B2 report cost, B3 reporte
 	  $(PYTHON) -m pip install -q --no-deps "pytorch_memlab==$(MEMLAB_VERSION)" "calmsize==0.1.3"
 	$(PYTHON) bench/run_all.py
 
-build/test_units: tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c reporter/lineprof.c $(wildcard cycles/*.h include/tensorgc/*.h)
+build/test_units: tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c cycles/page.c reporter/lineprof.c $(wildcard cycles/*.h include/tensorgc/*.h)
 	@mkdir -p build
-	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c reporter/lineprof.c -o $@ $(UNIT_LIBS)
+	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c cycles/page.c reporter/lineprof.c -o $@ $(UNIT_LIBS)
 
 build/test_device: tests/c/test_device.c allocator/device.c include/tensorgc/device.h
 	@mkdir -p build
@@ -92,4 +92,4 @@ phases: deps build ## Build a copy with phase timers (build/phases-lib) and show
 	  --variant timed=$$(ls build/phases-lib/tensorgc/_tensorgc*.so)
 
 clean: ## Remove build products
-	rm -rf build dist *.egg-info tensorgc/*.so
+	rm -rf build dist *.egg-info tensorgc/*.so tensorgc/_tgc_render

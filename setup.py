@@ -1,6 +1,8 @@
-"""Build of tensorgc's C extension. Metadata lives in setup.cfg; this file only finds Graphviz
-with pkg-config and lists the C sources of cycles/, reporter/ and allocator/; the CUDA toolkit's headers are used
-when present (for the driver/NVML types; both are dlopen'd at run time)."""
+"""Build of tensorgc's C extension and its render worker. Metadata lives in setup.cfg; this file
+finds Graphviz with pkg-config, lists the C sources of cycles/, reporter/ and allocator/, and builds
+the executable tensorgc/_tgc_render (Graphviz runs there, never in the user's process; see
+cycles/renderer.h). The CUDA toolkit's headers are used when present (for the driver/NVML types;
+both are dlopen'd at run time)."""
 import glob
 import os
 import shlex
@@ -8,6 +10,7 @@ import subprocess
 import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 
 def pkg_config(*args):
@@ -82,18 +85,38 @@ if os.environ.get("TENSORGC_WERROR"):
 extra = shlex.split(os.environ.get("TENSORGC_CFLAGS", ""))
 extra_link = shlex.split(os.environ.get("TENSORGC_LDFLAGS", ""))
 
-sources = sorted(glob.glob("cycles/*.c") + glob.glob("reporter/*.c") + glob.glob("allocator/*.c"))
+# The worker's own sources: Graphviz is linked into the worker only.
+WORKER_SOURCES = ["cycles/render_main.c", "cycles/render.c"]
+sources = sorted(set(glob.glob("cycles/*.c") + glob.glob("reporter/*.c") + glob.glob("allocator/*.c"))
+                 - set(WORKER_SOURCES))
 ext = Extension(
     "tensorgc._tensorgc",
     sources=sources,
     depends=sorted(glob.glob("cycles/*.h") + glob.glob("include/tensorgc/*.h")),  # noqa: E501
-    include_dirs=["include", "cycles"] + gv["include_dirs"] + cuda_inc,
-    library_dirs=gv["library_dirs"],
-    libraries=gv["libraries"] + ["dl", "pthread"],
-    runtime_library_dirs=gv["runtime_library_dirs"],
-    define_macros=gv["define_macros"] + cuda_macros,
+    include_dirs=["include", "cycles"] + cuda_inc,
+    libraries=["dl", "pthread"],
+    define_macros=cuda_macros,
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + warnings + extra,
     extra_link_args=extra_link,
 )
 
-setup(ext_modules=[ext])
+
+class build_ext_and_worker(build_ext):
+    """build_ext, then the render worker executable beside the extension module."""
+
+    def run(self):
+        super().run()
+        mod_path = self.get_ext_fullpath(ext.name)
+        out = os.path.join(os.path.dirname(mod_path), "_tgc_render")
+        objects = self.compiler.compile(
+            WORKER_SOURCES, output_dir=self.build_temp,
+            include_dirs=["include", "cycles"] + gv["include_dirs"],
+            macros=gv["define_macros"],
+            extra_postargs=["-std=c11", "-D_GNU_SOURCE"] + warnings + extra)
+        self.compiler.link_executable(
+            objects, out, libraries=gv["libraries"] + ["pthread"],
+            library_dirs=gv["library_dirs"], runtime_library_dirs=gv["runtime_library_dirs"],
+            extra_postargs=extra_link)
+
+
+setup(ext_modules=[ext], cmdclass={"build_ext": build_ext_and_worker})

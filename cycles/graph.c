@@ -355,20 +355,133 @@ error:
 }
 
 long
+tgc_chains(const tgc_graph *g, const tgc_analysis *a, uint32_t group, uint32_t keep,
+           uint8_t *skip, tgc_bridge **bridges, size_t *nbridges)
+{
+    const uint32_t n = g->n;
+    size_t cap = 0, nb = 0;
+    tgc_bridge *out = NULL;
+    long skipped = 0;
+    uint8_t *chain = calloc(n ? n : 1, 1);  /* 1: a chain node; 2: already walked */
+    uint32_t *run = malloc((n ? n : 1) * sizeof(uint32_t));
+    *bridges = NULL;
+    *nbridges = 0;
+    if (chain == NULL || run == NULL) {
+        goto oom;
+    }
+#define CHAIN_IN(v) (a->group[v] == group && !skip[v])
+    for (uint32_t v = 0; v < n; v++) {
+        if (!CHAIN_IN(v) || (a->role[v] & TGC_ROLE_TARGET)) {
+            continue;
+        }
+        uint32_t din = 0, dout = 0;
+        for (uint32_t e = g->in_off[v]; e < g->in_off[v + 1] && din < 2; e++) {
+            din += CHAIN_IN(g->in_src[e]);
+        }
+        for (uint32_t e = g->out_off[v]; e < g->out_off[v + 1] && dout < 2; e++) {
+            dout += CHAIN_IN(g->out_dst[e]);
+        }
+        chain[v] = din == 1 && dout == 1;
+    }
+    for (uint32_t v = 0; v < n; v++) {
+        if (chain[v] != 1) {
+            continue;
+        }
+        uint32_t pred = TGC_NONE;
+        for (uint32_t e = g->in_off[v]; e < g->in_off[v + 1]; e++) {
+            if (CHAIN_IN(g->in_src[e])) {
+                pred = g->in_src[e];
+            }
+        }
+        if (pred != TGC_NONE && chain[pred] == 1) {
+            continue;  /* not the first node of its chain */
+        }
+        uint32_t len = 0, w = v;
+        while (w != TGC_NONE && chain[w] == 1) {
+            chain[w] = 2;
+            run[len++] = w;
+            uint32_t next = TGC_NONE;
+            for (uint32_t e = g->out_off[w]; e < g->out_off[w + 1]; e++) {
+                if (CHAIN_IN(g->out_dst[e])) {
+                    next = g->out_dst[e];
+                }
+            }
+            w = next;
+        }
+        if (len <= 2 * keep + 1) {
+            continue;
+        }
+        if (nb == cap) {
+            size_t c = cap ? cap * 2 : 8;
+            tgc_bridge *p = realloc(out, c * sizeof(*p));
+            if (p == NULL) {
+                goto oom;
+            }
+            out = p;
+            cap = c;
+        }
+        for (uint32_t k = keep; k < len - keep; k++) {
+            skip[run[k]] = 2;
+        }
+        /* keep == 0: the bridge runs from the chain's predecessor to its successor. */
+        out[nb].from = keep ? run[keep - 1] : pred;
+        out[nb].to = keep ? run[len - keep] : w;
+        out[nb].count = len - 2 * keep;
+        if (out[nb].from != TGC_NONE && out[nb].to != TGC_NONE) {
+            nb++;
+        }
+        skipped += len - 2 * keep;
+    }
+#undef CHAIN_IN
+    free(chain);
+    free(run);
+    *bridges = out;
+    *nbridges = nb;
+    return skipped;
+oom:
+    free(chain);
+    free(run);
+    free(out);
+    return -1;
+}
+
+long
 tgc_pick(const tgc_graph *g, const tgc_analysis *a, uint32_t group, uint32_t budget,
-         uint8_t *draw)
+         const uint8_t *skip, const tgc_bridge *bridges, size_t nbridges, uint8_t *draw)
 {
     const uint32_t n = g->n;
     uint32_t *queue = malloc((n ? n : 1) * sizeof(uint32_t));
-    if (queue == NULL) {
+    /* The bridges by end: both ends lead to each other. */
+    uint32_t *boff = calloc((size_t)n + 1, sizeof(uint32_t));
+    uint32_t *badj = malloc((nbridges > 0 ? 2 * nbridges : 1) * sizeof(uint32_t));
+    if (queue == NULL || boff == NULL || badj == NULL) {
+        free(queue);
+        free(boff);
+        free(badj);
         return -1;
     }
+    for (size_t i = 0; i < nbridges; i++) {
+        boff[bridges[i].from + 1]++;
+        boff[bridges[i].to + 1]++;
+    }
+    for (uint32_t v = 0; v < n; v++) {
+        boff[v + 1] += boff[v];
+    }
+    for (size_t i = 0; i < nbridges; i++) {
+        badj[boff[bridges[i].from]++] = bridges[i].to;
+        badj[boff[bridges[i].to]++] = bridges[i].from;
+    }
+    for (uint32_t v = n; v > 0; v--) {  /* the fill moved each start to the next one's */
+        boff[v] = boff[v - 1];
+    }
+    boff[0] = 0;
+#define PICKABLE(w) (a->group[w] == group && !draw[w] && !(skip && skip[w]))
     uint32_t head = 0, tail = 0;
     /* Seeds: the group's targets first, then (if there is room) one cycle node so a ring whose
      * targets are all far apart still shows its cycle. */
     for (int pass = 0; pass < 2 && tail < budget; pass++) {
         for (uint32_t v = 0; v < n && tail < budget; v++) {
-            if (a->group[v] != group || draw[v]) {
+            if (!PICKABLE(v)) {
                 continue;
             }
             int seed = pass == 0 ? (a->role[v] & TGC_ROLE_TARGET) != 0
@@ -384,19 +497,22 @@ tgc_pick(const tgc_graph *g, const tgc_analysis *a, uint32_t group, uint32_t bud
     }
     while (head < tail && tail < budget) {
         uint32_t v = queue[head++];
-        for (int dir = 0; dir < 2 && tail < budget; dir++) {
-            const uint32_t *off = dir ? g->out_off : g->in_off;
-            const uint32_t *adj = dir ? g->out_dst : g->in_src;
+        for (int dir = 0; dir < 3 && tail < budget; dir++) {
+            const uint32_t *off = dir == 0 ? g->in_off : dir == 1 ? g->out_off : boff;
+            const uint32_t *adj = dir == 0 ? g->in_src : dir == 1 ? g->out_dst : badj;
             for (uint32_t e = off[v]; e < off[v + 1] && tail < budget; e++) {
                 uint32_t w = adj[e];
-                if (a->group[w] == group && !draw[w]) {
+                if (PICKABLE(w)) {
                     draw[w] = 1;
                     queue[tail++] = w;
                 }
             }
         }
     }
+#undef PICKABLE
     free(queue);
+    free(boff);
+    free(badj);
     return (long)tail;
 }
 

@@ -462,7 +462,8 @@ observe_tensor_cycles(PyObject *module, PyObject *args, PyObject *kwargs)
 
 PyDoc_STRVAR(render_svg_doc,
 "render_svg(dot) -> str\n--\n\n"
-"Lay out a DOT graph with Graphviz's dot engine and return SVG. Raises GraphvizError.");
+"Lay out a DOT graph with Graphviz's dot engine, in the render worker process, and return SVG.\n"
+"Raises GraphvizError, also when the layout overruns the render timeout (set_render_timeout).");
 
 static PyObject *
 render_svg(PyObject *module, PyObject *arg)
@@ -485,7 +486,7 @@ render_svg(PyObject *module, PyObject *arg)
     size_t len = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = tgc_render_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
+    rc = tgc_renderer_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_SetString(st->error_type, err);
@@ -494,6 +495,51 @@ render_svg(PyObject *module, PyObject *arg)
     PyObject *r = PyUnicode_DecodeUTF8(svg, (Py_ssize_t)len, "replace");
     free(svg);
     return r;
+}
+
+PyDoc_STRVAR(set_render_timeout_doc,
+"set_render_timeout(seconds) -> float\n--\n\n"
+"Set how long one picture's layout may take (default 2.0 s) and return the previous value. A\n"
+"layout that overruns is stopped (its worker process killed) and the page says so.");
+
+static PyObject *
+set_render_timeout(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    double t = PyFloat_AsDouble(arg);
+    if (t == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!(t > 0.0 && t <= 3600.0)) {  /* also refuses NaN */
+        PyErr_Format(PyExc_ValueError, "render timeout must be in (0, 3600] seconds, not %R", arg);
+        return NULL;
+    }
+    double old = tgc_renderer_timeout();
+    tgc_renderer_set_timeout(t);
+    return PyFloat_FromDouble(old);
+}
+
+PyDoc_STRVAR(get_render_timeout_doc,
+"get_render_timeout() -> float\n--\n\nHow long one picture's layout may take, in seconds.");
+
+static PyObject *
+get_render_timeout(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    return PyFloat_FromDouble(tgc_renderer_timeout());
+}
+
+PyDoc_STRVAR(renderer_stats_doc,
+"_renderer_stats() -> dict\n--\n\n"
+"The render worker's counters: started, killed (at the deadline), retired, renders, pid.");
+
+static PyObject *
+renderer_stats(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    tgc_renderer_stats s;
+    tgc_renderer_get_stats(&s);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:l}", "started", (unsigned long long)s.started,
+                         "killed", (unsigned long long)s.killed, "retired",
+                         (unsigned long long)s.retired, "renders", (unsigned long long)s.renders,
+                         "pid", s.pid);
 }
 
 PyDoc_STRVAR(shutdown_doc,
@@ -515,6 +561,9 @@ shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
     if (tgc_index_disable(st) < 0) {
         return NULL;
     }
+    Py_BEGIN_ALLOW_THREADS  /* waits for a render in progress, at most its deadline */
+    tgc_renderer_shutdown();
+    Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
@@ -878,6 +927,9 @@ static PyMethodDef module_methods[] = {
     {"observe_tensor_cycles", (PyCFunction)(void (*)(void))observe_tensor_cycles,
      METH_VARARGS | METH_KEYWORDS, observe_tensor_cycles_doc},
     {"render_svg", (PyCFunction)render_svg, METH_O, render_svg_doc},
+    {"set_render_timeout", (PyCFunction)set_render_timeout, METH_O, set_render_timeout_doc},
+    {"get_render_timeout", (PyCFunction)get_render_timeout, METH_NOARGS, get_render_timeout_doc},
+    {"_renderer_stats", (PyCFunction)renderer_stats, METH_NOARGS, renderer_stats_doc},
     {"_shutdown", (PyCFunction)shutdown, METH_NOARGS, shutdown_doc},
     {"_observer_count", (PyCFunction)observer_count, METH_NOARGS, NULL},
     {"_live_tensors", (PyCFunction)live_tensors, METH_NOARGS, live_tensors_doc},
@@ -907,6 +959,42 @@ static PyMethodDef hook_def = {
 
 /* ------------------------------------------------------------------------------------------ */
 /* Module                                                                                      */
+
+/* The render worker is the executable _tgc_render beside this module's file (setup.py builds
+ * it there). A module without a file (embedded, frozen) renders nothing and says why. */
+static int
+module__find_worker(PyObject *module)
+{
+    PyObject *file = PyModule_GetFilenameObject(module);  /* new reference */
+    if (file == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *bytes = PyUnicode_EncodeFSDefault(file);  /* new reference */
+    Py_DECREF(file);
+    if (bytes == NULL) {
+        return -1;
+    }
+    const char *f = PyBytes_AS_STRING(bytes);
+    const char *slash = strrchr(f, '/');
+    size_t dir = slash ? (size_t)(slash - f) + 1 : 0;
+    static const char exe[] = "_tgc_render";
+    char *path = PyMem_Malloc(dir + sizeof(exe));
+    if (path == NULL) {
+        Py_DECREF(bytes);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(path, f, dir);
+    memcpy(path + dir, exe, sizeof(exe));
+    int rc = tgc_renderer_set_path(path);
+    PyMem_Free(path);
+    Py_DECREF(bytes);
+    if (rc < 0) {
+        PyErr_NoMemory();
+    }
+    return rc;
+}
 
 static int
 module_exec(PyObject *module)
@@ -963,6 +1051,9 @@ module_exec(PyObject *module)
     }
     if (tgc_lineprof_exec(module, st) < 0 ||
         PyModule_AddFunctions(module, tgc_lineprof_methods) < 0) {
+        return -1;
+    }
+    if (module__find_worker(module) < 0) {
         return -1;
     }
     st->young_ok = tgc_young_selfcheck();

@@ -46,6 +46,20 @@ tgc_labels_clear(tgc_labels *l)
     Py_CLEAR(l->attrs);
 }
 
+PyObject *
+tgc_cut(PyObject *s, Py_ssize_t limit)
+{
+    if (s == NULL || !PyUnicode_Check(s) || PyUnicode_GET_LENGTH(s) <= limit) {
+        return s;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    PyObject *head = PyUnicode_Substring(s, 0, limit);  /* new reference */
+    PyObject *r = head ? PyUnicode_FromFormat("%U%c (%zd chars)", head, 0x2026, n) : NULL;
+    Py_XDECREF(head);
+    Py_DECREF(s);
+    return r;
+}
+
 /* A fixed label as a str, made once per literal when ns has a cache. New reference. */
 static PyObject *
 names__literal(tgc_names *ns, const char *literal)
@@ -75,11 +89,11 @@ names__attr(tgc_names *ns, PyObject *name)
 {
     tgc_labels *l = ns->labels;
     if (l == NULL || !PyUnicode_CheckExact(name)) {
-        return PyUnicode_FromFormat(".%U", name);
+        return tgc_cut(PyUnicode_FromFormat(".%U", name), TGC_NAME_MAX);
     }
     if (l->attrs == NULL && (l->attrs = PyDict_New()) == NULL) {
         PyErr_Clear();  /* the label is good without the cache, as below */
-        return PyUnicode_FromFormat(".%U", name);
+        return tgc_cut(PyUnicode_FromFormat(".%U", name), TGC_NAME_MAX);
     }
     PyObject *label = PyDict_GetItemWithError(l->attrs, name);  /* borrowed */
     if (label != NULL) {
@@ -88,7 +102,7 @@ names__attr(tgc_names *ns, PyObject *name)
     if (PyErr_Occurred()) {
         return NULL;
     }
-    label = PyUnicode_FromFormat(".%U", name);
+    label = tgc_cut(PyUnicode_FromFormat(".%U", name), TGC_NAME_MAX);
     if (label == NULL) {
         return NULL;
     }
@@ -152,12 +166,7 @@ names__key(PyObject *key)
     else {
         r = PyUnicode_FromFormat("<%s>", Py_TYPE(key)->tp_name);
     }
-    if (r != NULL && PyUnicode_GET_LENGTH(r) > 40) {
-        PyObject *cut = PyUnicode_Substring(r, 0, 39);
-        Py_SETREF(r, cut ? PyUnicode_FromFormat("%U%c", cut, 0x2026) : NULL);
-        Py_XDECREF(cut);
-    }
-    return r;
+    return tgc_cut(r, 40);
 }
 
 static int
@@ -216,7 +225,7 @@ names__members(tgc_names *ns, PyObject *obj)
                 continue;
             }
             PyObject *v = *(PyObject **)((char *)obj + m->offset);
-            if (v != NULL && names__add(ns, v, NULL, PyUnicode_FromFormat(".%s", m->name)) < 0) {
+            if (v != NULL && names__add(ns, v, NULL, tgc_cut(PyUnicode_FromFormat(".%s", m->name), TGC_NAME_MAX)) < 0) {
                 return -1;
             }
         }
@@ -262,7 +271,8 @@ names__function(tgc_names *ns, PyObject *obj)
             }
             PyObject *label;
             if (freevars && PyTuple_Check(freevars) && i < PyTuple_GET_SIZE(freevars)) {
-                label = PyUnicode_FromFormat("closure %U", PyTuple_GET_ITEM(freevars, i));
+                label = tgc_cut(PyUnicode_FromFormat("closure %U", PyTuple_GET_ITEM(freevars, i)),
+                                TGC_NAME_MAX);
             }
             else {
                 label = PyUnicode_FromFormat("closure [%zd]", i);
@@ -322,8 +332,8 @@ names__frame(tgc_names *ns, PyObject *obj, PyObject *owned)
         PyObject *k = PyTuple_GET_ITEM(kv, 0), *v = PyTuple_GET_ITEM(kv, 1);
         /* The value may be referenced directly from the frame's fast locals, through the
          * locals dict, or through a cell for variables closures share. */
-        if (names__add(ns, v, NULL, PyUnicode_FromFormat("local %U", k)) < 0 ||
-            names__add(ns, v, locals, PyUnicode_FromFormat("local %U", k)) < 0) {
+        if (names__add(ns, v, NULL, tgc_cut(PyUnicode_FromFormat("local %U", k), TGC_NAME_MAX)) < 0 ||
+            names__add(ns, v, locals, tgc_cut(PyUnicode_FromFormat("local %U", k), TGC_NAME_MAX)) < 0) {
             Py_DECREF(items);
             return -1;
         }
@@ -440,7 +450,7 @@ tgc_type_name(PyObject *obj)
 {
     const char *name = Py_TYPE(obj)->tp_name;
     const char *dot = strrchr(name, '.');
-    return PyUnicode_FromString(dot ? dot + 1 : name);
+    return tgc_cut(PyUnicode_FromString(dot ? dot + 1 : name), TGC_NAME_MAX);
 }
 
 /* repr() that cannot hurt: a raising or non-str __repr__ becomes a placeholder, newlines become
@@ -459,16 +469,11 @@ names__safe_repr(PyObject *obj, Py_ssize_t limit)
         Py_XDECREF(tb);
         return r;
     }
-    if (PyUnicode_GET_LENGTH(r) > limit) {
-        PyObject *cut = PyUnicode_Substring(r, 0, limit - 1);
-        Py_SETREF(r, cut ? PyUnicode_FromFormat("%U%c", cut, 0x2026) : NULL);
-        Py_XDECREF(cut);
-    }
-    return r;
+    return tgc_cut(r, limit);
 }
 
-PyObject *
-tgc_describe(PyObject *obj)
+static PyObject *
+names__describe(PyObject *obj)
 {
     PyTypeObject *tp = Py_TYPE(obj);
     if (PyDict_Check(obj)) {
@@ -523,6 +528,12 @@ tgc_describe(PyObject *obj)
     return names__safe_repr(obj, 60);
 }
 
+PyObject *
+tgc_describe(PyObject *obj)
+{
+    return tgc_cut(names__describe(obj), TGC_NAME_MAX);
+}
+
 int
 tgc_buf_pystr(tgc_buf *b, PyObject *s, int how)
 {
@@ -539,6 +550,15 @@ tgc_buf_pystr(tgc_buf *b, PyObject *s, int how)
         u = PyBytes_AS_STRING(bytes);
         n = PyBytes_GET_SIZE(bytes);
     }
+    char tail[64] = "";
+    if (n > TGC_PYSTR_MAX) {
+        /* a safety net: the strings that reach here were cut already (tgc_cut) */
+        snprintf(tail, sizeof(tail), "\xe2\x80\xa6 (%zd bytes)", n);
+        n = TGC_PYSTR_MAX;
+        while (n > 0 && ((unsigned char)u[n] & 0xC0) == 0x80) {
+            n--;  /* not in the middle of a UTF-8 sequence */
+        }
+    }
     if (how == 'd') {
         tgc_buf_dot(b, u, (size_t)n);
     }
@@ -548,6 +568,7 @@ tgc_buf_pystr(tgc_buf *b, PyObject *s, int how)
     else {
         tgc_buf_add(b, u, (size_t)n);
     }
+    tgc_buf_puts(b, tail);
     Py_XDECREF(bytes);
     return b->oom ? (PyErr_NoMemory(), -1) : 0;
 }

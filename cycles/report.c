@@ -8,6 +8,20 @@
 #define TGC_DRAW_BUDGET 300     /* object nodes drawn per report, summary nodes aside */
 #define TGC_DRAW_GROUPS 12      /* distinct leak shapes drawn; the rest are listed only */
 #define TGC_STACK_LINES 6       /* frames shown on a tensor node */
+/* What keeps a picture's layout quick, whatever the garbage looks like (the render worker's
+ * deadline is the backstop, renderer.h). Graphviz's time grows with edges and crossings more
+ * than with nodes: a star of 600 edges in one cluster ran for minutes. */
+#define TGC_DRAW_SMALL 40       /* a group this small is drawn whole, classes and chains too */
+#define TGC_CHAIN_KEEP 4        /* a long chain keeps this many nodes at each end */
+#define TGC_DRAW_EDGES 450      /* references drawn per report */
+#define TGC_DRAW_BIG 200        /* edges (or nodes) from which the layout's effort is limited */
+#define TGC_DRAW_STUBS 16       /* dashed links per group and direction to its "more" node */
+/* What bounds the text and the page, whatever the garbage (each string in them is cut too). */
+#define TGC_TEXT_GROUPS 40      /* leak shapes spelled out in the text; the rest summed up */
+#define TGC_TEXT_PART 600       /* bytes of a shape's cycle or fix in the text */
+#define TGC_TEXT_MAX 65536      /* bytes of the whole text */
+#define TGC_TABLE_ROWS 200      /* leak shapes in the page's table */
+#define TGC_PAGE_MAX (5u << 20) /* bytes of the page: a larger drawing is left out */
 
 /* ------------------------------------------------------------------------------------------ */
 /* torch, seen from C                                                                          */
@@ -425,7 +439,8 @@ report__stacks(report_tensor *ts, Py_ssize_t n)
                         continue;
                     }
                     const char *func = PyUnicode_AsUTF8(nm);
-                    tgc_buf_printf(&sb, "%s:%ld %s\n", f, PyLong_AsLong(ln), func ? func : "?");
+                    /* file and function names cut (%.*s): they are the user's strings too */
+                    tgc_buf_printf(&sb, "%.200s:%ld %.120s\n", f, PyLong_AsLong(ln), func ? func : "?");
                     PyErr_Clear();
                 }
                 if (sb.len > 0 && !sb.oom) {
@@ -528,6 +543,12 @@ typedef struct {
                                         when the collector found it */
     drawn_edge *edges;
     size_t nedges, cap_edges;
+    size_t edges_dropped;            /* references between drawn nodes over TGC_DRAW_EDGES */
+    size_t ndrawn;                   /* object nodes drawn (not folded into an owner) */
+    uint8_t *skip;                   /* per node: 1 class internals set aside, 2 in a shortened
+                                        chain (both not drawn, and not linked to "more") */
+    tgc_bridge *bridges;             /* shortened chains whose ends are drawn */
+    size_t nbridges;
     PyObject *unknown;               /* "?" */
     tgc_ptrmap map;                  /* object address -> node */
     group_info *groups;              /* by signature; representatives carry counts */
@@ -548,6 +569,10 @@ builder__tname(builder *b, uint32_t v)
 static int
 builder__emit(builder *b, uint32_t s, uint32_t d, PyObject *label)
 {
+    if (b->nedges >= TGC_DRAW_EDGES) {
+        b->edges_dropped++;
+        return 0;
+    }
     if (b->nedges == b->cap_edges) {
         size_t cap = b->cap_edges ? b->cap_edges * 2 : 256;
         drawn_edge *p = PyMem_Realloc(b->edges, cap * sizeof(drawn_edge));
@@ -1040,7 +1065,7 @@ report__draw_dot(builder *b, const uint32_t *elided, tgc_buf *dot)
             /* The rest of a large group, as one node with its type counts. */
             PyObject *counts = PyDict_New();
             for (uint32_t v = 0; counts && v < b->n; v++) {
-                if (b->a.group[v] != gi->group || b->draw[v]) {
+                if (b->a.group[v] != gi->group || b->draw[v] || b->skip[v] == 2) {
                     continue;
                 }
                 PyObject *tn = tgc_type_name(b->items[v]);
@@ -1079,25 +1104,33 @@ report__draw_dot(builder *b, const uint32_t *elided, tgc_buf *dot)
         }
         tgc_buf_puts(dot, "  }\n");
         if (elided[k] > 0) {
-            for (uint32_t v = 0; v < b->n; v++) {
+            /* Dashed links from drawn objects to the ones left out for the budget (not to class
+             * internals or shortened chains, which the "more" node counts): a few show where the
+             * rest hangs off; hundreds only slow the layout. */
+            int outs = 0, ins = 0;
+            for (uint32_t v = 0; v < b->n && (outs < TGC_DRAW_STUBS || ins < TGC_DRAW_STUBS); v++) {
                 if (!b->draw[v] || b->owner[v] != TGC_NONE || b->a.group[v] != gi->group) {
                     continue;
                 }
                 int out = 0, in = 0;
                 for (uint32_t e = b->g.out_off[v]; e < b->g.out_off[v + 1]; e++) {
-                    out |= !b->draw[b->g.out_dst[e]];
+                    uint32_t w = b->g.out_dst[e];
+                    out |= !b->draw[w] && !b->skip[w] && b->a.group[w] == gi->group;
                 }
                 for (uint32_t e = b->g.in_off[v]; e < b->g.in_off[v + 1]; e++) {
-                    in |= !b->draw[b->g.in_src[e]];
+                    uint32_t w = b->g.in_src[e];
+                    in |= !b->draw[w] && !b->skip[w] && b->a.group[w] == gi->group;
                 }
-                if (out) {
+                if (out && outs < TGC_DRAW_STUBS) {
+                    outs++;
                     tgc_buf_puts(dot, "  n");
                     tgc_buf_uint(dot, v);
                     tgc_buf_puts(dot, " -> more");
                     tgc_buf_uint(dot, k);
                     tgc_buf_puts(dot, " [style=dashed];\n");
                 }
-                if (in) {
+                if (in && ins < TGC_DRAW_STUBS) {
+                    ins++;
                     tgc_buf_puts(dot, "  more");
                     tgc_buf_uint(dot, k);
                     tgc_buf_puts(dot, " -> n");
@@ -1106,6 +1139,29 @@ report__draw_dot(builder *b, const uint32_t *elided, tgc_buf *dot)
                 }
             }
         }
+    }
+    for (size_t i = 0; i < b->nbridges; i++) {
+        const tgc_bridge *br = &b->bridges[i];
+        uint32_t from = b->owner[br->from] != TGC_NONE ? b->owner[br->from] : br->from;
+        uint32_t to = b->owner[br->to] != TGC_NONE ? b->owner[br->to] : br->to;
+        tgc_buf_puts(dot, "  n");
+        tgc_buf_uint(dot, from);
+        tgc_buf_puts(dot, " -> n");
+        tgc_buf_uint(dot, to);
+        tgc_buf_puts(dot, " [label=\"\xe2\x80\xa6 ");
+        tgc_buf_count(dot, br->count);
+        tgc_buf_puts(dot, br->count == 1 ? " more object\"" : " more objects\"");
+        tgc_buf_puts(dot, ", style=dashed, color=\"#90a4ae\", fontcolor=\"#546e7a\"];\n");
+    }
+    if (b->edges_dropped > 0) {
+        tgc_buf_puts(dot, "  graph [labelloc=b, label=\"");
+        tgc_buf_count(dot, b->edges_dropped);
+        tgc_buf_puts(dot, " more references between the drawn objects are not drawn\"];\n");
+    }
+    if (b->nedges + b->nbridges > TGC_DRAW_BIG || b->ndrawn > TGC_DRAW_BIG) {
+        /* A big drawing: fewer crossing-minimisation and network-simplex passes (a random mesh
+         * of 300 nodes and 600 edges took over 10 s with the defaults, 1.7 s with these). */
+        tgc_buf_puts(dot, "  graph [mclimit=0.2, nslimit=2, nslimit1=2];\n");
     }
     for (size_t e = 0; e < b->nedges; e++) {
         drawn_edge *de = &b->edges[e];
@@ -1203,6 +1259,8 @@ builder_free(builder *b)
     PyMem_Free(b->edges);
     free(b->is_target);
     free(b->draw);
+    free(b->skip);
+    free(b->bridges);
     free(b->owner);
     free(b->groups);
     tgc_graph_free(&b->g);
@@ -1356,6 +1414,69 @@ builder__groups(builder *b)
     return 0;
 }
 
+/* Appends at most max bytes of s (n bytes), cut on a UTF-8 boundary, with an ellipsis and the
+ * true length when cut. */
+static void
+buf_add_cut(tgc_buf *o, const char *s, size_t n, size_t max)
+{
+    if (n <= max) {
+        tgc_buf_add(o, s, n);
+        return;
+    }
+    size_t k = max;
+    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) {
+        k--;
+    }
+    tgc_buf_add(o, s, k);
+    tgc_buf_printf(o, "\xe2\x80\xa6 (%zu bytes)", n);
+}
+
+/* Sets class internals aside (skip[v] = 1) so that a large leak of many classes (type() in a
+ * loop, dataclass or namedtuple factories) draws its instances, not each class's __dict__,
+ * __mro__ and descriptors: a type object, and whatever only such objects refer to, three levels
+ * down. Targets are never set aside. Groups of TGC_DRAW_SMALL nodes or fewer undo it (they are
+ * drawn whole). 0, or -1 with an exception. */
+static int
+builder__set_aside(builder *b)
+{
+    for (uint32_t v = 0; v < b->n; v++) {
+        b->skip[v] = b->a.group[v] != TGC_NONE && PyType_Check(b->items[v]) && !b->is_target[v];
+    }
+    for (int level = 0; level < 3; level++) {
+        for (uint32_t v = 0; v < b->n; v++) {
+            if (b->skip[v] || b->a.group[v] == TGC_NONE || b->is_target[v] ||
+                b->g.in_off[v] == b->g.in_off[v + 1]) {
+                continue;
+            }
+            int only = 1;
+            for (uint32_t e = b->g.in_off[v]; e < b->g.in_off[v + 1] && only; e++) {
+                only = b->skip[b->g.in_src[e]] != 0;
+            }
+            b->skip[v] = (uint8_t)only;
+        }
+    }
+    return 0;
+}
+
+/* Keeps the bridges of a group whose two ends are drawn (the DOT shows them as "... N more"
+ * edges). 0, or -1 when out of memory. */
+static int
+builder__keep_bridges(builder *b, const tgc_bridge *br, size_t nbr)
+{
+    for (size_t i = 0; i < nbr; i++) {
+        if (!b->draw[br[i].from] || !b->draw[br[i].to]) {
+            continue;
+        }
+        tgc_bridge *p = realloc(b->bridges, (b->nbridges + 1) * sizeof(*p));
+        if (p == NULL) {
+            return -1;
+        }
+        b->bridges = p;
+        b->bridges[b->nbridges++] = br[i];
+    }
+    return 0;
+}
+
 PyObject *
 tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generation,
                  Py_ssize_t garbage_total)
@@ -1365,6 +1486,8 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     tgc_buf text = {0};
     tgc_report_row *rows = NULL;  /* the table's, one per group; its strings new references */
     tgc_buf cyc = {0}, hint = {0};  /* reused: a group's cycle and hint */
+    tgc_buf spare = {0};            /* the lines of shapes past TGC_TEXT_GROUPS, not kept */
+    uint64_t unlisted_bytes = 0, unlisted_tensors = 0;
     PyObject *result = NULL, *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
     PyObject *seen = NULL;
     uint32_t *elided = NULL;
@@ -1385,12 +1508,13 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     b.is_target = calloc(b.n, 1);
     b.ts = PyMem_Calloc(b.n, sizeof(report_tensor));
     b.draw = calloc(b.n, 1);
+    b.skip = calloc(b.n, 1);
     b.owner = malloc(b.n * sizeof(uint32_t));
     b.names = PyMem_Calloc(b.n, sizeof(tgc_names));
     b.tname = PyMem_Calloc(b.n, sizeof(PyObject *));
     b.desc = PyMem_Calloc(b.n, sizeof(PyObject *));
     b.unknown = PyUnicode_FromString("?");
-    if (!b.items || !b.is_target || !b.ts || !b.draw || !b.owner || !b.names || !b.tname ||
+    if (!b.items || !b.is_target || !b.ts || !b.draw || !b.skip || !b.owner || !b.names || !b.tname ||
         !b.desc || !b.unknown) {
         PyErr_NoMemory();
         goto error;
@@ -1425,25 +1549,51 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         PyErr_NoMemory();
         goto error;
     }
+    if (builder__set_aside(&b) < 0) {
+        goto error;
+    }
     for (uint32_t k = 0; k < b.ngroups && k < TGC_DRAW_GROUPS && budget > 0; k++) {
         group_info *gi = &b.groups[k];
-        long picked;
-        if (gi->nodes <= budget) {
+        long picked, aside = 0, chained = 0;
+        tgc_bridge *br = NULL;
+        size_t nbr = 0;
+        if (gi->nodes > TGC_DRAW_SMALL) {
             for (uint32_t v = 0; v < b.n; v++) {
-                if (b.a.group[v] == gi->group) {
-                    b.draw[v] = 1;
-                }
+                aside += b.a.group[v] == gi->group && b.skip[v];
             }
-            picked = gi->nodes;
-        }
-        else {
-            picked = tgc_pick(&b.g, &b.a, gi->group, budget, b.draw);
-            if (picked < 0) {
+            chained = tgc_chains(&b.g, &b.a, gi->group, TGC_CHAIN_KEEP, b.skip, &br, &nbr);
+            if (chained < 0) {
                 PyErr_NoMemory();
                 goto error;
             }
+            aside += chained;
         }
-        elided[k] = gi->nodes - (uint32_t)picked;
+        else {
+            for (uint32_t v = 0; v < b.n; v++) {
+                if (b.a.group[v] == gi->group) {
+                    b.skip[v] = 0;  /* small: drawn whole */
+                }
+            }
+        }
+        if (gi->nodes - (uint32_t)aside <= budget) {
+            for (uint32_t v = 0; v < b.n; v++) {
+                if (b.a.group[v] == gi->group && !b.skip[v]) {
+                    b.draw[v] = 1;
+                }
+            }
+            picked = gi->nodes - (uint32_t)aside;
+        }
+        else {
+            picked = tgc_pick(&b.g, &b.a, gi->group, budget, b.skip, br, nbr, b.draw);
+        }
+        if (picked < 0 || builder__keep_bridges(&b, br, nbr) < 0) {
+            free(br);
+            PyErr_NoMemory();
+            goto error;
+        }
+        free(br);
+        /* The "more" node counts what is left out, less the shortened chains (their edges say). */
+        elided[k] = gi->nodes - (uint32_t)picked - (uint32_t)chained;
         budget -= (uint32_t)picked;
         gi->drawn = 1;
     }
@@ -1467,6 +1617,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
             continue;
         }
         objects_drawn++;
+        b.ndrawn++;
         if (b.ts[v].info == NULL && (b.desc[v] = tgc_describe(b.items[v])) == NULL) {
             PyErr_Clear();
         }
@@ -1532,7 +1683,13 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     tgc_buf_puts(&text, ") alive until the collector ran; they are freed now.\n");
     for (uint32_t k = 0; k < b.ngroups; k++) {
         group_info *gi = &b.groups[k];
-        tgc_buf *line = &text;  /* the group's lines go straight into the text */
+        /* the group's lines go straight into the text, up to TGC_TEXT_GROUPS shapes */
+        tgc_buf *line = k < TGC_TEXT_GROUPS ? &text : &spare;
+        tgc_buf_reset(&spare);
+        if (k >= TGC_TEXT_GROUPS) {
+            unlisted_bytes += gi->total_bytes;
+            unlisted_tensors += gi->total_targets;
+        }
         tgc_buf_reset(&cyc);
         tgc_buf_reset(&hint);
         size_t path[64];
@@ -1553,7 +1710,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         }
         tgc_buf_puts(line, "cycle ");
         if (cyc.len > 0) {
-            tgc_buf_add(line, cyc.data, cyc.len);
+            buf_add_cut(line, cyc.data, cyc.len, TGC_TEXT_PART);
         }
         else {
             tgc_buf_puts(line, "(too large to spell out)");
@@ -1581,7 +1738,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         tgc_buf_puts(line, "; ");
         tgc_buf_bytes(line, gi->total_bytes);
         tgc_buf_puts(line, " in all\n      fix: ");
-        tgc_buf_add(line, hint.data ? hint.data : "", hint.len);
+        buf_add_cut(line, hint.data ? hint.data : "", hint.len, TGC_TEXT_PART);
         tgc_buf_puts(line, "\n");
         PyObject *hint_s = buf_to_str(&hint);
         PyObject *cyc_s = hint_s ? buf_to_str(&cyc) : NULL;
@@ -1612,6 +1769,25 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         rows[k].cycle = cyc_s;  /* the references move to the row */
         rows[k].hint = hint_s;
     }
+    if (b.ngroups > TGC_TEXT_GROUPS) {
+        tgc_buf_puts(&text, "  \xe2\x80\xa6 ");
+        tgc_buf_count(&text, b.ngroups - TGC_TEXT_GROUPS);
+        tgc_buf_puts(&text, " more leak shapes holding ");
+        tgc_buf_count(&text, unlisted_tensors);
+        tgc_buf_puts(&text, unlisted_tensors == 1 ? " tensor (" : " tensors (");
+        tgc_buf_bytes(&text, unlisted_bytes);
+        tgc_buf_puts(&text, ") are not listed here; report.groups has every one\n");
+    }
+    if (text.len > TGC_TEXT_MAX - 128) {
+        size_t n = TGC_TEXT_MAX - 128;
+        while (n > 0 && ((unsigned char)text.data[n] & 0xC0) == 0x80) {
+            n--;
+        }
+        text.len = n;
+        text.data[n] = '\0';
+        tgc_buf_puts(&text, "\n  \xe2\x80\xa6 the text is cut at 64 KiB; report.groups has every leak\n");
+    }
+    tgc_buf_free(&spare);
     if (text.oom) {
         PyErr_NoMemory();
         goto error;
@@ -1702,12 +1878,30 @@ tgc_report_dot(tgc_report *r)
 }
 
 /* The page's summary table, one row per group of leaks. 0, or -1 with an exception set. */
+/* A table cell: at most TGC_TEXT_PART bytes of s, HTML-escaped (so the table stays within the
+ * page's bound however the strings escape). 0, or -1 with an exception. */
+static int
+report__cell(tgc_buf *o, PyObject *s)
+{
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    if (u == NULL) {
+        return -1;
+    }
+    tgc_buf cut = {0};
+    buf_add_cut(&cut, u, (size_t)n, TGC_TEXT_PART);
+    tgc_buf_html(o, cut.data ? cut.data : "", cut.len);
+    int oom = cut.oom;
+    tgc_buf_free(&cut);
+    return oom ? (PyErr_NoMemory(), -1) : 0;
+}
+
 static int
 report__table(tgc_buf *o, const tgc_report *r)
 {
     tgc_buf_puts(o, "<table id=\"groups\">\n<tr><th>#</th><th>leaks</th><th>objects each</th>"
                     "<th>tensors</th><th>held</th><th>cycle</th><th>fix</th></tr>\n");
-    for (Py_ssize_t k = 0; k < r->nrows; k++) {
+    for (Py_ssize_t k = 0; k < r->nrows && k < TGC_TABLE_ROWS; k++) {
         const tgc_report_row *row = &r->rows[k];
         tgc_buf_puts(o, "<tr><td class=\"num\">");
         tgc_buf_uint(o, (uint64_t)k + 1);
@@ -1720,14 +1914,19 @@ report__table(tgc_buf *o, const tgc_report *r)
         tgc_buf_puts(o, "</td><td class=\"num\">");
         tgc_buf_bytes(o, row->nbytes);
         tgc_buf_puts(o, "</td><td>");
-        if (tgc_buf_pystr(o, row->cycle, 'h') < 0) {
+        if (report__cell(o, row->cycle) < 0) {
             return -1;
         }
         tgc_buf_puts(o, "</td><td>");
-        if (tgc_buf_pystr(o, row->hint, 'h') < 0) {
+        if (report__cell(o, row->hint) < 0) {
             return -1;
         }
         tgc_buf_puts(o, "</td></tr>\n");
+    }
+    if (r->nrows > TGC_TABLE_ROWS) {
+        tgc_buf_puts(o, "<tr><td colspan=\"7\">\xe2\x80\xa6 ");
+        tgc_buf_count(o, (uint64_t)(r->nrows - TGC_TABLE_ROWS));
+        tgc_buf_puts(o, " more leak shapes, smaller ones (report.groups has every one)</td></tr>\n");
     }
     tgc_buf_puts(o, "</table>\n");
     return o->oom ? (PyErr_NoMemory(), -1) : 0;
@@ -1758,12 +1957,12 @@ tgc_report_svg(tgc_state *st, tgc_report *r)
     int rc;
     if (st->busy) {
         /* Inside our gc callback: keep the GIL, so no other thread runs while the collector is
-         * mid-collection (a layout takes milliseconds). */
-        rc = tgc_render_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
+         * mid-collection (the worker's deadline bounds the wait). */
+        rc = tgc_renderer_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
     }
     else {
         Py_BEGIN_ALLOW_THREADS  /* dot_s, ours, outlives the unlocked section */
-        rc = tgc_render_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
+        rc = tgc_renderer_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
         Py_END_ALLOW_THREADS
     }
     Py_DECREF(dot_s);
@@ -1815,6 +2014,15 @@ tgc_report_html(tgc_state *st, tgc_report *r)
     const char *svg_err = text && r->svg_error ? PyUnicode_AsUTF8(r->svg_error) : NULL;
     int ok = text != NULL && (svg == NULL || svg_s != NULL) &&
              (r->svg_error == NULL || svg_err != NULL) && report__table(&table, r) == 0;
+    char too_big[200];
+    if (ok && svg_s != NULL && strlen(svg_s) + table.len + 6 * strlen(text) + 16384 > TGC_PAGE_MAX) {
+        /* The page has a bound whatever the garbage: a drawing that would pass it is left out. */
+        snprintf(too_big, sizeof(too_big), "the drawing (%zu bytes) would make the page larger "
+                 "than its %u MiB bound, so it is left out; the text and table are complete",
+                 strlen(svg_s), TGC_PAGE_MAX >> 20);
+        svg_s = NULL;
+        svg_err = too_big;
+    }
     PyObject *result = NULL;
     if (ok && !title.oom) {
         tgc_page p = {title.data, text, table.data, svg_s, svg_err};

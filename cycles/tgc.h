@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "ptrmap.h"
 #include "young.h"
+#include "renderer.h"
 
 /* Which tensors an observer cares about. */
 enum { TGC_DEV_ANY = 0, TGC_DEV_TYPE = 1, TGC_DEV_PREDICATE = 2 };
@@ -228,6 +229,14 @@ typedef struct {
 int tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned);
 PyObject *tgc_names_take(tgc_names *ns, PyObject *target, PyObject *via);  /* borrowed or NULL */
 void tgc_names_clear(tgc_names *ns);
+/* Every string taken from the user's objects is cut before it reaches a label, the text or the
+ * table: names and descriptions at TGC_NAME_MAX characters, anything written into a buffer at
+ * TGC_PYSTR_MAX bytes (a safety net), each with an ellipsis and the true length. */
+#define TGC_NAME_MAX 120
+#define TGC_PYSTR_MAX 4096
+/* s (a new reference, stolen; NULL passes through) cut to limit characters: "abc… (1000 chars)".
+ * New reference. */
+PyObject *tgc_cut(PyObject *s, Py_ssize_t limit);
 PyObject *tgc_type_name(PyObject *obj);  /* new reference */
 PyObject *tgc_describe(PyObject *obj);   /* new reference: one short line, may be "" */
 int tgc_buf_pystr(tgc_buf *b, PyObject *s, int how);  /* how: 0 raw, 'd' DOT, 'h' HTML */
@@ -255,11 +264,7 @@ void tgc_report_rows_free(tgc_report_row *rows, Py_ssize_t n);
 PyObject *tgc_report_svg(tgc_state *st, tgc_report *r);    /* new reference */
 PyObject *tgc_report_html(tgc_state *st, tgc_report *r);   /* new reference */
 
-/* render.c: Graphviz, no Python. Returns 0 and a malloc'd SVG, or -1 with a message in err. */
-int tgc_render_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
-                   char *err, size_t err_len);
-void tgc_render_shutdown(void);
-/* The self-contained HTML page around an SVG. */
+/* page.c: the self-contained HTML page around an SVG (drawn by the worker: renderer.h). */
 typedef struct {
     const char *title;
     const char *text;          /* the plain-text summary */

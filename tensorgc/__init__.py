@@ -16,8 +16,10 @@ from ._tensorgc import (
     Handle,
     observe_cycles,
     observe_garbage,
+    get_render_timeout,
     observe_tensor_cycles,
     render_svg,
+    set_render_timeout,
 )
 from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
 from .oom import on_oom, write_autopsy  # noqa: E402
@@ -67,6 +69,8 @@ __all__ = [
     "observe_garbage",
     "observe_tensor_cycles",
     "render_svg",
+    "get_render_timeout",
+    "set_render_timeout",
     "warn_tensor_cycles",
 ]
 __version__ = "0.1.0"

@@ -125,8 +125,9 @@ def test_long_repr_and_key_are_cut_with_an_ellipsis(track):
     gc.collect()
     r = reports[0]
     labels = [label for _, label, _ in r.edges]
-    assert any(label.startswith("['kkk") and label.endswith("\u2026]") for label in labels), labels
-    assert "x" * 59 + "\u2026" in r.dot
+    # cut with an ellipsis and the true length: "['kkk\u2026 (302 chars)]"
+    assert any(label.startswith("['kkk") and label.endswith("\u2026 (302 chars)]") for label in labels), labels
+    assert "x" * 60 + "\u2026 (500 chars)" in r.dot
     assert "x" * 61 not in r.dot
 
 

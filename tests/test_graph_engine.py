@@ -30,9 +30,21 @@ lib.tgc_graph_free.argtypes = [ctypes.POINTER(Graph)]
 lib.tgc_scc.argtypes = [ctypes.POINTER(Graph), u32p, u32p]
 lib.tgc_analyze.argtypes = [ctypes.POINTER(Graph), u8p, ctypes.POINTER(Analysis)]
 lib.tgc_analysis_free.argtypes = [ctypes.POINTER(Analysis)]
+
+
+class Bridge(ctypes.Structure):
+    _fields_ = [("frm", ctypes.c_uint32), ("to", ctypes.c_uint32), ("count", ctypes.c_uint32)]
+
+
+bridgep = ctypes.POINTER(Bridge)
 lib.tgc_pick.argtypes = [ctypes.POINTER(Graph), ctypes.POINTER(Analysis), ctypes.c_uint32,
-                         ctypes.c_uint32, u8p]
+                         ctypes.c_uint32, u8p, bridgep, ctypes.c_size_t, u8p]
 lib.tgc_pick.restype = ctypes.c_long
+lib.tgc_chains.argtypes = [ctypes.POINTER(Graph), ctypes.POINTER(Analysis), ctypes.c_uint32,
+                           ctypes.c_uint32, u8p, ctypes.POINTER(bridgep), ctypes.POINTER(ctypes.c_size_t)]
+lib.tgc_chains.restype = ctypes.c_long
+libc = ctypes.CDLL(None)
+libc.free.argtypes = [ctypes.c_void_p]
 
 
 class Engine:
@@ -64,10 +76,23 @@ class Engine:
     def groups(self):
         return [self.a.group[v] for v in range(self.n)]
 
-    def pick(self, group, budget):
+    def pick(self, group, budget, skip=None, bridges=()):
         draw = (ctypes.c_uint8 * max(self.n, 1))()
-        picked = lib.tgc_pick(ctypes.byref(self.g), ctypes.byref(self.a), group, budget, draw)
+        skip_arr = (ctypes.c_uint8 * max(self.n, 1))(*skip) if skip is not None else None
+        br = (Bridge * max(len(bridges), 1))(*[Bridge(f, t, c) for f, t, c in bridges])
+        picked = lib.tgc_pick(ctypes.byref(self.g), ctypes.byref(self.a), group, budget,
+                              skip_arr, br, len(bridges), draw)
         return picked, {v for v in range(self.n) if draw[v]}
+
+    def chains(self, group, keep, hidden=()):
+        skip = (ctypes.c_uint8 * max(self.n, 1))(*[1 if v in hidden else 0 for v in range(self.n)])
+        out = bridgep()
+        nb = ctypes.c_size_t()
+        skipped = lib.tgc_chains(ctypes.byref(self.g), ctypes.byref(self.a), group, keep, skip,
+                                 ctypes.byref(out), ctypes.byref(nb))
+        bridges = [(out[i].frm, out[i].to, out[i].count) for i in range(nb.value)]
+        libc.free(out)
+        return skipped, [skip[v] for v in range(self.n)], bridges
 
     def close(self):
         if self.a is not None:
@@ -211,3 +236,60 @@ def test_relevant_is_ancestors_plus_their_forward_closure(engine):
     keep = (ctypes.c_uint8 * 8)()
     assert lib.tgc_relevant(ctypes.byref(e.g), target, keep) == 5
     assert [v for v in range(8) if keep[v]] == [0, 1, 2, 3, 4]
+
+
+def ring_with_tensor(n):
+    """A ring 0 -> 1 -> ... -> n-1 -> 0 whose node 0 holds the target n."""
+    return [(i, (i + 1) % n) for i in range(n)] + [(0, n)]
+
+
+def test_chains_shorten_a_long_ring_to_its_ends_and_one_bridge():
+    n = 10_000
+    e = Engine(n + 1, ring_with_tensor(n))
+    try:
+        e.analyze({n})
+        skipped, skip, bridges = e.chains(0, 4)
+        # nodes 1 .. n-1 form the chain (0 has two out-edges, n is the target)
+        assert skipped == n - 1 - 8
+        assert bridges == [(4, n - 4, n - 1 - 8)]
+        assert [v for v in range(n + 1) if not skip[v]] == [0, 1, 2, 3, 4, n - 4, n - 3, n - 2, n - 1, n]
+        picked, drawn = e.pick(0, 300, skip, bridges)
+        assert drawn == {0, 1, 2, 3, 4, n - 4, n - 3, n - 2, n - 1, n} and picked == 10
+    finally:
+        e.close()
+
+
+def test_chains_leave_short_chains_hidden_nodes_and_pure_rings_alone():
+    e = Engine(10, ring_with_tensor(9))
+    try:
+        e.analyze({9})
+        assert e.chains(0, 4)[0] == 0  # 8 chain nodes <= 2 * 4 + 1
+    finally:
+        e.close()
+    # a chain through a hidden node is cut there: neither half is long enough
+    n = 14
+    e = Engine(n + 1, ring_with_tensor(n))
+    try:
+        e.analyze({n})
+        skipped, skip, bridges = e.chains(0, 4, hidden={7})
+        assert skipped == 0 and bridges == [] and skip[7] == 1
+    finally:
+        e.close()
+
+
+def test_pick_follows_bridges_and_never_picks_skipped_nodes():
+    n = 50
+    e = Engine(n + 1, ring_with_tensor(n))
+    try:
+        e.analyze({n})
+        skip = [0] * (n + 1)
+        for v in range(5, 46):
+            skip[v] = 2
+        picked, drawn = e.pick(0, 100, skip, [(4, 46, 41)])
+        assert drawn == set(range(0, 5)) | set(range(46, 51))
+        picked, drawn = e.pick(0, 100, skip, [])
+        assert drawn == set(range(0, 5)) | set(range(46, 51))  # reached the other way round
+        picked, drawn = e.pick(0, 3, skip, [(4, 46, 41)])
+        assert picked == 3 and not drawn & set(range(5, 46))
+    finally:
+        e.close()

@@ -60,12 +60,30 @@ void tgc_analysis_free(tgc_analysis *a);
  * keep must hold n bytes. Returns the number kept, or -1 when out of memory. */
 long tgc_relevant(const tgc_graph *g, const uint8_t *is_target, uint8_t *keep);
 
+/* A shortened chain: `count` nodes skipped between `from` and `to` (both kept). */
+typedef struct {
+    uint32_t from, to, count;
+} tgc_bridge;
+
+/* Shortens long chains of kept group `group`, so that a ring of ten thousand objects draws as a
+ * few nodes and one "... N more" edge. A chain is a maximal run of nodes that are neither
+ * targets nor skip[v] != 0 on entry, each with exactly one in-edge and one out-edge from and to
+ * the group's nodes not skipped on entry (so a chain is only found around nodes the caller has
+ * already set aside, such as class objects). A chain of more than 2 * keep + 1 nodes keeps its
+ * first and last `keep` nodes; the others get skip[v] = 2 and the chain one bridge. A ring made
+ * only of such nodes has no first node and is left whole. *bridges is malloc'd (NULL when none;
+ * the caller frees it). Returns the number of nodes skipped, or -1 when out of memory. */
+long tgc_chains(const tgc_graph *g, const tgc_analysis *a, uint32_t group, uint32_t keep,
+                uint8_t *skip, tgc_bridge **bridges, size_t *nbridges);
+
 /* Picks at most budget nodes of kept group `group` to draw, breadth first over edges in both
  * directions starting from its targets (then its cycle), so targets and the edges that hold them
- * come first. Sets draw[v] = 1 for picked nodes (draw must be zeroed by the caller over the
- * group's nodes). Returns the number picked, or -1 when out of memory. */
+ * come first. Nodes with skip[v] != 0 (skip may be NULL) are never picked; a bridge whose end is
+ * picked leads the search to its other end. Sets draw[v] = 1 for picked nodes (draw must be
+ * zeroed by the caller over the group's nodes). Returns the number picked, or -1 when out of
+ * memory. */
 long tgc_pick(const tgc_graph *g, const tgc_analysis *a, uint32_t group, uint32_t budget,
-              uint8_t *draw);
+              const uint8_t *skip, const tgc_bridge *bridges, size_t nbridges, uint8_t *draw);
 
 #ifdef __cplusplus
 }

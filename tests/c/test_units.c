@@ -2,6 +2,7 @@
  * page) as a standalone program, so `make valgrind` checks them with no interpreter around.
  * Exits non-zero on the first failed check; prints both operands. */
 #include "tgc.h"
+#include "render.h"
 #include "tensorgc/lineprof.h"
 
 #include <stdio.h>
@@ -58,7 +59,7 @@ test_ring(uint32_t n)
     CHECK_EQ_U(a.ngroups, 1);
     CHECK_EQ_U(a.role[n], TGC_ROLE_TARGET | TGC_ROLE_PATH);
     CHECK_EQ_U(a.role[0], TGC_ROLE_CYCLE);
-    long picked = tgc_pick(&g, &a, 0, 50, draw);
+    long picked = tgc_pick(&g, &a, 0, 50, NULL, NULL, 0, draw);
     CHECK_EQ_U((unsigned long long)picked, 50);
     CHECK(draw[n] && draw[n / 2]);
     tgc_analysis_free(&a);

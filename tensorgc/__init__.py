@@ -84,10 +84,16 @@ atexit.register(_tensorgc._shutdown)
 def warn_tensor_cycles(*, device="cuda", directory=None):
     """Write each cycle report to a new HTML file and log a WARNING with its path and summary.
 
-    Files are created with mkstemp (O_EXCL, mode 0600, unpredictable name
-    ``tensorgc-cycle-XXXXXXXX.html``) in ``directory`` or the temporary directory.
-    Returns the Handle; call it to stop.
+    Each page is written whole or not at all (snapshot.atomic_write): to a private temp file
+    (mkstemp: O_EXCL, mode 0600) in ``directory`` or the temporary directory, fsynced, then
+    given a new unpredictable name ``tensorgc-cycle-XXXXXXXX.html`` that nothing had (no file
+    is ever overwritten). When the page cannot be written (a full disk, a read-only file
+    system, no permission, any OSError; or the page itself cannot be made), the one WARNING
+    still carries the summary and says why there is no page; no file is left behind, and
+    nothing is raised into the garbage collector. Returns the Handle; call it to unregister.
     """
+    from .snapshot import atomic_write, write_failure
+
     if directory is not None:
         directory = os.fspath(directory)
         if not os.path.exists(directory):
@@ -96,11 +102,21 @@ def warn_tensor_cycles(*, device="cuda", directory=None):
             raise NotADirectoryError(f"tensorgc: not a directory: {directory!r}")
 
     def write_and_log(report):
-        fd, path = tempfile.mkstemp(prefix="tensorgc-cycle-", suffix=".html", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(report.html)
+        try:
+            text = report.text.rstrip()
+        except Exception as exc:  # noqa: BLE001 -- the warning comes anyway
+            text = f"tensorgc: no summary: {write_failure(exc)}"
+        try:
+            html = report.html  # may raise (MemoryError): then no file is even started
+            where = tempfile.gettempdir() if directory is None else directory
+            path = atomic_write(where, lambda f: f.write(html),
+                                unique=("tensorgc-cycle-", ".html"))
+        except Exception as exc:  # noqa: BLE001 -- a missing page must not lose the summary
+            logger.warning("reference cycles kept tensors alive until gc ran; no page written: "
+                           "%s\n%s", write_failure(exc), text)
+            return
         logger.warning("reference cycles kept tensors alive until gc ran; picture: %s\n%s",
-                       path, report.text.rstrip())
+                       path, text)
 
     handle = observe_cycles(write_and_log, device=device)
     logger.info("tensorgc: watching reference cycles that hold %s tensors", device)

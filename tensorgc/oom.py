@@ -15,6 +15,11 @@ writes, into a new private subdirectory ``oom-<time>-<pid>-cuda<N>/``:
 
 and logs a WARNING on logger "tensorgc" with the directory and the one-line verdict. The observer
 never raises (a failure is logged), and an OOM inside the autopsy does not start another.
+
+Each file is written whole or not at all (snapshot.atomic_write). A file that cannot be written
+(a full disk, a read-only file system, no permission) is left out and the others are still
+written; README.txt and the WARNING say which files are missing and why. When the autopsy's
+directory cannot be created, the observer logs one WARNING that says so, without a traceback.
 """
 from __future__ import annotations
 
@@ -36,12 +41,30 @@ _AUTOPSY = threading.Lock()
 
 def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, reason=None):
     """Write the autopsy files for ``device`` into a new subdirectory of ``directory`` and return
-    (path, verdict). Usable by hand too (``device="cpu"`` writes the report and the gc check)."""
+    (path, verdict). Usable by hand too (``device="cpu"`` writes the report and the gc check).
+
+    A file that cannot be written is left out (no partial file): README.txt notes it, and one
+    WARNING on logger "tensorgc" lists the missing files and why. A directory that cannot be
+    created raises the OSError (naming it)."""
+    missing = []
+    path, verdict = _write_autopsy(directory, device, model, optimizer, reason, missing)
+    if missing:
+        logger.warning("tensorgc: the OOM autopsy in %s is missing %s", path, _listed(missing))
+    return path, verdict
+
+
+def _listed(missing):
+    return ", ".join(f"{name} ({why})" for name, why in missing)
+
+
+def _write_autopsy(directory, device, model, optimizer, reason, missing):
+    """write_autopsy's work; appends (file name, why) to ``missing`` for each file it could not
+    write. Raises an OSError only where the autopsy's directory cannot be created."""
     import torch
 
     from . import observe_cycles
     from .reporter import MemReporter, readable_size as R
-    from .snapshot import atomic_write, dump_snapshot
+    from .snapshot import atomic_write, dump_snapshot, write_failure
 
     dev = torch.device(device)
     is_cuda = dev.type == "cuda"
@@ -61,8 +84,16 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
             n += 1
     notes = [f"tensorgc OOM autopsy for {dev}" + (f": {reason}" if reason else "")]
 
+    def lost(name, exc):
+        why = write_failure(exc)
+        missing.append((name, why))
+        notes.append(f"{name} not written: {why}")
+
     def put(name, text):
-        atomic_write(os.path.join(path, name), lambda f: f.write(text))
+        try:
+            atomic_write(os.path.join(path, name), lambda f: f.write(text))
+        except Exception as exc:  # noqa: BLE001 -- a full disk loses this file, not the others
+            lost(name, exc)
 
     def step(what, fn):
         try:
@@ -87,7 +118,10 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
             # the marks of tensorgc.categorize, if one is active, and the reporter's names
             # taken above travel in the file, so its timeline is coloured by category anywhere
             snap = snapshot(named={index: kinds})
-            dump_snapshot(os.path.join(path, "snapshot.pickle"), snap)
+            try:
+                dump_snapshot(os.path.join(path, "snapshot.pickle"), snap)
+            except OSError as exc:
+                lost("snapshot.pickle", exc)
             traces = snap.get("device_traces") or []
             if index < len(traces) and traces[index]:
                 put("timeline.html", timeline_html(snap, device=index, categories=kinds))
@@ -117,8 +151,12 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
             lines.append(f"memory_allocated on {dev}: {R(before)} -> {R(after)} "
                          f"({R(before - after)} freed)")
         for i, r in enumerate(reports):
-            page = os.path.join(path, f"cycles-{i}.html")
-            atomic_write(page, lambda f, r=r: f.write(r.html))
+            try:
+                page = r.html
+            except Exception as exc:  # noqa: BLE001 -- (MemoryError) the text is in gc.txt
+                lost(f"cycles-{i}.html", exc)
+            else:
+                put(f"cycles-{i}.html", page)
             lines.append(r.text)
         if held:
             verdict[0] = (f"reference cycles held {R(held)} of tensors on {dev}: a gc.collect() "
@@ -130,7 +168,7 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
         lines.insert(0, verdict[0])
         put("gc.txt", "\n".join(lines) + "\n")
     step("the gc check", gc_check)
-    put("README.txt", "\n\n".join(notes) + "\n")
+    put("README.txt", "\n\n".join(notes) + "\n")  # when it fails, only the log has the notes
     return path, verdict[0]
 
 
@@ -156,11 +194,19 @@ class _Observer:
                       f"{R(device_free)} free on the device")
             model = self.model() if self.model is not None else None
             opt = self.optimizer() if self.optimizer is not None else None
-            path, verdict = write_autopsy(self.directory, f"cuda:{device}", model=model,
-                                          optimizer=opt, reason=reason)
+            missing = []
+            try:
+                path, verdict = _write_autopsy(self.directory, f"cuda:{device}", model, opt,
+                                               reason, missing)
+            except OSError as exc:  # its directory: each file's failure is in `missing`
+                logger.warning("tensorgc: CUDA out of memory on cuda:%s (%s); no autopsy "
+                               "written, its directory could not be created: %s",
+                               device, reason, exc)
+                return
             self.count += 1
-            logger.warning("tensorgc: CUDA out of memory on cuda:%s (%s); autopsy in %s: %s",
-                           device, reason, path, verdict)
+            logger.warning("tensorgc: CUDA out of memory on cuda:%s (%s); autopsy in %s%s: %s",
+                           device, reason, path,
+                           f" (not written: {_listed(missing)})" if missing else "", verdict)
         except BaseException:  # noqa: BLE001 -- raising into the allocator is not an option
             try:  # a logging filter or handler may raise too
                 logger.exception("tensorgc: the OOM autopsy failed")

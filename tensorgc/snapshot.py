@@ -15,11 +15,13 @@
 """
 from __future__ import annotations
 
+import errno
 import inspect
 import io
 import logging
 import os
 import pickle
+import secrets
 import sys
 import tempfile
 
@@ -99,21 +101,165 @@ def dump_snapshot(path, snap=None):
     return path
 
 
-def atomic_write(path, write, binary=False):
-    """Calls write(file) on a private temp file (mkstemp: 0600, unpredictable name) in path's
-    directory, then renames it to path, so readers never see half a file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tensorgc-", suffix=".tmp", dir=directory)
+# What a temp file's name starts with: hidden, and told apart from the files it becomes.
+_TEMP_PREFIX = ".tensorgc-"
+_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # tempfile's, so the names look alike
+# link() errors that say the file system has no hard links (FAT, some FUSE and network file
+# systems): the new name is then reserved with mkstemp instead (atomic_write)
+_NO_LINK = frozenset(e for e in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS,
+                                 errno.EMLINK) if e is not None)
+_ADD_NOTE = hasattr(BaseException, "add_note")  # Python 3.11+
+
+
+class _Out:
+    """What atomic_write's write(f) writes to: each write() goes straight to os.write on the temp
+    file (str encoded as UTF-8 unless binary), looping over short writes. No buffer, so a full
+    disk is seen at the write that hits it, not at a later flush or close."""
+
+    __slots__ = ("fd", "binary")
+
+    def __init__(self, fd, binary):
+        self.fd = fd
+        self.binary = binary
+
+    def write(self, data):
+        if not self.binary:
+            data = data.encode("utf-8")
+        view = memoryview(data).cast("B")
+        done, n = 0, len(view)
+        while done < n:
+            wrote = os.write(self.fd, view[done:])
+            if wrote <= 0:  # a regular file never takes nothing; do not spin
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            done += wrote
+        return n
+
+
+def _fsync(fd):
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        os.fsync(fd)
+    except OSError as exc:
+        # the file system cannot sync this file at all: nothing was lost, nothing to wait for
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+
+
+def _random_name(prefix, suffix):
+    return prefix + "".join(secrets.choice(_NAME_CHARS) for _ in range(8)) + suffix
+
+
+def atomic_write(path, write, binary=False, *, unique=None, fsync=True):
+    """Writes a whole file or none: calls write(f) (f.write takes str, or bytes when binary) on
+    a private temp file (mkstemp: O_EXCL, mode 0600, unpredictable name ``.tensorgc-*.tmp``) in
+    the target's directory, fsyncs it, then gives it its name. Returns that name (absolute).
+
+    unique=None: the name is ``path``, replaced atomically (os.replace) when it exists.
+    unique=(prefix, suffix): ``path`` is the directory, and the file gets a new name
+    ``prefix + 8 random characters + suffix`` that never existed there: nothing is overwritten.
+
+    On any failure (a full disk at the first write, halfway, at fsync, at close or at the
+    rename; a read-only file system; no permission; an exception from write itself) the temp
+    file is removed and the exception raised again: no partial file is left, under either name.
+    An OSError that named no file, or only the temp file, names ``path`` instead; when the temp
+    file could not be removed either, ``write_failure(exc)`` says so. The directory itself is
+    not fsynced: without it a crash may lose the new name, never a name's content."""
+    path = os.path.abspath(os.fspath(path))
+    directory = path if unique is not None else os.path.dirname(path)
+    fd, tmp, reserved = -1, None, None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=directory)
+        write(_Out(fd, binary))
+        if fsync:
+            _fsync(fd)
+        fd, closing = -1, fd
+        os.close(closing)  # counts: a network file system may report the full disk only here
+        if unique is None:
+            os.replace(tmp, path)
+            tmp = None
+            return path
+        # A new name that never overwrites, and never shows a partial file. os.replace would
+        # clobber a file that took the random name meanwhile (another process, or an attacker
+        # who guessed it in a shared /tmp), and Python has no rename(RENAME_NOREPLACE). link()
+        # fails with EEXIST instead of replacing anything, and the file it names is already
+        # whole: so link the finished temp file to a fresh random name (another name on
+        # EEXIST), then unlink the temp. Where there are no hard links, mkstemp reserves the
+        # new name (O_EXCL: it did not exist, and now it is ours, 0600) and os.replace moves
+        # the finished file onto that empty file, which only this call ever had.
+        prefix, suffix = unique
+        for _ in range(tempfile.TMP_MAX):
+            name = os.path.join(directory, _random_name(prefix, suffix))
+            try:
+                os.link(tmp, name)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                if exc.errno not in _NO_LINK:
+                    raise
+                rfd, reserved = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
+                os.close(rfd)
+                os.replace(tmp, reserved)
+                tmp, name, reserved = None, reserved, None
+                return name
+            # the file is whole under its new name; the temp is a second name for it
+            done, tmp = tmp, None
+            try:
+                os.unlink(done)
+            except OSError as exc:
+                logging.getLogger("tensorgc").warning(
+                    "tensorgc: wrote %s, but could not remove its temporary name %s: %s",
+                    name, done, exc)
+            return name
+        raise FileExistsError(errno.EEXIST, "no unused file name found", directory)
+    except BaseException as exc:
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        left = []
+        for name in (tmp, reserved):
+            if name is not None:
+                try:
+                    os.unlink(name)
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    left.append(f"could not remove the temporary file {name}: {err}")
+        if isinstance(exc, OSError) and exc.errno is not None and (
+                exc.filename is None or _ours(exc.filename, directory, unique)):
+            new = OSError(exc.errno, exc.strerror, path)
+            new.__traceback__ = exc.__traceback__
+            exc = new
+        if left:
+            try:
+                exc._tensorgc_left = "; ".join(left)
+                if _ADD_NOTE:
+                    exc.add_note(exc._tensorgc_left)
+            except Exception:  # noqa: BLE001 -- an exception type that takes no attributes
+                pass
+        if exc is not sys.exc_info()[1]:
+            raise exc from None
         raise
+
+
+def _ours(filename, directory, unique):
+    """Whether an OSError's file is one atomic_write made or tried (its temp, a new name)."""
+    try:
+        name = os.fsdecode(filename)
+    except TypeError:
+        return False
+    base = os.path.basename(name)
+    return os.path.dirname(os.path.abspath(name)) == directory and (
+        base.startswith(_TEMP_PREFIX) or (unique is not None and base.startswith(unique[0])))
+
+
+def write_failure(exc):
+    """Why atomic_write failed, in one line: ``[Errno 28] No space left on device: '/dir'``,
+    or the exception's type and message; plus the temp file it could not remove, if any."""
+    why = str(exc) if isinstance(exc, OSError) else (
+        f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    left = getattr(exc, "_tensorgc_left", None)
+    return f"{why}; {left}" if left else why
 
 
 class _PlainUnpickler(pickle.Unpickler):

@@ -617,7 +617,8 @@ is_tensor(PyObject *module, PyObject *obj)
 
 PyDoc_STRVAR(tensor_rows_doc,
 "_tensor_rows(tensors) -> list\n\nFor each tensor: (storage_ptr, storage_nbytes, device, "
-"device_type, device_index, shape, dtype, numel, is_sparse).");
+"device_type, device_index, shape, dtype, numel, is_sparse, storage, parts, nbytes, "
+"no_storage); see reporter/walk.c.");
 
 static PyObject *
 tensor_rows(PyObject *module, PyObject *tensors)
@@ -1049,6 +1050,15 @@ module_exec(PyObject *module)
             return -1;
         }
     }
+    static const char *const how_names[TGC_HOW_COUNT] = TGC_HOW_NAMES;
+    for (int i = 0; i < TGC_HOW_COUNT; i++) {
+        if ((st->how[i] = PyUnicode_InternFromString(how_names[i])) == NULL) {
+            return -1;
+        }
+    }
+    if ((st->str_flatten = PyUnicode_InternFromString("__tensor_flatten__")) == NULL) {
+        return -1;
+    }
     if (tgc_lineprof_exec(module, st) < 0 ||
         PyModule_AddFunctions(module, tgc_lineprof_methods) < 0) {
         return -1;
@@ -1105,6 +1115,13 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     for (int i = 0; i < TGC_KEY_COUNT; i++) {
         Py_VISIT(st->keys[i]);
     }
+    for (int i = 0; i < TGC_TA_COUNT; i++) {
+        Py_VISIT(st->torch_attr[i]);
+    }
+    for (int i = 0; i < TGC_HOW_COUNT; i++) {
+        Py_VISIT(st->how[i]);
+    }
+    Py_VISIT(st->str_flatten);
     Py_VISIT(st->labels.attrs);  /* the fixed labels are str: nothing to traverse */
     Py_VISIT(st->str_data_ptr);
     return tgc_lineprof_traverse(st, visit, arg);
@@ -1149,6 +1166,13 @@ module_clear(PyObject *module)
     for (int i = 0; i < TGC_KEY_COUNT; i++) {
         Py_CLEAR(st->keys[i]);
     }
+    for (int i = 0; i < TGC_TA_COUNT; i++) {
+        Py_CLEAR(st->torch_attr[i]);
+    }
+    for (int i = 0; i < TGC_HOW_COUNT; i++) {
+        Py_CLEAR(st->how[i]);
+    }
+    Py_CLEAR(st->str_flatten);
     tgc_labels_clear(&st->labels);
     tgc_lineprof_clear(st);
     return 0;

@@ -76,6 +76,16 @@ tgc_torch_resolve(tgc_state *st)
     if (st->torch_strs == NULL) {
         PyErr_Clear();
     }
+    /* What layout.c reads, each optional: a torch without one measures a little less. */
+    static const char *const attr_names[TGC_TA_COUNT] = TGC_TA_NAMES;
+    for (int i = 0; i < TGC_TA_COUNT; i++) {
+        PyObject *a = PyObject_GetAttrString(tb, attr_names[i]);  /* new reference or NULL */
+        if (a != NULL && i < TGC_TA_GETTERS && Py_TYPE(a)->tp_descr_get == NULL) {
+            Py_CLEAR(a);
+        }
+        PyErr_Clear();
+        Py_XSETREF(st->torch_attr[i], a);
+    }
     st->tensor_type = tb;
     st->torch_get_shape = shape;
     st->torch_get_dtype = dtype;
@@ -90,23 +100,6 @@ int
 tgc_is_tensor(tgc_state *st, PyObject *obj)
 {
     return st->tensor_type != NULL && PyObject_TypeCheck(obj, (PyTypeObject *)st->tensor_type);
-}
-
-/* str(dtype) / str(device), cached: both are small immutable torch values. New reference. */
-static PyObject *
-report__str(tgc_state *st, PyObject *v)
-{
-    PyObject *s = st->torch_strs ? PyDict_GetItemWithError(st->torch_strs, v) : NULL;
-    if (s != NULL) {
-        return Py_NewRef(s);
-    }
-    PyErr_Clear();
-    s = PyObject_Str(v);
-    if (s != NULL && st->torch_strs != NULL && PyDict_GET_SIZE(st->torch_strs) < 256 &&
-        PyDict_SetItem(st->torch_strs, v, s) < 0) {
-        PyErr_Clear();
-    }
-    return s;
 }
 
 /* Whether reading this tensor type's properties could run a Python __torch_function__. */
@@ -186,7 +179,9 @@ report__get(PyObject *descr, PyObject *obj)
 /* What a report needs of one tensor, in C form plus the dict that .tensors exposes. */
 typedef struct {
     PyObject *info;        /* new reference: the dict of CycleReport.tensors */
-    PyObject *storage_key; /* new reference: (device str, storage data_ptr) for dedupe */
+    /* New reference: what the report's total counts once. One storage: its key (report__key);
+     * several (multi): a tuple of (key or None, nbytes) pairs, None for bytes with no address. */
+    PyObject *storage_key;
     /* New references to the values of info the text is made of, so that writing a tensor's line
      * looks nothing up; NULL exactly when info is. */
     PyObject *shape, *dtype_s, *device_s, *type_name;
@@ -195,28 +190,52 @@ typedef struct {
     char dev_type[32];
     int dev_index;
     unsigned long long nbytes;
+    const char *none;      /* why it holds no bytes ("meta", layout.c), NULL when it holds some */
     int is_cuda;
+    int multi;
 } report_tensor;
 
-static int
-report__storage(tgc_state *st, PyObject *t, unsigned long long *nbytes, unsigned long long *ptr)
+/* A storage's key for the report's total (new reference): (device str, address), or for bytes
+ * with no address (an mkldnn tensor's) (device str, 0, id of the tensor), which nothing shares.
+ * device_s borrowed, may be NULL (None in the key). */
+static PyObject *
+report__key(PyObject *device_s, unsigned long long ptr, unsigned long long nbytes, PyObject *t)
 {
-    PyObject *s = PyObject_CallOneArg(st->torch_untyped_storage, t);
-    if (s == NULL) {
-        return -1;
+    PyObject *dev = device_s ? device_s : Py_None;
+    PyObject *p = PyLong_FromUnsignedLongLong(ptr);  /* new reference */
+    PyObject *key = NULL;
+    if (p != NULL && (ptr != 0 || nbytes == 0)) {
+        key = PyTuple_Pack(2, dev, p);
     }
-    PyObject *nb = PyObject_CallMethodNoArgs(s, st->str_nbytes);  /* interned names: no str */
-    PyObject *dp = nb ? PyObject_CallMethodNoArgs(s, st->str_data_ptr) : NULL;
-    Py_DECREF(s);
-    if (dp == NULL) {
+    else if (p != NULL) {
+        PyObject *id = PyLong_FromVoidPtr(t);
+        key = id ? PyTuple_Pack(3, dev, p, id) : NULL;
+        Py_XDECREF(id);
+    }
+    Py_XDECREF(p);
+    return key;
+}
+
+/* The keys of a tensor of several parts: ((key or None, nbytes), ...), new reference. */
+static PyObject *
+report__part_keys(const tgc_bytes *bytes)
+{
+    PyObject *keys = PyTuple_New(bytes->nparts);
+    for (int i = 0; keys != NULL && i < bytes->nparts; i++) {
+        const tgc_part *p = &bytes->parts[i];
+        PyObject *key = p->ptr ? report__key(p->device_s, p->ptr, p->nbytes, NULL)
+                               : Py_NewRef(Py_None);
+        PyObject *nb = key ? PyLong_FromUnsignedLongLong(p->nbytes) : NULL;
+        PyObject *pair = nb ? PyTuple_Pack(2, key, nb) : NULL;
+        Py_XDECREF(key);
         Py_XDECREF(nb);
-        return -1;
+        if (pair == NULL) {
+            Py_CLEAR(keys);
+            break;
+        }
+        PyTuple_SET_ITEM(keys, i, pair);  /* steals pair */
     }
-    *nbytes = PyLong_AsUnsignedLongLong(nb);
-    *ptr = PyLong_AsUnsignedLongLong(dp);
-    Py_DECREF(nb);
-    Py_DECREF(dp);
-    return PyErr_Occurred() ? -1 : 0;
+    return keys;
 }
 
 /* A new dict of n entries keys[i] -> vals[i] (the keys borrowed, interned; the values new
@@ -244,25 +263,35 @@ done:
     return d;
 }
 
+/* Reads tensor t of the garbage owned by the list objs into out. 0, or -1 with an exception. */
 static int
-report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
+report__tensor(tgc_state *st, PyObject *t, PyObject *objs, report_tensor *out)
 {
-    PyObject *shape = NULL, *size = NULL, *dtype = NULL, *dtype_s = NULL, *device = NULL;
+    PyObject *shape = NULL, *dtype = NULL, *dtype_s = NULL, *device = NULL;
     PyObject *device_s = NULL, *dev_type = NULL, *dev_index = NULL, *type_name = NULL;
-    unsigned long long nbytes = 0, ptr = 0;
+    tgc_bytes bytes;
+    int measured = 0;
     memset(out, 0, sizeof(*out));
 
-    size = report__get(st->torch_get_shape, t);
-    shape = size ? PySequence_Tuple(size) : NULL;
+    shape = tgc_tensor_shape(st, t);
     dtype = shape ? report__get(st->torch_get_dtype, t) : NULL;
-    dtype_s = dtype ? report__str(st, dtype) : NULL;
-    device = dtype_s ? report__get(st->torch_get_device, t) : NULL;
-    device_s = device ? report__str(st, device) : NULL;
-    type_name = device_s ? tgc_type_name(t) : NULL;
+    dtype_s = dtype ? tgc_torch_str(st, dtype) : NULL;
+    type_name = dtype_s ? tgc_type_name(t) : NULL;
     if (type_name == NULL) {
         goto error;
     }
-    if (!report__parse_device(device_s, out->dev_type, sizeof(out->dev_type), &out->dev_index)) {
+    /* A wrapper subclass may answer .device through a __torch_dispatch__ that raises: its device
+     * is then its first inner tensor's, once measured. */
+    device = report__get(st->torch_get_device, t);
+    device_s = device ? tgc_torch_str(st, device) : NULL;
+    if (device_s == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            goto error;
+        }
+        PyErr_Clear();
+    }
+    else if (!report__parse_device(device_s, out->dev_type, sizeof(out->dev_type),
+                                   &out->dev_index)) {
         dev_type = PyObject_GetAttr(device, st->str_type);  /* interned names: no str made */
         dev_index = dev_type ? PyObject_GetAttr(device, st->str_index) : NULL;
         const char *dt = dev_index ? PyUnicode_AsUTF8(dev_type) : NULL;
@@ -272,6 +301,20 @@ report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
         snprintf(out->dev_type, sizeof(out->dev_type), "%s", dt);
         out->dev_index = dev_index == Py_None ? -1 : (int)PyLong_AsLong(dev_index);
     }
+    tgc_bytes_measure(st, t, device_s ? out->dev_type : NULL, device_s, 0, objs, &bytes);
+    measured = 1;
+    if (device_s == NULL) {
+        device_s = bytes.nparts > 0 && bytes.parts[0].device_s
+                       ? Py_NewRef(bytes.parts[0].device_s) : PyUnicode_FromString("unknown");
+        if (device_s == NULL) {
+            goto error;
+        }
+        if (!report__parse_device(device_s, out->dev_type, sizeof(out->dev_type),
+                                  &out->dev_index)) {
+            snprintf(out->dev_type, sizeof(out->dev_type), "unknown");
+            out->dev_index = -1;
+        }
+    }
     if (PyUnicode_Check(dtype_s) && PyUnicode_GET_LENGTH(dtype_s) > 6 &&
         PyUnicode_READ_CHAR(dtype_s, 5) == '.') {
         Py_SETREF(dtype_s, PyUnicode_Substring(dtype_s, 6, PyUnicode_GET_LENGTH(dtype_s)));
@@ -279,35 +322,20 @@ report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
             goto error;
         }
     }
-    if (report__storage(st, t, &nbytes, &ptr) < 0) {
-        /* Sparse tensors have no single storage: count indices plus values. */
-        PyErr_Clear();
-        PyObject *sp = report__get(st->torch_is_sparse_getter, t);
-        int is_sparse = sp ? PyObject_IsTrue(sp) : -1;
-        Py_XDECREF(sp);
-        if (is_sparse != 1) {
-            PyErr_Clear();
-            nbytes = ptr = 0;
-        }
-        else {
-            const char *parts[2] = {"_indices", "_values"};
-            for (int i = 0; i < 2; i++) {
-                PyObject *p = PyObject_CallMethod(t, parts[i], NULL);
-                unsigned long long nb = 0, pp = 0;
-                if (p == NULL || report__storage(st, p, &nb, &pp) < 0) {
-                    PyErr_Clear();
-                }
-                Py_XDECREF(p);
-                nbytes += nb;
-                ptr = pp;
-            }
-        }
-    }
     out->is_cuda = strcmp(out->dev_type, "cuda") == 0;
-    out->nbytes = nbytes;
-    PyObject *ptr_o = PyLong_FromUnsignedLongLong(ptr);  /* new reference */
-    out->storage_key = ptr_o ? PyTuple_Pack(2, device_s, ptr_o) : NULL;
-    Py_XDECREF(ptr_o);
+    out->nbytes = bytes.nbytes;
+    out->none = bytes.none;
+    if (bytes.nparts > 1) {
+        out->multi = 1;
+        out->storage_key = report__part_keys(&bytes);
+    }
+    else if (bytes.nparts == 1) {
+        const tgc_part *p = &bytes.parts[0];
+        out->storage_key = report__key(p->device_s ? p->device_s : device_s, p->ptr, p->nbytes, t);
+    }
+    else {
+        out->storage_key = report__key(device_s, 0, 0, t);
+    }
     if (out->storage_key == NULL) {
         goto error;
     }
@@ -315,26 +343,29 @@ report__tensor(tgc_state *st, PyObject *t, report_tensor *out)
         PyObject *const keys[] = {st->keys[TGC_KEY_SHAPE], st->keys[TGC_KEY_DTYPE],
                                   st->keys[TGC_KEY_DEVICE], st->keys[TGC_KEY_NBYTES],
                                   st->keys[TGC_KEY_DATA_PTR], st->keys[TGC_KEY_STACK],
-                                  st->keys[TGC_KEY_TYPE]};
+                                  st->keys[TGC_KEY_TYPE], st->keys[TGC_KEY_STORAGE]};
         PyObject *vals[] = {Py_NewRef(shape), Py_NewRef(dtype_s), Py_NewRef(device_s),
-                            PyLong_FromUnsignedLongLong(nbytes), PyLong_FromUnsignedLongLong(ptr),
-                            Py_NewRef(Py_None), Py_NewRef(type_name)};
-        out->info = report__dict(keys, vals, 7);
+                            PyLong_FromUnsignedLongLong(bytes.nbytes),
+                            PyLong_FromUnsignedLongLong(bytes.ptr), Py_NewRef(Py_None),
+                            Py_NewRef(type_name), Py_NewRef(bytes.how)};
+        out->info = report__dict(keys, vals, 8);
     }
-    if (out->info == NULL || out->storage_key == NULL) {
+    if (out->info == NULL) {
         goto error;
     }
     out->shape = shape;  /* the references move to out */
     out->dtype_s = dtype_s;
     out->device_s = device_s;
     out->type_name = type_name;
-    Py_DECREF(size); Py_DECREF(dtype); Py_DECREF(device); Py_XDECREF(dev_type);
-    Py_XDECREF(dev_index);
+    Py_DECREF(dtype); Py_XDECREF(device); Py_XDECREF(dev_type); Py_XDECREF(dev_index);
+    tgc_bytes_clear(&bytes);
     return 0;
 error:
-    Py_XDECREF(size); Py_XDECREF(shape); Py_XDECREF(dtype); Py_XDECREF(dtype_s);
-    Py_XDECREF(device); Py_XDECREF(device_s); Py_XDECREF(dev_type); Py_XDECREF(dev_index);
-    Py_XDECREF(type_name);
+    Py_XDECREF(shape); Py_XDECREF(dtype); Py_XDECREF(dtype_s); Py_XDECREF(device);
+    Py_XDECREF(device_s); Py_XDECREF(dev_type); Py_XDECREF(dev_index); Py_XDECREF(type_name);
+    if (measured) {
+        tgc_bytes_clear(&bytes);
+    }
     Py_CLEAR(out->info);
     Py_CLEAR(out->storage_key);
     return -1;
@@ -661,11 +692,15 @@ builder__emit_all(builder *b)
 /* Text: labels, a cycle per group, the fix hint                                               */
 
 /* A shape as the text shows it: str() of the tuple in brackets, (3, 4) -> [3, 4], (4,) -> [4],
- * () -> []. Plain int dimensions, the usual case, are written directly; anything else (a
- * symbolic size, a huge int) goes through str(), which gives the same for plain ints. */
+ * () -> []. Plain int dimensions, the usual case, are written directly; anything else (None for
+ * a ragged dimension, a huge int) goes through str(), which gives the same for plain ints. */
 static void
 buf_shape(tgc_buf *o, PyObject *shape)
 {
+    if (!PyTuple_Check(shape)) {
+        tgc_buf_puts(o, "[?]");  /* not even the number of dimensions could be read */
+        return;
+    }
     Py_ssize_t nd = PyTuple_GET_SIZE(shape);
     int plain = 1;
     for (Py_ssize_t i = 0; i < nd && plain; i++) {
@@ -713,9 +748,14 @@ report__line(report_tensor *rt)
     buf_shape(o, rt->shape);
     tgc_buf_puts(o, " on ");
     tgc_buf_pystr(o, rt->device_s, 0);
-    tgc_buf_puts(o, " (");
-    tgc_buf_bytes(o, rt->nbytes);
-    tgc_buf_puts(o, ")");
+    if (rt->none != NULL) {
+        tgc_buf_printf(o, " (no storage: %s)", rt->none);
+    }
+    else {
+        tgc_buf_puts(o, " (");
+        tgc_buf_bytes(o, rt->nbytes);
+        tgc_buf_puts(o, ")");
+    }
     PyErr_Clear();
     return o;
 }
@@ -1300,7 +1340,7 @@ builder__tensors(builder *b, const tgc_filter *f)
                 Py_CLEAR(ctx);
             }
         }
-        if (report__tensor(st, op, &b->ts[i]) < 0) {
+        if (report__tensor(st, op, b->objs, &b->ts[i]) < 0) {
             tgc_log_exception(st, "reading a tensor's metadata");
             continue;
         }
@@ -1641,6 +1681,22 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         ntensors++;
         if (PyList_Append(tensors, b.ts[v].info) < 0) {
             goto error;
+        }
+        if (b.ts[v].multi) {
+            /* the parts of a sparse tensor or a wrapper: each storage once, here and across */
+            PyObject *parts = b.ts[v].storage_key;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parts); i++) {
+                PyObject *key = PyTuple_GET_ITEM(PyTuple_GET_ITEM(parts, i), 0);
+                PyObject *nb = PyTuple_GET_ITEM(PyTuple_GET_ITEM(parts, i), 1);
+                int known = key == Py_None ? 0 : PySet_Contains(seen, key);
+                if (known < 0 || (known == 0 && key != Py_None && PySet_Add(seen, key) < 0)) {
+                    goto error;
+                }
+                if (!known) {
+                    total += PyLong_AsUnsignedLongLong(nb);  /* made from one: cannot fail */
+                }
+            }
+            continue;
         }
         int known = PySet_Contains(seen, b.ts[v].storage_key);
         if (known < 0 || (known == 0 && PySet_Add(seen, b.ts[v].storage_key) < 0)) {

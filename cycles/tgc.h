@@ -108,11 +108,44 @@ tgc_phase_now(void)
 /* The keys of tgc_state.keys, in the order of TGC_KEY_NAMES. */
 enum {
     TGC_KEY_SHAPE, TGC_KEY_DTYPE, TGC_KEY_DEVICE, TGC_KEY_NBYTES, TGC_KEY_DATA_PTR, TGC_KEY_STACK,
-    TGC_KEY_TYPE, TGC_KEY_COUNT_, TGC_KEY_OBJECTS, TGC_KEY_TENSORS, TGC_KEY_HINT, TGC_KEY_CYCLE,
-    TGC_KEY_DRAWN, TGC_KEY_COUNT
+    TGC_KEY_TYPE, TGC_KEY_STORAGE, TGC_KEY_COUNT_, TGC_KEY_OBJECTS, TGC_KEY_TENSORS, TGC_KEY_HINT,
+    TGC_KEY_CYCLE, TGC_KEY_DRAWN, TGC_KEY_COUNT
 };
 #define TGC_KEY_NAMES {"shape", "dtype", "device", "nbytes", "data_ptr", "stack", "type", \
-                       "count", "objects", "tensors", "hint", "cycle", "drawn"}
+                       "storage", "count", "objects", "tensors", "hint", "cycle", "drawn"}
+
+/* TensorBase's attributes that layout.c reads, by index into tgc_state.torch_attr: getset
+ * descriptors, then method descriptors. Each is optional (NULL where this torch lacks it). */
+enum {
+    TGC_TA_LAYOUT, TGC_TA_IS_NESTED, TGC_TA_IS_QUANTIZED, TGC_TA_IS_META, TGC_TA_PY_DISPATCH,
+    TGC_TA_NBYTES, TGC_TA_GETTERS,
+    TGC_TA_INDICES = TGC_TA_GETTERS, TGC_TA_VALUES_COO, TGC_TA_CROW, TGC_TA_COL, TGC_TA_CCOL,
+    TGC_TA_ROW, TGC_TA_VALUES, TGC_TA_DIM, TGC_TA_SIZE, TGC_TA_NUMEL, TGC_TA_COUNT
+};
+#define TGC_TA_NAMES {"layout", "is_nested", "is_quantized", "is_meta", "_python_dispatch", \
+                      "nbytes", "_indices", "_values", "crow_indices", "col_indices", \
+                      "ccol_indices", "row_indices", "values", "dim", "size", "numel"}
+
+/* How a tensor's bytes were counted (layout.c), by index into tgc_state.how: the "storage"
+ * explanation of CycleReport.tensors and MemReporter rows. A wrapper subclass's explanation names
+ * its parts and is made per tensor; TGC_HOW_WRAPPER and TGC_HOW_JAGGED stand in when it cannot
+ * be. The last three count nothing. */
+enum {
+    TGC_HOW_STRIDED, TGC_HOW_QUANTIZED, TGC_HOW_NESTED, TGC_HOW_COO, TGC_HOW_CSR, TGC_HOW_CSC,
+    TGC_HOW_BSR, TGC_HOW_BSC, TGC_HOW_MKLDNN, TGC_HOW_ESTIMATE, TGC_HOW_WRAPPER, TGC_HOW_JAGGED,
+    TGC_HOW_META, TGC_HOW_EMPTY_WRAPPER, TGC_HOW_UNREADABLE, TGC_HOW_COUNT
+};
+#define TGC_HOW_NAMES {"strided: untyped_storage", "quantized: its integer storage", \
+    "nested (strided): its buffer", "sparse_coo: indices + values", \
+    "sparse_csr: crow_indices + col_indices + values", \
+    "sparse_csc: ccol_indices + row_indices + values", \
+    "sparse_bsr: crow_indices + col_indices + values", \
+    "sparse_bsc: ccol_indices + row_indices + values", \
+    "mkldnn: element_size * numel (opaque, no storage to read)", \
+    "estimated: element_size * numel (storage not readable)", \
+    "wrapper subclass: its inner tensors", "nested (jagged): its inner tensors", \
+    "none (meta tensor)", "none (wrapper subclass without inner tensors)", \
+    "none (storage not readable)"}
 
 typedef struct {
     /* Set in module exec, released in m_clear; everything here is used with the GIL held. */
@@ -135,7 +168,10 @@ typedef struct {
     PyObject *torch_no_subclass_dispatch;  /* torch._C.DisableTorchFunctionSubclass */
     PyObject *torch_disabled_tf;  /* torch._C._disabled_torch_function_impl */
     PyObject *torch_tensor_cls;   /* torch.Tensor, once torch is imported (report.c) */
-    PyObject *torch_strs;     /* dtype / device object -> its str(), small cache */
+    PyObject *torch_strs;     /* dtype / device / layout object -> its str(), small cache */
+    PyObject *torch_attr[TGC_TA_COUNT];  /* TGC_TA_*: TensorBase's, each NULL when absent */
+    PyObject *how[TGC_HOW_COUNT];        /* TGC_HOW_*: interned in module exec */
+    PyObject *str_flatten;    /* "__tensor_flatten__", interned in module exec */
 
     /* The reporter's tensor index (reporter/index.c), GIL-protected; index_busy guards its gc
      * callback against re-entry. */
@@ -273,6 +309,41 @@ typedef struct {
     const char *svg_error;     /* why there is no picture */
 } tgc_page;
 void tgc_html_page(tgc_buf *out, const tgc_page *p);
+
+/* layout.c: what a tensor's bytes are made of, whatever its layout. Both readers (report.c and
+ * reporter/walk.c) call it with subclass __torch_function__ dispatch off where it could run. */
+#define TGC_PARTS_MAX 16    /* storages counted per tensor: a wrapper's inner tensors past this
+                               many are left out (the explanation says so) */
+#define TGC_PARTS_DEPTH 3   /* wrapper subclasses followed one inside another */
+typedef struct {
+    PyObject *name;      /* new reference: "values", "a.indices"...; NULL: the tensor's own */
+    PyObject *tensor;    /* new reference when asked to keep it (the reporter's rows), else NULL */
+    PyObject *device_s;  /* new reference: str(device) of the part, NULL when unreadable */
+    unsigned long long nbytes, ptr;  /* its storage's; ptr 0: no address, never shared */
+} tgc_part;
+typedef struct {
+    PyObject *how;       /* new reference: the explanation (a tgc_state.how entry or made) */
+    const char *none;    /* why nothing is counted ("meta"), NULL when something is */
+    unsigned long long nbytes;  /* the parts' distinct storages, summed */
+    unsigned long long ptr;     /* the largest part's storage address, 0 when none has one */
+    int nparts;
+    int own;             /* the one part is the tensor's own storage, read as such */
+    tgc_part parts[TGC_PARTS_MAX];
+} tgc_bytes;
+/* Measures t into out. dev_type and device_s (borrowed) are t's device when already read, NULL
+ * when not (or unreadable). keep: hold each part's tensor. owned (borrowed, or NULL): the list
+ * that owns the garbage t is in, which takes any instance dict reading a wrapper makes. Never
+ * fails: what cannot be read is counted as best it can be and said so; no exception is left. */
+void tgc_bytes_measure(tgc_state *st, PyObject *t, const char *dev_type, PyObject *device_s,
+                       int keep, PyObject *owned, tgc_bytes *out);
+void tgc_bytes_clear(tgc_bytes *b);
+/* t's shape as a tuple (new reference): its sizes, None for a dimension with no single size (a
+ * nested tensor's ragged one) or one that cannot be read; None instead of a tuple when not even
+ * the number of dimensions can be. NULL only with MemoryError set. */
+PyObject *tgc_tensor_shape(tgc_state *st, PyObject *t);
+/* str(v) for a dtype / device / layout, cached in torch_strs (new reference; NULL with an
+ * exception). */
+PyObject *tgc_torch_str(tgc_state *st, PyObject *v);
 
 /* reporter/walk.c: every live tensor object, and what a report needs of one. */
 PyObject *tgc_walk_tensors(tgc_state *st);              /* new reference: list */

@@ -84,89 +84,162 @@ walk__get(PyObject *descr, PyObject *obj)
     return Py_TYPE(descr)->tp_descr_get(descr, obj, (PyObject *)Py_TYPE(obj));
 }
 
-/* str(dtype) / str(device), cached in st->torch_strs by object (shared with report.c). */
-static PyObject *
-walk__str(tgc_state *st, PyObject *v)
+/* A device's type (new reference, str) and index (new reference, int or None) from its str,
+ * "cuda:0" or "cpu", for a tensor whose .device could not be read. 0, or -1 with an exception. */
+static int
+walk__parse_device(PyObject *device_s, PyObject **type, PyObject **index)
 {
-    PyObject *s = st->torch_strs ? PyDict_GetItemWithError(st->torch_strs, v) : NULL;  /* borrowed */
-    if (s != NULL) {
-        return Py_NewRef(s);
+    Py_ssize_t colon = PyUnicode_FindChar(device_s, ':', 0, PyUnicode_GET_LENGTH(device_s), 1);
+    if (colon == -2) {
+        return -1;
     }
-    PyErr_Clear();  /* an unhashable dtype/device from a subclass: just not cached */
-    s = PyObject_Str(v);
-    if (s != NULL && st->torch_strs != NULL && PyDict_GET_SIZE(st->torch_strs) < 256 &&
-        PyDict_SetItem(st->torch_strs, v, s) < 0) {
+    if (colon < 0) {
+        *type = Py_NewRef(device_s);
+        *index = Py_NewRef(Py_None);
+        return 0;
+    }
+    PyObject *digits = PyUnicode_Substring(device_s, colon + 1, PyUnicode_GET_LENGTH(device_s));
+    *index = digits ? PyLong_FromUnicodeObject(digits, 10) : NULL;
+    Py_XDECREF(digits);
+    if (*index == NULL) {
         PyErr_Clear();
+        *index = Py_NewRef(Py_None);
     }
-    return s;
+    *type = PyUnicode_Substring(device_s, 0, colon);
+    return *type ? 0 : -1;
 }
 
-/* One tensor: (storage_ptr, storage_nbytes, device, device_type, device_index, shape, dtype,
- * numel, is_sparse), new reference. Sparse tensors have no storage of their own: storage_ptr
- * and storage_nbytes are None and the caller measures _indices() and _values(). */
-PyObject *
-tgc_tensor_row(tgc_state *st, PyObject *t)
+/* The number of elements: the product of the sizes when all are plain, else what numel() says
+ * (a nested tensor's ragged size), else None. New reference. */
+static PyObject *
+walk__numel(tgc_state *st, PyObject *t, PyObject *shape)
 {
-    PyObject *size = NULL, *shape = NULL, *dtype = NULL, *dtype_s = NULL, *device = NULL;
-    PyObject *device_s = NULL, *dev_type = NULL, *dev_index = NULL, *sp = NULL, *storage = NULL;
-    PyObject *nb = NULL, *dp = NULL, *row = NULL;
-    if (!PyObject_TypeCheck(t, (PyTypeObject *)st->tensor_type)) {
-        PyErr_Format(PyExc_TypeError, "expected a tensor, got %.100s", Py_TYPE(t)->tp_name);
-        return NULL;
-    }
-    size = walk__get(st->torch_get_shape, t);
-    shape = size ? PySequence_Tuple(size) : NULL;
-    dtype = shape ? walk__get(st->torch_get_dtype, t) : NULL;
-    dtype_s = dtype ? walk__str(st, dtype) : NULL;
-    if (dtype_s != NULL && PyUnicode_GET_LENGTH(dtype_s) > 6 &&
-        PyUnicode_Tailmatch(dtype_s, st->str_torch_dot, 0, 6, -1) == 1) {
-        Py_SETREF(dtype_s, PyUnicode_Substring(dtype_s, 6, PyUnicode_GET_LENGTH(dtype_s)));
-    }
-    device = dtype_s ? walk__get(st->torch_get_device, t) : NULL;
-    device_s = device ? walk__str(st, device) : NULL;
-    dev_type = device_s ? PyObject_GetAttr(device, st->str_type) : NULL;
-    dev_index = dev_type ? PyObject_GetAttr(device, st->str_index) : NULL;
-    sp = dev_index ? walk__get(st->torch_is_sparse_getter, t) : NULL;
-    if (sp == NULL) {
-        goto done;
-    }
     Py_ssize_t numel = 1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
-        Py_ssize_t d = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+    for (Py_ssize_t i = 0; PyTuple_Check(shape) && i < PyTuple_GET_SIZE(shape); i++) {
+        PyObject *d_o = PyTuple_GET_ITEM(shape, i);
+        Py_ssize_t d = PyLong_Check(d_o) ? PyLong_AsSsize_t(d_o) : -1;
         if (d < 0) {
+            if (d_o == Py_None) {
+                goto ask;
+            }
             if (PyErr_Occurred()) {
-                goto done;
+                return NULL;
             }
             d = 0;
         }
         /* a subclass may report any shape: saturate rather than overflow */
         numel = d == 0 ? 0 : numel > PY_SSIZE_T_MAX / d ? PY_SSIZE_T_MAX : numel * d;
     }
-    int is_sparse = PyObject_IsTrue(sp);
+    if (PyTuple_Check(shape)) {
+        return PyLong_FromSsize_t(numel);
+    }
+ask:;
+    PyObject *m = st->torch_attr[TGC_TA_NUMEL];
+    PyObject *n = m ? PyObject_CallOneArg(m, t) : NULL;
+    if (n == NULL || !PyLong_Check(n)) {
+        PyErr_Clear();
+        Py_XSETREF(n, Py_NewRef(Py_None));
+    }
+    return n;
+}
+
+/* One tensor: (storage_ptr, storage_nbytes, device, device_type, device_index, shape, dtype,
+ * numel, is_sparse, storage, parts, nbytes, no_storage), new reference. storage_ptr and
+ * storage_nbytes are its own storage's ((0, 0) for a meta tensor, None where it has none: sparse,
+ * mkldnn, wrapper subclasses). storage is how nbytes, its real bytes, were counted (layout.c);
+ * parts is None when they are the tensor's own, else ((name, tensor), ...) of the tensors that
+ * hold them (a sparse tensor's indices and values, a wrapper's inner tensors); no_storage says
+ * why nothing is counted (e.g. "meta"), else None. */
+PyObject *
+tgc_tensor_row(tgc_state *st, PyObject *t)
+{
+    PyObject *shape = NULL, *dtype = NULL, *dtype_s = NULL, *device = NULL, *numel = NULL;
+    PyObject *device_s = NULL, *dev_type = NULL, *dev_index = NULL, *sp = NULL, *parts = NULL;
+    PyObject *row = NULL;
+    tgc_bytes bytes;
+    int measured = 0;
+    if (!PyObject_TypeCheck(t, (PyTypeObject *)st->tensor_type)) {
+        PyErr_Format(PyExc_TypeError, "expected a tensor, got %.100s", Py_TYPE(t)->tp_name);
+        return NULL;
+    }
+    shape = tgc_tensor_shape(st, t);
+    dtype = shape ? walk__get(st->torch_get_dtype, t) : NULL;
+    dtype_s = dtype ? tgc_torch_str(st, dtype) : NULL;
+    if (dtype_s != NULL && PyUnicode_GET_LENGTH(dtype_s) > 6 &&
+        PyUnicode_Tailmatch(dtype_s, st->str_torch_dot, 0, 6, -1) == 1) {
+        Py_SETREF(dtype_s, PyUnicode_Substring(dtype_s, 6, PyUnicode_GET_LENGTH(dtype_s)));
+    }
+    sp = dtype_s ? walk__get(st->torch_is_sparse_getter, t) : NULL;
+    int is_sparse = sp ? PyObject_IsTrue(sp) : -1;
     if (is_sparse < 0) {
         goto done;
     }
-    if (is_sparse) {
-        nb = Py_NewRef(Py_None);
-        dp = Py_NewRef(Py_None);
+    /* A wrapper subclass may answer .device through a __torch_dispatch__ that raises: its device
+     * is then its first inner tensor's, once measured. */
+    device = walk__get(st->torch_get_device, t);
+    device_s = device ? tgc_torch_str(st, device) : NULL;
+    dev_type = device_s ? PyObject_GetAttr(device, st->str_type) : NULL;
+    dev_index = dev_type ? PyObject_GetAttr(device, st->str_index) : NULL;
+    if (dev_index == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            goto done;
+        }
+        PyErr_Clear();
+        Py_CLEAR(device_s);
+        Py_CLEAR(dev_type);
     }
-    else {
-        /* Other layouts (sparse CSR, nested, meta-like wrappers) may refuse: measure nothing. */
-        storage = PyObject_CallOneArg(st->torch_untyped_storage, t);
-        nb = storage ? PyObject_CallMethodNoArgs(storage, st->str_nbytes) : NULL;
-        dp = nb ? PyObject_CallMethodNoArgs(storage, st->str_data_ptr) : NULL;
-        if (dp == NULL) {
-            PyErr_Clear();
-            Py_XSETREF(nb, Py_NewRef(Py_None));
-            dp = Py_NewRef(Py_None);
+    const char *dt = dev_type ? PyUnicode_AsUTF8(dev_type) : NULL;
+    PyErr_Clear();
+    tgc_bytes_measure(st, t, dt, device_s, 1, NULL, &bytes);
+    measured = 1;
+    if (device_s == NULL) {
+        device_s = bytes.nparts > 0 && bytes.parts[0].device_s
+                       ? Py_NewRef(bytes.parts[0].device_s) : PyUnicode_FromString("unknown");
+        if (device_s == NULL || walk__parse_device(device_s, &dev_type, &dev_index) < 0) {
+            goto done;
         }
     }
-    row = Py_BuildValue("(OOOOOOOnO)", dp, nb, device_s, dev_type, dev_index, shape, dtype_s,
-                        numel, is_sparse ? Py_True : Py_False);
+    numel = walk__numel(st, t, shape);
+    if (numel == NULL) {
+        goto done;
+    }
+    /* Its own storage's address and size; a meta tensor's (0, 0): it holds nothing. */
+    int meta = bytes.how == st->how[TGC_HOW_META];
+    PyObject *own_ptr = bytes.own ? PyLong_FromUnsignedLongLong(bytes.parts[0].ptr)
+                        : meta ? PyLong_FromLong(0) : Py_NewRef(Py_None);
+    PyObject *own_nb = bytes.own ? PyLong_FromUnsignedLongLong(bytes.parts[0].nbytes)
+                       : meta ? PyLong_FromLong(0) : Py_NewRef(Py_None);
+    PyObject *nb = PyLong_FromUnsignedLongLong(bytes.nbytes);
+    PyObject *none = bytes.none ? PyUnicode_FromString(bytes.none) : Py_NewRef(Py_None);
+    if (bytes.own || bytes.nparts == 0 || (bytes.nparts == 1 && bytes.parts[0].name == NULL)) {
+        parts = Py_NewRef(Py_None);
+    }
+    else if ((parts = PyTuple_New(bytes.nparts)) != NULL) {
+        for (int i = 0; i < bytes.nparts; i++) {
+            const tgc_part *p = &bytes.parts[i];
+            PyObject *pair = PyTuple_Pack(2, p->name ? p->name : Py_None, p->tensor);
+            if (pair == NULL) {
+                Py_CLEAR(parts);
+                break;
+            }
+            PyTuple_SET_ITEM(parts, i, pair);  /* steals pair */
+        }
+    }
+    if (own_ptr && own_nb && nb && none && parts) {
+        row = PyTuple_Pack(13, own_ptr, own_nb, device_s, dev_type, dev_index, shape, dtype_s,
+                           numel, is_sparse ? Py_True : Py_False, bytes.how, parts, nb, none);
+    }
+    Py_XDECREF(own_ptr);
+    Py_XDECREF(own_nb);
+    Py_XDECREF(nb);
+    Py_XDECREF(none);
 done:
-    Py_XDECREF(size); Py_XDECREF(shape); Py_XDECREF(dtype); Py_XDECREF(dtype_s);
+    Py_XDECREF(shape); Py_XDECREF(dtype); Py_XDECREF(dtype_s); Py_XDECREF(numel);
     Py_XDECREF(device); Py_XDECREF(device_s); Py_XDECREF(dev_type); Py_XDECREF(dev_index);
-    Py_XDECREF(sp); Py_XDECREF(storage); Py_XDECREF(nb); Py_XDECREF(dp);
+    Py_XDECREF(sp); Py_XDECREF(parts);
+    if (measured) {
+        tgc_bytes_clear(&bytes);
+    }
     return row;
 }
 

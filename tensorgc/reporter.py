@@ -40,17 +40,21 @@ def readable_size(num_bytes) -> str:
 
 
 class Row(NamedTuple):
-    """One tensor (or one part of a sparse tensor) in a report. Holds no reference to it.
-    (A NamedTuple: a report of a large model makes thousands, and they must be cheap.)"""
+    """One tensor (or one part of a sparse tensor or a wrapper subclass) in a report. Holds no
+    reference to it. (A NamedTuple: a report of a large model makes thousands, and they must be
+    cheap.)"""
     name: str
     kind: str
-    shape: tuple
+    shape: Optional[tuple]      # None in it for a ragged dimension; None when unreadable
     dtype: str
     device: str
-    numel: int
+    numel: Optional[int]
     storage_bytes: int          # bytes of its storage, 0 when another row already counted it
     block_bytes: Optional[int]  # the allocator block's size (CUDA), 0 when already counted
     shares_with: Optional[str]  # the row that counted the storage, when not this one
+    # how its bytes were counted, e.g. "strided: untyped_storage", "sparse_csr: crow_indices +
+    # col_indices + values", "none (meta tensor)" (the tensor's, on each of its part rows)
+    storage: Optional[str] = None
 
     @property
     def used(self) -> int:
@@ -82,7 +86,10 @@ class Report:
                 if r.device != dev:
                     continue
                 name = r.name if not (verbose and r.shares_with) else f"{r.name}(->{r.shares_with})"
-                lines.append(fmt(name, str(r.shape) if r.shape else "(1,)", readable_size(r.used)))
+                if r.storage and r.storage.startswith("none"):
+                    name += f" (no storage: {_no_storage(r.storage)})"
+                shape = "?" if r.shape is None else str(r.shape) if r.shape else "(1,)"
+                lines.append(fmt(name, shape, readable_size(r.used)))
             t = self.totals[dev]
             lines.append("-" * LEN)
             lines.append(f"Total Tensors: {t['numel']} \tUsed Memory: {readable_size(t['used'])}")
@@ -103,6 +110,12 @@ class Report:
             "totals": {d: dict(t) for d, t in self.totals.items()},
             "sites": {d: [list(s) for s in v] for d, v in self.sites.items()},
         }
+
+
+def _no_storage(how):
+    """Why a row holds no bytes, as the cycle report's text says it: "none (meta tensor)" ->
+    "meta", "none (storage not readable)" -> "storage not readable"."""
+    return how[how.find("(") + 1:how.rfind(")")].removesuffix(" tensor") if "(" in how else how
 
 
 def _footer(dev, t, sites, verbose):
@@ -292,23 +305,29 @@ class MemReporter:
                 entries.append((t, None, "other"))
         infos = _tensorgc._tensor_rows([e[0] for e in entries])
 
-        rows_raw = []  # (name, kind, shape, dtype, device, dev_type, dev_index, numel, ptr, nbytes)
+        # (name, kind, shape, dtype, device, dev_type, dev_index, numel, ptr, nbytes, storage)
+        rows_raw = []
         counter = 0
         for (t, name, kind), info in zip(entries, infos):
-            ptr, nbytes, dev, dev_type, dev_index, shape, dtype, numel, sparse = info
+            (ptr, _own, dev, dev_type, dev_index, shape, dtype, numel, _sparse, how, parts,
+             nbytes, _none) = info
             if not _matches(filt, dev_type, dev_index) or numel == 0:
                 continue
             if name is None:
                 name = f"{type(t).__name__}{counter}"
                 counter += 1
-            if sparse:
-                for part, sub in (("indices", t._indices()), ("values", t._values())):
-                    p2, n2, _, _, _, s2, d2, e2, _ = _tensorgc._tensor_rows([sub])[0]
-                    rows_raw.append([f"{name}.{part}", kind, s2, d2, dev, dev_type, dev_index,
-                                     e2, p2, n2])
+            if parts:
+                # a sparse tensor's indices and values, a wrapper's inner tensors: a row each,
+                # so that a storage shared with another tensor is still counted once
+                subs = _tensorgc._tensor_rows([sub for _, sub in parts])
+                for (part, _), sub in zip(parts, subs):
+                    p2, _, d2s, t2, i2, s2, d2, e2, _, _, _, n2, _ = sub
+                    rows_raw.append([f"{name}.{part}", kind, s2, d2, d2s, t2, i2, e2, p2, n2,
+                                     how])
+                del subs
             else:
                 rows_raw.append([name, kind, shape, dtype, dev, dev_type, dev_index, numel, ptr,
-                                 nbytes])
+                                 nbytes, how])
 
         # each storage once: the first row (named rows come first) counts it
         first_of = {}
@@ -380,13 +399,13 @@ class MemReporter:
         for dev in devices:
             totals.setdefault(dev, {}).update(numel=0, used=0, storage=0, named_storage=0,
                                               storages=0, tensors=0)
-        for i, (name, kind, shape, dtype, dev, dev_type, _idx, numel, _ptr, nbytes,
+        for i, (name, kind, shape, dtype, dev, dev_type, _idx, numel, _ptr, nbytes, how,
                 shares) in enumerate(rows_raw):
             sb = 0 if shares or nbytes is None else nbytes
             bb = block.get(i, 0) if dev_type == "cuda" else None
-            append(Row(name, kind, shape, dtype, dev, numel, sb, bb, shares))
+            append(Row(name, kind, shape, dtype, dev, numel, sb, bb, shares, how))
             t = totals[dev]
-            t["numel"] += numel
+            t["numel"] += numel or 0
             t["used"] += sb if bb is None else bb
             t["storage"] += sb
             if kind != "other":

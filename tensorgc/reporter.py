@@ -364,7 +364,7 @@ class MemReporter:
             segs = _alloc.segments()
             storages, which = [], []
             for i, r in enumerate(rows_raw):
-                if r[5] == "cuda" and r[8] and r[10] is None:
+                if r[5] == "cuda" and r[8] and r[11] is None:  # r[11]: shares_with
                     storages.append(((r[6] or 0), r[8], r[1] != "other"))
                     which.append(i)
             per, ctot, unseen = _alloc.attribute(segs, storages)

@@ -114,12 +114,13 @@ class Many(torch.Tensor):
         return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
 
     def __init__(self, parts):
-        self.names = [f"p{i}" for i in range(len(parts))]
-        for name, p in zip(self.names, parts):
+        # not "names": that is the named-tensor property of torch.Tensor
+        self.part_names = [f"p{i}" for i in range(len(parts))]
+        for name, p in zip(self.part_names, parts):
             setattr(self, name, p)
 
     def __tensor_flatten__(self):
-        return list(self.names), None
+        return list(self.part_names), None
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Run the tensorgc benchmarks B1 (overhead), B2 (report cost), B3 (MemReporter vs
-pytorch_memlab), B4 (timeline vs memory_viz) and B5 (line profiler vs pytorch_memlab); markdown
-on stdout.
+pytorch_memlab), B4 (timeline vs memory_viz), B5 (line profiler vs pytorch_memlab) and B6 (report
+pages of adversarial garbage and memory over 10,000 reports, vs torch's detector); markdown on
+stdout.
 
     python bench/run_all.py --repeat 5 --timeout 120 --json-dir bench/results
 
@@ -34,7 +35,7 @@ def main(argv=None) -> int:
     p.add_argument("--json-dir", default=None, help="write b1.json and b2.json here")
     p.add_argument("--b3-heap", type=int, default=1_000_000, help="B3 heap")
     p.add_argument("--b4-events", type=int, default=1_000_000, help="B4 trace entries (synthetic)")
-    p.add_argument("--only", choices=["b1", "b2", "b3", "b4", "b5"], default=None,
+    p.add_argument("--only", choices=["b1", "b2", "b3", "b4", "b5", "b6"], default=None,
                    help="run just one benchmark")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: --repeat 1 --heaps 100000 --pairs 30000 --b2-heap 100000 --timeout 60")
@@ -73,6 +74,13 @@ def main(argv=None) -> int:
         cmd = [sys.executable, os.path.join(HERE, "b5_lineprof.py"), "--repeat", str(args.repeat)]
         if args.json_dir:
             cmd += ["--json", os.path.join(args.json_dir, "b5.json")]
+        jobs.append(cmd)
+    if args.only in (None, "b6"):
+        cmd = [sys.executable, os.path.join(HERE, "b6_pages.py"), "--repeat", str(args.repeat)]
+        if args.quick:
+            cmd += ["--quick"]
+        if args.json_dir:
+            cmd += ["--json", os.path.join(args.json_dir, "b6.json")]
         jobs.append(cmd)
 
     rc = 0

@@ -61,19 +61,26 @@ render__on_error(char *msg)
     return 0;
 }
 
-/* Graphviz output we inline into HTML must be inert: no script, no javascript: URLs. The labels
- * were escaped on the way in; this is the belt to those braces. */
+/* Graphviz output we inline into HTML must be inert: no script, no link. The labels were escaped
+ * on the way in, so a user's string is text (between tags, where '<' is always &lt;); this is
+ * the belt to those braces. Inside tags: no script, iframe or foreignObject element and no href
+ * at all (the DOT we draw has no URL attributes; a "javascript:" in a label is text). */
 static int
 render__inert(const char *s, size_t n)
 {
-    /* A user's string may say "javascript:" in a label or tooltip, where it is text; only as a
-     * link target would it run, and the DOT we draw has no URL attributes. */
-    static const char *bad[] = {"<script", "href=\"javascript:", "href='javascript:",
-                                "<foreignobject", "<iframe"};
+    static const char *bad[] = {"<script", "<foreignobject", "<iframe"};
     for (size_t i = 0; i < n; i++) {
+        if (s[i] != '<') {
+            continue;
+        }
         for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
             size_t m = strlen(bad[k]);
             if (i + m <= n && strncasecmp(s + i, bad[k], m) == 0) {
+                return 0;
+            }
+        }
+        for (size_t j = i + 1; j < n && s[j] != '>'; j++) {  /* the tag's attributes */
+            if (j + 4 <= n && strncasecmp(s + j, "href", 4) == 0) {
                 return 0;
             }
         }

@@ -1,17 +1,22 @@
 /* render_main.c: the render worker, the executable tensorgc/_tgc_render (protocol and contract in
  * renderer.h). Reads DOT requests on stdin, answers with SVG or an error on stdout, one at a time,
- * until end of input. Runs Graphviz (render.c) so that the user's process never does: its parent
- * kills it when a layout overruns. Not part of the extension module. */
+ * until end of input, until it has been idle TGC_RENDERER_IDLE_S seconds, or until its parent dies.
+ * Runs Graphviz (render.c) so that the user's process never does: its parent kills it when a
+ * layout overruns. argv[1] is the parent's pid. Not part of the extension module. */
 #include "render.h"
 #include "renderer.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 static int
 io_all(int fd, void *p, size_t n, int writing)
@@ -41,8 +46,17 @@ answer(uint32_t status, const char *data, size_t len)
 }
 
 int
-main(void)
+main(int argc, char **argv)
 {
+    /* Dies with its parent, even mid-layout: the parent's deadline cannot stop us once the
+     * parent is gone. (The signal comes when the thread that started us ends, too: the parent
+     * then starts another worker.) */
+#ifdef __linux__
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+    if (argc > 1 && (long)getppid() != strtol(argv[1], NULL, 10)) {
+        return 0;  /* the parent died before the line above took effect */
+    }
     /* Descriptors the parent left open without close-on-exec are not ours to hold. */
     long maxfd = sysconf(_SC_OPEN_MAX);
     for (long fd = 3; fd < (maxfd > 0 && maxfd < 65536 ? maxfd : 65536); fd++) {
@@ -56,6 +70,15 @@ main(void)
     (void)setrlimit(RLIMIT_CORE, &core);
 
     for (;;) {
+        /* Idle too long: exit, so that a parent waiting for all its children is not held up
+         * forever (it starts another worker when it next draws). */
+        struct pollfd p = {0, POLLIN, 0};
+        int ready;
+        while ((ready = poll(&p, 1, TGC_RENDERER_IDLE_S * 1000)) < 0 && errno == EINTR) {
+        }
+        if (ready == 0) {
+            return 0;
+        }
         tgc_renderer_header h;
         if (io_all(0, &h, sizeof(h), 0) < 0) {
             return 0;
@@ -80,7 +103,10 @@ main(void)
             rc = -1;
         }
         else {
+            /* A backstop for the parent's deadline: a second past it, SIGALRM ends us. */
+            alarm((unsigned)(h.status / 1000) + 2);
             rc = tgc_render_svg(dot, (size_t)h.len, &svg, &len, err, sizeof(err));
+            alarm(0);
         }
         free(dot);
         int sent = rc == 0 ? answer(0, svg, len) : answer(1, err, strlen(err));

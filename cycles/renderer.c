@@ -13,31 +13,100 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 extern char **environ;
 
-/* All protected by renderer__lock. */
+/* The worker's state, protected by renderer__lock (held for a whole layout). */
 static pthread_mutex_t renderer__lock = PTHREAD_MUTEX_INITIALIZER;
 static char *renderer__path;        /* malloc'd; NULL until set */
-static double renderer__timeout = 2.0;
 static pid_t renderer__pid;         /* 0: no worker */
-static pid_t renderer__owner;       /* the process that started it (a fork's child is not) */
+static int renderer__pidfd = -1;    /* a pidfd for the worker where the kernel has them: a kill
+                                       can never reach another process that got its pid */
 static int renderer__fd = -1;       /* our end of the socket pair */
 static unsigned renderer__uses;     /* layouts by the current worker */
+/* Settings and counters, protected by renderer__small, never held across a layout: reading
+ * them must not wait for one (the callers hold the GIL). */
+static pthread_mutex_t renderer__small = PTHREAD_MUTEX_INITIALIZER;
+static double renderer__timeout = 2.0;
 static tgc_renderer_stats renderer__stats;
 static pthread_once_t renderer__atfork_once = PTHREAD_ONCE_INIT;
 
+#define STAT(field) do { pthread_mutex_lock(&renderer__small); renderer__stats.field++; \
+                         pthread_mutex_unlock(&renderer__small); } while (0)
+
 /* A fork while another thread renders would hand the child a lock held forever: fork waits for
- * the render in progress (at most its deadline) instead. */
-static void renderer__before_fork(void) { pthread_mutex_lock(&renderer__lock); }
-static void renderer__after_fork(void) { pthread_mutex_unlock(&renderer__lock); }
+ * the render in progress (at most its deadline) instead. The child forgets its parent's worker
+ * at once: it closes its copy of the socket (so the worker sees end of input when the parent
+ * goes, and the descriptor's number is not closed later under whatever the child opened there)
+ * and starts its own worker when it first renders. */
+static void
+renderer__before_fork(void)
+{
+    pthread_mutex_lock(&renderer__lock);
+    pthread_mutex_lock(&renderer__small);
+}
+
+static void
+renderer__after_fork_parent(void)
+{
+    pthread_mutex_unlock(&renderer__small);
+    pthread_mutex_unlock(&renderer__lock);
+}
+
+static void
+renderer__after_fork_child(void)
+{
+    if (renderer__fd >= 0) {
+        close(renderer__fd);
+    }
+    if (renderer__pidfd >= 0) {
+        close(renderer__pidfd);
+    }
+    renderer__fd = renderer__pidfd = -1;
+    renderer__pid = 0;
+    renderer__uses = 0;
+    renderer__stats.pid = 0;
+    pthread_mutex_unlock(&renderer__small);
+    pthread_mutex_unlock(&renderer__lock);
+}
+
 static void
 renderer__register_atfork(void)
 {
-    (void)pthread_atfork(renderer__before_fork, renderer__after_fork, renderer__after_fork);
+    (void)pthread_atfork(renderer__before_fork, renderer__after_fork_parent,
+                         renderer__after_fork_child);
+}
+
+static void
+renderer__kill(void)
+{
+#if defined(SYS_pidfd_send_signal)
+    if (renderer__pidfd >= 0 && syscall(SYS_pidfd_send_signal, renderer__pidfd, SIGKILL, NULL, 0) == 0) {
+        return;
+    }
+#endif
+    kill(renderer__pid, SIGKILL);
+}
+
+static void
+renderer__forget(void)
+{
+    if (renderer__fd >= 0) {
+        close(renderer__fd);
+    }
+    if (renderer__pidfd >= 0) {
+        close(renderer__pidfd);
+    }
+    renderer__fd = renderer__pidfd = -1;
+    renderer__pid = 0;
+    renderer__uses = 0;
+    pthread_mutex_lock(&renderer__small);
+    renderer__stats.pid = 0;
+    pthread_mutex_unlock(&renderer__small);
 }
 
 static double
@@ -48,25 +117,17 @@ renderer__now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Forgets the worker. Ours: killed and reaped (SIGKILL cannot be caught, so the wait is short;
- * ECHILD when the user's SIGCHLD handling reaped it already is fine). A parent's, inherited
- * through fork: only our copy of its socket is closed. Lock held. */
+/* Stops the worker: killed (SIGKILL cannot be caught, so the wait is short) and reaped. ECHILD,
+ * when the user's SIGCHLD handling reaped it already, is fine. Lock held. */
 static void
-renderer__drop(int kill_it)
+renderer__drop(void)
 {
-    if (renderer__fd >= 0) {
-        close(renderer__fd);
-        renderer__fd = -1;
-    }
-    if (renderer__pid > 0 && renderer__owner == getpid()) {
-        if (kill_it) {
-            kill(renderer__pid, SIGKILL);
-        }
+    if (renderer__pid > 0) {
+        renderer__kill();
         while (waitpid(renderer__pid, NULL, 0) < 0 && errno == EINTR) {
         }
     }
-    renderer__pid = 0;
-    renderer__uses = 0;
+    renderer__forget();
 }
 
 /* Starts a worker; 0, or -1 with a message. Lock held. */
@@ -100,6 +161,7 @@ renderer__spawn(char *err, size_t err_len)
     sigemptyset(&dflt);
     sigaddset(&dflt, SIGPIPE);  /* Python ignores SIGPIPE, and an ignored signal survives exec */
     sigaddset(&dflt, SIGTERM);
+    sigaddset(&dflt, SIGALRM);  /* the worker's own backstop (render_main.c) */
     if ((rc = posix_spawn_file_actions_adddup2(&fa, sv[1], 0)) != 0 ||
         (rc = posix_spawn_file_actions_adddup2(&fa, sv[1], 1)) != 0 ||
         (rc = posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0)) != 0 ||
@@ -108,7 +170,9 @@ renderer__spawn(char *err, size_t err_len)
         (rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)) != 0) {
         goto fail_setup;
     }
-    char *argv[] = {renderer__path, NULL};
+    char ppid[24];
+    snprintf(ppid, sizeof(ppid), "%ld", (long)getpid());
+    char *argv[] = {renderer__path, ppid, NULL};
     pid_t pid;
     if ((rc = posix_spawn(&pid, renderer__path, &fa, &attr, argv, environ)) != 0) {
         snprintf(err, err_len, "could not start the render worker %s: %s", renderer__path,
@@ -122,9 +186,17 @@ renderer__spawn(char *err, size_t err_len)
     (void)fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
     renderer__fd = sv[0];
     renderer__pid = pid;
-    renderer__owner = getpid();
     renderer__uses = 0;
+#if defined(SYS_pidfd_open)
+    renderer__pidfd = (int)syscall(SYS_pidfd_open, pid, 0);  /* -1 where the kernel is older */
+    if (renderer__pidfd >= 0) {
+        (void)fcntl(renderer__pidfd, F_SETFD, FD_CLOEXEC);
+    }
+#endif
+    pthread_mutex_lock(&renderer__small);
     renderer__stats.started++;
+    renderer__stats.pid = pid;
+    pthread_mutex_unlock(&renderer__small);
     return 0;
 
 fail_setup:
@@ -197,19 +269,16 @@ static void
 renderer__died(char *err, size_t err_len)
 {
     int status = 0;
-    pid_t pid = renderer__pid;
-    if (renderer__fd >= 0) {
-        close(renderer__fd);
-        renderer__fd = -1;
+    pid_t pid = renderer__pid, got;
+    /* It closed its socket, so it is exiting or gone; make sure, and reap it. */
+    while ((got = pid > 0 ? waitpid(pid, &status, WNOHANG) : -1) < 0 && errno == EINTR) {
     }
-    /* It closed its socket, so it is exiting or gone; give it a moment, then make sure. */
-    pid_t got = pid > 0 ? waitpid(pid, &status, WNOHANG) : -1;
     if (got == 0) {
-        kill(pid, SIGKILL);
-        got = waitpid(pid, &status, 0);
+        renderer__kill();
+        while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+        }
     }
-    renderer__pid = 0;
-    renderer__uses = 0;
+    renderer__forget();
     if (got == pid && WIFSIGNALED(status)) {
         snprintf(err, err_len, "the render worker died of signal %d while drawing this graph",
                  WTERMSIG(status));
@@ -240,18 +309,40 @@ tgc_renderer_set_path(const char *path)
 void
 tgc_renderer_set_timeout(double seconds)
 {
-    pthread_mutex_lock(&renderer__lock);
+    pthread_mutex_lock(&renderer__small);
     renderer__timeout = seconds;
-    pthread_mutex_unlock(&renderer__lock);
+    pthread_mutex_unlock(&renderer__small);
 }
 
 double
 tgc_renderer_timeout(void)
 {
-    pthread_mutex_lock(&renderer__lock);
+    pthread_mutex_lock(&renderer__small);
     double t = renderer__timeout;
-    pthread_mutex_unlock(&renderer__lock);
+    pthread_mutex_unlock(&renderer__small);
     return t;
+}
+
+/* Takes renderer__lock by the deadline: 0, or 1 when another layout held it all that time. */
+static int
+renderer__lock_by(double deadline)
+{
+    double left = deadline - renderer__now();
+    struct timespec abs;
+    clock_gettime(CLOCK_REALTIME, &abs);
+    if (left < 0) {
+        left = 0;
+    }
+    abs.tv_sec += (time_t)left;
+    abs.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
+    if (abs.tv_nsec >= 1000000000L) {
+        abs.tv_sec++;
+        abs.tv_nsec -= 1000000000L;
+    }
+    int rc;
+    while ((rc = pthread_mutex_timedlock(&renderer__lock, &abs)) == EINTR) {
+    }
+    return rc == 0 ? 0 : 1;
 }
 
 int
@@ -267,22 +358,26 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
         return TGC_RENDER_FAILED;
     }
     pthread_once(&renderer__atfork_once, renderer__register_atfork);
-    pthread_mutex_lock(&renderer__lock);
-    double timeout = renderer__timeout;
+    double timeout = tgc_renderer_timeout();
+    /* The budget counts from the call: waiting for another thread's layout spends it too. */
     double deadline = renderer__now() + timeout;
-    if (renderer__pid > 0 && renderer__owner != getpid()) {
-        renderer__drop(0);  /* our parent's worker, inherited through fork */
+    if (renderer__lock_by(deadline) != 0) {
+        snprintf(err, err_len, "the layout took longer than its %.3g s budget and was stopped "
+                 "(other layouts held the render worker all that time)", timeout);
+        return TGC_RENDER_TIMEOUT;
     }
     if (renderer__pid > 0 && renderer__uses >= TGC_RENDERER_USES) {
-        renderer__drop(1);  /* retired: what Graphviz leaked goes with it */
-        renderer__stats.retired++;
+        renderer__drop();  /* retired: what Graphviz leaked goes with it */
+        STAT(retired);
     }
     if (renderer__pid > 0) {
-        /* An idle worker that died (killed by someone, say) is replaced before it is asked. */
-        pid_t got = waitpid(renderer__pid, NULL, WNOHANG);
+        /* A worker that exited while idle (it does after TGC_RENDERER_IDLE_S, or someone killed
+         * it) is reaped and replaced before it is asked. */
+        pid_t got;
+        while ((got = waitpid(renderer__pid, NULL, WNOHANG)) < 0 && errno == EINTR) {
+        }
         if (got == renderer__pid || (got < 0 && errno == ECHILD)) {
-            renderer__pid = 0;
-            renderer__drop(0);
+            renderer__forget();
         }
     }
     tgc_renderer_header h;
@@ -291,12 +386,14 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
         if (renderer__pid == 0 && renderer__spawn(err, err_len) < 0) {
             goto done;
         }
-        /* A worker that served earlier layouts may have died since (killed by someone) without
-         * our noticing yet: if it fails before answering, one fresh worker gets the request. */
+        /* A worker that served earlier layouts may have exited since without our noticing yet:
+         * if it fails before answering, one fresh worker gets the request. */
         int idle_before = renderer__uses > 0;
         renderer__uses++;
-        renderer__stats.renders++;
-        h = (tgc_renderer_header){TGC_RENDERER_MAGIC, 0, (uint64_t)dot_len};
+        STAT(renders);
+        double ms = timeout * 1000.0 + 0.5;
+        h = (tgc_renderer_header){TGC_RENDERER_MAGIC, ms > 4e9 ? 4000000000u : (uint32_t)ms,
+                                  (uint64_t)dot_len};
         io = renderer__io(renderer__fd, &h, sizeof(h), 1, deadline);
         if (io == 0) {
             io = renderer__io(renderer__fd, (void *)dot, dot_len, 1, deadline);
@@ -311,22 +408,22 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
         break;
     }
     if (io == 0 && (h.magic != TGC_RENDERER_MAGIC || h.status > 1 || h.len > TGC_RENDERER_MAX_SVG)) {
-        renderer__drop(1);
+        renderer__drop();
         snprintf(err, err_len, "the render worker's answer was malformed or too large");
         goto done;
     }
     if (io == 0) {
         out = malloc(h.len + 1);
         if (out == NULL) {
-            renderer__drop(1);
+            renderer__drop();
             snprintf(err, err_len, "out of memory for the render worker's answer");
             goto done;
         }
         io = renderer__io(renderer__fd, out, h.len, 0, deadline);
     }
     if (io == 1) {
-        renderer__drop(1);
-        renderer__stats.killed++;
+        renderer__drop();
+        STAT(killed);
         snprintf(err, err_len, "the layout took longer than its %.3g s budget and was stopped",
                  timeout);
         rc = TGC_RENDER_TIMEOUT;
@@ -354,18 +451,15 @@ done:
 void
 tgc_renderer_get_stats(tgc_renderer_stats *s)
 {
-    pthread_mutex_lock(&renderer__lock);
+    pthread_mutex_lock(&renderer__small);
     *s = renderer__stats;
-    s->pid = renderer__owner == getpid() ? (long)renderer__pid : 0;
-    pthread_mutex_unlock(&renderer__lock);
+    pthread_mutex_unlock(&renderer__small);
 }
 
 void
 tgc_renderer_shutdown(void)
 {
     pthread_mutex_lock(&renderer__lock);
-    if (renderer__pid > 0) {
-        renderer__drop(renderer__owner == getpid());
-    }
+    renderer__drop();
     pthread_mutex_unlock(&renderer__lock);
 }

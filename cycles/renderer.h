@@ -11,9 +11,14 @@
  *   few milliseconds), whatever the DOT: a worker that overruns is killed (SIGKILL) and reaped,
  *   and the next call starts a new one.
  * - One worker per process at most, started on first use, retired after TGC_RENDERER_USES layouts
- *   (bounding what Graphviz's leaks can grow to) and at shutdown. A forked child never uses its
- *   parent's worker: it starts its own.
- * - Thread safe: one mutex serialises callers (a fork waits for the render in progress).
+ *   (bounding what Graphviz's leaks can grow to) and at shutdown; it exits by itself after
+ *   TGC_RENDERER_IDLE_S idle seconds (so code that waits for all its children is held up that
+ *   long at most), when its parent dies (PR_SET_PDEATHSIG, and end of input), and when a layout
+ *   overruns the budget by a second (alarm: a backstop for a parent that cannot kill it). A forked
+ *   child closes its parent's worker's socket at once and starts its own worker when it renders.
+ * - Thread safe: one mutex serialises layouts; the budget counts from the call, so waiting for
+ *   another thread's layout spends it (a fork waits for the layout in progress). Settings and
+ *   counters have their own lock and never wait for a layout.
  * - Bounded: requests over TGC_RENDERER_MAX_DOT and answers over TGC_RENDERER_MAX_SVG are refused;
  *   the worker runs with its address space capped at TGC_RENDERER_MAX_AS. */
 #ifndef TGC_RENDERER_H
@@ -23,6 +28,7 @@
 #include <stdint.h>
 
 #define TGC_RENDERER_USES 256
+#define TGC_RENDERER_IDLE_S 30  /* the worker exits after this long without a request */
 #define TGC_RENDERER_MAX_DOT ((uint64_t)16 << 20)
 #define TGC_RENDERER_MAX_SVG ((uint64_t)32 << 20)
 #define TGC_RENDERER_MAX_AS ((uint64_t)4 << 30)
@@ -33,7 +39,7 @@
 #define TGC_RENDERER_MAGIC 0x54474352u  /* "TGCR" */
 typedef struct {
     uint32_t magic;
-    uint32_t status;  /* 0 in a request */
+    uint32_t status;  /* in a request: the budget in milliseconds (the worker's own backstop) */
     uint64_t len;
 } tgc_renderer_header;
 

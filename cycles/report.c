@@ -1580,6 +1580,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
     tgc_report_row *rows = NULL;  /* the table's, one per group; its strings new references */
     tgc_buf cyc = {0}, hint = {0};  /* reused: a group's cycle and hint */
     tgc_buf spare = {0};            /* the lines of shapes past TGC_TEXT_GROUPS, not kept */
+    uint32_t *best_of = NULL;       /* per group: its largest tensor (one pass, not one a group) */
     uint64_t unlisted_bytes = 0, unlisted_tensors = 0;
     PyObject *result = NULL, *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
     PyObject *seen = NULL;
@@ -1780,6 +1781,22 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
         Py_DECREF(tup);
     }
 
+    best_of = malloc((b.a.ngroups ? b.a.ngroups : 1) * sizeof(uint32_t));
+    if (best_of == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (uint32_t g = 0; g < b.a.ngroups; g++) {
+        best_of[g] = TGC_NONE;
+    }
+    for (uint32_t v = 0; v < b.n; v++) {
+        uint32_t g = b.a.group[v];
+        if (g != TGC_NONE && b.ts[v].info && (b.a.role[v] & TGC_ROLE_TARGET) &&
+            (best_of[g] == TGC_NONE || b.ts[v].nbytes > b.ts[best_of[g]].nbytes)) {
+            best_of[g] = v;
+        }
+    }
+
     /* Text and groups */
     tgc_buf_puts(&text, "tensorgc: garbage collection (generation ");
     tgc_buf_int(&text, generation);
@@ -1833,13 +1850,7 @@ tgc_report_build(tgc_state *st, PyObject *objs, const tgc_filter *f, int generat
             tgc_buf_puts(line, " each");
         }
         /* the largest tensor of the representative */
-        uint32_t best = TGC_NONE;
-        for (uint32_t v = 0; v < b.n; v++) {
-            if (b.a.group[v] == gi->group && b.ts[v].info && (b.a.role[v] & TGC_ROLE_TARGET) &&
-                (best == TGC_NONE || b.ts[v].nbytes > b.ts[best].nbytes)) {
-                best = v;
-            }
-        }
+        uint32_t best = best_of[gi->group];
         if (best != TGC_NONE) {
             tgc_buf_puts(line, gi->targets > 1 ? ", largest " : ": ");
             tgc_buf_append(line, report__line(&b.ts[best]));
@@ -1946,6 +1957,8 @@ error:
     builder_free(&b);
     PyMem_Free(b.items);
     free(elided);
+    free(best_of);
+    tgc_buf_free(&spare);
     tgc_buf_free(&text);
     tgc_report_rows_free(rows, b.ngroups);
     tgc_buf_free(&cyc);

@@ -356,3 +356,101 @@ def test_forked_child_starts_its_own_worker_and_leaves_the_parents_alone():
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert stats()["pid"] == parent_worker
     assert "<svg" in tensorgc.render_svg("digraph { a -> b }")
+
+
+def socket_inodes():
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:"):
+            out.add(link)
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="needs Linux's /proc")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_forked_child_closes_its_parents_worker_socket_at_once():
+    assert "<svg" in tensorgc.render_svg("digraph { a -> b }")
+    parent = socket_inodes()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.write(w, repr(sorted(socket_inodes())).encode())
+        os._exit(0)
+    os.close(w)
+    child = set(eval(os.read(r, 1 << 16).decode()))  # noqa: S307 -- our own child's repr
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert len(parent - child) == 1 and child <= parent
+
+
+def test_settings_and_counters_do_not_wait_for_a_layout():
+    old = tensorgc.set_render_timeout(3)
+    t = threading.Thread(target=lambda: pytest.raises(tensorgc.GraphvizError, tensorgc.render_svg,
+                                                       heavy_dot()))
+    try:
+        t.start()
+        t.join(0.3)
+        assert t.is_alive()
+        import time
+        start = time.monotonic()
+        tensorgc.get_render_timeout()
+        tensorgc._tensorgc._renderer_stats()
+        tensorgc.set_render_timeout(3)
+        assert time.monotonic() - start < 1.0, "waited for the layout in progress"
+    finally:
+        t.join(30)
+        tensorgc.set_render_timeout(old)
+
+
+def test_links_in_svg_are_refused():
+    with pytest.raises(tensorgc.GraphvizError, match="inert"):
+        tensorgc.render_svg('digraph { a [URL="java&#115;cript:alert(1)"] }')
+    # the same words as text are fine
+    assert "<svg" in tensorgc.render_svg('digraph { a [label="href=javascript:alert(1)"] }')
+
+
+ORPHAN = """
+import os, sys, threading, time
+sys.path.insert(0, {root!r})
+import tensorgc
+sys.path.insert(0, {tests!r})
+from test_cycles_adversarial import heavy_dot
+tensorgc.set_render_timeout(60)
+threading.Thread(target=tensorgc.render_svg, args=(heavy_dot(),), daemon=True).start()
+for _ in range(100):
+    pid = tensorgc._tensorgc._renderer_stats()["pid"]
+    if pid:
+        break
+    time.sleep(0.05)
+print(pid, flush=True)
+time.sleep(0.5)
+os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc"), reason="needs Linux's /proc")
+def test_worker_dies_with_a_killed_parent_even_mid_layout():
+    import subprocess
+    import sys
+    import time
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = ORPHAN.format(root=os.path.dirname(here), tests=here)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    pid = int(p.stdout.split()[0])
+    assert pid > 0
+    for _ in range(100):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the worker outlived its killed parent")

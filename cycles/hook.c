@@ -203,6 +203,73 @@ hook__clear_release(PyObject **items, Py_ssize_t i)
     Py_DECREF(op);
 }
 
+/* The collector's resurrection check, redone over a list's objects: which of them something
+ * outside the list still references, directly or through other members. */
+typedef struct {
+    tgc_ptrmap map;
+    free_ctx c;      /* c.alive[slot]: reachable from outside, so to be left intact */
+    uint32_t *slot;  /* per position: the slot of the object's first occurrence (== position) */
+} free_check;
+
+static void
+free__check_free(free_check *fc)
+{
+    tgc_ptrmap_free(&fc->map);
+    free(fc->c.internal);
+    free(fc->c.alive);
+    free(fc->c.stack);
+    free(fc->slot);
+}
+
+/* Fills fc for items[0..n) (0 < n < UINT32_MAX), each of which the list holds one reference to
+ * per occurrence. Runs no Python code. Returns -1 without memory (fc is then still fine to
+ * pass to free__check_free). */
+static int
+free__check(free_check *fc, PyObject **items, Py_ssize_t n)
+{
+    memset(fc, 0, sizeof(*fc));
+    if (tgc_ptrmap_init(&fc->map, (size_t)n) < 0) {
+        return -1;
+    }
+    free_ctx *c = &fc->c;
+    c->map = &fc->map;
+    c->internal = calloc((size_t)n, sizeof(uint32_t));
+    c->alive = calloc((size_t)n, 1);
+    c->stack = malloc((size_t)n * sizeof(uint32_t));
+    fc->slot = malloc((size_t)n * sizeof(uint32_t));
+    if (!c->internal || !c->alive || !c->stack || !fc->slot) {
+        return -1;
+    }
+    uint32_t *slot = fc->slot;
+    /* Our list holds one reference per occurrence (an object may appear twice when naming added
+     * a dict that was already garbage). */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        slot[i] = tgc_ptrmap_put(&fc->map, items[i], (uint32_t)i);
+        c->internal[slot[i]]++;
+    }
+    /* References from inside the set. */
+    tgc_ptrcount inside = {&fc->map, c->internal};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (slot[i] != (uint32_t)i) {
+            continue;  /* a duplicate: traverse each object once */
+        }
+        hook__traverse(items[i], tgc_ptrcount_visit, &inside);
+    }
+    /* Any reference we cannot account for comes from outside, so that object and everything it
+     * reaches stay alive and intact. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (slot[i] == (uint32_t)i && (size_t)Py_REFCNT(items[i]) > c->internal[i] &&
+            !c->alive[i]) {
+            c->alive[i] = 1;
+            c->stack[c->sp++] = (uint32_t)i;
+        }
+    }
+    while (c->sp > 0) {
+        hook__traverse(items[c->stack[--c->sp]], free__mark, c);
+    }
+    return 0;
+}
+
 Py_ssize_t
 tgc_hook_free(PyObject *objs, int check)
 {
@@ -211,8 +278,6 @@ tgc_hook_free(PyObject *objs, int check)
         return 0;
     }
     PyObject **items = PySequence_Fast_ITEMS(objs);
-    tgc_ptrmap map;
-    free_ctx c = {0};
     Py_ssize_t cleared = 0;
     if (!check) {
         /* No Python code ran since the collector's own resurrection check: all unreachable.
@@ -223,45 +288,12 @@ tgc_hook_free(PyObject *objs, int check)
         }
         return n;
     }
-    if (tgc_ptrmap_init(&map, (size_t)n) < 0) {
-        return 0;
-    }
-    c.map = &map;
-    c.internal = calloc((size_t)n, sizeof(uint32_t));
-    c.alive = calloc((size_t)n, 1);
-    c.stack = malloc((size_t)n * sizeof(uint32_t));
-    uint32_t *slot = malloc((size_t)n * sizeof(uint32_t));
-    if (!c.internal || !c.alive || !c.stack || !slot) {
+    free_check fc;
+    if (free__check(&fc, items, n) < 0) {
         goto done;
     }
-    /* Our list holds one reference per occurrence (an object may appear twice when naming added
-     * a dict that was already garbage). */
     for (Py_ssize_t i = 0; i < n; i++) {
-        slot[i] = tgc_ptrmap_put(&map, items[i], (uint32_t)i);
-        c.internal[slot[i]]++;
-    }
-    /* References from inside the set. */
-    tgc_ptrcount inside = {&map, c.internal};
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (slot[i] != (uint32_t)i) {
-            continue;  /* a duplicate: traverse each object once */
-        }
-        hook__traverse(items[i], tgc_ptrcount_visit, &inside);
-    }
-    /* The resurrection check: any reference we cannot account for comes from outside, so that
-     * object and everything it reaches stay alive and intact. */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (slot[i] == (uint32_t)i && (size_t)Py_REFCNT(items[i]) > c.internal[i] &&
-            !c.alive[i]) {
-            c.alive[i] = 1;
-            c.stack[c.sp++] = (uint32_t)i;
-        }
-    }
-    while (c.sp > 0) {
-        hook__traverse(items[c.stack[--c.sp]], free__mark, &c);
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (slot[i] != (uint32_t)i || c.alive[i]) {
+        if (fc.slot[i] != (uint32_t)i || fc.c.alive[i]) {
             continue;
         }
         /* duplicates further on still hold their own references */
@@ -269,12 +301,76 @@ tgc_hook_free(PyObject *objs, int check)
         cleared++;
     }
 done:
-    tgc_ptrmap_free(&map);
-    free(c.internal);
-    free(c.alive);
-    free(c.stack);
-    free(slot);
+    free__check_free(&fc);
     return cleared;
+}
+
+/* Whether op's tp_finalize (__del__, a suspended generator's or coroutine's close) has yet to run:
+ * the collector runs it once, in finalize_garbage, before it clears garbage. */
+static int
+hook__finalizer_pending(PyObject *op)
+{
+    return Py_TYPE(op)->tp_finalize != NULL && !PyObject_GC_IsFinalized(op);
+}
+
+static int
+hook__finalizer_pending_any(PyObject *objs)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objs); i++) {
+        if (hook__finalizer_pending(PyList_GET_ITEM(objs, i))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The collector's finalize_garbage, for garbage it never saw (an island, kept aside by our list):
+ * runs the pending tp_finalize of each object of objs that nothing outside still reaches (the
+ * observers ran Python code), in list order, which is the order the collector finds garbage in.
+ * A finalizer may break the cycle (a generator's close() releases its frame's locals), resurrect
+ * objects, or raise (reported as unraisable, as the collector does); the caller's
+ * tgc_hook_free(objs, 1) then frees what is still unreachable. Without memory, nothing runs and
+ * the objects live until a later collection finds them. Returns how many finalizers ran. */
+static Py_ssize_t
+hook__finalize(PyObject *objs)
+{
+    Py_ssize_t n = PyList_GET_SIZE(objs), ran = 0;
+    if (n == 0 || n >= (Py_ssize_t)UINT32_MAX) {
+        return 0;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(objs);
+    free_check fc;
+    PyObject *due = NULL;
+    if (free__check(&fc, items, n) < 0) {
+        goto done;
+    }
+    due = PyList_New(0);  /* new reference: the finalizers' own list, since they run Python code
+                             that could reach objs (gc.get_referrers) */
+    if (due == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (fc.slot[i] == (uint32_t)i && !fc.c.alive[i] && hook__finalizer_pending(items[i]) &&
+            PyList_Append(due, items[i]) < 0) {
+            goto done;
+        }
+    }
+    free__check_free(&fc);
+    memset(&fc, 0, sizeof(fc));
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(due); i++) {
+        PyObject *op = Py_NewRef(PyList_GET_ITEM(due, i));  /* as finalize_garbage holds it */
+        PyObject_CallFinalizer(op);  /* marks it finalized: never again, not even in dealloc */
+        if (PyErr_Occurred()) {
+            PyErr_WriteUnraisable(op);
+        }
+        Py_DECREF(op);
+        ran++;
+    }
+done:
+    PyErr_Clear();  /* only an out-of-memory error of our own can be left here */
+    free__check_free(&fc);
+    Py_XDECREF(due);
+    return ran;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -301,8 +397,13 @@ hook__set_debug(tgc_state *st, long flags)
 
 static void hook__stop(tgc_state *st, PyObject *info);
 static void hook__island_stop(tgc_state *st, PyObject *info);
+/* hook__deliver's `how`: some objects still have a tp_finalize to run (an island: the collector
+ * never saw it); the objects come from the young generations only, whatever the collection. */
+enum { DELIVER_FINALIZE = 1, DELIVER_YOUNG = 2 };
 static void hook__deliver(tgc_state *st, PyObject *objs, int generation, Py_ssize_t garbage_total,
-                          int check, PyObject *gc_garbage);
+                          int check, int how, PyObject *gc_garbage);
+static int hook__finalizer_pending_any(PyObject *objs);
+static void hook__island_early(tgc_state *st, PyObject *info);
 
 /* The "generation" of a gc callback's info dict, -1 when missing. */
 static int
@@ -365,15 +466,26 @@ hook__wanted(tgc_state *st, PyObject *info)
         verdict = TGC_YOUNG_ARM;
     }
     else if (st->island_on) {
+        /* A full collection is armed whatever the young generations hold: no pre-scan walks the
+         * old ones. But a young island there whose finalizer breaks its cycle would be freed
+         * during the collection, before DEBUG_SAVEALL saves anything: hook__start reports it
+         * first. Other islands are left to the armed path, which reports them as well. */
         TGC_PHASE_BEGIN(t0);
         tgc_island_info how;
-        verdict = tgc_young_island(tensor, gen, st->island_crosscheck, &st->island, &how);
+        verdict = tgc_young_island(tensor, gen < 2 ? gen : 1, st->island_crosscheck, &st->island,
+                                   &how);
         st->island_marked += how.marked;
         st->island_checked += how.checked;
         st->island_mismatched += how.mismatch;
         TGC_PHASE_END(st, verdict == TGC_YOUNG_ISLAND ? TGC_PHASE_ISLAND : TGC_PHASE_SCAN, t0);
-        if (verdict == TGC_YOUNG_ISLAND) {
+        if (verdict == TGC_YOUNG_ISLAND && gen < 2) {
             return 0;  /* the collector runs alone; "stop" reports the island (hook__start) */
+        }
+        if (verdict == TGC_YOUNG_ISLAND && !hook__finalizer_pending_any(st->island)) {
+            Py_CLEAR(st->island);
+        }
+        if (gen == 2 && tensor != NULL) {
+            verdict = TGC_YOUNG_ARM;
         }
         st->island_fallback += verdict == TGC_YOUNG_ARM && gen < 2;
     }
@@ -414,6 +526,19 @@ hook__start(tgc_state *st, PyObject *info)
         PyErr_Clear();
         Py_CLEAR(st->island);
         return;
+    }
+    if (st->island != NULL && want) {
+        /* A full collection's island (hook__wanted): now, then the collection is armed. */
+        if (flags == 0) {
+            hook__island_early(st, info);
+            /* the observers ran: they may have left, or changed the flags */
+            flags = PyList_GET_SIZE(st->observers) > 0 ? hook__get_debug(st) : -1;
+            if (flags < 0) {
+                PyErr_Clear();
+                return;
+            }
+        }
+        Py_CLEAR(st->island);
     }
     if (st->island != NULL) {
         if (flags == 0) {
@@ -1074,18 +1199,20 @@ hook__stop(tgc_state *st, PyObject *info)
      * refcount traffic, and the list keeps its capacity for the next collection. */
     memcpy(((PyListObject *)objs)->ob_item, src, (size_t)k * sizeof(PyObject *));
     Py_SET_SIZE(garbage, from);
-    hook__deliver(st, objs, generation, k, check, garbage);
+    hook__deliver(st, objs, generation, k, check, 0, garbage);
     Py_DECREF(garbage);
 }
 
-/* The common end of both paths: finds the tensors objs holds, reports, frees. objs is a list
+/* The common end of all paths: finds the tensors objs holds, reports, frees. objs is a list
  * owning this collection's garbage (stolen); garbage_total counts all of the collection's
  * garbage; check says Python code may have run since the last proof that objs is unreachable;
- * gc_garbage, when not NULL, takes back objects with a legacy tp_del. */
+ * how (DELIVER_*): with DELIVER_FINALIZE the pending finalizers of objs run after the report and
+ * before anything is cleared; gc_garbage, when not NULL, takes back objects with a legacy tp_del. */
 static void
 hook__deliver(tgc_state *st, PyObject *objs, int generation, Py_ssize_t garbage_total, int check,
-              PyObject *gc_garbage)
+              int how, PyObject *gc_garbage)
 {
+    int finalize = (how & DELIVER_FINALIZE) != 0;
     Py_ssize_t k = PyList_GET_SIZE(objs);
     /* Which kinds of observer are listening decides the extra work below. */
     int garbage_observers = 0, cycle_observers = 0;
@@ -1094,10 +1221,11 @@ hook__deliver(tgc_state *st, PyObject *objs, int generation, Py_ssize_t garbage_
         garbage_observers |= kind == TGC_OBS_GARBAGE;
         cycle_observers |= kind != TGC_OBS_GARBAGE;
     }
-    /* A full collection examined every tensor itself; a younger one may have left out old
-     * tensors that only this garbage keeps alive. */
+    /* A full collection examined every tensor itself; a younger one (or an island of young
+     * objects) may have left out old tensors that only this garbage keeps alive. */
     held_ctx held;
-    int want_held = cycle_observers && generation != 2 && !check && tgc_torch_resolve(st) == 1;
+    int young = generation != 2 || (how & DELIVER_YOUNG);
+    int want_held = cycle_observers && young && !check && tgc_torch_resolve(st) == 1;
     if (want_held) {
         held__init_inline(&held, st);
     }
@@ -1108,12 +1236,19 @@ hook__deliver(tgc_state *st, PyObject *objs, int generation, Py_ssize_t garbage_
     }
     st->busy = 1;  /* from here on, clearing objects can run __del__ of objects they release */
     /* An observe_garbage observer is handed every object intact; otherwise only the tensors'
-     * part of the garbage needs to outlive the report. */
-    if (any_tensor && !check && !garbage_observers && !tgc_compat_is_finalizing()) {
+     * part of the garbage needs to outlive the report. (The split clears what it frees: not
+     * before pending finalizers ran.) */
+    if (any_tensor && !check && !finalize && !garbage_observers && !tgc_compat_is_finalizing()) {
         hook__split(st, &objs, want_held ? &held : NULL, k);
     }
     if (!tgc_compat_is_finalizing()) {
         check |= hook__notify(st, objs, generation, any_tensor, garbage_total);
+    }
+    if (finalize) {
+        /* The report shows the garbage as the collector found it; now what finalize_garbage
+         * would have done, which may break the cycles or resurrect objects. */
+        st->island_finalizers += (unsigned long long)hook__finalize(objs);
+        check = 1;
     }
     TGC_PHASE_BEGIN(t0);
     tgc_hook_free(objs, check);
@@ -1123,7 +1258,10 @@ hook__deliver(tgc_state *st, PyObject *objs, int generation, Py_ssize_t garbage_
 }
 
 /* "stop" after "start" found an island: the collector ran alone on everything else, and the
- * island, kept alive by our list, is this collection's tensor-holding garbage. */
+ * island, kept alive by our list, is this collection's tensor-holding garbage. The collector
+ * would have run its members' pending finalizers before handing it over (and a finalizer that
+ * breaks the cycle would have freed it unseen, DEBUG_SAVEALL or not): hook__deliver runs them
+ * after the report. */
 static void
 hook__island_stop(tgc_state *st, PyObject *info)
 {
@@ -1134,7 +1272,25 @@ hook__island_stop(tgc_state *st, PyObject *info)
     TGC_PHASE_BEGIN(t0);
     int check = !tgc_young_island_exact(objs);
     TGC_PHASE_END(st, TGC_PHASE_EXACT, t0);
-    hook__deliver(st, objs, hook__info_generation(st, info), total, check, NULL);
+    int finalize = hook__finalizer_pending_any(objs);
+    st->island_finalized += finalize;
+    hook__deliver(st, objs, hook__info_generation(st, info), total, check,
+                  finalize ? DELIVER_FINALIZE : 0, NULL);
+}
+
+/* "start" of a full collection, with an island of young objects that has a pending finalizer
+ * (hook__wanted): reported, finalized and freed now, before the collection, since DEBUG_SAVEALL
+ * could not save it (the finalizer may break the cycle and free it unseen). No Python code ran
+ * since the proof: no check needed. */
+static void
+hook__island_early(tgc_state *st, PyObject *info)
+{
+    PyObject *objs = st->island;  /* take over the state's reference */
+    st->island = NULL;
+    st->island_finalized++;
+    st->island_early++;
+    hook__deliver(st, objs, hook__info_generation(st, info), PyList_GET_SIZE(objs), 0,
+                  DELIVER_FINALIZE | DELIVER_YOUNG, NULL);
 }
 
 /* 1 for "start", 2 for "stop", 0 for anything else. The collector passes a fresh ASCII str every

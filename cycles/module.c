@@ -837,9 +837,11 @@ PyDoc_STRVAR(young_island_doc,
 "hold tensors, prove before it runs that they sit in garbage nothing else references, and let "
 "the collector free the rest alone. With enabled, switch it on or off (off: such collections are "
 "armed; on is refused where the pre-scan is not available). Returns {'enabled', 'used', "
-"'fallback', 'marked'}: collections that took the path, young ones that could hold tensors but "
-"were armed, and proofs that needed the young lists marked (an old object or a class in reach, "
-"a large set).");
+"'fallback', 'marked', 'finalized', 'early', 'finalizers'}: collections that took the path, young "
+"ones that could hold tensors but were armed, proofs that needed the young lists marked (an old "
+"object or a class in reach, a large set), islands with a pending finalizer (__del__, a suspended "
+"generator or coroutine), those of them reported at the start of a full collection, and the "
+"finalizers the detector ran for them after the report.");
 
 static PyObject *
 young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -848,7 +850,10 @@ young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return module__switch_call(st, "_young_island", args, nargs, &st->island_on, 1,
                                (module_count[]){{"used", st->island_used},
                                                 {"fallback", st->island_fallback},
-                                                {"marked", st->island_marked}}, 3);
+                                                {"marked", st->island_marked},
+                                                {"finalized", st->island_finalized},
+                                                {"early", st->island_early},
+                                                {"finalizers", st->island_finalizers}}, 6);
 }
 
 PyDoc_STRVAR(island_crosscheck_doc,

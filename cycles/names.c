@@ -343,6 +343,72 @@ names__frame(tgc_names *ns, PyObject *obj, PyObject *owned)
 }
 
 int
+tgc_is_generator(PyObject *obj)
+{
+    return PyGen_Check(obj) || PyCoro_CheckExact(obj) || PyAsyncGen_CheckExact(obj);
+}
+
+/* The attribute names of a generator's frame and of what it delegates to (yield from, await):
+ * each kind spells them its own way. */
+static void
+names__generator_attrs(PyObject *obj, const char **frame, const char **awaits)
+{
+    if (PyCoro_CheckExact(obj)) {
+        *frame = "cr_frame";
+        *awaits = "cr_await";
+    }
+    else if (PyAsyncGen_CheckExact(obj)) {
+        *frame = "ag_frame";
+        *awaits = "ag_await";
+    }
+    else {
+        *frame = "gi_frame";
+        *awaits = "gi_yieldfrom";
+    }
+}
+
+/* A generator's, coroutine's or async generator's references: what it delegates to, and the
+ * locals of its frame, which it holds itself (the frame lives inside it since 3.11) and which
+ * are named as a frame's are. The getters are C (these types cannot be subclassed); reading the
+ * frame makes its frame object (and on 3.11/3.12 the frame's locals dict, names__frame) if none
+ * existed: the generator keeps them, so they go to `owned` with it. */
+static int
+names__generator(tgc_names *ns, PyObject *obj, PyObject *owned)
+{
+    const char *frame_attr, *awaits_attr;
+    names__generator_attrs(obj, &frame_attr, &awaits_attr);
+    PyObject *awaits = PyObject_GetAttrString(obj, awaits_attr);  /* new reference */
+    if (awaits == NULL) {
+        PyErr_Clear();
+    }
+    else {
+        /* only the address is kept; the generator still references it */
+        int rc = names__fixed(ns, awaits != Py_None ? awaits : NULL, awaits_attr);
+        Py_DECREF(awaits);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    PyObject *frame = PyObject_GetAttrString(obj, frame_attr);  /* new reference; None once done */
+    if (frame == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int rc = 0;
+    if (PyFrame_Check(frame)) {
+        rc = owned != NULL ? PyList_Append(owned, frame) : 0;
+        if (rc == 0) {
+            rc = names__fixed(ns, frame, frame_attr);
+        }
+        if (rc == 0) {
+            rc = names__frame(ns, frame, owned);
+        }
+    }
+    Py_DECREF(frame);
+    return rc;
+}
+
+int
 tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned)
 {
     PyTypeObject *tp = Py_TYPE(obj);
@@ -383,6 +449,9 @@ tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned)
     }
     else if (PyFrame_Check(obj)) {
         rc = names__frame(ns, obj, owned);
+    }
+    else if (tgc_is_generator(obj)) {
+        rc = names__generator(ns, obj, owned);
     }
     else if (PyTraceBack_Check(obj)) {
         PyTracebackObject *tb = (PyTracebackObject *)obj;
@@ -472,6 +541,35 @@ names__safe_repr(PyObject *obj, Py_ssize_t limit)
     return tgc_cut(r, limit);
 }
 
+/* "Holder.run at file.py:12": a generator's qualified name and where its frame stands (the line
+ * it is suspended at, or its def line before it started); "Holder.run, finished" once its frame
+ * is gone. C getters only. New reference. */
+static PyObject *
+names__generator_where(PyObject *obj)
+{
+    const char *frame_attr, *awaits_attr;
+    names__generator_attrs(obj, &frame_attr, &awaits_attr);
+    PyObject *q = PyObject_GetAttrString(obj, "__qualname__");  /* new references */
+    PyObject *frame = q != NULL ? PyObject_GetAttrString(obj, frame_attr) : NULL;
+    PyObject *r = NULL;
+    if (frame == NULL || !PyUnicode_Check(q)) {
+        PyErr_Clear();
+        r = PyUnicode_FromString("");
+    }
+    else if (PyFrame_Check(frame)) {
+        PyCodeObject *code = PyFrame_GetCode((PyFrameObject *)frame);  /* new reference */
+        r = PyUnicode_FromFormat("%U at %U:%d", q, code->co_filename,
+                                 PyFrame_GetLineNumber((PyFrameObject *)frame));
+        Py_DECREF(code);
+    }
+    else {
+        r = PyUnicode_FromFormat("%U, finished", q);
+    }
+    Py_XDECREF(q);
+    Py_XDECREF(frame);
+    return r;
+}
+
 static PyObject *
 names__describe(PyObject *obj)
 {
@@ -504,6 +602,9 @@ names__describe(PyObject *obj)
     }
     if (PyTraceBack_Check(obj)) {
         return PyUnicode_FromFormat("line %d", ((PyTracebackObject *)obj)->tb_lineno);
+    }
+    if (tgc_is_generator(obj)) {
+        return names__generator_where(obj);
     }
     if (PyCode_Check(obj)) {
         return PyUnicode_FromFormat("%U", ((PyCodeObject *)obj)->co_name);

@@ -944,7 +944,40 @@ builder__hint(builder *b, const size_t *path, size_t len, tgc_buf *cyc, tgc_buf 
             return;
         }
     }
-    /* 2. an exception's traceback kept alive: frames hold the locals that hold the owner */
+    /* 2. a suspended generator or coroutine whose frame holds the object that keeps it: its
+     *    finalizer (close()) would break the cycle, but only once the collector runs it */
+    for (size_t i = 0; i < len; i++) {
+        const drawn_edge *e = &b->edges[path[i]];
+        PyObject *gen = b->items[e->src];
+        if (tgc_is_generator(gen) && label_is(e->label, "local ")) {
+            const drawn_edge *in = &b->edges[path[(i + len - 1) % len]];
+            int agen = PyAsyncGen_CheckExact(gen);
+            tgc_buf_puts(hint, PyCoro_CheckExact(gen) ? "the coroutine "
+                               : agen ? "the async generator " : "the generator ");
+            if (b->desc[e->src] != NULL) {
+                tgc_buf_pystr(hint, b->desc[e->src], 0);
+            }
+            tgc_buf_puts(hint, ", stored at ");
+            buf_edge_name(hint, b, in);
+            tgc_buf_puts(hint, ", holds ");
+            Py_ssize_t ln;
+            const char *l = PyUnicode_AsUTF8AndSize(e->label, &ln);
+            if (l != NULL && ln > 6) {
+                tgc_buf_puts(hint, "'");
+                tgc_buf_add(hint, l + 6, (size_t)(ln - 6));  /* after "local " */
+                tgc_buf_puts(hint, "' ");
+            }
+            PyErr_Clear();
+            tgc_buf_puts(hint, agen ? "in its suspended frame: await its aclose() when done "
+                                      "(its finalizer breaks the cycle, but only once the "
+                                      "collector runs), or do not keep it on that object"
+                                    : "in its suspended frame: call its close() when done (its "
+                                      "finalizer does, but only once the collector runs), or do "
+                                      "not keep it on that object");
+            return;
+        }
+    }
+    /* 3. an exception's traceback kept alive: frames hold the locals that hold the owner */
     for (size_t i = 0; i < len; i++) {
         const drawn_edge *e = &b->edges[path[i]];
         if (label_is(e->label, "__traceback__") || label_is(e->label, "tb_frame") ||
@@ -957,7 +990,7 @@ builder__hint(builder *b, const size_t *path, size_t len, tgc_buf *cyc, tgc_buf 
             return;
         }
     }
-    /* 3. a lambda or closure capturing its owner */
+    /* 4. a lambda or closure capturing its owner */
     for (size_t i = 0; i < len; i++) {
         const drawn_edge *e = &b->edges[path[i]];
         if (PyFunction_Check(b->items[e->src]) && label_is(e->label, "closure ")) {
@@ -981,7 +1014,7 @@ builder__hint(builder *b, const size_t *path, size_t len, tgc_buf *cyc, tgc_buf 
             return;
         }
     }
-    /* 4. a bound method stored on its own instance */
+    /* 5. a bound method stored on its own instance */
     for (size_t i = 0; i < len; i++) {
         const drawn_edge *e = &b->edges[path[i]];
         if (PyMethod_Check(b->items[e->src]) && label_is(e->label, "__self__")) {
@@ -993,7 +1026,7 @@ builder__hint(builder *b, const size_t *path, size_t len, tgc_buf *cyc, tgc_buf 
             return;
         }
     }
-    /* 5. otherwise the back-reference: an attribute (containers holding their items is normal)
+    /* 6. otherwise the back-reference: an attribute (containers holding their items is normal)
      * pointing at an object whose next step in the cycle is a collection, i.e. an item that
      * points back at the owner of the collection it sits in. */
     int best = -1;

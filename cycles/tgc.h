@@ -214,6 +214,9 @@ typedef struct {
     PyObject *island;
     unsigned long long island_used, island_fallback;
     unsigned long long island_marked;  /* proofs that took marking the young lists */
+    /* islands with a member whose tp_finalize was pending, those of them reported at the start
+     * of a full collection, and the finalizers the hook ran for them */
+    unsigned long long island_finalized, island_early, island_finalizers;
     int island_crosscheck;  /* check quick proofs against marked ones (tests; _island_crosscheck) */
     unsigned long long island_checked, island_mismatched;
     /* Reports whose DOT was drawn when the hook let go of them (someone kept the report) or never
@@ -263,6 +266,8 @@ typedef struct {
     tgc_labels *labels;  /* borrowed: reusable labels, or NULL to make every label anew */
 } tgc_names;
 int tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned);
+/* Whether obj is a generator, a coroutine or an async generator (a frame of its own). */
+int tgc_is_generator(PyObject *obj);
 PyObject *tgc_names_take(tgc_names *ns, PyObject *target, PyObject *via);  /* borrowed or NULL */
 void tgc_names_clear(tgc_names *ns);
 /* Every string taken from the user's objects is cut before it reaches a label, the text or the

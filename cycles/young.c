@@ -116,15 +116,16 @@ tgc_traverse_fast(tgc_shapes *c, PyObject *op, visitproc visit, void *arg)
     return tp->tp_traverse != NULL && PyObject_IS_GC(op) ? tp->tp_traverse(op, visit, arg) : 0;
 }
 
-/* What the collector does to garbage before clearing it, and we would skip: finalizers
- * (tp_finalize not yet run, legacy tp_del) and weak references (cleared and called back first).
- * Objects needing any of it, and type objects, send the collection down the armed path. */
+/* What the collector does to garbage before clearing it, and the island path would skip: legacy
+ * finalizers (tp_del: such garbage is uncollectable) and weak references (cleared and called back
+ * first). Objects needing either, and type objects, send the collection down the armed path. A
+ * pending tp_finalize (__del__, a suspended generator or coroutine) is no obstacle: hook.c runs
+ * it after the report, as the collector's finalize_garbage would have. */
 int
 tgc_young_plain(PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
-    if (PyType_Check(op) || tp->tp_del != NULL ||
-        (tp->tp_finalize != NULL && !PyObject_GC_IsFinalized(op))) {
+    if (PyType_Check(op) || tp->tp_del != NULL) {
         return 0;
     }
     Py_ssize_t off = tp->tp_weaklistoffset;  /* negative where 3.12 keeps it before the object */

@@ -27,7 +27,8 @@ int tgc_young_may_hold(PyTypeObject *tensor, int generation);
  *   TGC_YOUNG_NONE:   nothing could hold a tensor (tgc_young_may_hold's 0).
  *   TGC_YOUNG_ISLAND: *island is a new list of the island's members (one more reference each).
  *                     Its members need nothing of what the collector does before clearing
- *                     garbage: no pending finalizer, no weak references, no type objects.
+ *                     garbage but run their pending tp_finalize (the caller's to do): no
+ *                     legacy finalizer, no weak references, no type objects.
  *   TGC_YOUNG_ARM:    anything else (a live or older tensor, garbage pointing in, more than
  *                     TGC_ISLAND_MAX objects, no memory): the caller arms the full path.
  * Same preconditions as tgc_young_may_hold; never leaves an exception set. */
@@ -47,8 +48,9 @@ int tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObj
  * have reached it through gc.get_objects() and the like. */
 int tgc_young_island_exact(PyObject *list);
 
-/* Whether op needs none of what the collector does to garbage before clearing it: no pending
- * finalizer (tp_finalize not yet run, legacy tp_del), no weak references to it, not a type. */
+/* Whether op needs nothing of what the collector does to garbage before clearing it except its
+ * pending tp_finalize, if any: no legacy finalizer (tp_del), no weak references to it, not a
+ * type. */
 int tgc_young_plain(PyObject *op);
 
 /* Whether o is an instance of `tensor`, remembering the last few types that were not: walks meet

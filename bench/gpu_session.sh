@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One session on the GPU machine: build from source, then the steps named on the command line
-# (tests, demos, bench, quickbench, reporter, b1, inproc, b1torch, b2, young, units, profile, index, lineprof, ab,
+# (tests, demos, bench, quickbench, reporter, b1, inproc, pages, b1torch, b2, young, units, profile, index, lineprof, ab,
 # phases), logs under $OUT. Usage (after `source .gpu/enter.sh`):
 #   bash bench/gpu_session.sh tests demos bench
 # ab: A/B of this tree's build against an older one, built from the sources in the tar file
@@ -45,6 +45,9 @@ for step in "$@"; do
       # this host, whose separate-process runs are bimodal
       taskset -c 3 python3 bench/b1_inprocess.py --rounds 30 --modes plain,floor,tensorgc \
         --json "$OUT/b1-inproc.json" 2>"$OUT/b1-inproc.err" | tee "$OUT/b1-inproc.md" ;;
+    pages)
+      # B6: worst-case pages of adversarial garbage and memory over 10,000 reports
+      python3 bench/b6_pages.py --json "$OUT/b6.json" 2>"$OUT/b6.err" | tee "$OUT/b6.md" ;;
     b2)
       python3 bench/b2_report_cost.py --repeat 7 --json "$OUT/b2.json" 2>"$OUT/b2.err" | tee "$OUT/b2.md" ;;
     b1torch)

@@ -434,6 +434,15 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
         goto done;
     }
     out[h.len] = '\0';
+    if (renderer__now() > deadline) {
+        /* The answer came, but after the deadline (the deadline is checked whenever we wait; a
+         * caller descheduled past it finds the answer waiting). Over budget is over budget: the
+         * same answer whatever the machine's load. The worker is idle and kept. */
+        snprintf(err, err_len, "the layout took longer than its %.3g s budget and was stopped",
+                 timeout);
+        rc = TGC_RENDER_TIMEOUT;
+        goto done;
+    }
     if (h.status != 0) {
         snprintf(err, err_len, "%s", out);
         goto done;

@@ -601,7 +601,13 @@ names__describe(PyObject *obj)
         return r;
     }
     if (PyTraceBack_Check(obj)) {
-        return PyUnicode_FromFormat("line %d", ((PyTracebackObject *)obj)->tb_lineno);
+        /* Not tb_lineno read raw: from 3.11 it is -1 until the tb_lineno getter (C, no user
+         * code) computes it from the frame's instruction. */
+        PyObject *line = PyObject_GetAttrString(obj, "tb_lineno");  /* new reference */
+        long n = line != NULL ? PyLong_AsLong(line) : -1;
+        Py_XDECREF(line);
+        PyErr_Clear();
+        return n >= 0 ? PyUnicode_FromFormat("line %ld", n) : PyUnicode_FromString("line ?");
     }
     if (tgc_is_generator(obj)) {
         return names__generator_where(obj);

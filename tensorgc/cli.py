@@ -188,6 +188,8 @@ def _compare(args) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="tensorgc", description="tensorgc: where your GPU memory is.")
+    from . import __version__
+    p.add_argument("--version", action="version", version=f"tensorgc {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     s = sub.add_parser("stats", help="what a snapshot file holds, per device",
                        description="Summarise a CUDA allocator snapshot (torch.cuda.memory."

@@ -2,6 +2,7 @@
 tp_del objects, callbacks after ours when the last observer leaves, set subclasses with a Python
 __iter__, long reprs and keys, and a report whose .groups the user mutates."""
 import gc
+import re
 
 import pytest
 import torch
@@ -175,3 +176,23 @@ def test_legacy_tp_del_object_stays_intact_in_gc_garbage(track):
         gc.garbage[:] = [o for o in gc.garbage if type(o) is not Legacy]
         for o in left:
             o.__dict__.clear()
+
+
+def test_a_traceback_node_names_its_real_line(track):
+    # from 3.11 tb_lineno is computed on demand: read raw it was -1 ("line -1")
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Holder = new_class("Holder")
+
+    def make():
+        h = Holder()
+        h.t = T(4)
+        try:
+            raise ValueError("kept")
+        except ValueError as exc:
+            h.err = exc
+        return make.__code__.co_firstlineno
+    first = make()
+    gc.collect()
+    lines = [int(m) for m in re.findall(r"traceback\\lline (\d+)", reports[0].dot)]
+    assert lines and all(first < n < first + 10 for n in lines), reports[0].dot

@@ -413,3 +413,9 @@ def test_cli_compare(tmp_path):
     dump_snapshot(pc, bad)
     r = run_cli("compare", str(pa), str(pc))
     assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+def test_cli_version():
+    from _util import run_tensorgc_cli
+    p = run_tensorgc_cli("--version", timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == f"tensorgc {tensorgc.__version__}"

@@ -222,9 +222,9 @@ lp__fold(tgc_lp *p, uint32_t f, const int64_t *r)
     }
 }
 
-int
-tgc_lp_enter(tgc_lp *p, uint32_t code, uint64_t thread, int32_t line, int resumed,
-             const int64_t *r)
+static int
+lp__push(tgc_lp *p, uint32_t code, uint64_t thread, int32_t line, int resumed, int entry,
+         const int64_t *r)
 {
     if (p->nframes == p->capframes) {
         uint32_t cap = p->capframes ? p->capframes * 2 : 16;
@@ -245,7 +245,15 @@ tgc_lp_enter(tgc_lp *p, uint32_t code, uint64_t thread, int32_t line, int resume
     p->frames[f].thread = thread;
     lp__start_line(p, f, line, r);
     p->frames[f].resumed = resumed;
+    p->frames[f].entry = entry;
     return 0;
+}
+
+int
+tgc_lp_enter(tgc_lp *p, uint32_t code, uint64_t thread, int32_t line, int resumed,
+             const int64_t *r)
+{
+    return lp__push(p, code, thread, line, resumed, !resumed, r);
 }
 
 /* The innermost open frame of `thread` running `code`, or -1. */
@@ -287,7 +295,7 @@ tgc_lp_line(tgc_lp *p, uint32_t code, uint64_t thread, int32_t line, const int64
 {
     int64_t f = lp__find_frame(p, code, thread);
     if (f < 0) {
-        return tgc_lp_enter(p, code, thread, line, 0, r);
+        return lp__push(p, code, thread, line, 0, 0, r);
     }
     /* frames of this thread above f missed their leave: close them first */
     for (uint32_t i = (uint32_t)f + 1; i < p->nframes; i++) {
@@ -295,6 +303,12 @@ tgc_lp_line(tgc_lp *p, uint32_t code, uint64_t thread, int32_t line, const int64
             lp__pop(p, i, r);
             break;
         }
+    }
+    if (p->frames[f].entry) {
+        /* the call's first line: it takes the readings since the call, the def line none */
+        p->frames[f].entry = 0;
+        p->frames[f].line = line;
+        return 0;
     }
     lp__fold(p, (uint32_t)f, r);
     lp__start_line(p, (uint32_t)f, line, r);

@@ -39,6 +39,8 @@ typedef struct {
     int32_t line;           /* the line now running */
     uint64_t thread;
     int resumed;            /* the line was already counted before a yield: fold, do not count */
+    int entry;              /* a fresh call, no line run yet: `line` is the def line, which is
+                               not a line of the body; the first line event takes its readings */
 } tgc_lp_frame;
 
 typedef struct {
@@ -65,7 +67,10 @@ int tgc_lp_find(const tgc_lp *p, const void *code);
 /* A reading taken at an event of any profiled code: raises the running peak of every open line. */
 void tgc_lp_observe(tgc_lp *p, const int64_t *r);
 /* Code `code` (an index) starts running `line` on `thread`: pushes a frame. `resumed`: a
- * generator or coroutine resumes on that line, whose run was counted before it yielded. */
+ * generator or coroutine resumes on that line, whose run was counted before it yielded.
+ * Otherwise `line` is the def line of a fresh call: it gets no hit of its own; what happens
+ * before the first line event is charged to that line (a call that returns with no line event
+ * at all is charged to the def line). */
 int tgc_lp_enter(tgc_lp *p, uint32_t code, uint64_t thread, int32_t line, int resumed,
                  const int64_t *r);
 /* It moves to `line`: folds the line that ended, starts the new one. A line event with no open

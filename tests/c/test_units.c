@@ -237,8 +237,9 @@ test_render(void)
     tgc_render_shutdown();
 }
 
-/* The line profiler's engine: two keys, a PEAK and a CURRENT. f calls g on its line 11; g
- * peaks at 500 in between; f's line 11 must carry that peak and g's whole delta. */
+/* The line profiler's engine: a PEAK, a CURRENT and a COUNTER. f calls g on its line 11; g
+ * peaks at 500 in between; f's line 11 must carry that peak and g's whole delta. A def line
+ * (10, 20) gets no record: a call's readings up to its first line go to that line. */
 static void
 test_lineprof(void)
 {
@@ -275,11 +276,19 @@ test_lineprof(void)
         CHECK_EQ_U(s[1], 500);            /* the callee's peak, charged to the calling line */
         CHECK_EQ_U(s[2], 100);            /* current at the line's end */
         CHECK_EQ_U(s[4 + 1], 0);          /* CURRENT's delta summed: 100 -> 100, twice */
-        CHECK_EQ_U(s[4 + 2], 16);         /* COUNTER summed: (9 - 1) twice */
+        CHECK_EQ_U(s[4 + 2], 18);         /* COUNTER summed from the call: (9 - 0) twice */
     }
-    s = tgc_lp_slot(&p, (uint32_t)g, 20);
-    CHECK(s != NULL && s[0] == 2 && s[1] == 500 && s[2] == 300 && s[5] == 400);
+    CHECK(tgc_lp_slot(&p, (uint32_t)f, 10) == NULL && tgc_lp_slot(&p, (uint32_t)g, 20) == NULL);
+    s = tgc_lp_slot(&p, (uint32_t)g, 21);  /* from g's call (r1) to its return (r3) */
+    CHECK(s != NULL && s[0] == 2 && s[1] == 500 && s[2] == 100 && s[5] == 0 && s[6] == 12);
     CHECK(tgc_lp_slot(&p, (uint32_t)g, 25) == NULL && tgc_lp_slot(&p, (uint32_t)f, 3) == NULL);
+
+    /* a call that returns with no line event is charged to its def line, one hit */
+    tgc_lp_reset(&p);
+    CHECK_EQ_U(tgc_lp_enter(&p, (uint32_t)g, 1, 20, 0, r0), 0);
+    CHECK_EQ_U(tgc_lp_leave(&p, (uint32_t)g, 1, r4), 0);
+    s = tgc_lp_slot(&p, (uint32_t)g, 20);
+    CHECK(s != NULL && s[0] == 1 && s[6] == 9);
 
     /* a resumed frame folds without counting; a missed leave is closed by the caller's line;
      * another thread's frame is left alone */
@@ -309,9 +318,9 @@ test_lineprof(void)
     CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)f, 1, 1000000000, r3), 0);
     CHECK_EQ_U(tgc_lp_line(&p, (uint32_t)f, 1, 3, r3), 0);
     CHECK_EQ_U(tgc_lp_leave(&p, (uint32_t)f, 1, r4), 0);
-    CHECK(tgc_lp_slot(&p, (uint32_t)f, 10) != NULL && tgc_lp_slot(&p, (uint32_t)f, 11) == NULL);
+    CHECK(tgc_lp_slot(&p, (uint32_t)f, 10) == NULL && tgc_lp_slot(&p, (uint32_t)f, 11) == NULL);
     s = tgc_lp_slot(&p, (uint32_t)f, 3);
-    CHECK(s != NULL && s[0] == 2 && s[4 + 2] == 6);   /* COUNTER: (5 - 1) + (9 - 7) */
+    CHECK(s != NULL && s[0] == 2 && s[4 + 2] == 7);   /* COUNTER: (5 - 0) + (9 - 7) */
     s = tgc_lp_slot(&p, (uint32_t)f, INT32_MAX);
     CHECK(s != NULL && s[0] == 1 && s[1] == 300 && s[4 + 1] == -200);
     s = tgc_lp_slot(&p, (uint32_t)f, 1000000000);

@@ -1,6 +1,7 @@
 # tensorgc: a self-documenting Makefile. `make help` lists the targets.
 PYTHON ?= python3
 PYTEST_ARGS ?= -q
+# "none": the torch-free run (a Python for which the registry has no CPU build of torch)
 TORCH_VERSION ?= 2.13.0
 NVML_DEV_VERSION ?= 13.0.87
 MEMLAB_VERSION ?= 0.3.2
@@ -26,7 +27,7 @@ REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build, pytest, IPython, nvml.h (pip)
+deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build (TORCH_VERSION=none: no torch), pytest, IPython, nvml.h (pip)
 	@if ! pkg-config --exists libgvc libcgraph 2>/dev/null; then \
 	  echo "tensorgc: installing Graphviz's C library (libgraphviz-dev, pkg-config)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libgraphviz-dev pkg-config; \
@@ -34,7 +35,8 @@ deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.
 	@# headless Chromium: the timeline page's screenshot test
 	@command -v chromium >/dev/null 2>&1 || { echo "tensorgc: installing chromium"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
-	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q "torch==$(TORCH_VERSION)"
+	@[ "$(TORCH_VERSION)" = none ] || $(PYTHON) -c "import torch" 2>/dev/null || \
+	  $(PYTHON) -m pip install -q "torch==$(TORCH_VERSION)"
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
 	@# IPython: the %mlrun magics' tests
 	@$(PYTHON) -c "import IPython" 2>/dev/null || $(PYTHON) -m pip install -q ipython

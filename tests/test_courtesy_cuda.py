@@ -5,9 +5,9 @@ machine with a GPU (skipped otherwise); tests/test_courtesy.py runs the same mec
 CPU."""
 import gc
 
-import numpy as np
 import pytest
-import torch
+torch = pytest.importorskip("torch")  # the torch-free run (Python versions without a CPU build) skips these
+import numpy as np  # noqa: E402  (torch brings it)
 
 from _util import IS_CUDA, clean_cuda_memory, model_tensors
 from tensorgc.courtesy import Courtesy, Moved

@@ -87,8 +87,8 @@ extra_link = shlex.split(os.environ.get("TENSORGC_LDFLAGS", ""))
 
 # The worker's own sources: Graphviz is linked into the worker only.
 WORKER_SOURCES = ["cycles/render_main.c", "cycles/render.c"]
-sources = sorted(set(glob.glob("cycles/*.c") + glob.glob("reporter/*.c") + glob.glob("allocator/*.c"))
-                 - set(WORKER_SOURCES))
+sources = sorted(set(glob.glob("common/*.c") + glob.glob("cycles/*.c") + glob.glob("reporter/*.c") +
+                     glob.glob("allocator/*.c")) - set(WORKER_SOURCES))
 ext = Extension(
     "tensorgc._tensorgc",
     sources=sources,

@@ -9,8 +9,8 @@
 
 #include "tensorgc/compat.h"
 #include "tensorgc/graph.h"
-#include "buf.h"
-#include "ptrmap.h"
+#include "tensorgc/buf.h"
+#include "tensorgc/ptrmap.h"
 #include "young.h"
 #include "renderer.h"
 
@@ -274,7 +274,6 @@ void tgc_names_clear(tgc_names *ns);
  * table: names and descriptions at TGC_NAME_MAX characters, anything written into a buffer at
  * TGC_PYSTR_MAX bytes (a safety net), each with an ellipsis and the true length. */
 #define TGC_NAME_MAX 120
-#define TGC_PYSTR_MAX 4096
 /* s (a new reference, stolen; NULL passes through) cut to limit characters: "abc… (1000 chars)".
  * New reference. */
 PyObject *tgc_cut(PyObject *s, Py_ssize_t limit);

@@ -25,7 +25,7 @@
 #  include "internal/pycore_gc.h"
 #endif
 
-#include "ptrmap.h"
+#include "tensorgc/ptrmap.h"
 #include "young.h"
 
 

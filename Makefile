@@ -4,8 +4,10 @@ PYTEST_ARGS ?= -q
 TORCH_VERSION ?= 2.13.0
 NVML_DEV_VERSION ?= 13.0.87
 MEMLAB_VERSION ?= 0.3.2
-SO := tensorgc/_tensorgc$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
-SOURCES := $(wildcard common/*.c cycles/*.c cycles/*.h include/tensorgc/*.h reporter/*.c allocator/*.c) setup.py
+EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+SO := tensorgc/_tensorgc$(EXT_SUFFIX)
+SUBSYSTEMS := common tensor cycles reporter allocator module
+SOURCES := $(foreach d,$(SUBSYSTEMS),$(wildcard $(d)/*.c $(d)/*.h)) $(wildcard include/tensorgc/*.h) setup.py
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
 GV_MAJOR = $(shell pkg-config --modversion libgvc 2>/dev/null | cut -d. -f1)
@@ -60,9 +62,10 @@ bench: deps build ## Run the benchmarks (B1 overhead, B2 report cost, B3 reporte
 	  $(PYTHON) -m pip install -q --no-deps "pytorch_memlab==$(MEMLAB_VERSION)" "calmsize==0.1.3"
 	$(PYTHON) bench/run_all.py
 
-build/test_units: tests/c/test_units.c cycles/graph.c common/buf.c cycles/render.c cycles/page.c reporter/lineprof.c $(wildcard cycles/*.h include/tensorgc/*.h)
+UNIT_SOURCES := cycles/graph.c common/buf.c cycles/render.c cycles/page.c reporter/lineprof.c
+build/test_units: tests/c/test_units.c $(UNIT_SOURCES) $(wildcard cycles/*.h include/tensorgc/*.h)
 	@mkdir -p build
-	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c cycles/graph.c common/buf.c cycles/render.c cycles/page.c reporter/lineprof.c -o $@ $(UNIT_LIBS)
+	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c $(UNIT_SOURCES) -o $@ $(UNIT_LIBS)
 
 build/test_device: tests/c/test_device.c allocator/device.c include/tensorgc/device.h
 	@mkdir -p build

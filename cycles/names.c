@@ -1,8 +1,10 @@
 /* names.c: names the references of garbage objects ("one edge per reference") and describes the
  * objects themselves, with nothing but C-level field reads: no properties, no __getattr__, and a
  * user __repr__ only through tgc_describe, where failures are caught.
- * report.c calls it for the objects it draws; hook.c never does. */
-#include "tgc.h"
+ * The report calls it for the objects it draws; the hook never does (contract in names.h). */
+#include "cycles.h"
+
+#include <structmember.h>
 
 #include <frameobject.h>
 

@@ -84,7 +84,7 @@ tgc_ptrmap_get(const tgc_ptrmap *m, const void *p)
 
 #ifdef Py_PYTHON_H  /* the Python half: for files that include Python.h first */
 /* The tp_traverse visitor of every "do the references from inside the set explain each member's
- * refcount" check (hook.c's freeing and seeded split, young.c's islands): arg is a tgc_ptrcount,
+ * refcount" check (cycles/free.c's freeing, split.c's seeded split, young.c's islands): arg is a tgc_ptrcount,
  * and each reference to a key of map adds one to counts[its index]. */
 typedef struct {
     const tgc_ptrmap *map;

@@ -63,8 +63,9 @@ segmap(PyObject *Py_UNUSED(module), PyObject *args)
 }
 
 PyDoc_STRVAR(check_trace_doc,
-"_check_trace(trace, start, seen) -> int\n\nThe first index >= start whose entry is not of "
-"torch's plain shape (allocator/binding.c); len(trace) when all are.");
+"_check_trace($module, trace, start, seen, /)\n--\n\n"
+"The first index >= start whose entry is not of torch's plain shape (allocator/trace.c); "
+"len(trace) when all are.");
 
 static PyObject *
 check_trace(PyObject *Py_UNUSED(module), PyObject *args)

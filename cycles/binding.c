@@ -542,8 +542,12 @@ PyMethodDef tgc_cycles_methods[] = {
 static PyObject *
 gc_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (nargs != 2) {  /* the collector always passes (phase, info) */
+        PyErr_Format(PyExc_TypeError, "_gc_hook() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
     tgc_state *st = tgc_state_of(module);
-    if (st != NULL && st->cycles != NULL && nargs == 2) {
+    if (st != NULL && st->cycles != NULL) {
         tgc_hook_callback(st->cycles, args[0], args[1]);
     }
     Py_RETURN_NONE;

@@ -53,9 +53,9 @@ is_tensor(PyObject *module, PyObject *obj)
 }
 
 PyDoc_STRVAR(tensor_rows_doc,
-"_tensor_rows($module, tensors, /)\n--\n\nFor each tensor of the list: (storage_ptr, storage_nbytes, device, "
-"device_type, device_index, shape, dtype, numel, is_sparse, storage, parts, nbytes, "
-"no_storage); see reporter/walk.c.");
+"_tensor_rows($module, tensors, /)\n--\n\n"
+"For each tensor of the list: (storage_ptr, storage_nbytes, device, device_type, device_index, "
+"shape, dtype, numel, is_sparse, storage, parts, nbytes, no_storage); see reporter/walk.c.");
 
 static PyObject *
 tensor_rows(PyObject *module, PyObject *tensors)
@@ -86,8 +86,12 @@ PyMethodDef tgc_reporter_methods[] = {
 static PyObject *
 index_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (nargs != 2) {  /* the collector always passes (phase, info) */
+        PyErr_Format(PyExc_TypeError, "_index_hook() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
     tgc_state *st = tgc_state_of(module);
-    if (st != NULL && st->reporter != NULL && nargs == 2) {
+    if (st != NULL && st->reporter != NULL) {
         tgc_index_callback(st->reporter, args[0], args[1]);
     }
     Py_RETURN_NONE;
@@ -375,7 +379,9 @@ static PyMethodDef lp_methods[] = {
      "add_code($self, code, /)\n--\n\nProfile this code object."},
     {"set_source", (PyCFunction)lp_set_source, METH_VARARGS,
      "set_source($self, kind, device=0, stats_fn=None, reset_fn=None, /)\n--\n\n"
-     "set_source('rss'), or set_source('cuda', device, stats_fn, reset_fn)."},
+     "The memory source: kind 'rss', the process's resident memory, or kind 'cuda', the caching "
+     "allocator's counters of device, read with stats_fn(device) and reset with "
+     "reset_fn(device)."},
     {"enable", (PyCFunction)lp_enable, METH_NOARGS,
      "enable($self, /)\n--\n\nStart folding events (takes a reading)."},
     {"disable", (PyCFunction)lp_disable, METH_NOARGS,

@@ -91,6 +91,7 @@ typedef struct {
 } tgc_held;
 
 /* split.c: which part of the garbage holds tensors. */
+/* Readies h (on the stack: nothing to free) for one pass; tensor: TensorBase, resolved. */
 void tgc_hook_held_init(tgc_held *h, PyTypeObject *tensor);
 /* Appends to objs every tensor of h whose references all come from the garbage. Returns 1 when
  * any joined. */

@@ -564,7 +564,7 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
     }
 
     /* The text buffer starts at the size of a one-leak report (about 500 bytes; its DOT is twice
-     * that, report__draw_dot), so the common case never regrows it. */
+     * that, tgc_report_draw_dot), so the common case never regrows it. */
     tgc_buf_reserve(&text, 1000);
     rows = PyMem_Calloc(b.ngroups ? b.ngroups : 1, sizeof(tgc_report_row));
     if (rows == NULL) {

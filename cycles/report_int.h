@@ -14,7 +14,7 @@
  * than with nodes: a star of 600 edges in one cluster ran for minutes. */
 #define TGC_DRAW_SMALL 40       /* a group this small is drawn whole, classes and chains too */
 #define TGC_CHAIN_KEEP 4        /* a long chain keeps this many nodes at each end */
-#define TGC_DRAW_EDGES 450      /* references drawn per report, at most (builder__emit_all) */
+#define TGC_DRAW_EDGES 450      /* references drawn per report, at most (build__emit_all) */
 #define TGC_DRAW_BIG 200        /* edges (or nodes) from which the layout's effort is limited */
 #define TGC_DRAW_STUBS 16       /* dashed links per group and direction to its "more" node */
 /* What bounds the text and the page, whatever the garbage (each string in them is cut too). */
@@ -34,7 +34,8 @@ typedef struct {
      * looks nothing up; NULL exactly when info is. */
     PyObject *shape, *dtype_s, *device_s, *type_name;
     PyObject *stack;       /* new reference to info's "stack" when it is a str, else NULL */
-    tgc_buf line;          /* "Tensor float32[4] on cpu (16 B)": made on first use (tgc_report_line) */
+    tgc_buf line;          /* "Tensor float32[4] on cpu (16 B)": made on first use
+                              (tgc_report_line) */
     char dev_type[32];
     int dev_index;
     unsigned long long nbytes;
@@ -62,15 +63,16 @@ typedef struct {
     PyObject *label;   /* borrowed from the names tables, or the shared "?" */
 } tgc_drawn_edge;
 
+/* One report's analysis, from the build to the drawing of its DOT. */
 typedef struct {
-    tgc_cycles *c;
+    tgc_cycles *c;                   /* borrowed: the cycles part of the module state */
     PyObject *objs;                  /* borrowed: the list that owns the garbage */
     PyObject **items;
     uint32_t n;
     tgc_graph g;
     tgc_analysis a;
     uint8_t *is_target;
-    tgc_rtensor *ts;               /* per node; .info NULL for non-targets */
+    tgc_rtensor *ts;                 /* per node; .info NULL for non-targets */
     uint8_t *draw;                   /* per node: drawn */
     uint32_t *owner;                 /* per node: TGC_NONE, or the node it is folded into */
     tgc_names *names;                /* per node, only for drawn nodes (else zeroed) */
@@ -90,7 +92,7 @@ typedef struct {
     size_t nbridges;
     PyObject *unknown;               /* "?" */
     tgc_ptrmap map;                  /* object address -> node */
-    tgc_group *groups;              /* by signature; representatives carry counts */
+    tgc_group *groups;               /* by signature; representatives carry counts */
     uint32_t ngroups;
 } tgc_builder;
 

@@ -198,7 +198,8 @@ hook__seeded_keep(const tgc_held *held, PyObject *const *items, uint32_t n, uint
         over |= seeded__add(c, items, held->targets[k]) < 0;
     }
     for (uint32_t pos = scanned; pos < n; pos++) {
-        over |= seeded__add(c, items, pos) < 0;  /* old tensors only the garbage held (held__join) */
+        /* old tensors only the garbage held (tgc_hook_held_join) */
+        over |= seeded__add(c, items, pos) < 0;
     }
     /* A seed referenced some tensor, but maybe only one that lives on outside the garbage (not
      * joined): the full split's graph has no edge to that one, so such a seed belongs to the set

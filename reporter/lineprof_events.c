@@ -192,7 +192,8 @@ tgc_lineprof_dispatch(tgc_lineprof *lp, int ev, PyObject *code, int line)
     Py_ssize_t n = PyList_GET_SIZE(list);
 
     for (Py_ssize_t i = 0; i < n; i++) {
-        tgc_lineprof_object *p = (tgc_lineprof_object *)PyList_GET_ITEM(list, i);  /* borrowed from the copy */
+        /* borrowed from the copy */
+        tgc_lineprof_object *p = (tgc_lineprof_object *)PyList_GET_ITEM(list, i);
         p->read_ok = 0;
         if (!p->enabled || p->keys == NULL) {
             continue;  /* disabled by a reading earlier in this event */

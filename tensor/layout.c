@@ -57,7 +57,8 @@ layout__call(tgc_tensor_state *tn, int which, PyObject *t, Py_ssize_t i)
 /* t's own storage: 0 with its size and address, -1 when it has none that can be read (sparse and
  * mkldnn tensors refuse; a wrapper subclass's storage has no data pointer). */
 static int
-layout__storage(tgc_tensor_state *tn, PyObject *t, unsigned long long *nbytes, unsigned long long *ptr)
+layout__storage(tgc_tensor_state *tn, PyObject *t, unsigned long long *nbytes,
+                unsigned long long *ptr)
 {
     PyObject *s = PyObject_CallOneArg(tn->untyped_storage, t);     /* new reference */
     PyObject *nb = s ? PyObject_CallMethodNoArgs(s, tn->str_nbytes) : NULL;  /* interned names */

@@ -5,8 +5,11 @@ PYTEST_ARGS ?= -q
 TORCH_VERSION ?= 2.13.0
 NVML_DEV_VERSION ?= 13.0.87
 MEMLAB_VERSION ?= 0.3.2
-SO := tensorgc/_tensorgc$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
-SOURCES := $(wildcard cycles/*.c cycles/*.h include/tensorgc/*.h reporter/*.c allocator/*.c) setup.py
+EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+SO := tensorgc/_tensorgc$(EXT_SUFFIX)
+SO_TESTING := tensorgc/_tensorgc_testing$(EXT_SUFFIX)
+SUBSYSTEMS := common tensor cycles reporter allocator module
+SOURCES := $(foreach d,$(SUBSYSTEMS),$(wildcard $(d)/*.c $(d)/*.h)) $(wildcard include/tensorgc/*.h) setup.py
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
 GV_MAJOR = $(shell pkg-config --modversion libgvc 2>/dev/null | cut -d. -f1)
@@ -48,7 +51,7 @@ deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.
 $(SO): $(SOURCES)
 	TENSORGC_WERROR=1 $(PYTHON) setup.py -q build_ext --inplace --force  # --force: never reuse objects of another flavour (asan)
 
-build: $(SO) ## Build the extension in place (warnings are errors)
+build: $(SO) ## Build the extensions in place (warnings are errors)
 
 test: deps build ## Run the test suite (TENSORGC_TEST_DEVICE=cuda for CUDA tensors)
 	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
@@ -62,9 +65,10 @@ bench: deps build ## Run the benchmarks (B1 overhead, B2 report cost, B3 reporte
 	  $(PYTHON) -m pip install -q --no-deps "pytorch_memlab==$(MEMLAB_VERSION)" "calmsize==0.1.3"
 	$(PYTHON) bench/run_all.py
 
-build/test_units: tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c cycles/page.c reporter/lineprof.c $(wildcard cycles/*.h include/tensorgc/*.h)
+UNIT_SOURCES := cycles/graph.c common/buf.c cycles/render.c cycles/page.c reporter/lineprof.c
+build/test_units: tests/c/test_units.c $(UNIT_SOURCES) $(wildcard cycles/*.h include/tensorgc/*.h)
 	@mkdir -p build
-	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c cycles/graph.c cycles/buf.c cycles/render.c cycles/page.c reporter/lineprof.c -o $@ $(UNIT_LIBS)
+	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c $(UNIT_SOURCES) -o $@ $(UNIT_LIBS)
 
 build/test_device: tests/c/test_device.c allocator/device.c include/tensorgc/device.h
 	@mkdir -p build
@@ -80,12 +84,12 @@ valgrind: deps build/test_units build/test_device ## Run the plain-C units under
 	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet ./build/test_device
 
 asan: deps ## Build the extension with AddressSanitizer+UBSan and run the Python tests
-	rm -f $(SO); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	rm -f $(SO) $(SO_TESTING); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 	  TENSORGC_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) setup.py -q build_ext --inplace --force \
 	  --build-temp build/asan-temp --build-lib build/asan-lib
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0 $(REAL_PYTHON) -m pytest tests -q -x
-	rm -f $(SO)
+	rm -f $(SO) $(SO_TESTING)
 
 phases: deps build ## Build a copy with phase timers (build/phases-lib) and show where B1's overhead goes
 	TENSORGC_WERROR=1 TENSORGC_CFLAGS="-DTGC_PHASE_TIMES" $(PYTHON) setup.py -q build_ext --force \

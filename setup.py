@@ -1,6 +1,8 @@
-"""Build of tensorgc's C extension and its render worker. Metadata lives in setup.cfg; this file
-finds Graphviz with pkg-config, lists the C sources of cycles/, reporter/ and allocator/, and builds
-the executable tensorgc/_tgc_render (Graphviz runs there, never in the user's process; see
+"""Build of tensorgc's C extensions and its render worker. Metadata lives in setup.cfg; this file
+finds Graphviz with pkg-config, lists the C sources (module/module.c assembles the extension from
+common/, tensor/, cycles/, reporter/ and allocator/), builds the small tensorgc._tensorgc_testing
+(module/testing.c: the detector's switches for tests, bound to the main module), and builds the
+executable tensorgc/_tgc_render (Graphviz runs there, never in the user's process; see
 cycles/renderer.h). The CUDA toolkit's headers are used when present (for the driver/NVML types;
 both are dlopen'd at run time)."""
 import glob
@@ -87,15 +89,28 @@ extra_link = shlex.split(os.environ.get("TENSORGC_LDFLAGS", ""))
 
 # The worker's own sources: Graphviz is linked into the worker only.
 WORKER_SOURCES = ["cycles/render_main.c", "cycles/render.c"]
-sources = sorted(set(glob.glob("cycles/*.c") + glob.glob("reporter/*.c") + glob.glob("allocator/*.c"))
+SUBSYSTEMS = ["common", "tensor", "cycles", "reporter", "allocator"]
+sources = sorted(set(sum((glob.glob(d + "/*.c") for d in SUBSYSTEMS), ["module/module.c"]))
                  - set(WORKER_SOURCES))
+headers = sorted(sum((glob.glob(d + "/*.h") for d in SUBSYSTEMS + ["module", "include/tensorgc"]), []))
+# "include" for the engines' contracts (tensorgc/*.h), "." for a binding's view of the module
+# state (module/state.h) and module.c's of each subsystem's binding (cycles/binding.h...).
+include_dirs = ["include", "."]
 ext = Extension(
     "tensorgc._tensorgc",
     sources=sources,
-    depends=sorted(glob.glob("cycles/*.h") + glob.glob("include/tensorgc/*.h")),  # noqa: E501
-    include_dirs=["include", "cycles"] + cuda_inc,
+    depends=headers,
+    include_dirs=include_dirs + cuda_inc,
     libraries=["dl", "pthread"],
     define_macros=cuda_macros,
+    extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + warnings + extra,
+    extra_link_args=extra_link,
+)
+testing = Extension(
+    "tensorgc._tensorgc_testing",
+    sources=["module/testing.c"],
+    depends=["module/testing.h"],
+    include_dirs=include_dirs,
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + warnings + extra,
     extra_link_args=extra_link,
 )
@@ -110,7 +125,7 @@ class build_ext_and_worker(build_ext):
         out = os.path.join(os.path.dirname(mod_path), "_tgc_render")
         objects = self.compiler.compile(
             WORKER_SOURCES, output_dir=self.build_temp,
-            include_dirs=["include", "cycles"] + gv["include_dirs"],
+            include_dirs=include_dirs + gv["include_dirs"],
             macros=gv["define_macros"],
             extra_postargs=["-std=c11", "-D_GNU_SOURCE"] + warnings + extra)
         self.compiler.link_executable(
@@ -119,4 +134,4 @@ class build_ext_and_worker(build_ext):
             extra_postargs=extra_link)
 
 
-setup(ext_modules=[ext], cmdclass={"build_ext": build_ext_and_worker})
+setup(ext_modules=[ext, testing], cmdclass={"build_ext": build_ext_and_worker})

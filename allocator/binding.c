@@ -1,819 +1,119 @@
-/* binding.c: converts a caching-allocator snapshot (torch.cuda.memory._snapshot()["segments"],
- * or a list read from an untrusted file) and the reporter's storages into the plain-C engine of
- * blocks.c, and its answers back into Python objects. Every field is type-checked: a malformed
- * snapshot is a ValueError, never a crash. */
-#include "tgc.h"
-#include "tensorgc/alloc.h"
-#include "tensorgc/timeline.h"
-#include "tensorgc/segmap.h"
+/* binding.c: the Python binding of allocator/: block attribution over a snapshot, the Active
+ * Memory Timeline and the segment map of a trace, the field check of an untrusted trace and the
+ * opcode pre-scan of an untrusted pickle, and the device's own view (driver, NVML). It only parses
+ * arguments: reading snapshots and traces into the engines is snapshot.c's and trace.c's
+ * (convert.h), the engines are plain C (include/tensorgc/alloc.h, timeline.h, segmap.h,
+ * pickscan.h, device.h). The allocator keeps no state. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "tensorgc/device.h"
 #include "tensorgc/pickscan.h"
+#include "binding.h"
+#include "convert.h"
 
-/* d[key] as an unsigned 64-bit int; `dflt` when missing and dflt_ok, else ValueError. */
-static int
-bind__u64(PyObject *d, const char *key, uint64_t *out, int dflt_ok, uint64_t dflt)
-{
-    PyObject *v = PyDict_GetItemString(d, key);  /* borrowed */
-    if (v == NULL) {
-        if (dflt_ok) {
-            *out = dflt;
-            return 0;
-        }
-        PyErr_Format(PyExc_ValueError, "allocator snapshot: a record has no '%s'", key);
-        return -1;
-    }
-    if (!PyLong_Check(v)) {
-        PyErr_Format(PyExc_ValueError, "allocator snapshot: %s must be an int, not %.50s", key,
-                     Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    unsigned long long x = PyLong_AsUnsignedLongLong(v);
-    if (x == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "allocator snapshot: %s out of range", key);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int
-bind__state(PyObject *b)
-{
-    PyObject *s = PyDict_GetItemString(b, "state");  /* borrowed */
-    if (s == NULL || !PyUnicode_Check(s)) {
-        PyErr_SetString(PyExc_ValueError, "allocator snapshot: a block's state must be a str");
-        return -1;
-    }
-    if (PyUnicode_CompareWithASCIIString(s, "active_allocated") == 0) {
-        return TGC_BLOCK_ALLOCATED;
-    }
-    if (PyUnicode_CompareWithASCIIString(s, "active_pending_free") == 0) {
-        return TGC_BLOCK_PENDING_FREE;
-    }
-    if (PyUnicode_CompareWithASCIIString(s, "inactive") == 0) {
-        return TGC_BLOCK_INACTIVE;
-    }
-    PyErr_Format(PyExc_ValueError, "allocator snapshot: unknown block state %R", s);
-    return -1;
-}
-
-/* Loads the segments into *a. Each block's ext is its running number in snapshot order, so the
- * caller can find the block's dict (and its frames) again. A dict lookup can run Python (__eq__ of
- * a key whose hash collides), which could drop a segment, its blocks or a block from under us:
- * each is held by a strong reference while in use. */
-static int
-bind__load(PyObject *segments, tgc_alloc *a)
-{
-    PyObject *s = NULL, *blocks = NULL, *b = NULL;  /* new references while in use */
-    int rc = -1;
-    if (!PyList_Check(segments)) {
-        PyErr_SetString(PyExc_TypeError, "allocator snapshot: segments must be a list");
-        return -1;
-    }
-    uint32_t ext = 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(segments); i++) {
-        s = Py_NewRef(PyList_GET_ITEM(segments, i));
-        if (!PyDict_Check(s)) {
-            PyErr_SetString(PyExc_ValueError, "allocator snapshot: a segment must be a dict");
-            goto done;
-        }
-        uint64_t dev, addr, total;
-        if (bind__u64(s, "device", &dev, 0, 0) < 0 || bind__u64(s, "address", &addr, 0, 0) < 0 ||
-            bind__u64(s, "total_size", &total, 0, 0) < 0) {
-            goto done;
-        }
-        if (dev > 127 || addr + total < addr) {  /* torch device indices are int8 */
-            PyErr_SetString(PyExc_ValueError, "allocator snapshot: segment out of range");
-            goto done;
-        }
-        if (tgc_alloc_add_segment(a, (int32_t)dev, addr, total) < 0) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        blocks = PyDict_GetItemString(s, "blocks");  /* borrowed, then held */
-        if (blocks == NULL || !PyList_Check(blocks)) {
-            blocks = NULL;
-            PyErr_SetString(PyExc_ValueError, "allocator snapshot: a segment's blocks must be a list");
-            goto done;
-        }
-        Py_INCREF(blocks);
-        uint64_t at = addr;  /* older snapshots give no block address: blocks tile the segment */
-        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(blocks); j++, ext++) {
-            b = Py_NewRef(PyList_GET_ITEM(blocks, j));
-            if (!PyDict_Check(b)) {
-                PyErr_SetString(PyExc_ValueError, "allocator snapshot: a block must be a dict");
-                goto done;
-            }
-            uint64_t baddr, size, req;
-            int state = bind__state(b);
-            if (state < 0 || bind__u64(b, "size", &size, 0, 0) < 0 ||
-                bind__u64(b, "address", &baddr, 1, at) < 0 ||
-                bind__u64(b, "requested_size", &req, 1, size) < 0) {
-                goto done;
-            }
-            if (baddr < addr || size > total || baddr - addr > total - size) {
-                PyErr_SetString(PyExc_ValueError,
-                                "allocator snapshot: a block lies outside its segment");
-                goto done;
-            }
-            PyObject *frames = PyDict_GetItemString(b, "frames");  /* borrowed */
-            int has_frames = frames != NULL && PyList_Check(frames) && PyList_GET_SIZE(frames) > 0;
-            if (tgc_alloc_add_block(a, baddr, size, req, state, has_frames, ext) < 0) {
-                PyErr_NoMemory();
-                goto done;
-            }
-            at = baddr + size;
-            Py_CLEAR(b);
-        }
-        Py_CLEAR(blocks);
-        Py_CLEAR(s);
-    }
-    tgc_alloc_sort(a);
-    rc = 0;
-done:
-    Py_XDECREF(b);
-    Py_XDECREF(blocks);
-    Py_XDECREF(s);
-    return rc;
-}
-
-/* _attribute(segments, storages) -> (per_storage, totals, unseen)
- *   storages: list of (device_index, data_ptr, named) -- data_ptr of the storage.
- *   per_storage: for each storage, (block_number, block_addr, block_size, first) or None, where
- *                block_number is the block's position in snapshot order and first is True for
- *                the first storage found in that block (so the block is counted once).
- *   totals: {device_index: {...sums...}}
- *   unseen: [(block_number, size)] allocated blocks holding no storage we found, largest first. */
-PyObject *
-tgc_alloc_attribute(PyObject *segments, PyObject *storages)
-{
-    tgc_alloc a;
-    uint8_t *mark = NULL;
-    PyObject *items = NULL, *per = NULL, *totals = NULL, *unseen = NULL, *result = NULL;
-    tgc_alloc_init(&a);
-    if (!PyList_Check(storages)) {
-        PyErr_SetString(PyExc_TypeError, "storages must be a list");
-        goto done;
-    }
-    if (bind__load(segments, &a) < 0) {
-        goto done;
-    }
-    /* new reference: a fixed copy, since converting an item ("i": __index__, "p": __bool__) can
-     * run Python that resizes the list */
-    items = PyList_AsTuple(storages);
-    if (items == NULL) {
-        goto done;
-    }
-    mark = calloc(a.nblk ? a.nblk : 1, 1);
-    per = PyList_New(PyTuple_GET_SIZE(items));
-    totals = PyDict_New();
-    unseen = PyList_New(0);
-    if (mark == NULL || per == NULL || totals == NULL || unseen == NULL) {
-        if (mark == NULL) {
-            PyErr_NoMemory();
-        }
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); i++) {
-        PyObject *t = PyTuple_GET_ITEM(items, i);  /* borrowed from items */
-        int dev, named;
-        unsigned long long ptr;
-        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "iKp", &dev, &ptr, &named)) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "storages: expected (device, data_ptr, named)");
-            }
-            goto done;
-        }
-        long k = tgc_alloc_find(&a, dev, ptr);
-        PyObject *item;
-        if (k < 0) {
-            item = Py_NewRef(Py_None);
-        }
-        else {
-            int first = mark[k] == 0;
-            uint8_t m = named ? 2 : 1;
-            if (mark[k] < m) {
-                mark[k] = m;
-            }
-            item = Py_BuildValue("(IKKO)", a.blocks[k].ext, (unsigned long long)a.blocks[k].addr,
-                                 (unsigned long long)a.blocks[k].size, first ? Py_True : Py_False);
-            if (item == NULL) {
-                goto done;
-            }
-        }
-        PyList_SET_ITEM(per, i, item);
-    }
-    /* one totals dict per device present in the snapshot */
-    for (size_t i = 0; i < a.nseg; i++) {
-        int32_t dev = a.segs[i].device;
-        PyObject *key = PyLong_FromLong(dev);
-        int have = key ? PyDict_Contains(totals, key) : -1;
-        if (have != 0) {
-            Py_XDECREF(key);
-            if (have < 0) {
-                goto done;
-            }
-            continue;
-        }
-        tgc_alloc_totals tt;
-        tgc_alloc_totals_for(&a, dev, mark, &tt);
-        PyObject *d = Py_BuildValue(
-            "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I}",
-            "reserved", (unsigned long long)tt.reserved, "allocated", (unsigned long long)tt.allocated,
-            "requested", (unsigned long long)tt.requested,
-            "pending_free", (unsigned long long)tt.pending_free,
-            "inactive_split", (unsigned long long)tt.inactive_split,
-            "inactive_whole", (unsigned long long)tt.inactive_whole,
-            "named", (unsigned long long)tt.named, "seen", (unsigned long long)tt.seen,
-            "stack_attributed", (unsigned long long)tt.stack,
-            "unattributed", (unsigned long long)tt.unattributed,
-            "segments", tt.nsegments, "blocks", tt.nblocks, "allocated_blocks", tt.nallocated);
-        int rc = d ? PyDict_SetItem(totals, key, d) : -1;
-        Py_DECREF(key);
-        Py_XDECREF(d);
-        if (rc < 0) {
-            goto done;
-        }
-    }
-    for (size_t i = 0; i < a.nblk; i++) {
-        if (a.blocks[i].state == TGC_BLOCK_ALLOCATED && mark[i] == 0) {
-            PyObject *item = Py_BuildValue("(IKi)", a.blocks[i].ext,
-                                           (unsigned long long)a.blocks[i].size, a.blocks[i].device);
-            if (item == NULL || PyList_Append(unseen, item) < 0) {
-                Py_XDECREF(item);
-                goto done;
-            }
-            Py_DECREF(item);
-        }
-    }
-    result = PyTuple_Pack(3, per, totals, unseen);
-done:
-    free(mark);
-    tgc_alloc_free(&a);
-    Py_XDECREF(items);
-    Py_XDECREF(per);
-    Py_XDECREF(totals);
-    Py_XDECREF(unseen);
-    return result;
-}
-
-/* One trace entry's action as an event kind; -1 for actions the timeline ignores. */
-static int
-bind__action(PyObject *e, int free_action_requested)
-{
-    PyObject *a = PyDict_GetItemString(e, "action");  /* borrowed */
-    if (a == NULL || !PyUnicode_Check(a)) {
-        return -2;
-    }
-    if (PyUnicode_CompareWithASCIIString(a, "alloc") == 0) {
-        return TGC_EV_ALLOC;
-    }
-    if (PyUnicode_CompareWithASCIIString(a, free_action_requested ? "free_requested"
-                                                                  : "free_completed") == 0) {
-        return TGC_EV_FREE;
-    }
-    if (PyUnicode_CompareWithASCIIString(a, "oom") == 0) {
-        return TGC_EV_OOM;
-    }
-    return -1;
-}
+PyDoc_STRVAR(alloc_attribute_doc,
+"_alloc_attribute($module, segments, storages, /)\n--\n\n"
+"Maps storages (device, data_ptr, named) to the allocator blocks of a snapshot's segments: "
+"(per_storage, totals, unseen).");
 
 static PyObject *
-bind__u64_list(const uint64_t *v, uint32_t n)
+alloc_attribute(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *l = PyList_New(n);
-    for (uint32_t i = 0; l != NULL && i < n; i++) {
-        PyObject *x = PyLong_FromUnsignedLongLong(v[i]);
-        if (x == NULL) {
-            Py_CLEAR(l);
-            break;
-        }
-        PyList_SET_ITEM(l, i, x);
-    }
-    return l;
-}
-
-/* An exact int as int64; ValueError naming `what` otherwise. Only int and its subclasses are
- * taken, so no Python code (__index__) runs while the caller walks a borrowed sequence. */
-static int
-bind__i64(PyObject *v, int64_t *out, const char *what)
-{
-    if (!PyLong_Check(v)) {
-        PyErr_Format(PyExc_ValueError, "%s must be an int, not %.50s", what, Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow || (x == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s out of range", what);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-/* An address: an int in [0, 2**64 - 2] (2**64 - 1 cannot be a key of the address table). */
-static int
-bind__addr(PyObject *v, uint64_t *out, const char *what)
-{
-    if (!PyLong_Check(v)) {
-        PyErr_Format(PyExc_ValueError, "%s must be an int, not %.50s", what, Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    unsigned long long x = PyLong_AsUnsignedLongLong(v);
-    if ((x == (unsigned long long)-1 && PyErr_Occurred()) || x == UINT64_MAX) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s out of range", what);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-/* Item i of tuple t as a tuple of exactly `n` items, or ValueError. Borrowed. */
-static PyObject *
-bind__row(PyObject *t, Py_ssize_t i, Py_ssize_t n, const char *what)
-{
-    PyObject *r = PyTuple_GET_ITEM(t, i);
-    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != n) {
-        PyErr_Format(PyExc_ValueError, "%s %zd must be a tuple of %zd ints", what, i, n);
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_alloc_attribute() takes (segments, storages)");
         return NULL;
     }
-    return r;
+    return tgc_alloc_attribute(args[0], args[1]);
 }
 
-/* The classification's inputs: cl is (spans, grads, named), lists of (phase, t0, t1),
- * (addr, time) and (addr, category) tuples of ints. Arrays are malloc'd into *c (the caller
- * frees c->spans, c->grads, c->named). */
-static int
-bind__classify(PyObject *cl, tgc_classify *c)
-{
-    PyObject *sp = NULL, *gr = NULL, *nm = NULL;  /* new: fixed copies of the three lists */
-    tgc_span *spans = NULL;
-    tgc_grad_mark *grads = NULL;
-    tgc_named *named = NULL;
-    int rc = -1;
-    memset(c, 0, sizeof(*c));
-    if (!PyTuple_Check(cl) || PyTuple_GET_SIZE(cl) != 3 || !PyList_Check(PyTuple_GET_ITEM(cl, 0)) ||
-        !PyList_Check(PyTuple_GET_ITEM(cl, 1)) || !PyList_Check(PyTuple_GET_ITEM(cl, 2))) {
-        PyErr_SetString(PyExc_TypeError, "classify must be (spans: list, grads: list, named: list)");
-        return -1;
-    }
-    sp = PyList_AsTuple(PyTuple_GET_ITEM(cl, 0));
-    gr = sp ? PyList_AsTuple(PyTuple_GET_ITEM(cl, 1)) : NULL;
-    nm = gr ? PyList_AsTuple(PyTuple_GET_ITEM(cl, 2)) : NULL;
-    if (nm == NULL) {
-        goto done;
-    }
-    Py_ssize_t ns = PyTuple_GET_SIZE(sp), ng = PyTuple_GET_SIZE(gr), nn = PyTuple_GET_SIZE(nm);
-    spans = malloc((size_t)(ns ? ns : 1) * sizeof(tgc_span));
-    grads = malloc((size_t)(ng ? ng : 1) * sizeof(tgc_grad_mark));
-    named = malloc((size_t)(nn ? nn : 1) * sizeof(tgc_named));
-    if (spans == NULL || grads == NULL || named == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < ns; i++) {
-        PyObject *r = bind__row(sp, i, 3, "span");
-        int64_t ph, t0, t1;
-        if (r == NULL || bind__i64(PyTuple_GET_ITEM(r, 0), &ph, "a span's phase") < 0 ||
-            bind__i64(PyTuple_GET_ITEM(r, 1), &t0, "a span's start") < 0 ||
-            bind__i64(PyTuple_GET_ITEM(r, 2), &t1, "a span's end") < 0) {
-            goto done;
-        }
-        if (ph < 0 || ph >= TGC_NPHASE || t0 > t1) {
-            PyErr_Format(PyExc_ValueError, "span %zd: phase must be 0..%d and start <= end", i,
-                         TGC_NPHASE - 1);
-            goto done;
-        }
-        spans[i] = (tgc_span){t0, t1, (uint8_t)ph};
-    }
-    for (Py_ssize_t i = 0; i < ng; i++) {
-        PyObject *r = bind__row(gr, i, 2, "grad mark");
-        if (r == NULL || bind__addr(PyTuple_GET_ITEM(r, 0), &grads[i].addr, "a grad's address") < 0 ||
-            bind__i64(PyTuple_GET_ITEM(r, 1), &grads[i].time, "a grad's time") < 0) {
-            goto done;
-        }
-    }
-    for (Py_ssize_t i = 0; i < nn; i++) {
-        PyObject *r = bind__row(nm, i, 2, "named block");
-        int64_t cat;
-        if (r == NULL || bind__addr(PyTuple_GET_ITEM(r, 0), &named[i].addr, "a block's address") < 0 ||
-            bind__i64(PyTuple_GET_ITEM(r, 1), &cat, "a block's category") < 0) {
-            goto done;
-        }
-        if (cat < 0 || cat >= TGC_NCAT) {
-            PyErr_Format(PyExc_ValueError, "named block %zd: category must be 0..%d", i,
-                         TGC_NCAT - 1);
-            goto done;
-        }
-        named[i].category = (uint8_t)cat;
-    }
-    c->spans = spans;
-    c->nspans = (size_t)ns;
-    c->grads = grads;
-    c->ngrads = (size_t)ng;
-    c->named = named;
-    c->nnamed = (size_t)nn;
-    spans = NULL;
-    grads = NULL;
-    named = NULL;
-    rc = 0;
-done:
-    free(spans);
-    free(grads);
-    free(named);
-    Py_XDECREF(sp);
-    Py_XDECREF(gr);
-    Py_XDECREF(nm);
-    return rc;
-}
-
-/* A trace entry's time_us into *t; absent: *t is left alone (the previous entry's time). */
-static int
-bind__time(PyObject *e, Py_ssize_t i, int64_t *t)
-{
-    PyObject *v = PyDict_GetItemString(e, "time_us");  /* borrowed */
-    if (v == NULL) {
-        return 0;
-    }
-    if (!PyLong_Check(v)) {
-        PyErr_Format(PyExc_ValueError, "trace entry %zd: time_us must be an int, not %.50s", i,
-                     Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow || (x == -1 && PyErr_Occurred()) || x == TGC_TIME_NONE) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "trace entry %zd: time_us out of range", i);
-        return -1;
-    }
-    *t = x;
-    return 0;
-}
+PyDoc_STRVAR(timeline_doc,
+"_timeline($module, trace, pre, columns, detail, use_free_requested, classify=None, /)\n--\n\n"
+"Replays one device's allocator trace into the Active Memory Timeline (allocator/timeline.c), a\n"
+"dict; classify=(spans, grads, named) also gives each allocation a category.");
 
 static PyObject *
-bind__categories(const uint64_t *v, size_t stride, uint32_t n)
+timeline(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *l = PyList_New(TGC_NCAT);
-    for (int k = 0; l != NULL && k < TGC_NCAT; k++) {
-        PyObject *col = PyList_New(n);
-        for (uint32_t c = 0; col != NULL && c < n; c++) {
-            PyObject *x = PyLong_FromUnsignedLongLong(v[(size_t)c * stride + (size_t)k]);
-            if (x == NULL) {
-                Py_CLEAR(col);
-                break;
-            }
-            PyList_SET_ITEM(col, c, x);
-        }
-        if (col == NULL) {
-            Py_CLEAR(l);
-            break;
-        }
-        PyList_SET_ITEM(l, k, col);
+    PyObject *trace, *pre, *classify = Py_None;
+    unsigned int columns, detail;
+    int use_req;
+    if (!PyArg_ParseTuple(args, "O!O!IIp|O:_timeline", &PyList_Type, &trace, &PyList_Type, &pre,
+                          &columns, &detail, &use_req, &classify)) {
+        return NULL;
     }
-    return l;
+    return tgc_alloc_timeline(trace, pre, columns, detail, use_req, classify);
 }
 
-/* _timeline(trace, pre, columns, detail, use_free_requested, classify=None) -> dict
- *   trace: one device's trace entries (dicts with action, addr, size); pre: [(addr, size)]
- *   of blocks alive at the end: those whose address the trace never allocates were alive
- *   before it. Event indices in the result are positions in trace
- *   (pre-existing ones: -1); oom_at pairs each OOM's trace position with its event position
- *   (the replay's clock, which places it in a column). classify: None, or (spans, grads,
- *   named) for categories over time (see bind__classify and timeline.h); each band then ends
- *   with its category and rule, and cat_active (per category, per column), at_peak,
- *   peak_event (trace position, -1: before the trace) are filled. */
-PyObject *
-tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned detail,
-                   int use_free_requested, PyObject *classify)
+PyDoc_STRVAR(segmap_doc,
+"_segmap($module, trace, segments, device, upto, use_free_requested, /)\n--\n\n"
+"Segments (kind 0) and allocations (kind 1) after trace[:upto] (allocator/segmap.c), a list.");
+
+static PyObject *
+segmap(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    if (!PyList_Check(trace) || !PyList_Check(pre)) {
-        PyErr_SetString(PyExc_TypeError, "_timeline(trace: list, pre: list, ...)");
+    PyObject *trace, *segs;
+    int device, use_req;
+    Py_ssize_t upto;
+    if (!PyArg_ParseTuple(args, "O!O!inp:_segmap", &PyList_Type, &trace, &PyList_Type, &segs,
+                          &device, &upto, &use_req)) {
         return NULL;
     }
-    if (columns == 0 || columns > 100000 || detail > 100000) {
-        PyErr_SetString(PyExc_ValueError, "columns must be 1..100000 and detail 0..100000");
+    return tgc_alloc_segmap(trace, segs, device, upto, use_req);
+}
+
+PyDoc_STRVAR(check_trace_doc,
+"_check_trace($module, trace, start, seen, /)\n--\n\n"
+"The first index >= start whose entry is not of torch's plain shape (allocator/trace.c); "
+"len(trace) when all are.");
+
+static PyObject *
+check_trace(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *trace, *seen;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "O!nO!:_check_trace", &PyList_Type, &trace, &start,
+                          &PySet_Type, &seen)) {
         return NULL;
     }
-    PyObject *items = PyList_AsTuple(trace);  /* new: a fixed copy */
-    PyObject *pres = items ? PyList_AsTuple(pre) : NULL;
-    PyObject *result = NULL, *oom_at = NULL, *ooms = NULL, *bands = NULL;
-    PyObject *names = NULL, *cats = NULL, *at_peak = NULL;
-    tgc_event *ev = NULL;
-    tgc_timeline tl = {0};
-    tgc_classify cls = {0};
-    tgc_ptrmap allocs = {0};  /* addresses the trace allocates (+1: 0 is the empty key) */
-    int built = 0, with_cls = classify != NULL && classify != Py_None;
-    if (pres == NULL) {
-        goto done;
+    return tgc_alloc_check_trace(trace, start, seen);
+}
+
+PyDoc_STRVAR(device_memory_doc,
+"_device_memory($module, ordinal, /)\n--\n\nThe CUDA driver's and NVML's view of one device, "
+"loaded at run time, a dict; {'ok': False, 'error': ...} without a driver.");
+
+static PyObject *
+device_memory(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    long v = PyLong_Check(arg) ? PyLong_AsLong(arg) : -1;
+    int ordinal = v > INT_MAX ? -1 : (int)v;  /* not truncated: 2**32 + 1 is no device 1 */
+    if (ordinal < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "_device_memory() takes a device ordinal >= 0");
+        }
+        return NULL;
     }
-    if (with_cls && bind__classify(classify, &cls) < 0) {
-        goto done;
-    }
-    Py_ssize_t nt = PyTuple_GET_SIZE(items), np = PyTuple_GET_SIZE(pres);
-    if (nt + np >= (Py_ssize_t)UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "trace too long");
-        goto done;
-    }
-    ev = malloc((size_t)(nt + np + 1) * sizeof(tgc_event));
-    oom_at = PyList_New(0);
-    if (ev == NULL || oom_at == NULL) {
-        if (ev == NULL) {
-            PyErr_NoMemory();
-        }
-        goto done;
-    }
-    /* A block alive at the end was there before the trace only if the trace never allocates
-     * its address: the trace's allocations first (a set of addresses; the caller may pass every
-     * live block) */
-    if (np > 0 && tgc_ptrmap_init(&allocs, (size_t)nt + 1) < 0) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < nt && np > 0; i++) {
-        PyObject *e = PyTuple_GET_ITEM(items, i);
-        uint64_t addr;
-        if (PyDict_Check(e) && bind__action(e, use_free_requested) == TGC_EV_ALLOC) {
-            if (bind__u64(e, "addr", &addr, 0, 0) < 0) {
-                goto done;
-            }
-            (void)tgc_ptrmap_put(&allocs, (const void *)(uintptr_t)(addr + 1), 0);
-        }
-    }
-    size_t n = 0;
-    for (Py_ssize_t i = 0; i < np; i++) {
-        unsigned long long addr, size;
-        PyObject *t = PyTuple_GET_ITEM(pres, i);
-        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "KK", &addr, &size)) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "pre: expected (addr, size) tuples");
-            }
-            goto done;
-        }
-        if (tgc_ptrmap_get(&allocs, (const void *)(uintptr_t)(addr + 1)) != UINT32_MAX) {
-            continue;  /* allocated in the trace: that allocation is it */
-        }
-        ev[n++] = (tgc_event){addr, size, TGC_TIME_NONE, UINT32_MAX, TGC_EV_PRE};
-    }
-    /* times only for categories (a lookup per entry); an entry without one takes the previous
-     * entry's */
-    int64_t time = TGC_TIME_NONE;
-    for (Py_ssize_t i = 0; i < nt; i++) {
-        PyObject *e = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple keeps it */
-        if (!PyDict_Check(e)) {
-            PyErr_Format(PyExc_ValueError, "trace entry %zd is not a dict", i);
-            goto done;
-        }
-        int kind = bind__action(e, use_free_requested);
-        if (kind == -2) {
-            PyErr_Format(PyExc_ValueError, "trace entry %zd has no str 'action'", i);
-            goto done;
-        }
-        if (kind < 0) {
-            continue;
-        }
-        uint64_t addr = 0, size = 0;
-        if (kind != TGC_EV_OOM &&
-            (bind__u64(e, "addr", &addr, 0, 0) < 0 || bind__u64(e, "size", &size, 0, 0) < 0)) {
-            goto done;
-        }
-        if (with_cls && bind__time(e, i, &time) < 0) {
-            goto done;
-        }
-        if (kind == TGC_EV_OOM) {
-            /* (trace position, event position: the replay's column clock, pre-existing first) */
-            PyObject *ix = Py_BuildValue("(nn)", i, (Py_ssize_t)n);
-            int rc = ix ? PyList_Append(oom_at, ix) : -1;
-            Py_XDECREF(ix);
-            if (rc < 0) {
-                goto done;
-            }
-        }
-        ev[n++] = (tgc_event){addr, size, time, (uint32_t)i, (uint8_t)kind};
-    }
+    tgc_device_mem m;
     int rc;
-    Py_BEGIN_ALLOW_THREADS  /* plain C over our own arrays */
-    rc = tgc_timeline_build(ev, n, columns, detail, with_cls ? &cls : NULL, &tl);
+    Py_BEGIN_ALLOW_THREADS  /* the first call loads libcuda and NVML */
+    rc = tgc_device_query(ordinal, &m);
     Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    built = 1;
-    bands = PyList_New(tl.nbands);
-    for (uint32_t b = 0; bands != NULL && b < tl.nbands; b++) {
-        const tgc_band *bd = &tl.bands[b];
-        PyObject *offs = bind__u64_list(bd->offset, bd->col1 - bd->col0);
-        PyObject *item = offs ? Py_BuildValue(
-            "(nnKIINKii)", bd->alloc_event == UINT32_MAX ? (Py_ssize_t)-1 : (Py_ssize_t)bd->alloc_event,
-            bd->free_event == UINT32_MAX ? (Py_ssize_t)-1 : (Py_ssize_t)bd->free_event,
-            (unsigned long long)bd->size, bd->col0, bd->col1, offs,
-            (unsigned long long)bd->addr, (int)bd->category, (int)bd->rule) : NULL;
-        if (item == NULL) {
-            Py_CLEAR(bands);
-            break;
-        }
-        PyList_SET_ITEM(bands, b, item);
-    }
-    if (bands == NULL) {
-        goto done;
-    }
-    ooms = PyList_New(PyList_GET_SIZE(oom_at));
-    for (Py_ssize_t k = 0; ooms != NULL && k < PyList_GET_SIZE(oom_at); k++) {
-        PyObject *pos = PyTuple_GET_ITEM(PyList_GET_ITEM(oom_at, k), 0);
-        PyList_SET_ITEM(ooms, k, Py_NewRef(pos));
-    }
-    if (ooms == NULL) {
-        goto done;
-    }
-    names = PyTuple_New(TGC_NCAT);
-    for (int k = 0; names != NULL && k < TGC_NCAT; k++) {
-        PyObject *x = PyUnicode_FromString(tgc_category_names[k]);
-        if (x == NULL) {
-            Py_CLEAR(names);
-            break;
-        }
-        PyTuple_SET_ITEM(names, k, x);
-    }
-    if (names == NULL) {
-        goto done;
-    }
-    if (with_cls) {
-        cats = bind__categories(tl.cat_active, TGC_NCAT, tl.columns);
-        at_peak = bind__u64_list(tl.at_peak, TGC_NCAT);
-        if (cats == NULL || at_peak == NULL) {
-            goto done;
-        }
-    }
-    Py_ssize_t peak_event = tl.peak_pos == SIZE_MAX || ev[tl.peak_pos].index == UINT32_MAX
-                            ? -1 : (Py_ssize_t)ev[tl.peak_pos].index;
-    result = Py_BuildValue("{s:N,s:N,s:N,s:K,s:n,s:O,s:O,s:O,s:n,s:O,s:O,s:O,s:n,s:n}",
-                           "active", bind__u64_list(tl.active, tl.columns),
-                           "peak", bind__u64_list(tl.peak, tl.columns),
-                           "small", bind__u64_list(tl.small, tl.columns),
-                           "max", (unsigned long long)tl.max_active,
-                           "allocs", (Py_ssize_t)tl.nallocs, "bands", bands, "ooms", ooms,
-                           "oom_at", oom_at, "events", (Py_ssize_t)n, "categories", names,
-                           "cat_active", cats ? cats : Py_None,
-                           "at_peak", at_peak ? at_peak : Py_None, "peak_event", peak_event,
-                           "peak_pos", tl.peak_pos == SIZE_MAX ? (Py_ssize_t)-1
-                                                               : (Py_ssize_t)tl.peak_pos);
-done:
-    if (built) {
-        tgc_timeline_free(&tl);
-    }
-    free(ev);
-    free((void *)cls.spans);
-    free((void *)cls.grads);
-    free((void *)cls.named);
-    tgc_ptrmap_free(&allocs);
-    Py_XDECREF(items);
-    Py_XDECREF(pres);
-    Py_XDECREF(oom_at);
-    Py_XDECREF(ooms);
-    Py_XDECREF(bands);
-    Py_XDECREF(names);
-    Py_XDECREF(cats);
-    Py_XDECREF(at_peak);
-    return result;
+    return Py_BuildValue("{s:O,s:i,s:K,s:L,s:L,s:L,s:O,s:s,s:s,s:s}",
+                         "ok", rc == 0 ? Py_True : Py_False, "ordinal", ordinal,
+                         "total", m.total, "free", m.free, "device_used", m.device_used,
+                         "process_used", m.process_used, "nvml", m.nvml ? Py_True : Py_False,
+                         "name", m.name, "source", m.source, "error", m.error);
 }
 
-/* _segmap(trace, segments, device, upto, use_free_requested) -> [(kind, addr, size, event)]
- *   The segments (kind 0) and allocations (kind 1) of one device after trace[0:upto] (trace
- *   positions), from the snapshot's final segments. event: the trace position that made it,
- *   -1 when it predates what the trace shows. */
-PyObject *
-tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_ssize_t upto,
-                 int use_free_requested)
-{
-    if (!PyList_Check(trace) || !PyList_Check(segments)) {
-        PyErr_SetString(PyExc_TypeError, "_segmap(trace: list, segments: list, ...)");
-        return NULL;
-    }
-    PyObject *items = PyList_AsTuple(trace);  /* new: a fixed copy */
-    tgc_sm_event *ev = NULL;
-    tgc_sm_item *fin = NULL, *out = NULL;
-    tgc_alloc a;  /* freed on every path: tgc_alloc_free is safe on a partial load */
-    size_t n = 0, nfin = 0, nout = 0, upto_ev = 0;
-    PyObject *result = NULL;
-    tgc_alloc_init(&a);
-    if (items == NULL) {
-        goto done;
-    }
-    Py_ssize_t nt = PyTuple_GET_SIZE(items);
-    if (upto < 0 || upto > nt) {
-        PyErr_Format(PyExc_ValueError, "event %zd is outside the trace (0..%zd)", upto, nt);
-        goto done;
-    }
-    ev = malloc((size_t)(nt ? nt : 1) * sizeof(tgc_sm_event));
-    if (ev == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < nt; i++) {
-        PyObject *e = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple keeps it */
-        if (i == upto) {
-            upto_ev = n;
-        }
-        if (!PyDict_Check(e)) {
-            PyErr_Format(PyExc_ValueError, "trace entry %zd is not a dict", i);
-            goto done;
-        }
-        PyObject *action = PyDict_GetItemString(e, "action");  /* borrowed */
-        if (action == NULL || !PyUnicode_Check(action)) {
-            PyErr_Format(PyExc_ValueError, "trace entry %zd has no str 'action'", i);
-            goto done;
-        }
-        int act;
-        if (PyUnicode_CompareWithASCIIString(action, "alloc") == 0) {
-            act = TGC_SM_ALLOC;
-        }
-        else if (PyUnicode_CompareWithASCIIString(
-                     action, use_free_requested ? "free_requested" : "free_completed") == 0) {
-            act = TGC_SM_FREE;
-        }
-        else if (PyUnicode_CompareWithASCIIString(action, "segment_alloc") == 0 ||
-                 PyUnicode_CompareWithASCIIString(action, "segment_map") == 0) {
-            act = TGC_SM_SEG_ADD;
-        }
-        else if (PyUnicode_CompareWithASCIIString(action, "segment_free") == 0 ||
-                 PyUnicode_CompareWithASCIIString(action, "segment_unmap") == 0) {
-            act = TGC_SM_SEG_DEL;
-        }
-        else {
-            continue;
-        }
-        uint64_t addr, size;
-        if (bind__u64(e, "addr", &addr, 0, 0) < 0 || bind__u64(e, "size", &size, 0, 0) < 0) {
-            goto done;
-        }
-        if (addr == UINT64_MAX) {
-            PyErr_Format(PyExc_ValueError, "trace entry %zd: address out of range", i);
-            goto done;
-        }
-        ev[n++] = (tgc_sm_event){addr, size, (uint32_t)i, (uint8_t)act};
-    }
-    if (upto == nt) {
-        upto_ev = n;
-    }
-    /* The final state: the snapshot's segments of this device and their allocated blocks,
-     * read (and validated) by the same loader as block attribution. */
-    if (bind__load(segments, &a) < 0) {
-        goto done;
-    }
-    fin = malloc((a.nseg + a.nblk + 1) * sizeof(tgc_sm_item));
-    if (fin == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (size_t i = 0; i < a.nseg; i++) {
-        if (a.segs[i].device == device) {
-            fin[nfin++] = (tgc_sm_item){a.segs[i].addr, a.segs[i].size, UINT32_MAX,
-                                        TGC_SM_SEGMENT};
-        }
-    }
-    for (size_t i = 0; i < a.nblk; i++) {
-        if (a.blocks[i].device == device && a.blocks[i].state == TGC_BLOCK_ALLOCATED) {
-            fin[nfin++] = (tgc_sm_item){a.blocks[i].addr, a.blocks[i].size, UINT32_MAX,
-                                        TGC_SM_ALLOCATION};
-        }
-    }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = tgc_segmap_at(ev, n, fin, nfin, upto_ev, &out, &nout);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    result = PyList_New((Py_ssize_t)nout);
-    for (size_t i = 0; result != NULL && i < nout; i++) {
-        PyObject *t = Py_BuildValue("(iKKn)", out[i].kind, (unsigned long long)out[i].addr,
-                                    (unsigned long long)out[i].size,
-                                    out[i].event == UINT32_MAX ? (Py_ssize_t)-1
-                                                               : (Py_ssize_t)out[i].event);
-        if (t == NULL) {
-            Py_CLEAR(result);
-            break;
-        }
-        PyList_SET_ITEM(result, (Py_ssize_t)i, t);
-    }
-done:
-    free(ev);
-    free(fin);
-    free(out);
-    Py_XDECREF(items);
-    tgc_alloc_free(&a);
-    return result;
-}
+PyDoc_STRVAR(pickle_scan_doc,
+"_pickle_scan($module, data, /)\n--\n\nThe pre-scan of an untrusted pickle (allocator/pickscan.c): "
+"(code, pos, a, b, c).");
 
-/* _pickle_scan(data: bytes) -> (code, pos, a, b, c); see pickscan.h. The scan runs without the
- * GIL on the bytes object, which the caller's reference keeps alive and immutable. */
-PyObject *
-tgc_alloc_pickle_scan(PyObject *data)
+/* The scan runs without the GIL on the bytes object, which the caller's reference keeps alive
+ * and immutable. */
+static PyObject *
+pickle_scan(PyObject *Py_UNUSED(module), PyObject *data)
 {
     if (!PyBytes_Check(data)) {
         PyErr_SetString(PyExc_TypeError, "_pickle_scan() takes bytes");
@@ -833,127 +133,13 @@ tgc_alloc_pickle_scan(PyObject *data)
                          (unsigned long long)r.c);
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* The field check of an untrusted trace, the common case                                      */
-
-/* An exact int in [-2**63, 2**64), or absent (NULL). */
-static int
-bind__int_ok(PyObject *v)
-{
-    if (v == NULL) {
-        return 1;
-    }
-    if (!PyLong_CheckExact(v)) {
-        return 0;
-    }
-    int overflow;
-    (void)PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow < 0) {
-        return 0;
-    }
-    if (overflow > 0) {
-        (void)PyLong_AsUnsignedLongLong(v);
-        if (PyErr_Occurred()) {
-            PyErr_Clear();
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* The first index >= start of `trace` whose entry is not of the plain shape torch writes --
- * exact dicts with a str 'action'; 'addr', 'size', 'device_free', 'time_us' exact ints in
- * range when present; 'frames' absent, None or a list of dicts with str 'filename' and 'name'
- * and an int 'line' -- or len(trace). snapshot.check_snapshot looks at that entry carefully
- * (and says what is wrong, or goes on). Frames lists are checked once: torch shares one list
- * among the entries of a stack, so `seen` (a set of ids, shared across calls) remembers them.
- * Borrowed references only; no Python code runs (exact types). */
-PyObject *
-tgc_alloc_check_trace(PyObject *trace, Py_ssize_t start, PyObject *seen)
-{
-    static const char *const ints[] = {"addr", "size", "device_free", "time_us"};
-    PyObject *keys[4] = {NULL}, *k_action = NULL, *k_frames = NULL, *k_filename = NULL,
-             *k_name = NULL, *k_line = NULL;
-    Py_ssize_t j = start < 0 ? 0 : start;
-    int rc = -1;
-    for (int i = 0; i < 4; i++) {
-        if ((keys[i] = PyUnicode_InternFromString(ints[i])) == NULL) {
-            goto done;
-        }
-    }
-    k_action = PyUnicode_InternFromString("action");
-    k_frames = PyUnicode_InternFromString("frames");
-    k_filename = PyUnicode_InternFromString("filename");
-    k_name = PyUnicode_InternFromString("name");
-    k_line = PyUnicode_InternFromString("line");
-    if (!k_action || !k_frames || !k_filename || !k_name || !k_line) {
-        goto done;
-    }
-    for (; j < PyList_GET_SIZE(trace); j++) {  /* the list cannot change: no Python code runs */
-        PyObject *e = PyList_GET_ITEM(trace, j);  /* borrowed */
-        if (!PyDict_CheckExact(e)) {
-            break;
-        }
-        PyObject *a = PyDict_GetItemWithError(e, k_action);
-        if (a == NULL || !PyUnicode_CheckExact(a)) {
-            break;
-        }
-        int ok = 1;
-        for (int i = 0; i < 4 && ok; i++) {
-            ok = bind__int_ok(PyDict_GetItemWithError(e, keys[i]));
-        }
-        if (!ok) {
-            break;
-        }
-        PyObject *f = PyDict_GetItemWithError(e, k_frames);
-        if (f == NULL || f == Py_None) {
-            continue;
-        }
-        if (!PyList_CheckExact(f)) {
-            break;
-        }
-        PyObject *id = PyLong_FromVoidPtr(f);  /* new reference */
-        if (id == NULL) {
-            goto done;
-        }
-        int known = PySet_Contains(seen, id);
-        if (known == 0) {
-            for (Py_ssize_t m = 0; m < PyList_GET_SIZE(f) && ok; m++) {
-                PyObject *fr = PyList_GET_ITEM(f, m);
-                if (!PyDict_CheckExact(fr)) {
-                    ok = 0;
-                    break;
-                }
-                PyObject *fn = PyDict_GetItemWithError(fr, k_filename);
-                PyObject *nm = PyDict_GetItemWithError(fr, k_name);
-                ok = (fn == NULL || PyUnicode_CheckExact(fn)) &&
-                     (nm == NULL || PyUnicode_CheckExact(nm)) &&
-                     bind__int_ok(PyDict_GetItemWithError(fr, k_line));
-            }
-            if (ok) {
-                known = PySet_Add(seen, id) < 0 ? -1 : 1;
-            }
-        }
-        Py_DECREF(id);
-        if (known < 0) {
-            goto done;
-        }
-        if (!ok) {
-            break;
-        }
-    }
-    rc = 0;
-done:
-    for (int i = 0; i < 4; i++) {
-        Py_XDECREF(keys[i]);
-    }
-    Py_XDECREF(k_action);
-    Py_XDECREF(k_frames);
-    Py_XDECREF(k_filename);
-    Py_XDECREF(k_name);
-    Py_XDECREF(k_line);
-    if (rc < 0 || PyErr_Occurred()) {
-        return NULL;
-    }
-    return PyLong_FromSsize_t(j);
-}
+PyMethodDef tgc_alloc_methods[] = {
+    {"_alloc_attribute", (PyCFunction)(void (*)(void))alloc_attribute, METH_FASTCALL,
+     alloc_attribute_doc},
+    {"_device_memory", (PyCFunction)device_memory, METH_O, device_memory_doc},
+    {"_timeline", (PyCFunction)timeline, METH_VARARGS, timeline_doc},
+    {"_segmap", (PyCFunction)segmap, METH_VARARGS, segmap_doc},
+    {"_pickle_scan", (PyCFunction)pickle_scan, METH_O, pickle_scan_doc},
+    {"_check_trace", (PyCFunction)check_trace, METH_VARARGS, check_trace_doc},
+    {NULL, NULL, 0, NULL},
+};

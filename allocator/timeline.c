@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ptrmap.h"
+#include "tensorgc/ptrmap.h"
 #include "tensorgc/timeline.h"
 
 const char *const tgc_category_names[TGC_NCAT] = {

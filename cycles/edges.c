@@ -1,7 +1,12 @@
 /* edges.c: the reference graph of a set of objects, restricted to the set: one edge per
- * reference that tp_traverse reports. Shared by hook.c (splitting the garbage before a report)
- * and report.c (the report's graph). */
-#include "tgc.h"
+ * reference that tp_traverse reports (contract in edges.h). Shared by split.c (splitting the
+ * garbage before a report) and report_build.c (the report's graph). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdlib.h>
+
+#include "edges.h"
 
 typedef struct {
     const tgc_ptrmap *map;

@@ -1,6 +1,8 @@
-/* page.c: the self-contained HTML page of a cycle report (tgc_page in tgc.h): title, table,
+/* page.c: the self-contained HTML page of a cycle report (contract in page.h): title, table,
  * summary text and the inlined SVG, with a small pan/zoom script. Plain C over tgc_buf. */
-#include "tgc.h"
+#include "page.h"
+
+#include <string.h>
 
 static const char page_head[] =
     "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"

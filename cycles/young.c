@@ -4,7 +4,7 @@
  * gc.garbage, we take it back, scan it and free it), although in most young collections nothing
  * could possibly hold a tensor. Garbage found by a collection of generation g is a subset of the
  * objects in generations 0..g, and the tensors it keeps alive are those objects or what they
- * reference directly (the same reach as hook.c's held-tensor pass). So "start" walks those lists
+ * reference directly (the same reach as split.c's held-tensor pass). So "start" walks those lists
  * once: when no object is a tensor and none references one, the collection cannot produce a report
  * and the collector runs alone.
  *
@@ -25,7 +25,8 @@
 #  include "internal/pycore_gc.h"
 #endif
 
-#include "ptrmap.h"
+#include "tensorgc/ptrmap.h"
+#include "tensorgc/tensor.h"
 #include "young.h"
 
 
@@ -119,7 +120,7 @@ tgc_traverse_fast(tgc_shapes *c, PyObject *op, visitproc visit, void *arg)
 /* What the collector does to garbage before clearing it, and the island path would skip: legacy
  * finalizers (tp_del: such garbage is uncollectable) and weak references (cleared and called back
  * first). Objects needing either, and type objects, send the collection down the armed path. A
- * pending tp_finalize (__del__, a suspended generator or coroutine) is no obstacle: hook.c runs
+ * pending tp_finalize (__del__, a suspended generator or coroutine) is no obstacle: free.c runs
  * it after the report, as the collector's finalize_garbage would have. */
 int
 tgc_young_plain(PyObject *op)
@@ -170,14 +171,14 @@ tgc_young_selfcheck(void)
  * (types repeat a lot among young objects; they stay alive while their objects do). */
 typedef struct {
     PyTypeObject *tensor;
-    tgc_typecache types;
+    tgc_tensor_typecache types;
     int saw_type;  /* a run of type objects started: some young object is a class */
 } young_ctx;
 
 static int
 young__is_tensor(young_ctx *c, PyObject *o)
 {
-    return tgc_typecache_is_tensor(&c->types, c->tensor, o);
+    return tgc_tensor_typecache_check(&c->types, c->tensor, o);
 }
 
 /* tp_traverse visitor: a nonzero return ends the traversal, which is all we need. */

@@ -1,6 +1,7 @@
 /* young.h: the contract of young.c, the pre-scan of the generations a collection is about to
- * examine, and the type test and fast traversal it shares with hook.c and the reporter. Python.h comes first. Both functions need the GIL, run no Python code and never leave
- * an exception set. */
+ * examine, and the fast traversal it shares with the hook (split.c). Python.h and
+ * tensorgc/tensor.h come first. Everything here needs the GIL, runs no Python code and never
+ * leaves an exception set. */
 #ifndef TGC_YOUNG_H
 #define TGC_YOUNG_H
 
@@ -52,29 +53,6 @@ int tgc_young_island_exact(PyObject *list);
  * pending tp_finalize, if any: no legacy finalizer (tp_del), no weak references to it, not a
  * type. */
 int tgc_young_plain(PyObject *op);
-
-/* Whether o is an instance of `tensor`, remembering the last few types that were not: walks meet
- * the same few types over and over. Shared by the pre-scan, hook.c's held-tensor pass and the
- * reporter's walk. Zero it before a walk and do not keep it past one (its type pointers are kept
- * alive only by the objects being walked). */
-typedef struct {
-    PyTypeObject *plain[4];
-    unsigned next;
-} tgc_typecache;
-
-static inline int
-tgc_typecache_is_tensor(tgc_typecache *c, PyTypeObject *tensor, PyObject *o)
-{
-    PyTypeObject *tp = Py_TYPE(o);
-    if (tp == c->plain[0] || tp == c->plain[1] || tp == c->plain[2] || tp == c->plain[3]) {
-        return 0;
-    }
-    if (PyType_IsSubtype(tp, tensor)) {
-        return 1;
-    }
-    c->plain[c->next++ & 3] = tp;
-    return 0;
-}
 
 /* What tp_traverse visits, faster for the commonest young objects: instances of classes defined
  * in Python that hold only __slots__ have their slots read directly (their type object, which

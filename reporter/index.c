@@ -11,8 +11,11 @@
  *
  * Cost while on: one walk of generations 0 and 1 (a few thousand objects) per collection of
  * generation 1 or 2, i.e. one in ten collections with default thresholds. Only where the
- * collector has these generations (compat.h: TGC_HAVE_GEN_INDEX). */
-#include "tgc.h"
+ * collector has these generations (compat.h: TGC_HAVE_GEN_INDEX). Contract in reporter.h. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "reporter.h"
 
 #if TGC_HAVE_GEN_INDEX
 
@@ -27,10 +30,10 @@ index__refers_to(PyObject *ref, PyObject *op)
 /* Adds the tensors of gc.get_objects(gen) to the index dict (address -> weakref) and, when
  * `out` is given, appends them to it as well. Returns 0, or -1 with an exception. */
 static int
-index__scan_gen(tgc_state *st, int gen, PyObject *out)
+index__scan_gen(tgc_reporter *r, int gen, PyObject *out)
 {
-    PyObject *objs = gen >= 0 ? PyObject_CallMethod(st->gc_module, "get_objects", "(i)", gen)
-                              : PyObject_CallMethod(st->gc_module, "get_objects", NULL);  /* new */
+    PyObject *objs = gen >= 0 ? PyObject_CallMethod(r->gc_module, "get_objects", "(i)", gen)
+                              : PyObject_CallMethod(r->gc_module, "get_objects", NULL);  /* new */
     if (objs == NULL) {
         return -1;
     }
@@ -39,7 +42,7 @@ index__scan_gen(tgc_state *st, int gen, PyObject *out)
         PyErr_SetString(PyExc_TypeError, "gc.get_objects() did not return a list");
         return -1;
     }
-    PyTypeObject *tt = (PyTypeObject *)st->tensor_type;
+    PyTypeObject *tt = (PyTypeObject *)r->tensor->type;
     PyTypeObject *plain[4] = {NULL, NULL, NULL, NULL};
     unsigned next = 0;
     int rc = 0;
@@ -58,14 +61,14 @@ index__scan_gen(tgc_state *st, int gen, PyObject *out)
             break;
         }
         PyObject *key = PyLong_FromVoidPtr(op);
-        PyObject *have = key ? PyDict_GetItemWithError(st->index, key) : NULL;  /* borrowed */
+        PyObject *have = key ? PyDict_GetItemWithError(r->index, key) : NULL;  /* borrowed */
         if (key == NULL || (have == NULL && PyErr_Occurred())) {
             rc = -1;
         }
         else if (have == NULL || !index__refers_to(have, op)) {
             /* new, or the address now belongs to another tensor */
             PyObject *ref = PyWeakref_NewRef(op, NULL);
-            if (ref == NULL || PyDict_SetItem(st->index, key, ref) < 0) {
+            if (ref == NULL || PyDict_SetItem(r->index, key, ref) < 0) {
                 rc = -1;
             }
             Py_XDECREF(ref);
@@ -78,73 +81,70 @@ index__scan_gen(tgc_state *st, int gen, PyObject *out)
 
 /* The gc callback of the index: on "start" of a collection of generation 1 or 2, index what it
  * may promote. Never raises into the collector. */
-PyObject *
-tgc_index_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+void
+tgc_index_callback(tgc_reporter *r, PyObject *phase, PyObject *info)
 {
-    tgc_state *st = tgc_state_of(module);
-    if (st == NULL || st->index == NULL || nargs != 2 || !PyUnicode_Check(args[0]) ||
-        st->index_busy || tgc_compat_is_finalizing() ||
-        PyUnicode_CompareWithASCIIString(args[0], "start") != 0) {
-        Py_RETURN_NONE;
+    if (r->index == NULL || !PyUnicode_Check(phase) || r->index_busy ||
+        tgc_compat_is_finalizing() || PyUnicode_CompareWithASCIIString(phase, "start") != 0) {
+        return;
     }
-    PyObject *g = PyDict_Check(args[1]) ? PyDict_GetItemString(args[1], "generation") : NULL;
+    PyObject *g = PyDict_Check(info) ? PyDict_GetItemString(info, "generation") : NULL;
     long gen = g != NULL && PyLong_Check(g) ? PyLong_AsLong(g) : -1;
     if (gen >= 1) {
-        st->index_busy = 1;  /* gc.get_objects cannot start a collection, but stay safe */
-        if (index__scan_gen(st, 0, NULL) < 0 || index__scan_gen(st, 1, NULL) < 0) {
-            PyErr_WriteUnraisable(st->index_hook);
-            st->index_stale = 1;  /* the next report walks everything */
+        r->index_busy = 1;  /* gc.get_objects cannot start a collection, but stay safe */
+        if (index__scan_gen(r, 0, NULL) < 0 || index__scan_gen(r, 1, NULL) < 0) {
+            PyErr_WriteUnraisable(r->index_hook);
+            r->index_stale = 1;  /* the next report walks everything */
         }
-        st->index_busy = 0;
-        st->index_promotions++;
+        r->index_busy = 0;
+        r->index_promotions++;
     }
     PyErr_Clear();
-    Py_RETURN_NONE;
 }
 
 static long
-index__freeze_count(tgc_state *st)
+index__freeze_count(tgc_reporter *r)
 {
-    PyObject *r = PyObject_CallMethod(st->gc_module, "get_freeze_count", NULL);
-    long n = r != NULL ? PyLong_AsLong(r) : -1;
-    Py_XDECREF(r);
+    PyObject *v = PyObject_CallMethod(r->gc_module, "get_freeze_count", NULL);
+    long n = v != NULL ? PyLong_AsLong(v) : -1;
+    Py_XDECREF(v);
     PyErr_Clear();
     return n;
 }
 
 int
-tgc_index_enable(tgc_state *st)
+tgc_index_enable(tgc_reporter *r)
 {
-    if (st->index != NULL) {
+    if (r->index != NULL) {
         return 0;
     }
-    if (tgc_torch_resolve(st) <= 0) {
+    if (tgc_tensor_resolve(r->tensor) <= 0) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_RuntimeError, "tensorgc: torch is not imported");
         }
         return -1;
     }
-    st->index = PyDict_New();
-    if (st->index == NULL || index__scan_gen(st, -1, NULL) < 0 ||
-        PyList_Append(st->gc_callbacks, st->index_hook) < 0) {
-        Py_CLEAR(st->index);
+    r->index = PyDict_New();
+    if (r->index == NULL || index__scan_gen(r, -1, NULL) < 0 ||
+        PyList_Append(r->gc_callbacks, r->index_hook) < 0) {
+        Py_CLEAR(r->index);
         return -1;
     }
-    st->index_freeze = index__freeze_count(st);
-    st->index_stale = 0;
+    r->index_freeze = index__freeze_count(r);
+    r->index_stale = 0;
     return 0;
 }
 
 int
-tgc_index_disable(tgc_state *st)
+tgc_index_disable(tgc_reporter *r)
 {
-    if (st->index == NULL) {
+    if (r->index == NULL) {
         return 0;
     }
-    Py_CLEAR(st->index);
-    PyObject *cbs = st->gc_callbacks;
+    Py_CLEAR(r->index);
+    PyObject *cbs = r->gc_callbacks;
     for (Py_ssize_t i = PyList_GET_SIZE(cbs) - 1; i >= 0; i--) {
-        if (PyList_GET_ITEM(cbs, i) == st->index_hook && PySequence_DelItem(cbs, i) < 0) {
+        if (PyList_GET_ITEM(cbs, i) == r->index_hook && PySequence_DelItem(cbs, i) < 0) {
             return -1;
         }
     }
@@ -154,16 +154,16 @@ tgc_index_disable(tgc_state *st)
 /* Every live tensor (new list): the index's live entries plus generations 0 and 1, or a full
  * walk (re-indexing) when the index may have missed something. */
 PyObject *
-tgc_index_tensors(tgc_state *st)
+tgc_index_tensors(tgc_reporter *r)
 {
-    long fc = index__freeze_count(st);
-    if (st->index_stale || fc < st->index_freeze) {
+    long fc = index__freeze_count(r);
+    if (r->index_stale || fc < r->index_freeze) {
         /* gc.unfreeze() moved frozen objects to the oldest generation behind our back */
-        if (tgc_index_disable(st) < 0 || tgc_index_enable(st) < 0) {
+        if (tgc_index_disable(r) < 0 || tgc_index_enable(r) < 0) {
             return NULL;
         }
     }
-    st->index_freeze = fc;
+    r->index_freeze = fc;
     PyObject *out = PyList_New(0);  /* new reference */
     PyObject *seen = PySet_New(NULL);
     PyObject *dead = PyList_New(0);
@@ -172,7 +172,7 @@ tgc_index_tensors(tgc_state *st)
     }
     PyObject *key, *ref;
     Py_ssize_t pos = 0;
-    while (PyDict_Next(st->index, &pos, &key, &ref)) {  /* borrowed */
+    while (PyDict_Next(r->index, &pos, &key, &ref)) {  /* borrowed */
         PyObject *t = tgc_compat_weakref_target(ref);  /* new or NULL */
         if (t == NULL) {
             if (PyList_Append(dead, key) < 0) {
@@ -187,7 +187,7 @@ tgc_index_tensors(tgc_state *st)
         }
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dead); i++) {
-        if (PyDict_DelItem(st->index, PyList_GET_ITEM(dead, i)) < 0) {
+        if (PyDict_DelItem(r->index, PyList_GET_ITEM(dead, i)) < 0) {
             goto error;
         }
     }
@@ -198,7 +198,7 @@ tgc_index_tensors(tgc_state *st)
     }
     int rc = 0;
     for (int gen = 0; gen <= 1 && rc == 0; gen++) {
-        rc = index__scan_gen(st, gen, young);
+        rc = index__scan_gen(r, gen, young);
     }
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(young); i++) {
         PyObject *t = PyList_GET_ITEM(young, i);
@@ -228,33 +228,32 @@ error:
 
 #else  /* no generations to rely on (free-threaded builds, 3.14's incremental collector) */
 
-PyObject *
-tgc_index_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+void
+tgc_index_callback(tgc_reporter *r, PyObject *phase, PyObject *info)
 {
-    (void)module;
-    (void)args;
-    (void)nargs;
-    Py_RETURN_NONE;
+    (void)r;
+    (void)phase;
+    (void)info;
 }
 
 int
-tgc_index_enable(tgc_state *st)
+tgc_index_enable(tgc_reporter *r)
 {
-    (void)st;
+    (void)r;
     return 0;  /* reports fall back to the full walk */
 }
 
 int
-tgc_index_disable(tgc_state *st)
+tgc_index_disable(tgc_reporter *r)
 {
-    (void)st;
+    (void)r;
     return 0;
 }
 
 PyObject *
-tgc_index_tensors(tgc_state *st)
+tgc_index_tensors(tgc_reporter *r)
 {
-    return tgc_walk_tensors(st);
+    return tgc_walk_tensors(r);
 }
 
 #endif

@@ -1,16 +1,19 @@
-/* walk.c: the MemReporter's C half. Finds every live tensor object by walking the collector's
- * object lists (PyUnstable_GC_VisitObjects on 3.12+, gc.get_objects() before), and reads what a
- * report needs of each tensor through TensorBase's own descriptors, so no Python-level
- * isinstance, subclass property or deprecation warning ever runs. Names are given in Python
- * (tensorgc/reporter.py); this file only finds and measures. */
-#include "tgc.h"
+/* walk.c: the MemReporter's C half (contract in reporter.h). Finds every live tensor object by
+ * walking the collector's object lists (PyUnstable_GC_VisitObjects on 3.12+, gc.get_objects()
+ * before), and reads what a report needs of each tensor through tensor/ (TensorBase's own
+ * descriptors), so no Python-level isinstance, subclass property or deprecation warning ever
+ * runs. Names are given in Python (tensorgc/reporter.py); this file only finds and measures. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "reporter.h"
 
 /* A million objects are mostly of a few types: remember the last types that are not tensors,
  * so most objects cost one pointer compare instead of an MRO walk. The types stay alive while
  * objects of them are on the collector's lists, which the walk does not change. */
 typedef struct {
     PyTypeObject *tensor_type;
-    tgc_typecache types;
+    tgc_tensor_typecache types;
     PyObject *out;
     int failed;
 } walk_ctx;
@@ -18,7 +21,7 @@ typedef struct {
 static inline int
 walk__is_tensor(walk_ctx *c, PyObject *op)
 {
-    return tgc_typecache_is_tensor(&c->types, c->tensor_type, op);
+    return tgc_tensor_typecache_check(&c->types, c->tensor_type, op);
 }
 
 #if TGC_HAVE_GC_VISIT
@@ -36,9 +39,10 @@ walk__visit(PyObject *op, void *arg)
 #endif
 
 PyObject *
-tgc_walk_tensors(tgc_state *st)
+tgc_walk_tensors(tgc_reporter *r)
 {
-    if (tgc_torch_resolve(st) <= 0) {
+    tgc_tensor_state *tn = r->tensor;
+    if (tgc_tensor_resolve(tn) <= 0) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_RuntimeError, "tensorgc: torch is not imported");
         }
@@ -48,7 +52,7 @@ tgc_walk_tensors(tgc_state *st)
     if (out == NULL) {
         return NULL;
     }
-    walk_ctx c = {(PyTypeObject *)st->tensor_type, {{NULL, NULL, NULL, NULL}, 0}, out, 0};
+    walk_ctx c = {(PyTypeObject *)tn->type, {{NULL, NULL, NULL, NULL}, 0}, out, 0};
 #if TGC_HAVE_GC_VISIT
     PyUnstable_GC_VisitObjects(walk__visit, &c);
     if (c.failed) {
@@ -56,7 +60,7 @@ tgc_walk_tensors(tgc_state *st)
         return NULL;
     }
 #else
-    PyObject *all = PyObject_CallMethod(st->gc_module, "get_objects", NULL);  /* new */
+    PyObject *all = PyObject_CallMethod(r->gc_module, "get_objects", NULL);  /* new */
     if (all == NULL || !PyList_Check(all)) {
         Py_XDECREF(all);
         Py_DECREF(out);
@@ -76,12 +80,6 @@ tgc_walk_tensors(tgc_state *st)
     Py_DECREF(all);
 #endif
     return out;
-}
-
-static PyObject *
-walk__get(PyObject *descr, PyObject *obj)
-{
-    return Py_TYPE(descr)->tp_descr_get(descr, obj, (PyObject *)Py_TYPE(obj));
 }
 
 /* A device's type (new reference, str) and index (new reference, int or None) from its str,
@@ -112,7 +110,7 @@ walk__parse_device(PyObject *device_s, PyObject **type, PyObject **index)
 /* The number of elements: the product of the sizes when all are plain, else what numel() says
  * (a nested tensor's ragged size), else None. New reference. */
 static PyObject *
-walk__numel(tgc_state *st, PyObject *t, PyObject *shape)
+walk__numel(tgc_tensor_state *tn, PyObject *t, PyObject *shape)
 {
     Py_ssize_t numel = 1;
     for (Py_ssize_t i = 0; PyTuple_Check(shape) && i < PyTuple_GET_SIZE(shape); i++) {
@@ -134,7 +132,7 @@ walk__numel(tgc_state *st, PyObject *t, PyObject *shape)
         return PyLong_FromSsize_t(numel);
     }
 ask:;
-    PyObject *m = st->torch_attr[TGC_TA_NUMEL];
+    PyObject *m = tn->attr[TGC_TA_NUMEL];
     PyObject *n = m ? PyObject_CallOneArg(m, t) : NULL;
     if (n == NULL || !PyLong_Check(n)) {
         PyErr_Clear();
@@ -146,40 +144,41 @@ ask:;
 /* One tensor: (storage_ptr, storage_nbytes, device, device_type, device_index, shape, dtype,
  * numel, is_sparse, storage, parts, nbytes, no_storage), new reference. storage_ptr and
  * storage_nbytes are its own storage's ((0, 0) for a meta tensor, None where it has none: sparse,
- * mkldnn, wrapper subclasses). storage is how nbytes, its real bytes, were counted (layout.c);
+ * mkldnn, wrapper subclasses). storage is how nbytes, its real bytes, were counted (tensor/layout.c);
  * parts is None when they are the tensor's own, else ((name, tensor), ...) of the tensors that
  * hold them (a sparse tensor's indices and values, a wrapper's inner tensors); no_storage says
  * why nothing is counted (e.g. "meta"), else None. */
 PyObject *
-tgc_tensor_row(tgc_state *st, PyObject *t)
+tgc_walk_row(tgc_reporter *r, PyObject *t)
 {
+    tgc_tensor_state *tn = r->tensor;
     PyObject *shape = NULL, *dtype = NULL, *dtype_s = NULL, *device = NULL, *numel = NULL;
     PyObject *device_s = NULL, *dev_type = NULL, *dev_index = NULL, *sp = NULL, *parts = NULL;
     PyObject *row = NULL;
-    tgc_bytes bytes;
+    tgc_tensor_bytes bytes;
     int measured = 0;
-    if (!PyObject_TypeCheck(t, (PyTypeObject *)st->tensor_type)) {
+    if (!tgc_tensor_check(tn, t)) {
         PyErr_Format(PyExc_TypeError, "expected a tensor, got %.100s", Py_TYPE(t)->tp_name);
         return NULL;
     }
-    shape = tgc_tensor_shape(st, t);
-    dtype = shape ? walk__get(st->torch_get_dtype, t) : NULL;
-    dtype_s = dtype ? tgc_torch_str(st, dtype) : NULL;
+    shape = tgc_tensor_shape(tn, t);
+    dtype = shape ? tgc_tensor_get(tn->get_dtype, t) : NULL;
+    dtype_s = dtype ? tgc_tensor_str(tn, dtype) : NULL;
     if (dtype_s != NULL && PyUnicode_GET_LENGTH(dtype_s) > 6 &&
-        PyUnicode_Tailmatch(dtype_s, st->str_torch_dot, 0, 6, -1) == 1) {
+        PyUnicode_Tailmatch(dtype_s, tn->str_torch_dot, 0, 6, -1) == 1) {
         Py_SETREF(dtype_s, PyUnicode_Substring(dtype_s, 6, PyUnicode_GET_LENGTH(dtype_s)));
     }
-    sp = dtype_s ? walk__get(st->torch_is_sparse_getter, t) : NULL;
+    sp = dtype_s ? tgc_tensor_get(tn->get_is_sparse, t) : NULL;
     int is_sparse = sp ? PyObject_IsTrue(sp) : -1;
     if (is_sparse < 0) {
         goto done;
     }
     /* A wrapper subclass may answer .device through a __torch_dispatch__ that raises: its device
      * is then its first inner tensor's, once measured. */
-    device = walk__get(st->torch_get_device, t);
-    device_s = device ? tgc_torch_str(st, device) : NULL;
-    dev_type = device_s ? PyObject_GetAttr(device, st->str_type) : NULL;
-    dev_index = dev_type ? PyObject_GetAttr(device, st->str_index) : NULL;
+    device = tgc_tensor_get(tn->get_device, t);
+    device_s = device ? tgc_tensor_str(tn, device) : NULL;
+    dev_type = device_s ? PyObject_GetAttr(device, tn->str_type) : NULL;
+    dev_index = dev_type ? PyObject_GetAttr(device, tn->str_index) : NULL;
     if (dev_index == NULL) {
         if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
             goto done;
@@ -190,7 +189,7 @@ tgc_tensor_row(tgc_state *st, PyObject *t)
     }
     const char *dt = dev_type ? PyUnicode_AsUTF8(dev_type) : NULL;
     PyErr_Clear();
-    tgc_bytes_measure(st, t, dt, device_s, 1, NULL, &bytes);
+    tgc_tensor_measure(tn, t, dt, device_s, 1, NULL, &bytes);
     measured = 1;
     if (device_s == NULL) {
         device_s = bytes.nparts > 0 && bytes.parts[0].device_s
@@ -199,12 +198,12 @@ tgc_tensor_row(tgc_state *st, PyObject *t)
             goto done;
         }
     }
-    numel = walk__numel(st, t, shape);
+    numel = walk__numel(tn, t, shape);
     if (numel == NULL) {
         goto done;
     }
     /* Its own storage's address and size; a meta tensor's (0, 0): it holds nothing. */
-    int meta = bytes.how == st->how[TGC_HOW_META];
+    int meta = bytes.how == tn->how[TGC_HOW_META];
     PyObject *own_ptr = bytes.own ? PyLong_FromUnsignedLongLong(bytes.parts[0].ptr)
                         : meta ? PyLong_FromLong(0) : Py_NewRef(Py_None);
     PyObject *own_nb = bytes.own ? PyLong_FromUnsignedLongLong(bytes.parts[0].nbytes)
@@ -216,7 +215,7 @@ tgc_tensor_row(tgc_state *st, PyObject *t)
     }
     else if ((parts = PyTuple_New(bytes.nparts)) != NULL) {
         for (int i = 0; i < bytes.nparts; i++) {
-            const tgc_part *p = &bytes.parts[i];
+            const tgc_tensor_part *p = &bytes.parts[i];
             PyObject *pair = PyTuple_Pack(2, p->name ? p->name : Py_None, p->tensor);
             if (pair == NULL) {
                 Py_CLEAR(parts);
@@ -238,7 +237,7 @@ done:
     Py_XDECREF(device); Py_XDECREF(device_s); Py_XDECREF(dev_type); Py_XDECREF(dev_index);
     Py_XDECREF(sp); Py_XDECREF(parts);
     if (measured) {
-        tgc_bytes_clear(&bytes);
+        tgc_tensor_bytes_clear(&bytes);
     }
     return row;
 }
@@ -248,43 +247,25 @@ done:
  * run for .shape and friends. Works on a tuple copy that also keeps each tensor alive: a row can
  * still run Python (a torch function mode) that changes the caller's list. */
 PyObject *
-tgc_tensor_rows(tgc_state *st, PyObject *tensors)
+tgc_walk_rows(tgc_reporter *r, PyObject *tensors)
 {
     PyObject *items = PyList_AsTuple(tensors);  /* new reference */
     if (items == NULL) {
         return NULL;
     }
-    PyObject *ctx = NULL, *entered = NULL;
-    if (st->torch_no_subclass_dispatch != NULL) {
-        ctx = PyObject_CallNoArgs(st->torch_no_subclass_dispatch);
-        entered = ctx ? PyObject_CallMethod(ctx, "__enter__", NULL) : NULL;
-        if (entered == NULL) {
-            PyErr_Clear();  /* dispatch stays on: subclass code may run, nothing worse */
-            Py_CLEAR(ctx);
-        }
-    }
+    tgc_tensor_nodispatch guard;
+    tgc_tensor_nodispatch_enter(r->tensor, &guard);
     Py_ssize_t n = PyTuple_GET_SIZE(items);
     PyObject *out = PyList_New(n);
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        PyObject *row = tgc_tensor_row(st, PyTuple_GET_ITEM(items, i));
+        PyObject *row = tgc_walk_row(r, PyTuple_GET_ITEM(items, i));
         if (row == NULL) {
             Py_CLEAR(out);
             break;
         }
         PyList_SET_ITEM(out, i, row);  /* steals row */
     }
-    if (ctx != NULL) {
-        PyObject *exc, *val, *tb;
-        PyErr_Fetch(&exc, &val, &tb);  /* keep a row's error across __exit__ */
-        PyObject *r = PyObject_CallMethod(ctx, "__exit__", "OOO", Py_None, Py_None, Py_None);
-        if (r == NULL) {
-            PyErr_Clear();
-        }
-        Py_XDECREF(r);
-        PyErr_Restore(exc, val, tb);
-        Py_DECREF(ctx);
-        Py_XDECREF(entered);
-    }
+    tgc_tensor_nodispatch_exit(&guard);  /* keeps a row's error */
     Py_DECREF(items);
     return out;
 }

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")  # the torch-free run (Python versions without a CPU build) skips these
 
 import tensorgc
+import tensorgc._tensorgc_testing  # the detector's counters
 from _util import (
     DEVICE,
     IS_CUDA,
@@ -1103,7 +1104,7 @@ def test_dot_is_drawn_only_for_reports_someone_keeps(track):
     """The DOT waits until it is asked for: a report the callback only reads is never drawn; one
     it keeps is drawn before the garbage goes, from the builder rather than from what .tensors
     hands out, and keeps none of the garbage alive; one whose .dot was read is drawn once."""
-    dots = tensorgc._tensorgc._report_dots
+    dots = tensorgc._tensorgc_testing._report_dots
     Node = new_class()
 
     lengths = []
@@ -1183,10 +1184,10 @@ def test_dot_of_reports_beyond_the_shared_ones(track):
     for i in range(10):
         track(tensorgc.observe_cycles(kept[i].append, device=lambda t, i=i: True))
     Node = new_class()
-    before = tensorgc._tensorgc._report_dots()
+    before = tensorgc._tensorgc_testing._report_dots()
     refs, _ = make_pair(Node)
     gc.collect()
-    assert tensorgc._tensorgc._report_dots()["kept"] == before["kept"] + 10
+    assert tensorgc._tensorgc_testing._report_dots()["kept"] == before["kept"] + 10
     assert all(r() is None for r in refs)
     assert len({id(k[0]) for k in kept}) == 10
     for k in kept:

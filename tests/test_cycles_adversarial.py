@@ -15,6 +15,7 @@ import threading
 import pytest
 
 import tensorgc
+import tensorgc._tensorgc_testing  # the detector's counters
 from _util import DEVICE, T, new_class
 
 PAGE_MAX = 5 << 20
@@ -30,7 +31,7 @@ def heavy_dot():
 
 
 def stats():
-    return tensorgc._tensorgc._renderer_stats()
+    return tensorgc._tensorgc_testing._renderer_stats()
 
 
 @pytest.fixture
@@ -347,7 +348,7 @@ def test_forked_child_starts_its_own_worker_and_leaves_the_parents_alone():
         signal.alarm(20)
         try:
             ok = "<svg" in tensorgc.render_svg("digraph { a -> b }")
-            s = tensorgc._tensorgc._renderer_stats()
+            s = tensorgc._tensorgc_testing._renderer_stats()
             ok = ok and s["pid"] not in (0, parent_worker)
             tensorgc._tensorgc._shutdown()
         finally:
@@ -399,7 +400,7 @@ def test_settings_and_counters_do_not_wait_for_a_layout():
         import time
         start = time.monotonic()
         tensorgc.get_render_timeout()
-        tensorgc._tensorgc._renderer_stats()
+        tensorgc._tensorgc_testing._renderer_stats()
         tensorgc.set_render_timeout(3)
         assert time.monotonic() - start < 1.0, "waited for the layout in progress"
     finally:
@@ -418,12 +419,13 @@ ORPHAN = """
 import os, sys, threading, time
 sys.path.insert(0, {root!r})
 import tensorgc
+import tensorgc._tensorgc_testing  # the detector's counters
 sys.path.insert(0, {tests!r})
 from test_cycles_adversarial import heavy_dot
 tensorgc.set_render_timeout(60)
 threading.Thread(target=tensorgc.render_svg, args=(heavy_dot(),), daemon=True).start()
 for _ in range(100):
-    pid = tensorgc._tensorgc._renderer_stats()["pid"]
+    pid = tensorgc._tensorgc_testing._renderer_stats()["pid"]
     if pid:
         break
     time.sleep(0.05)

@@ -18,9 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")  # the torch-free run (Python versions without a CPU build) skips these
 
 import tensorgc
+from tensorgc import _tensorgc_testing
 from _util import DEVICE, T, instances, live_tensors_with_ptr
 
-_C = tensorgc._tensorgc
+_C = _tensorgc_testing  # the detector's switches and counters
 AVAILABLE = _C._young_scan()["available"]  # the pre-scan and islands: CPython 3.10-3.12
 
 EVENTS = []  # "report" from the observer, "finalized" from the finalizers, in the order they ran

@@ -10,9 +10,10 @@ import weakref
 import pytest
 
 import tensorgc
+from tensorgc import _tensorgc_testing
 from _util import DEVICE, T, instances, live_tensors_with_ptr, new_class
 
-_C = tensorgc._tensorgc
+_C = _tensorgc_testing  # the detector's switches and counters
 
 pytestmark = pytest.mark.skipif(not _C._young_scan()["available"],
                                 reason="islands need the young-generation pre-scan")

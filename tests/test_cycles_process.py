@@ -52,12 +52,12 @@ def test_shutdown_with_observers_and_pending_garbage_is_clean():
 
 def test_removing_observers_at_exit_restores_gc_callbacks():
     proc = run_python("""
-        import atexit, gc, tensorgc
+        import atexit, gc, tensorgc, tensorgc._tensorgc_testing
         h = tensorgc.observe_garbage(lambda objs: None)
         assert any(getattr(cb, "__name__", "") == "_gc_hook" for cb in gc.callbacks)
         def check():
             # runs before tensorgc's own atexit hook (LIFO): still registered here
-            print("hook registered at exit:", tensorgc._tensorgc._observer_count())
+            print("hook registered at exit:", tensorgc._tensorgc_testing._observer_count())
         atexit.register(check)
     """)
     assert proc.returncode == 0, proc.stderr

@@ -230,7 +230,7 @@ SHAPES = {
 def _run_shape(make, seeded, old_tensor):
     reports = []
     handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
-    _C = tensorgc._tensorgc
+    from tensorgc import _tensorgc_testing as _C
     _C._seeded_split(seeded)
     island = _C._young_island()["enabled"]
     _C._young_island(False)  # the split is the armed path's: islands never reach it
@@ -285,7 +285,7 @@ def test_seeded_split_keeps_what_the_full_split_keeps(gc_state, name, old_tensor
 def _survivors_while_reporting(seeded):
     """Instances of the garbage's Node (a cycle referencing a tensor that lives on elsewhere)
     still alive while the observer reads the report, and whether the seeded split decided."""
-    _C = tensorgc._tensorgc
+    from tensorgc import _tensorgc_testing as _C
     _C._seeded_split(seeded)
     island = _C._young_island()["enabled"]
     _C._young_island(False)  # the split is the armed path's: islands never reach it

@@ -12,9 +12,10 @@ import weakref
 import pytest
 
 import tensorgc
+from tensorgc import _tensorgc_testing
 from _util import DEVICE, T, instances, new_class
 
-_C = tensorgc._tensorgc
+_C = _tensorgc_testing  # the detector's switches and counters
 
 
 def counts():
@@ -228,13 +229,13 @@ def test_switch_rejects_bad_arguments():
 
 def test_without_torch_every_young_collection_is_skipped():
     code = (
-        "import gc, sys, tensorgc\n"
+        "import gc, sys, tensorgc, tensorgc._tensorgc_testing\n"
         "h = tensorgc.observe_cycles(lambda r: None, device='any')\n"
         "class N: pass\n"
         "for _ in range(5):\n"
         "    a = N(); a.me = a; del a\n"
         "    gc.collect(0)\n"
-        "s = tensorgc._tensorgc._young_scan()\n"
+        "s = tensorgc._tensorgc_testing._young_scan()\n"
         "assert 'torch' not in sys.modules, 'tensorgc imported torch'\n"
         "print(s['skipped'] if s['available'] else 'unavailable')\n"
         "h()\n"

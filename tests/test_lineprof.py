@@ -1,6 +1,6 @@
-"""The line profiler (reporter/lineprof.c, reporter/lineprof_py.c, tensorgc/lineprof.py) on the
-process-memory source, which is what a machine without CUDA measures. CUDA columns are in
-test_lineprof_cuda.py."""
+"""The line profiler (reporter/lineprof.c, its Python side reporter/lineprof_*.c and binding.c,
+tensorgc/lineprof.py) on the process-memory source, which is what a machine without CUDA measures.
+CUDA columns are in test_lineprof_cuda.py."""
 import ctypes
 import os
 import subprocess
@@ -383,7 +383,7 @@ def test_closures_count_each_call():
     assert 0 not in d and d[1][0] == 4        # a closure's call is no generator's resume
 
 
-# -- review of issue #5: re-entrancy, threads, odd code objects ----------------------------------
+# -- re-entrancy, threads, odd code objects -----------------------------------------------------
 
 def _core_events(codes, on):
     """The events of `codes` on or off for bare _LineProfiler cores (no LineProfiler around)."""

@@ -1,8 +1,8 @@
-"""Phase timers (tensorgc._phase_times, cycles/tgc.h's TGC_PHASE_*): compiled out of a normal
-build, where the function says so with None; a build with -DTGC_PHASE_TIMES (make phases) counts
-each phase of the detector once per event, which bench/b1_inprocess.py turns into B1's breakdown.
-The second test compiles such a copy of the extension and checks its counts on one collection of
-each kind."""
+"""Phase timers (tensorgc._tensorgc_testing._phase_times, cycles/cycles.h's TGC_PHASE_*): compiled
+out of a normal build, where the function says so with None; a build with -DTGC_PHASE_TIMES (make
+phases) counts each phase of the detector once per event, which bench/b1_inprocess.py turns into
+B1's breakdown. The second test compiles such a copy of the extensions and checks its counts on one
+collection of each kind."""
 import gc
 import glob
 import importlib.util
@@ -13,10 +13,9 @@ import types
 
 import pytest
 
-import tensorgc
+from tensorgc import _tensorgc_testing as _C
 from _util import DEVICE, T
 
-_C = tensorgc._tensorgc
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHASES = {"scan", "island", "exact", "build", "callback", "free"}
 
@@ -38,16 +37,22 @@ def test_normal_build_has_no_timers():
         _C._phase_times(True, False)
 
 
-def _load(path):
-    """A second copy of the extension under its own package name (its init function is the
-    file's): module state of its own, a gc hook of its own."""
+def _load(lib):
+    """A second copy of the extensions under their own package name (the init functions are the
+    files'): module state of its own, a gc hook of its own. The testing module binds to the
+    _tensorgc of its own package, so that one is registered first."""
     pkg = "tgc_phase_times_copy"
     sys.modules[pkg] = types.ModuleType(pkg)
     sys.modules[pkg].__path__ = []
-    spec = importlib.util.spec_from_file_location(pkg + "._tensorgc", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    mods = []
+    for name in ("_tensorgc", "_tensorgc_testing"):
+        (path,) = glob.glob(os.path.join(lib, name + ".*"))
+        spec = importlib.util.spec_from_file_location(f"{pkg}.{name}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        mods.append(mod)
+    return types.SimpleNamespace(main=mods[0], testing=mods[1])
 
 
 @pytest.fixture(scope="module")
@@ -60,25 +65,24 @@ def timed(tmp_path_factory):
                           cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         pytest.fail("building the timed copy failed:\n" + (done.stdout + done.stderr)[-3000:])
-    (path,) = glob.glob(str(out / "lib" / "tensorgc" / "_tensorgc*"))
-    return _load(path)
+    return _load(str(out / "lib" / "tensorgc"))
 
 
 def test_timed_build_counts_each_phase(gc_state, timed):
-    assert set(timed._phase_times()) == PHASES
-    if not timed._young_scan()["available"]:
+    assert set(timed.testing._phase_times()) == PHASES
+    if not timed.testing._young_scan()["available"]:
         pytest.skip("the phases of a young collection need the pre-scan")
     seen = []
-    remove = timed.observe_cycles(lambda r: seen.append(len(r.text)), device=DEVICE)
+    remove = timed.main.observe_cycles(lambda r: seen.append(len(r.text)), device=DEVICE)
     try:
-        timed._phase_times(True)
+        timed.testing._phase_times(True)
         for _ in range(5):
             Pair().other = Pair()
         gc.collect(0)  # garbage without a tensor: a pre-scan, nothing else
-        after_scan = timed._phase_times(True)
+        after_scan = timed.testing._phase_times(True)
         Cycle(T(4))
         gc.collect(0)  # a tensor cycle: an island, reported and freed
-        after_island = timed._phase_times()
+        after_island = timed.testing._phase_times()
     finally:
         remove()
     assert [n for n, _ in after_scan.values()] == [1, 0, 0, 0, 0, 0]  # reset, then one scan

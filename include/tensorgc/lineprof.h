@@ -1,7 +1,7 @@
 /* lineprof.h: the contract of tensorgc's line-by-line memory profiler engine (reporter/lineprof.c),
- * plain C, no Python. The binding (reporter/lineprof_py.c) feeds it events of the profiled code
- * objects -- enter, a new line, leave -- each with a reading of the memory counters, and reads
- * back one folded record per (code, line).
+ * plain C, no Python. Its Python side (reporter/lineprof_events.c, fed by the event sources of
+ * reporter/lineprof_py.h) hands it events of the profiled code objects -- enter, a new line, leave
+ * -- each with a reading of the memory counters, and reads back one folded record per (code, line).
  *
  * A reading is `nkeys` int64 counters in a fixed order. Each key folds by its kind:
  *   PEAK     the highest value seen while the line ran: the source resets its peak counter after

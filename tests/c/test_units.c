@@ -1,9 +1,12 @@
-/* test_units.c: the plain-C units of cycles/ (graph engine, escapers, Graphviz rendering, HTML
- * page) as a standalone program, so `make valgrind` checks them with no interpreter around.
- * Exits non-zero on the first failed check; prints both operands. */
-#include "tgc.h"
-#include "render.h"
+/* test_units.c: the plain-C units (the graph engine, the byte buffer and its escapers, Graphviz
+ * rendering, the HTML page, the line profiler's engine) as a standalone program, so `make
+ * valgrind` checks them with no interpreter around. Exits non-zero on the first failed check;
+ * prints both operands. */
+#include "tensorgc/buf.h"
+#include "tensorgc/graph.h"
 #include "tensorgc/lineprof.h"
+#include "page.h"
+#include "render.h"
 
 #include <stdio.h>
 #include <stdlib.h>

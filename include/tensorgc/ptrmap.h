@@ -1,7 +1,9 @@
-/* ptrmap.h: object address -> dense index, open addressing. Used by hook.c (refcount accounting)
- * and report.c (edges restricted to the garbage set). Keys are compared, never dereferenced. */
-#ifndef TGC_PTRMAP_H
-#define TGC_PTRMAP_H
+/* ptrmap.h: address -> dense index, open addressing, header-only (inline: it sits on the
+ * collector hook's per-object path). Used by cycles/ (refcount accounting, edges restricted to the
+ * garbage set) and allocator/ (addresses a trace allocates). Keys are compared, never
+ * dereferenced. */
+#ifndef TENSORGC_PTRMAP_H
+#define TENSORGC_PTRMAP_H
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -82,7 +84,7 @@ tgc_ptrmap_get(const tgc_ptrmap *m, const void *p)
 
 #ifdef Py_PYTHON_H  /* the Python half: for files that include Python.h first */
 /* The tp_traverse visitor of every "do the references from inside the set explain each member's
- * refcount" check (hook.c's freeing and seeded split, young.c's islands): arg is a tgc_ptrcount,
+ * refcount" check (cycles/free.c's freeing, split.c's seeded split, young.c's islands): arg is a tgc_ptrcount,
  * and each reference to a key of map adds one to counts[its index]. */
 typedef struct {
     const tgc_ptrmap *map;
@@ -101,4 +103,4 @@ tgc_ptrcount_visit(PyObject *o, void *arg)
 }
 #endif
 
-#endif /* TGC_PTRMAP_H */
+#endif /* TENSORGC_PTRMAP_H */

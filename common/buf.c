@@ -1,7 +1,7 @@
 /* buf.c: growable buffer and escapers (contract in buf.h). Numbers are formatted by hand: the
  * report path writes a dozen per report, and printf's format parsing cost more than the rest of
  * the formatting together. */
-#include "buf.h"
+#include "tensorgc/buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

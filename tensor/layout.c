@@ -1,34 +1,23 @@
-/* layout.c: how many bytes a tensor holds, whatever its layout: one storage of its own (strided,
- * quantized, strided nested), the index and value tensors of a sparse one, an mkldnn tensor's
- * size (opaque: no storage to read), the inner tensors of a wrapper subclass (jagged nested
- * tensors among them), or nothing (meta). report.c (CycleReport.tensors) and reporter/walk.c
- * (MemReporter) read tensors through it. Every failure is caught here: an odd tensor gets a
- * best-effort count and an explanation of how it was made, never an exception. */
-#include "tgc.h"
+/* layout.c: a tensor's shape, and how many bytes it holds whatever its layout: one storage of its
+ * own (strided, quantized, strided nested), the index and value tensors of a sparse one, an mkldnn
+ * tensor's size (opaque: no storage to read), the inner tensors of a wrapper subclass (jagged
+ * nested tensors among them), or nothing (meta). Contract in include/tensorgc/tensor.h; cycles/
+ * (CycleReport.tensors) and reporter/ (MemReporter) read tensors through it. Every failure is
+ * caught here: an odd tensor gets a best-effort count and an explanation of how it was made,
+ * never an exception. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 
-PyObject *
-tgc_torch_str(tgc_state *st, PyObject *v)
-{
-    /* borrowed */
-    PyObject *s = st->torch_strs ? PyDict_GetItemWithError(st->torch_strs, v) : NULL;
-    if (s != NULL) {
-        return Py_NewRef(s);
-    }
-    PyErr_Clear();  /* an unhashable value from a subclass: just not cached */
-    s = PyObject_Str(v);
-    if (s != NULL && st->torch_strs != NULL && PyDict_GET_SIZE(st->torch_strs) < 256 &&
-        PyDict_SetItem(st->torch_strs, v, s) < 0) {
-        PyErr_Clear();
-    }
-    return s;
-}
+#include "tensorgc/buf.h"
+#include "tensorgc/compat.h"
+#include "tensorgc/tensor.h"
 
 /* A TensorBase getter's value (new reference), or NULL with no exception: absent from this torch,
  * or failed (a wrapper subclass may answer through a __torch_dispatch__ that raises). */
 static PyObject *
-layout__get(tgc_state *st, int which, PyObject *t)
+layout__get(tgc_tensor_state *tn, int which, PyObject *t)
 {
-    PyObject *d = st->torch_attr[which];
+    PyObject *d = tn->attr[which];
     PyObject *v = d ? Py_TYPE(d)->tp_descr_get(d, t, (PyObject *)Py_TYPE(t)) : NULL;
     if (v == NULL) {
         PyErr_Clear();
@@ -38,9 +27,9 @@ layout__get(tgc_state *st, int which, PyObject *t)
 
 /* A boolean getter: 1, 0, or -1 when it cannot be read. */
 static int
-layout__flag(tgc_state *st, int which, PyObject *t)
+layout__flag(tgc_tensor_state *tn, int which, PyObject *t)
 {
-    PyObject *v = layout__get(st, which, t);
+    PyObject *v = layout__get(tn, which, t);
     int r = v ? PyObject_IsTrue(v) : -1;
     Py_XDECREF(v);
     if (r < 0) {
@@ -52,9 +41,9 @@ layout__flag(tgc_state *st, int which, PyObject *t)
 /* A TensorBase method called on t, with one int argument when i >= 0. New reference, or NULL
  * with no exception. */
 static PyObject *
-layout__call(tgc_state *st, int which, PyObject *t, Py_ssize_t i)
+layout__call(tgc_tensor_state *tn, int which, PyObject *t, Py_ssize_t i)
 {
-    PyObject *m = st->torch_attr[which];
+    PyObject *m = tn->attr[which];
     PyObject *v = NULL;
     if (m != NULL) {
         v = i < 0 ? PyObject_CallOneArg(m, t) : PyObject_CallFunction(m, "On", t, i);
@@ -68,11 +57,12 @@ layout__call(tgc_state *st, int which, PyObject *t, Py_ssize_t i)
 /* t's own storage: 0 with its size and address, -1 when it has none that can be read (sparse and
  * mkldnn tensors refuse; a wrapper subclass's storage has no data pointer). */
 static int
-layout__storage(tgc_state *st, PyObject *t, unsigned long long *nbytes, unsigned long long *ptr)
+layout__storage(tgc_tensor_state *tn, PyObject *t, unsigned long long *nbytes,
+                unsigned long long *ptr)
 {
-    PyObject *s = PyObject_CallOneArg(st->torch_untyped_storage, t);     /* new reference */
-    PyObject *nb = s ? PyObject_CallMethodNoArgs(s, st->str_nbytes) : NULL;  /* interned names */
-    PyObject *dp = nb ? PyObject_CallMethodNoArgs(s, st->str_data_ptr) : NULL;
+    PyObject *s = PyObject_CallOneArg(tn->untyped_storage, t);     /* new reference */
+    PyObject *nb = s ? PyObject_CallMethodNoArgs(s, tn->str_nbytes) : NULL;  /* interned names */
+    PyObject *dp = nb ? PyObject_CallMethodNoArgs(s, tn->str_data_ptr) : NULL;
     int rc = -1;
     if (dp != NULL) {
         *nbytes = PyLong_AsUnsignedLongLong(nb);
@@ -90,7 +80,7 @@ layout__storage(tgc_state *st, PyObject *t, unsigned long long *nbytes, unsigned
 enum { L_OTHER, L_COO, L_CSR, L_CSC, L_BSR, L_BSC, L_MKLDNN, L_JAGGED };
 
 static int
-layout__kind(tgc_state *st, PyObject *t)
+layout__kind(tgc_tensor_state *tn, PyObject *t)
 {
     static const struct {
         const char *name;
@@ -99,8 +89,8 @@ layout__kind(tgc_state *st, PyObject *t)
                  {"torch.sparse_csc", L_CSC}, {"torch.sparse_bsr", L_BSR},
                  {"torch.sparse_bsc", L_BSC}, {"torch._mkldnn", L_MKLDNN},
                  {"torch.jagged", L_JAGGED}};
-    PyObject *layout = layout__get(st, TGC_TA_LAYOUT, t);     /* new reference or NULL */
-    PyObject *s = layout ? tgc_torch_str(st, layout) : NULL;  /* new reference or NULL */
+    PyObject *layout = layout__get(tn, TGC_TA_LAYOUT, t);     /* new reference or NULL */
+    PyObject *s = layout ? tgc_tensor_str(tn, layout) : NULL;  /* new reference or NULL */
     const char *u = s ? PyUnicode_AsUTF8(s) : NULL;           /* lives as long as s */
     int kind = L_OTHER;
     for (size_t i = 0; u != NULL && i < sizeof(known) / sizeof(known[0]); i++) {
@@ -115,8 +105,8 @@ layout__kind(tgc_state *st, PyObject *t)
 }
 
 typedef struct {
-    tgc_state *st;
-    tgc_bytes *out;
+    tgc_tensor_state *tn;
+    tgc_tensor_bytes *out;
     int keep;            /* hold the parts' tensors */
     int left_out;        /* a part was not counted: TGC_PARTS_MAX or TGC_PARTS_DEPTH reached */
     const char *via;     /* how the top wrapper's inner tensors were found */
@@ -139,21 +129,21 @@ static void
 layout__part(measure *m, PyObject *t, PyObject *name, PyObject *device_s,
              unsigned long long nbytes, unsigned long long ptr)
 {
-    tgc_bytes *o = m->out;
+    tgc_tensor_bytes *o = m->out;
     if (o->nparts == TGC_PARTS_MAX) {
         m->left_out = 1;
         return;
     }
-    tgc_part *p = &o->parts[o->nparts++];
+    tgc_tensor_part *p = &o->parts[o->nparts++];
     p->name = Py_XNewRef(name);
     p->tensor = m->keep ? Py_NewRef(t) : NULL;
     if (device_s != NULL) {
         p->device_s = Py_NewRef(device_s);
     }
     else {
-        PyObject *d = m->st->torch_get_device;
+        PyObject *d = m->tn->get_device;
         PyObject *dev = Py_TYPE(d)->tp_descr_get(d, t, (PyObject *)Py_TYPE(t));  /* new or NULL */
-        p->device_s = dev ? tgc_torch_str(m->st, dev) : NULL;
+        p->device_s = dev ? tgc_tensor_str(m->tn, dev) : NULL;
         Py_XDECREF(dev);
         PyErr_Clear();
     }
@@ -166,11 +156,11 @@ static void
 layout__sparse_part(measure *m, PyObject *t, PyObject *name, int which, const char *leaf,
                     PyObject *device_s)
 {
-    PyObject *sub = layout__call(m->st, which, t, -1);  /* new reference or NULL */
+    PyObject *sub = layout__call(m->tn, which, t, -1);  /* new reference or NULL */
     PyObject *leaf_s = sub ? PyUnicode_InternFromString(leaf) : NULL;
     PyObject *nm = leaf_s ? layout__name(name, leaf_s) : NULL;
     unsigned long long nb = 0, ptr = 0;
-    if (nm != NULL && layout__storage(m->st, sub, &nb, &ptr) == 0) {
+    if (nm != NULL && layout__storage(m->tn, sub, &nb, &ptr) == 0) {
         layout__part(m, sub, nm, device_s, nb, ptr);
     }
     Py_XDECREF(sub);
@@ -191,9 +181,9 @@ static int
 layout__inner_list(measure *m, PyObject *t, int top, int jagged, PyObject **names,
                    PyObject **vals)
 {
-    tgc_state *st = m->st;
+    tgc_tensor_state *tn = m->tn;
     int n = 0;
-    PyObject *fn = PyObject_GetAttr(t, st->str_flatten);  /* new reference or NULL */
+    PyObject *fn = PyObject_GetAttr(t, tn->str_flatten);  /* new reference or NULL */
     PyObject *res = fn ? PyObject_CallNoArgs(fn) : NULL;
     Py_XDECREF(fn);
     /* a tuple copy: the getattrs below run Python code that could change a list */
@@ -207,7 +197,7 @@ layout__inner_list(measure *m, PyObject *t, int top, int jagged, PyObject **name
             PyObject *key = PyTuple_GET_ITEM(attrs, i);  /* borrowed; attrs holds it */
             PyObject *v = PyUnicode_Check(key) ? PyObject_GetAttr(t, key) : NULL;
             PyErr_Clear();
-            if (v == NULL || v == t || !tgc_is_tensor(st, v)) {
+            if (v == NULL || v == t || !tgc_tensor_check(tn, v)) {
                 Py_XDECREF(v);  /* None (an optional part) or not a tensor */
                 continue;
             }
@@ -222,7 +212,7 @@ layout__inner_list(measure *m, PyObject *t, int top, int jagged, PyObject **name
         Py_DECREF(attrs);
         return n;
     }
-    if (!jagged && layout__flag(st, TGC_TA_PY_DISPATCH, t) != 1) {
+    if (!jagged && layout__flag(tn, TGC_TA_PY_DISPATCH, t) != 1) {
         return -1;
     }
     m->via = top ? "__dict__" : m->via;
@@ -238,7 +228,7 @@ layout__inner_list(measure *m, PyObject *t, int top, int jagged, PyObject **name
     Py_ssize_t pos = 0;
     /* Only reads the dict (no Python code runs while it is walked), borrowed items. */
     for (int seen = 0; d != NULL && seen < 64 && PyDict_Next(d, &pos, &key, &v); seen++) {
-        if (!PyUnicode_Check(key) || v == t || !tgc_is_tensor(st, v)) {
+        if (!PyUnicode_Check(key) || v == t || !tgc_tensor_check(tn, v)) {
             continue;
         }
         if (n == TGC_PARTS_MAX) {
@@ -276,24 +266,24 @@ static int
 layout__add(measure *m, PyObject *t, PyObject *name, const char *dev_type, PyObject *device_s,
             int depth)
 {
-    tgc_state *st = m->st;
-    int meta = dev_type ? strcmp(dev_type, "meta") == 0 : layout__flag(st, TGC_TA_IS_META, t) == 1;
+    tgc_tensor_state *tn = m->tn;
+    int meta = dev_type ? strcmp(dev_type, "meta") == 0 : layout__flag(tn, TGC_TA_IS_META, t) == 1;
     if (meta) {
         return TGC_HOW_META;  /* its storage claims bytes at address 0: none are held */
     }
     unsigned long long nb = 0, ptr = 0;
-    if (layout__storage(st, t, &nb, &ptr) == 0) {
+    if (layout__storage(tn, t, &nb, &ptr) == 0) {
         layout__part(m, t, name, device_s, nb, ptr);
         if (depth > 0) {
             return TGC_HOW_STRIDED;
         }
         m->out->own = 1;
-        if (layout__flag(st, TGC_TA_IS_NESTED, t) == 1) {
+        if (layout__flag(tn, TGC_TA_IS_NESTED, t) == 1) {
             return TGC_HOW_NESTED;
         }
-        return layout__flag(st, TGC_TA_IS_QUANTIZED, t) == 1 ? TGC_HOW_QUANTIZED : TGC_HOW_STRIDED;
+        return layout__flag(tn, TGC_TA_IS_QUANTIZED, t) == 1 ? TGC_HOW_QUANTIZED : TGC_HOW_STRIDED;
     }
-    int kind = layout__kind(st, t);
+    int kind = layout__kind(tn, t);
     switch (kind) {
     case L_COO:
         layout__sparse_part(m, t, name, TGC_TA_INDICES, "indices", device_s);
@@ -328,7 +318,7 @@ layout__add(measure *m, PyObject *t, PyObject *name, const char *dev_type, PyObj
     }
     }
     /* No storage to read: nbytes is element_size * numel, the size of the data it stands for. */
-    PyObject *v = layout__get(st, TGC_TA_NBYTES, t);
+    PyObject *v = layout__get(tn, TGC_TA_NBYTES, t);
     unsigned long long est = v ? PyLong_AsUnsignedLongLong(v) : 0;
     Py_XDECREF(v);
     if (v == NULL || PyErr_Occurred()) {
@@ -381,16 +371,16 @@ layout__same_device(PyObject *a, PyObject *b)
 }
 
 void
-tgc_bytes_measure(tgc_state *st, PyObject *t, const char *dev_type, PyObject *device_s,
-                  int keep, PyObject *owned, tgc_bytes *out)
+tgc_tensor_measure(tgc_tensor_state *tn, PyObject *t, const char *dev_type, PyObject *device_s,
+                   int keep, PyObject *owned, tgc_tensor_bytes *out)
 {
     memset(out, 0, sizeof(*out));
-    measure m = {st, out, keep, 0, NULL, owned};
+    measure m = {tn, out, keep, 0, NULL, owned};
     int how = layout__add(&m, t, NULL, dev_type, device_s, 0);
     /* Each storage once: the parts of one tensor may share one (a wrapper holding a view). */
     unsigned long long largest = 0;
     for (int i = 0; i < out->nparts; i++) {
-        const tgc_part *p = &out->parts[i];
+        const tgc_tensor_part *p = &out->parts[i];
         int dup = 0;
         for (int j = 0; j < i && p->ptr != 0 && !dup; j++) {
             dup = out->parts[j].ptr == p->ptr &&
@@ -408,7 +398,7 @@ tgc_bytes_measure(tgc_state *st, PyObject *t, const char *dev_type, PyObject *de
         out->how = layout__explain(&m, how);
     }
     if (out->how == NULL) {
-        out->how = Py_NewRef(st->how[how]);
+        out->how = Py_NewRef(tn->how[how]);
     }
     if (how == TGC_HOW_META) {
         out->none = "meta";
@@ -423,7 +413,7 @@ tgc_bytes_measure(tgc_state *st, PyObject *t, const char *dev_type, PyObject *de
 }
 
 void
-tgc_bytes_clear(tgc_bytes *b)
+tgc_tensor_bytes_clear(tgc_tensor_bytes *b)
 {
     for (int i = 0; i < b->nparts; i++) {
         Py_CLEAR(b->parts[i].name);
@@ -435,9 +425,9 @@ tgc_bytes_clear(tgc_bytes *b)
 }
 
 PyObject *
-tgc_tensor_shape(tgc_state *st, PyObject *t)
+tgc_tensor_shape(tgc_tensor_state *tn, PyObject *t)
 {
-    PyObject *d = st->torch_get_shape;
+    PyObject *d = tn->get_shape;
     PyObject *size = Py_TYPE(d)->tp_descr_get(d, t, (PyObject *)Py_TYPE(t));  /* new or NULL */
     PyObject *shape = size ? PySequence_Tuple(size) : NULL;
     Py_XDECREF(size);
@@ -464,7 +454,7 @@ tgc_tensor_shape(tgc_state *st, PyObject *t)
     }
     PyErr_Clear();
     /* A strided nested tensor has no sizes, only a size per regular dimension. */
-    PyObject *dim = layout__call(st, TGC_TA_DIM, t, -1);
+    PyObject *dim = layout__call(tn, TGC_TA_DIM, t, -1);
     Py_ssize_t nd = dim && PyLong_Check(dim) ? PyLong_AsSsize_t(dim) : -1;
     Py_XDECREF(dim);
     PyErr_Clear();
@@ -473,7 +463,7 @@ tgc_tensor_shape(tgc_state *st, PyObject *t)
     }
     shape = PyTuple_New(nd);
     for (Py_ssize_t i = 0; shape != NULL && i < nd; i++) {
-        PyObject *v = layout__call(st, TGC_TA_SIZE, t, i);
+        PyObject *v = layout__call(tn, TGC_TA_SIZE, t, i);
         if (v == NULL || !PyLong_CheckExact(v)) {
             Py_XSETREF(v, Py_NewRef(Py_None));
         }

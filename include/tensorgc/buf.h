@@ -1,7 +1,9 @@
-/* buf.h: a growable byte buffer and the escapers every user-derived string goes through
- * (DOT labels, HTML text). Plain C; used by report.c (DOT, text) and render.c (HTML). */
-#ifndef TGC_BUF_H
-#define TGC_BUF_H
+/* buf.h: the contract of common/buf.c, a growable byte buffer and the escapers every
+ * user-derived string goes through (DOT labels, HTML text). Plain C, shared by every subsystem:
+ * cycles/ writes reports and pages with it, tensor/ the explanation of a wrapper's bytes.
+ * common/buf_py.c adds the one Python-facing helper (tgc_buf_pystr). */
+#ifndef TENSORGC_BUF_H
+#define TENSORGC_BUF_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -58,4 +60,13 @@ void tgc_buf_count(tgc_buf *b, uint64_t n);
 void tgc_buf_uint(tgc_buf *b, uint64_t n);
 void tgc_buf_int(tgc_buf *b, int64_t n);
 
-#endif /* TGC_BUF_H */
+#ifdef Py_PYTHON_H  /* the Python half (common/buf_py.c): for files that include Python.h first */
+/* Anything written into a buffer from a Python str is cut at TGC_PYSTR_MAX bytes, a safety net
+ * (the strings that reach a buffer were cut already), with an ellipsis and the true length. */
+#define TGC_PYSTR_MAX 4096
+/* Appends str s as UTF-8 (lone surrogates backslash-escaped), raw (how 0), escaped for DOT ('d')
+ * or for HTML ('h'). 0, or -1 with MemoryError set (b is then out of memory). */
+int tgc_buf_pystr(tgc_buf *b, PyObject *s, int how);
+#endif
+
+#endif /* TENSORGC_BUF_H */

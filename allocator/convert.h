@@ -1,0 +1,32 @@
+/* convert.h: the allocator's readers of Python data (snapshot.c, trace.c): they turn snapshots and
+ * traces, trusted or read from untrusted files, into the plain-C engines' arrays (alloc.h,
+ * timeline.h, segmap.h) and the engines' answers back into Python objects. binding.c calls them
+ * after parsing its arguments. Each returns a new reference, or NULL with an exception (ValueError
+ * for malformed data, never a crash). Python.h comes first; GIL. */
+#ifndef TGC_ALLOC_CONVERT_H
+#define TGC_ALLOC_CONVERT_H
+
+#include "tensorgc/alloc.h"
+
+/* snapshot.c */
+/* d[key] as an unsigned 64-bit int; `dflt` when missing and dflt_ok, else ValueError. 0 or -1. */
+int tgc_alloc_u64(PyObject *d, const char *key, uint64_t *out, int dflt_ok, uint64_t dflt);
+/* Loads the segments (a list of segment dicts) into *a and sorts it. Each block's ext is its
+ * running number in snapshot order, so the caller can find the block's dict (and its frames)
+ * again. 0, or -1 with an exception (*a then holds what was loaded: free it). */
+int tgc_alloc_load(PyObject *segments, tgc_alloc *a);
+/* (per_storage, totals, unseen): the blocks of storages, a list of (device, data_ptr, named). */
+PyObject *tgc_alloc_attribute(PyObject *segments, PyObject *storages);
+
+/* trace.c */
+/* The Active Memory Timeline of one device's trace (a list), with `pre` the blocks alive at the
+ * end; classify None or (spans, grads, named). */
+PyObject *tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned detail,
+                             int use_free_requested, PyObject *classify);
+/* The segments and allocations of one device after trace[0:upto]. */
+PyObject *tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_ssize_t upto,
+                           int use_free_requested);
+/* The first index >= start of trace whose entry is not of torch's plain shape; seen: a set. */
+PyObject *tgc_alloc_check_trace(PyObject *trace, Py_ssize_t start, PyObject *seen);
+
+#endif /* TGC_ALLOC_CONVERT_H */

@@ -1,0 +1,89 @@
+/* hook.h: the contract of the collector hook, the engine of cycles/ (hook.c: the gc.callbacks
+ * entry; observers.c: who listens and how they are called; split.c: which part of the garbage
+ * holds tensors; free.c: freeing garbage the way the collector would). cycles/binding.c registers
+ * observers through it and cycles/testing.c turns its switches; nothing else calls in.
+ * Python.h comes first. Everything here needs the GIL. */
+#ifndef TGC_HOOK_H
+#define TGC_HOOK_H
+
+typedef struct tgc_cycles tgc_cycles;  /* cycles.h */
+
+/* Which tensors an observer cares about. */
+enum { TGC_DEV_ANY = 0, TGC_DEV_TYPE = 1, TGC_DEV_PREDICATE = 2 };
+typedef struct {
+    int kind;
+    char type[32];      /* TGC_DEV_TYPE: "cuda", "cpu", ... */
+    int index;          /* TGC_DEV_TYPE: device index, -1 for every index */
+    PyObject *predicate;  /* TGC_DEV_PREDICATE: new reference */
+} tgc_filter;
+void tgc_filter_clear(tgc_filter *f);
+
+/* What an observer receives. */
+enum { TGC_OBS_GARBAGE = 0, TGC_OBS_REPORT = 1, TGC_OBS_HTML = 2 };
+
+/* A registered observer (the tensorgc.Handle heap type; cycles/binding.c makes it). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *module;     /* new reference while registered, NULL once removed: keeps `cycles`
+                             (the module state's part) alive */
+    tgc_cycles *cycles;   /* borrowed: where it is registered; only used while module is set */
+    PyObject *callback;   /* new reference */
+    int kind;             /* TGC_OBS_* */
+    tgc_filter filter;
+} tgc_handle;
+
+/* Registers h (module: a new reference is taken) and puts the hook on gc.callbacks if it is
+ * missing. 0, or -1 with an exception. */
+int tgc_hook_add(tgc_cycles *c, PyObject *module, tgc_handle *h);
+/* Unregisters h; harmless when repeated. The hook leaves gc.callbacks with its last observer.
+ * 0, or -1 with an exception. */
+int tgc_hook_remove(tgc_handle *h);
+/* Unregisters every observer (at interpreter exit). 0, or -1 with an exception. */
+int tgc_hook_remove_all(tgc_cycles *c);
+
+/* The gc.callbacks entry's body: phase is gc's "start" or "stop" str, info its dict (both
+ * borrowed). Never raises: trouble of ours is reported as unraisable, an observer's is logged. */
+void tgc_hook_callback(tgc_cycles *c, PyObject *phase, PyObject *info);
+
+/* Frees objs (a list owning one reference to each object) as the collector would. With check,
+ * first redoes the collector's resurrection check and spares anything still reachable from
+ * outside the list; without, every object is taken as unreachable (only valid while no Python
+ * code ran since the collector's own check). Returns how many were released; never fails (out
+ * of memory: nothing is cleared and the objects die or live by refcount). */
+Py_ssize_t tgc_hook_free(PyObject *objs, int check);
+
+/* The hook's switches, for tests and benchmarks (tensorgc._tensorgc_testing); the defaults are
+ * what users get. Only turned between collections, with the GIL held. */
+enum {
+    TGC_HOOK_YOUNG_SCAN,  /* the pre-scan lets young collections that cannot hold a tensor run
+                             without the detector (young.c; default: where available) */
+    TGC_HOOK_SEEDED,      /* the seeded split tries before the full one (split.c; default on) */
+    TGC_HOOK_ISLAND,      /* islands are proved before a young collection (young.c; default:
+                             where available) */
+    TGC_HOOK_CROSSCHECK,  /* quick island proofs are checked against marked ones (default off) */
+    TGC_HOOK_NSWITCHES
+};
+/* Turns switch `which` on or off. 0, or -1 with RuntimeError when turning on one that needs the
+ * pre-scan (TGC_HOOK_YOUNG_SCAN, TGC_HOOK_ISLAND) where it is not available. */
+int tgc_hook_switch(tgc_cycles *c, int which, int on);
+int tgc_hook_switched(const tgc_cycles *c, int which);
+/* Whether the pre-scan passed its self-check on this interpreter (young.h). */
+int tgc_hook_prescan_available(const tgc_cycles *c);
+
+/* What the hook decided, since import (tests and benchmarks read them; only the hook writes). */
+typedef struct {
+    unsigned long long young_skipped, young_armed;      /* collections run alone / armed */
+    unsigned long long seeded_used, seeded_fallback;    /* splits the seeded one decided / not */
+    /* young collections that could hold tensors and took the island path / were armed; proofs
+     * that needed the young lists marked */
+    unsigned long long island_used, island_fallback, island_marked;
+    /* islands with a pending finalizer, those of them reported at the start of a full
+     * collection, and the finalizers the hook ran for them */
+    unsigned long long island_finalized, island_early, island_finalizers;
+    unsigned long long island_checked, island_mismatched;  /* crosscheck */
+    /* reports whose DOT was drawn when the hook let go of them (someone kept the report), and
+     * reports nobody asked for nor kept, never drawn */
+    unsigned long long dots_kept, dots_skipped;
+} tgc_hook_counters;
+
+#endif /* TGC_HOOK_H */

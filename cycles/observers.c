@@ -1,0 +1,280 @@
+/* observers.c: who listens to the collector hook (contract in hook.h): registering and removing
+ * observers, keeping the hook on gc.callbacks only while someone listens, calling them on a
+ * collection's garbage (one report per distinct device filter, settled before the garbage is
+ * freed), and logging what they raise. */
+#include "cycles.h"
+#include "hook_int.h"
+void
+tgc_filter_clear(tgc_filter *f)
+{
+    Py_CLEAR(f->predicate);
+}
+
+void
+tgc_log_exception(tgc_cycles *c, const char *what)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL) {
+        return;
+    }
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    if (c->logger == NULL && !tgc_compat_is_finalizing()) {
+        PyObject *logging = PyImport_ImportModule("logging");
+        c->logger = logging ? PyObject_CallMethod(logging, "getLogger", "s", "tensorgc") : NULL;
+        Py_XDECREF(logging);
+        PyErr_Clear();
+    }
+    PyObject *ok = NULL;
+    if (c->logger != NULL && value != NULL) {
+        PyObject *meth = PyObject_GetAttrString(c->logger, "error");
+        PyObject *args = meth ? Py_BuildValue("(ss)", "tensorgc: %s raised", what) : NULL;
+        PyObject *kw = args ? Py_BuildValue("{s:O}", "exc_info", value) : NULL;
+        ok = kw ? PyObject_Call(meth, args, kw) : NULL;
+        Py_XDECREF(meth);
+        Py_XDECREF(args);
+        Py_XDECREF(kw);
+    }
+    if (ok == NULL) {
+        /* logging itself failed (or is gone at shutdown): fall back to sys.unraisablehook */
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        PyErr_WriteUnraisable(NULL);
+        return;
+    }
+    Py_DECREF(ok);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Registration                                                                                */
+
+/* How many times the hook sits on gc.callbacks (by identity: no user __eq__ runs). */
+static Py_ssize_t
+hook__registered(tgc_cycles *c)
+{
+    Py_ssize_t found = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(c->gc_callbacks); i++) {
+        found += PyList_GET_ITEM(c->gc_callbacks, i) == c->hook;
+    }
+    return found;
+}
+
+int
+tgc_hook_unhook(tgc_cycles *c)
+{
+    PyObject *cbs = c->gc_callbacks;
+    for (Py_ssize_t i = PyList_GET_SIZE(cbs) - 1; i >= 0; i--) {
+        if (PyList_GET_ITEM(cbs, i) == c->hook && PySequence_DelItem(cbs, i) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
+tgc_hook_add(tgc_cycles *c, PyObject *module, tgc_handle *h)
+{
+    if (PyList_Append(c->observers, (PyObject *)h) < 0) {
+        return -1;
+    }
+    h->module = Py_NewRef(module);
+    h->cycles = c;
+    c->unhook_pending = 0;
+    /* Someone may have cleared gc.callbacks (test suites do): put the hook back if missing. */
+    int rc = 0;
+    if (hook__registered(c) == 0) {
+        /* First in line: "stop" then sees the garbage before any other callback can touch it,
+         * which is what lets "stop" skip the resurrection check when nothing else ran.
+         * Inside a collection the collector is walking the list by index: append instead, so
+         * no callback runs twice. */
+        rc = c->busy ? PyList_Append(c->gc_callbacks, c->hook)
+                     : PyList_Insert(c->gc_callbacks, 0, c->hook);
+    }
+    if (rc < 0) {
+        Py_ssize_t last = PyList_GET_SIZE(c->observers) - 1;
+        PySequence_DelItem(c->observers, last);
+        Py_CLEAR(h->module);
+        return -1;
+    }
+    return 0;
+}
+
+int
+tgc_hook_remove(tgc_handle *h)
+{
+    if (h->module == NULL) {
+        return 0;  /* already removed */
+    }
+    PyObject *module = h->module;  /* take over the handle's reference */
+    h->module = NULL;
+    tgc_cycles *c = h->cycles;  /* alive: module was still referenced */
+    int rc = 0;
+    if (c->observers != NULL) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(c->observers); i++) {
+            if (PyList_GET_ITEM(c->observers, i) == (PyObject *)h) {
+                rc = PySequence_DelItem(c->observers, i);
+                break;
+            }
+        }
+        /* The hook stays on gc.callbacks only while someone listens: otherwise zero cost.
+         * Inside our own "stop" the collector is iterating gc.callbacks by index, and removing
+         * our entry would make it skip the next callback: append the hook once more instead;
+         * that last call of the phase takes every copy off, with nothing left to skip. */
+        if (rc == 0 && PyList_GET_SIZE(c->observers) == 0 && c->gc_callbacks != NULL) {
+            if (c->busy) {
+                if (!c->unhook_pending) {
+                    rc = PyList_Append(c->gc_callbacks, c->hook);
+                }
+                c->unhook_pending = 1;
+            }
+            else if (!c->armed) {
+                rc = tgc_hook_unhook(c);
+            }
+        }
+    }
+    Py_DECREF(module);
+    return rc;
+}
+
+int
+tgc_hook_remove_all(tgc_cycles *c)
+{
+    while (c->observers != NULL && PyList_GET_SIZE(c->observers) > 0) {
+        tgc_handle *h = (tgc_handle *)PyList_GET_ITEM(c->observers, 0);
+        Py_INCREF(h);
+        int rc = tgc_hook_remove(h);
+        Py_DECREF(h);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Calls one observer; its exceptions are logged, never propagated. */
+static void
+hook__call(tgc_cycles *c, tgc_handle *h, PyObject *arg, const char *what)
+{
+    PyObject *cb = Py_NewRef(h->callback);  /* it may remove itself, dropping its reference */
+    PyObject *r = PyObject_CallOneArg(cb, arg);
+    Py_DECREF(cb);
+    if (r == NULL) {
+        tgc_log_exception(c, what);
+    }
+    Py_XDECREF(r);
+}
+
+/* The hook lets go of a report (holding one reference to it) before the garbage is freed. */
+static void
+hook__settle(tgc_cycles *c, PyObject *report)
+{
+    int drawn = tgc_report_settle(report, 1);
+    c->counters.dots_kept += drawn == 1;
+    c->counters.dots_skipped += drawn == 0;
+}
+
+int
+tgc_hook_notify(tgc_cycles *c, PyObject *objs, int generation, int any_tensor,
+             Py_ssize_t garbage_total)
+{
+    int ran = 0;
+    PyObject *snapshot = PyList_AsTuple(c->observers);  /* observers may (un)register meanwhile */
+    if (snapshot == NULL) {
+        tgc_log_exception(c, "listing observers");
+        return 1;
+    }
+    Py_ssize_t nobs = PyTuple_GET_SIZE(snapshot);
+    int want_tensors = 0;
+    for (Py_ssize_t i = 0; i < nobs; i++) {
+        tgc_handle *h = (tgc_handle *)PyTuple_GET_ITEM(snapshot, i);
+        if (h->module == NULL) {
+            continue;
+        }
+        if (h->kind == TGC_OBS_GARBAGE) {
+            /* A copy: if the observer keeps it, the objects stay alive (and intact). */
+            PyObject *copy = PyList_GetSlice(objs, 0, PyList_GET_SIZE(objs));
+            if (copy == NULL) {
+                tgc_log_exception(c, "copying the garbage list");
+                continue;
+            }
+            hook__call(c, h, copy, "an observe_garbage observer");
+            Py_DECREF(copy);
+            ran = 1;
+        }
+        else {
+            want_tensors = 1;
+        }
+    }
+    if (want_tensors && any_tensor) {
+        /* One report per distinct filter: observers with the same device share it. */
+        PyObject *made[8] = {NULL};
+        const tgc_filter *made_for[8] = {NULL};
+        int nmade = 0;
+        for (Py_ssize_t i = 0; i < nobs; i++) {
+            tgc_handle *h = (tgc_handle *)PyTuple_GET_ITEM(snapshot, i);
+            if (h->module == NULL || h->kind == TGC_OBS_GARBAGE) {
+                continue;
+            }
+            PyObject *report = NULL;
+            int shared = 0;  /* made[] holds it too, and settles it after the last observer */
+            for (int k = 0; k < nmade && report == NULL; k++) {
+                const tgc_filter *f = made_for[k];
+                if (f->kind == h->filter.kind && f->index == h->filter.index &&
+                    f->predicate == h->filter.predicate && strcmp(f->type, h->filter.type) == 0) {
+                    report = Py_NewRef(made[k]);
+                    shared = 1;
+                }
+            }
+            ran = 1;  /* building a report calls reprs, the predicate, torch */
+            if (report == NULL) {
+                TGC_PHASE_BEGIN(t0);
+                report = tgc_report_build(c, objs, &h->filter, generation, garbage_total);
+                TGC_PHASE_END(c, TGC_PHASE_BUILD, t0);
+                if (report == NULL) {
+                    tgc_log_exception(c, "building a cycle report");
+                    continue;
+                }
+                if (nmade < 8) {
+                    made[nmade] = Py_NewRef(report);
+                    made_for[nmade++] = &h->filter;
+                    shared = 1;
+                }
+            }
+            if (report != Py_None) {
+                if (h->kind == TGC_OBS_HTML) {
+                    PyObject *html = tgc_report_html(c, (tgc_report *)report);
+                    if (html == NULL) {
+                        tgc_log_exception(c, "rendering a cycle report");
+                    }
+                    else {
+                        hook__call(c, h, html, "an observe_tensor_cycles callback");
+                        Py_DECREF(html);
+                    }
+                }
+                else {
+                    TGC_PHASE_BEGIN(t0);
+                    hook__call(c, h, report, "an observe_cycles callback");
+                    TGC_PHASE_END(c, TGC_PHASE_CALLBACK, t0);
+                }
+            }
+            if (!shared) {
+                hook__settle(c, report);
+            }
+            Py_DECREF(report);
+        }
+        for (int k = 0; k < nmade; k++) {
+            /* The garbage is freed after this: a report kept by an observer draws its DOT now. */
+            hook__settle(c, made[k]);
+            Py_DECREF(made[k]);
+        }
+    }
+    PyErr_Clear();
+    Py_DECREF(snapshot);
+    return ran;
+}

@@ -1,0 +1,61 @@
+/* report.h: the contract of a CycleReport, what one collection's garbage held: built by
+ * report_build.c (the analysis: tensors of interest, the reference graph, groups of identical
+ * leaks, what to draw, the text), drawn as DOT by report_dot.c (on first use, or when the hook
+ * lets go of a report someone kept), its text and hints written by report_text.c, and rendered to
+ * SVG and an HTML page by report_page.c (on first use). cycles/binding.c exposes it as the
+ * tensorgc.CycleReport heap type; the hook builds, delivers and settles reports. Python.h comes
+ * first; everything here needs the GIL. */
+#ifndef TGC_REPORT_H
+#define TGC_REPORT_H
+
+#include "tensorgc/buf.h"
+#include "hook.h"
+
+/* One row of the page's summary table: a group of identical leaks. */
+typedef struct {
+    uint32_t count, nodes, tensors;
+    unsigned long long nbytes;
+    PyObject *cycle, *hint;  /* new references (str), shared with the group's dict */
+} tgc_report_row;
+
+typedef struct tgc_pending tgc_pending;  /* report_int.h */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *text, *tensors, *groups, *edges, *hints;  /* new references, set at build */
+    /* Made on first use: most reports are read for their text and never drawn. */
+    PyObject *dot;         /* new reference, decoded from dot_src by tgc_report_dot */
+    tgc_buf dot_src;       /* the DOT as drawn (UTF-8); freed once decoded */
+    /* Until the DOT is drawn: what it is drawn from (report_int.h), which borrows the garbage's
+     * objects, and the garbage list that keeps them alive (a new reference). Only while the hook
+     * delivers the report: tgc_report_settle ends it before the garbage is freed. */
+    tgc_pending *pending;
+    PyObject *pending_objs;
+    PyObject *svg, *html;  /* new references, NULL until first asked for (rendering is lazy) */
+    PyObject *svg_error;   /* str when rendering failed, so the page can say why */
+    tgc_report_row *rows;  /* the summary table's rows, made into HTML with the page */
+    Py_ssize_t nrows;
+    unsigned long long nbytes;
+    Py_ssize_t objects, garbage;
+    int generation;
+} tgc_report;
+
+/* A report (new reference) of the garbage objs (a list owning it) for observers with filter f,
+ * None (a new reference) when it holds no tensor of interest in a cycle, NULL with an exception.
+ * garbage_total: how many objects the collection found in all (objs may be the tensors' part
+ * only). Runs the user's reprs and the filter's predicate. */
+PyObject *tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generation,
+                           Py_ssize_t garbage_total);
+PyObject *tgc_report_dot(tgc_report *r);                  /* new reference */
+/* Before the garbage a report was built from is freed: draws the report's DOT if anyone besides
+ * the caller's `own` references holds the report, else forgets what it would be drawn from. */
+int tgc_report_settle(PyObject *report, Py_ssize_t own);  /* 1 drawn, 0 forgotten, -1 neither */
+void tgc_report_forget(tgc_report *r);  /* drops what the DOT would be drawn from (tp_clear) */
+/* Releases n rows (strings NULL where a row was never filled) and the array; NULL is fine. */
+void tgc_report_rows_free(tgc_report_row *rows, Py_ssize_t n);
+/* The drawing as SVG and the page, rendered on first use (new references; NULL with an
+ * exception: c->error_type when the picture could not be made, for the SVG). */
+PyObject *tgc_report_svg(tgc_cycles *c, tgc_report *r);
+PyObject *tgc_report_html(tgc_cycles *c, tgc_report *r);
+
+#endif /* TGC_REPORT_H */

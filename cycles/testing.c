@@ -1,0 +1,226 @@
+/* testing.c: the cycle detector's switches and counters, for tests and benchmarks only. These
+ * functions live in tensorgc._tensorgc_testing (module/testing.c), never in tensorgc._tensorgc;
+ * they are bound to the main module, whose state they read. Each converts its argument and calls
+ * the hook's setter (hook.h); the switches are the hook's state. */
+#include "cycles.h"
+#include "module/state.h"
+#include "binding.h"
+
+/* The optional on/off argument of the switches below: 1 with *on set when one was given, 0 when
+ * absent or None, -1 with an exception. */
+static int
+testing__arg(const char *name, PyObject *const *args, Py_ssize_t nargs, int *on)
+{
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most one argument", name);
+        return -1;
+    }
+    if (nargs == 0 || args[0] == Py_None) {
+        return 0;
+    }
+    *on = PyObject_IsTrue(args[0]);
+    return *on < 0 ? -1 : 1;
+}
+
+/* A counter a switch reports, by name. */
+typedef struct {
+    const char *name;
+    unsigned long long value;
+} testing_count;
+
+/* What every switch does: turns switch `which` as its argument says (if given), then returns
+ * {'enabled': bool, <counter>: int...} as a new dict, or NULL with an exception set. The counters
+ * are read before the switch is turned: turning it changes none of them. */
+static PyObject *
+testing__switch(tgc_cycles *c, const char *name, PyObject *const *args, Py_ssize_t nargs,
+                int which, const testing_count *counts, int ncounts)
+{
+    int on = 0, given = testing__arg(name, args, nargs, &on);
+    if (given < 0 || (given && tgc_hook_switch(c, which, on) < 0)) {
+        return NULL;
+    }
+    PyObject *d = PyDict_New();  /* new reference */
+    if (d == NULL ||
+        PyDict_SetItemString(d, "enabled", tgc_hook_switched(c, which) ? Py_True : Py_False) < 0) {
+        goto error;
+    }
+    for (int i = 0; i < ncounts; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(counts[i].value);  /* new reference */
+        int rc = v != NULL ? PyDict_SetItemString(d, counts[i].name, v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0) {
+            goto error;
+        }
+    }
+    return d;
+error:
+    Py_XDECREF(d);
+    return NULL;
+}
+
+PyDoc_STRVAR(young_scan_doc,
+"_young_scan($module, enabled=None, /)\n--\n\n"
+"The young-generation pre-scan (cycles/young.c): with enabled, switch it on or off (on is refused "
+"where the interpreter's collector is not the one it was built for). Returns {'available', "
+"'enabled', 'skipped', 'armed'}: the last two count the collections that ran without the "
+"detector and those it armed since import.");
+
+static PyObject *
+young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    const tgc_hook_counters *n = &c->counters;
+    PyObject *d = testing__switch(c, "_young_scan", args, nargs, TGC_HOOK_YOUNG_SCAN,
+                                  (testing_count[]){{"skipped", n->young_skipped},
+                                                    {"armed", n->young_armed}}, 2);
+    PyObject *avail = tgc_hook_prescan_available(c) ? Py_True : Py_False;
+    if (d != NULL && PyDict_SetItemString(d, "available", avail) < 0) {
+        Py_CLEAR(d);
+    }
+    return d;
+}
+
+PyDoc_STRVAR(young_island_doc,
+"_young_island($module, enabled=None, /)\n--\n\n"
+"Islands (cycles/young.c): when a young collection could hold tensors, prove before it runs "
+"that they sit in garbage nothing else references, and let the collector free the rest alone. "
+"With enabled, switch it on or off (off: such collections are armed; on is refused where the "
+"pre-scan is not available). Returns {'enabled', 'used', 'fallback', 'marked', 'finalized', "
+"'early', 'finalizers'}: collections that took the path, young ones that could hold tensors but "
+"were armed, proofs that needed the young lists marked (an old object or a class in reach, a "
+"large set), islands with a pending finalizer (__del__, a suspended generator or coroutine), "
+"those of them reported at the start of a full collection, and the finalizers the detector ran "
+"for them after the report.");
+
+static PyObject *
+young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    const tgc_hook_counters *n = &c->counters;
+    return testing__switch(c, "_young_island", args, nargs, TGC_HOOK_ISLAND,
+                           (testing_count[]){{"used", n->island_used},
+                                             {"fallback", n->island_fallback},
+                                             {"marked", n->island_marked},
+                                             {"finalized", n->island_finalized},
+                                             {"early", n->island_early},
+                                             {"finalizers", n->island_finalizers}}, 6);
+}
+
+PyDoc_STRVAR(island_crosscheck_doc,
+"_island_crosscheck($module, enabled=None, /)\n--\n\n"
+"With enabled, switch on or off checking every island proof that came without marking the "
+"young lists against the marked proof (verdict, members, order). Returns {'enabled', "
+"'checked', 'mismatched'}.");
+
+static PyObject *
+island_crosscheck(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    const tgc_hook_counters *n = &c->counters;
+    return testing__switch(c, "_island_crosscheck", args, nargs, TGC_HOOK_CROSSCHECK,
+                           (testing_count[]){{"checked", n->island_checked},
+                                             {"mismatched", n->island_mismatched}}, 2);
+}
+
+PyDoc_STRVAR(seeded_split_doc,
+"_seeded_split($module, enabled=None, /)\n--\n\n"
+"The seeded split (cycles/split.c): with enabled, switch it on or off (off: every report's "
+"garbage goes through the full reference graph). Returns {'enabled', 'used', 'fallback'}: "
+"splits it decided, and those it handed to the full split.");
+
+static PyObject *
+seeded_split(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    const tgc_hook_counters *n = &c->counters;
+    return testing__switch(c, "_seeded_split", args, nargs, TGC_HOOK_SEEDED,
+                           (testing_count[]){{"used", n->seeded_used},
+                                             {"fallback", n->seeded_fallback}}, 2);
+}
+
+PyDoc_STRVAR(phase_times_doc,
+"_phase_times($module, reset=False, /)\n--\n\n"
+"Where the detector's time goes, per phase: {phase: (count, seconds)} since import or the last "
+"reset; None unless the extension was built with -DTGC_PHASE_TIMES (make phases). For "
+"benchmarks (bench/b1_inprocess.py).");
+
+static PyObject *
+phase_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    int reset = 0;
+    if (testing__arg("_phase_times", args, nargs, &reset) < 0) {
+        return NULL;
+    }
+#ifdef TGC_PHASE_TIMES
+    static const char *const names[TGC_PHASE_COUNT] = {"scan", "island", "exact", "build",
+                                                         "callback", "free"};
+    PyObject *d = PyDict_New();  /* new reference */
+    for (int i = 0; d != NULL && i < TGC_PHASE_COUNT; i++) {
+        PyObject *v = Py_BuildValue("(Kd)", c->phases[i].n, (double)c->phases[i].ns / 1e9);
+        if (v == NULL || PyDict_SetItemString(d, names[i], v) < 0) {
+            Py_CLEAR(d);
+        }
+        Py_XDECREF(v);
+    }
+    if (d != NULL && reset) {
+        memset(c->phases, 0, sizeof(c->phases));
+    }
+    return d;
+#else
+    (void)c;
+    (void)reset;
+    Py_RETURN_NONE;
+#endif
+}
+
+PyDoc_STRVAR(report_dots_doc,
+"_report_dots($module, /)\n--\n\n"
+"A report's DOT is drawn on first use of .dot, .svg or .html, or when the detector lets go of a "
+"report someone kept, since the garbage is freed then. Returns {'kept', 'skipped'}: reports "
+"drawn at that moment, and reports nobody asked for nor kept, never drawn.");
+
+static PyObject *
+report_dots(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    const tgc_hook_counters *n = &tgc_state_of(module)->cycles->counters;
+    return Py_BuildValue("{s:K,s:K}", "kept", n->dots_kept, "skipped", n->dots_skipped);
+}
+
+PyDoc_STRVAR(renderer_stats_doc,
+"_renderer_stats($module, /)\n--\n\n"
+"The render worker's counters: started, killed (at the deadline), retired, renders, pid.");
+
+static PyObject *
+renderer_stats(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    tgc_renderer_stats s;
+    tgc_renderer_get_stats(&s);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:l}", "started", (unsigned long long)s.started,
+                         "killed", (unsigned long long)s.killed, "retired",
+                         (unsigned long long)s.retired, "renders", (unsigned long long)s.renders,
+                         "pid", s.pid);
+}
+
+PyDoc_STRVAR(observer_count_doc,
+"_observer_count($module, /)\n--\n\nHow many observers are registered.");
+
+static PyObject *
+observer_count(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    return PyLong_FromSsize_t(c->observers ? PyList_GET_SIZE(c->observers) : 0);
+}
+
+PyMethodDef tgc_cycles_testing_methods[] = {
+    {"_phase_times", (PyCFunction)(void (*)(void))phase_times, METH_FASTCALL, phase_times_doc},
+    {"_seeded_split", (PyCFunction)(void (*)(void))seeded_split, METH_FASTCALL, seeded_split_doc},
+    {"_young_island", (PyCFunction)(void (*)(void))young_island, METH_FASTCALL, young_island_doc},
+    {"_island_crosscheck", (PyCFunction)(void (*)(void))island_crosscheck, METH_FASTCALL,
+     island_crosscheck_doc},
+    {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},
+    {"_report_dots", (PyCFunction)report_dots, METH_NOARGS, report_dots_doc},
+    {"_renderer_stats", (PyCFunction)renderer_stats, METH_NOARGS, renderer_stats_doc},
+    {"_observer_count", (PyCFunction)observer_count, METH_NOARGS, observer_count_doc},
+    {NULL, NULL, 0, NULL},
+};

@@ -10,6 +10,7 @@ import os
 import tempfile
 
 from . import _tensorgc
+from ._version import __version__
 from ._tensorgc import (
     CycleReport,
     GraphvizError,
@@ -73,7 +74,6 @@ __all__ = [
     "set_render_timeout",
     "warn_tensor_cycles",
 ]
-__version__ = "0.1.0"
 
 logger = logging.getLogger("tensorgc")
 

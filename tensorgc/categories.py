@@ -21,6 +21,8 @@ import time
 import weakref
 from array import array
 
+from ._errors import SnapshotError
+
 __all__ = ["categorize", "Categorizer", "PHASES", "CATEGORIES", "MAX_MARKS"]
 
 logger = logging.getLogger("tensorgc")
@@ -423,8 +425,6 @@ def parse(value, where="snapshot", nbytes=None):
     named {device: {addr: kind}}, dropped). Wrong types or values raise SnapshotError naming the
     field; a version other than 1 returns None (a newer tensorgc wrote it: ignored, with a
     warning). nbytes: the file's size, which bounds the rows a file can honestly hold."""
-    from .snapshot import SnapshotError
-
     def bad(msg):
         return SnapshotError(f"{where}: {KEY}: {msg}")
 

@@ -188,7 +188,7 @@ def _compare(args) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="tensorgc", description="tensorgc: where your GPU memory is.")
-    from . import __version__
+    from ._version import __version__
     p.add_argument("--version", action="version", version=f"tensorgc {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     s = sub.add_parser("stats", help="what a snapshot file holds, per device",

@@ -62,7 +62,7 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
     write. Raises an OSError only where the autopsy's directory cannot be created."""
     import torch
 
-    from . import observe_cycles
+    from ._tensorgc import observe_cycles
     from .reporter import MemReporter, readable_size as R
     from .snapshot import atomic_write, dump_snapshot, write_failure
 

@@ -1,4 +1,4 @@
-"""Allocator snapshots: record, take, dump, and load them safely (issue #4, first part).
+"""Allocator snapshots: record, take, dump, and load them safely.
 
 * ``record_memory_history(...)`` wraps ``torch.cuda.memory._record_memory_history`` across its
   old (boolean, ``trace_alloc_*``) and new (``enabled="all"``, ``context``, ``stacks``) forms.
@@ -26,16 +26,13 @@ import sys
 import tempfile
 
 from . import _tensorgc
+from ._errors import SnapshotError
+from .categories import KEY, parse, snapshot_key
 
 __all__ = ["record_memory_history", "snapshot", "dump_snapshot", "load_snapshot",
            "SnapshotError", "DEFAULT_MAX_BYTES"]
 
 DEFAULT_MAX_BYTES = 8 << 30  # 8 GiB: larger files need max_bytes= explicitly
-
-
-class SnapshotError(ValueError):
-    """A snapshot file that cannot be read: truncated, corrupt, oversized, hostile or not a
-    snapshot. The message says which, and where."""
 
 
 def record_memory_history(enabled="all", context="all", stacks="python",
@@ -78,8 +75,6 @@ def snapshot(*, categories=True, named=None):
 
     snap = torch.cuda.memory._snapshot()
     if categories:
-        from .categories import KEY, snapshot_key
-
         try:
             key = snapshot_key(named)
         except Exception:  # noqa: BLE001 -- the snapshot matters more than its categories
@@ -422,8 +417,6 @@ def check_snapshot(snap, where="snapshot", nbytes=None):
         if count > nbytes:
             raise SnapshotError(f"{where}: {count:,} segments, blocks and trace entries in "
                                 f"{nbytes:,} bytes: the file repeats lists through the memo")
-    from .categories import KEY, parse
-
     if KEY in snap and parse(snap[KEY], where, nbytes) is None:
         del snap[KEY]  # written by a newer tensorgc: ignored (parse warned)
     checked = set()  # frames lists seen (torch shares one among the entries of a stack)

@@ -371,7 +371,7 @@ def test_closures_count_each_call():
     assert d[0][0] == 4 and d[1][0] == 4      # a closure's call is no generator's resume
 
 
-# -- review of issue #5: re-entrancy, threads, odd code objects ----------------------------------
+# -- re-entrancy, threads, odd code objects ------------------------------------------------------
 
 def _core_events(codes, on):
     """The events of `codes` on or off for bare _LineProfiler cores (no LineProfiler around)."""

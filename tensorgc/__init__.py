@@ -10,6 +10,7 @@ import os
 import tempfile
 
 from . import _tensorgc
+from ._errors import DeviceError
 from ._version import __version__
 from ._tensorgc import (
     CycleReport,
@@ -45,6 +46,7 @@ __all__ = [
     "Categorizer",
     "Courtesy",
     "CycleReport",
+    "DeviceError",
     "GraphvizError",
     "Handle",
     "LineProfiler",

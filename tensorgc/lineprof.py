@@ -31,6 +31,7 @@ import threading
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _tensorgc
+from ._devices import cuda_index
 from .reporter import readable_size
 
 __all__ = ["LineProfiler", "LineStats", "profile", "profile_every", "set_target_gpu",
@@ -57,15 +58,11 @@ def _code_of(func):
 
 
 def _device_index(gpu) -> int:
-    idx = getattr(gpu, "index", gpu)  # torch.device
-    if idx is None:
-        idx = 0
-    if isinstance(gpu, str):
-        import torch
-        idx = torch.device(gpu).index or 0
-    if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
-        raise ValueError(f"target_gpu must be a device index >= 0 or a torch.device, not {gpu!r}")
-    return idx
+    """target_gpu as an index: 0, "0", "cuda:1", "cuda" (device 0) or a torch.device (the
+    package's one device syntax, tensorgc/_devices.py)."""
+    index = cuda_index(gpu, "target_gpu", "the line profiler reads a CUDA device's allocator "
+                                          "(without CUDA it reads the process's memory itself)")
+    return 0 if index is None else index
 
 
 def _cuda_available() -> bool:

@@ -111,6 +111,7 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
 
     if is_cuda:
         def snap_files():
+            from ._devices import snapshot_devices
             from .segments import segments_html
             from .snapshot import snapshot
             from .timeline import categories_at_peak, timeline_html
@@ -132,7 +133,11 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
                 put("segments.html", segments_html(snap, device=index,
                                                    oom=-1 if has_oom else None))
             else:
-                put("segments.html", segments_html(snap, device=index))
+                if index in snapshot_devices(snap):
+                    put("segments.html", segments_html(snap, device=index))
+                else:
+                    notes.append(f"the allocator's snapshot holds nothing of {dev} (no segment, "
+                                 "no trace entry): no segments.html")
                 notes.append("no allocation history: call tensorgc.record_memory_history() "
                              "early in the run to get the timeline and stacks")
         step("the snapshot", snap_files)

@@ -20,6 +20,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 from . import _tensorgc
 from . import allocator as _alloc
+from ._devices import parse_device
 
 __all__ = ["MemReporter", "Report", "Row", "KINDS", "readable_size", "track_tensors"]
 
@@ -155,23 +156,11 @@ def _footer(dev, t, sites, verbose):
 
 
 def _parse_device(device):
-    """None, or (type, index or None) for the device filter; ValueError when invalid."""
+    """None, or (type, index or None) for the device filter (tensorgc/_devices.py: the syntax
+    the whole package shares); DeviceError (a ValueError) when invalid."""
     if device is None:
         return None
-    import torch
-
-    if isinstance(device, int) and not isinstance(device, bool):
-        device = f"cuda:{device}"
-    if isinstance(device, torch.device):
-        return (device.type, device.index)
-    if not isinstance(device, str):
-        raise ValueError(f"device must be None, a str, an int or a torch.device, not "
-                         f"{type(device).__name__}")
-    try:
-        d = torch.device(device)
-    except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"invalid device {device!r}: {exc}") from None
-    return (d.type, d.index)
+    return parse_device(device, "device")
 
 
 def _matches(filt, dev_type, dev_index):

@@ -22,6 +22,7 @@ import logging
 import os
 import pickle
 import secrets
+import stat
 import sys
 import tempfile
 
@@ -315,36 +316,93 @@ def _scan(data):
     raise _scan_error(pos, n, why, kind)
 
 
-def _read(path, max_bytes):
-    """The file's bytes; SnapshotError past max_bytes."""
-    with open(path, "rb") as f:
+# What a path that is not a regular file is (st_mode's file type -> words): reading one could
+# block forever (a FIFO with no writer, a terminal) or never end (/dev/zero).
+_NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISDIR, "a directory"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                (stat.S_ISSOCK, "a socket"))
+LIMIT_HINT = "pass max_bytes= to allow it"
+NOT_A_FILE_HINT = "copy it to a file first"
+
+
+def _not_regular(mode):
+    """Words for a file type that is not a regular file, or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((words for test, words in _NOT_REGULAR if test(mode)), "not a regular file")
+
+
+def _check_limit(max_bytes, what="max_bytes"):
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ValueError(f"{what} must be an int >= 1, not {max_bytes!r}")
+
+
+def _read(path, max_bytes, hint=LIMIT_HINT, not_a_file=NOT_A_FILE_HINT):
+    """The bytes of the regular file ``path``; SnapshotError past max_bytes or for anything but
+    a regular file. The file is opened without blocking (a FIFO with no writer would block the
+    open itself) and its type checked on the open descriptor, so a path swapped meanwhile is
+    still caught."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags)
+    try:
+        what = _not_regular(os.fstat(fd).st_mode)
+        if what is not None:
+            raise SnapshotError(f"{path}: is {what}, not a regular file; snapshots are read "
+                                f"from files ({not_a_file})")
+        os.set_blocking(fd, True)
+        f = open(fd, "rb")  # noqa: SIM115 -- closed by the with below
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         size = os.fstat(f.fileno()).st_size
-        if size > max_bytes:
-            raise SnapshotError(f"{path}: {size:,} bytes is over the limit of {max_bytes:,} "
-                                "(pass max_bytes= to allow it)")
-        # read(n) allocates n bytes before reading anything: ask for what the file says it
-        # holds (+1, to see it grew), never for max_bytes; a file that grew, or a pipe, in chunks
-        parts = [f.read(size + 1)]
-        total = len(parts[0])
-        while size < total <= max_bytes:
-            chunk = f.read(min(16 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            parts.append(chunk)
-            total += len(chunk)
+        return _read_stream(f, path, max_bytes, size, hint)
+
+
+def _read_stream(f, where, max_bytes, size=0, hint=LIMIT_HINT):
+    """At most max_bytes of the binary stream f; SnapshotError past it. ``size``: what the file
+    says it holds (0 for a stream of unknown length)."""
+    if size > max_bytes:
+        raise SnapshotError(f"{where}: {size:,} bytes is over the limit of {max_bytes:,} "
+                            f"({hint})")
+    # read(n) allocates n bytes before reading anything: ask for what the file says it holds
+    # (+1, to see it grew), never for max_bytes; a file that grew, or a stream, in chunks
+    parts = [f.read(min(size + 1, max_bytes + 1)) if size else b""]
+    total = len(parts[0])
+    while size < total <= max_bytes or (not size and total <= max_bytes):
+        chunk = f.read(min(16 << 20, max_bytes + 1 - total))
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
     if total > max_bytes:
-        raise SnapshotError(f"{path}: grew past the limit of {max_bytes:,} bytes while reading")
+        how = "grew past the limit of" if size else "holds more than the limit of"
+        raise SnapshotError(f"{where}: {how} {max_bytes:,} bytes while reading ({hint})")
     return b"".join(parts)
 
 
 def load_snapshot(path, *, max_bytes=DEFAULT_MAX_BYTES):
     """Read a snapshot file (torch's ``_dump_snapshot`` / ``dump_snapshot``, any protocol from 2
-    to 5) without running code from it. Raises SnapshotError with the reason."""
-    path = os.fspath(path)
+    to 5) without running code from it. Only regular files are read (a FIFO, a directory or a
+    device is refused, never waited on). Raises SnapshotError with the reason."""
+    _check_limit(max_bytes)
+    return _load(os.fspath(path), max_bytes)
+
+
+def _load(path, max_bytes, hint=LIMIT_HINT, not_a_file=NOT_A_FILE_HINT):
+    """load_snapshot, with the words that say how to raise the limit and what to do with a path
+    that is not a file (the command line names its own options)."""
     try:
-        data = _read(path, max_bytes)
+        data = _read(path, max_bytes, hint, not_a_file)
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return _parse_bytes(data, path)
+
+
+def _parse_bytes(data, where="snapshot"):
+    """A snapshot from the bytes of a file (load_snapshot reads them; the command line reads
+    standard input); ``where`` names them in messages. Raises SnapshotError with the reason."""
+    path = where
     if not data:
         raise SnapshotError(f"{path}: empty file, not a snapshot")
     if data[:1] != b"\x80":
@@ -372,21 +430,40 @@ def load_snapshot(path, *, max_bytes=DEFAULT_MAX_BYTES):
 
 
 # The fields tensorgc reads, and their types (absent is fine unless required below): the C
-# replays check their own, the Python around them relies on these.
-_SEGMENT_FIELDS = (("device", int), ("address", int), ("total_size", int), ("segment_type", str))
-_BLOCK_FIELDS = (("size", int), ("address", int), ("requested_size", int), ("state", str))
-_ENTRY_FIELDS = (("action", str), ("addr", int), ("size", int), ("device_free", int),
+# replays check their own, the Python around them relies on these. _U64: an address, a size or
+# a device, an int in [0, 2**64): one check here, so that every command refuses a negative one
+# alike (the replays would each read it their own way).
+_U64 = "an int >= 0"
+_SEGMENT_FIELDS = (("device", _U64), ("address", _U64), ("total_size", _U64),
+                   ("segment_type", str))
+_BLOCK_FIELDS = (("size", _U64), ("address", _U64), ("requested_size", _U64), ("state", str))
+_ENTRY_FIELDS = (("action", str), ("addr", _U64), ("size", _U64), ("device_free", _U64),
                  ("time_us", int))
 _FRAME_FIELDS = (("filename", str), ("name", str), ("line", int))
+_ABSENT = object()
 
 
 def _wrong_field(d, fields):
     for key, kind in fields:
-        v = d.get(key, kind)  # absent: the type itself, never an instance of it
-        if v is not kind and not isinstance(v, kind):
-            return f"'{key}' is {type(v).__name__}, not {kind.__name__}"
-        if kind is int and v is not kind and not -(1 << 63) <= v < 1 << 64:
+        v = d.get(key, _ABSENT)
+        if v is _ABSENT:
+            continue
+        want = int if kind is _U64 else kind
+        if not isinstance(v, want):
+            return f"'{key}' is {type(v).__name__}, not {want.__name__}"
+        if want is int and not -(1 << 63) <= v < 1 << 64:
             return f"'{key}' is out of range"  # float() and str() of it would raise
+        if kind is _U64 and v < 0:
+            return f"'{key}' is negative ({v}): addresses, sizes and devices are >= 0"
+    return None
+
+
+def _first_negative(trace):
+    """The first entry of a trace (whose fields the C check found to be ints) with a negative
+    address, size or device_free, or None. A loop, not the C check: that one takes any int64."""
+    for e in trace:
+        if e.get("addr", 0) < 0 or e.get("size", 0) < 0 or e.get("device_free", 0) < 0:
+            return e
     return None
 
 
@@ -458,4 +535,9 @@ def check_snapshot(snap, where="snapshot", nbytes=None):
             if why:
                 raise SnapshotError(f"{where}: trace entry {j} of device {d}: {why}")
             j = _tensorgc._check_trace(t, j + 1, checked)
+        e = _first_negative(t)
+        if e is not None:
+            j = next(i for i, x in enumerate(t) if x is e)
+            raise SnapshotError(f"{where}: trace entry {j} of device {d}: "
+                                f"{_wrong_field(e, _ENTRY_FIELDS)}")
     return snap

@@ -2,7 +2,10 @@
 script from anywhere, opens offline). The replay is C (allocator/timeline.c); this module picks
 the events, draws polygons and escapes every string that comes from the file.
 
-    html = timeline_html(load_snapshot(path), device=0, detail=300)
+    html = timeline_html(load_snapshot(path), device="cuda:0", detail=300)
+
+``device`` everywhere here: an index (0), "cuda:N", "cuda" (the first device the snapshot holds)
+or a torch.device, as the command line's --device (tensorgc/_devices.py parses both).
 """
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ import hashlib
 import html as _html
 
 from . import _tensorgc
+from ._devices import snapshot_device
+from .categories import replay_inputs
 from .reporter import readable_size as R
 
 __all__ = ["timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
@@ -17,19 +22,17 @@ __all__ = ["timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
 WIDTH, HEIGHT, LEFT, TOP = 1200, 420, 70, 10
 
 
-def replay(snap, device=0, columns=WIDTH, detail=300, categories=None):
+def replay(snap, device="cuda", columns=WIDTH, detail=300, categories=None):
     """The C replay of one device's trace: dict with active/peak/small per column, bands
     (alloc_event, free_event, size, col0, col1, offsets, addr, category, rule), ooms and oom_at
     (trace position, event position), max. With anything to classify by (the snapshot's
     "tensorgc_categories", torch's optimizer annotations, or ``categories``: {block address:
     kind} of the blocks alive at the end), also cat_active ({category: bytes per column}),
     at_peak ({category: bytes}) and peak_event; "marks" says whether phase or grad marks took
-    part (else only the named blocks are known)."""
-    from .categories import replay_inputs
-
+    part (else only the named blocks are known). A device the snapshot does not hold replays
+    an empty trace."""
     traces = snap.get("device_traces") or []
-    if not isinstance(device, int) or device < 0:
-        raise ValueError(f"device must be an int >= 0, not {device!r}")
+    device = snapshot_device(snap, device, required=False)
     trace = traces[device] if device < len(traces) else []
     use_req = any(e.get("action") == "free_requested" for e in trace)
     # every block alive at the end; the replay keeps those whose address the trace never
@@ -59,11 +62,10 @@ def peak_breakdown(tl):
     return f"at the peak ({at}, {R(tl['max'])}): " + (", ".join(parts) or "nothing")
 
 
-def categories_at_peak(snap, device=0):
+def categories_at_peak(snap, device="cuda"):
     """The peak's breakdown by category for one device (the replay in one column, no bands), or
     None when the snapshot has nothing to classify by."""
-    from .categories import replay_inputs
-
+    device = snapshot_device(snap, device, required=False)
     if replay_inputs(snap, device)[0] is None:
         return None
     return peak_breakdown(replay(snap, device=device, columns=1, detail=0)[0])
@@ -73,15 +75,30 @@ SCAN_FRAMES = 256  # frames looked at per stack: a file may repeat one long stac
 TEXT_MAX = 1000  # characters kept of a string from the file: a file may repeat a long one
 
 
+# Characters of a string from the file that must not reach a page or a terminal as they are:
+# C0 controls (NUL, ESC, newlines...), DEL, C1 controls, and the bidirectional marks and
+# overrides that make text read in another order than it is stored. Each becomes its escape,
+# so the text stays true (a file name with a NUL in it shows \x00) and stays on one line.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_ESCAPES.update({c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
+                                             *range(0x2066, 0x206A))})
+
+
 def _text(v):
-    """A field from the file as display text: an int, or a str cut to TEXT_MAX with lone
-    surrogates replaced (the unpickler lets them through, UTF-8 output refuses them)."""
+    """A field from the file as display text (the one helper every string from a snapshot goes
+    through before a page, or a terminal, shows it; a page escapes it for HTML on top): an int,
+    or a str cut to TEXT_MAX characters, lone surrogates replaced (the unpickler lets them
+    through, UTF-8 output refuses them) and control characters written as escapes (\x00)."""
     if isinstance(v, int):
         return str(v) if -(1 << 63) <= v < 1 << 64 else "?"
     if not isinstance(v, str):
         return "?"
     v = v[:TEXT_MAX]
-    return v if v.isascii() else v.encode("utf-8", "replace").decode("utf-8")
+    if not v.isascii():
+        v = v.encode("utf-8", "replace").decode("utf-8")
+    if not v.isprintable():  # in C, and true for nearly every name: the common case is free
+        v = v.translate(_ESCAPES)[:TEXT_MAX]
+    return v
 
 
 def _frame_list(entry):
@@ -197,7 +214,7 @@ def _areas_svg(tl, cols):
             + "".join(parts) + ticks + _legend(names, LEFT, 6) + "</svg>")
 
 
-def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categories=None):
+def timeline_html(snap, device="cuda", detail=300, title=None, columns=WIDTH, categories=None):
     """The page (str). ``detail``: how many of the largest allocations get their own band (the
     rest is one summarized band), as memory_viz's slider.
 
@@ -207,7 +224,11 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
     stacks the categories over time and the summary gives the peak's breakdown. Without marks,
     the blocks alive at the end that are named (the snapshot's "named", or ``categories``:
     {block address: kind} from the MemReporter taken with it, Report.block_kinds[device]) are
-    coloured by kind, the others by allocation site."""
+    coloured by kind, the others by allocation site.
+
+    A device the snapshot does not hold is a ValueError (tensorgc.DeviceError) that lists the
+    devices it holds: its page would be empty."""
+    device = snapshot_device(snap, device)
     tl, trace = replay(snap, device=device, columns=columns, detail=detail, categories=categories)
     cols = len(tl["active"])
     top = max(tl["max"], 1)

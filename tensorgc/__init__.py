@@ -83,8 +83,14 @@ logger = logging.getLogger("tensorgc")
 atexit.register(_tensorgc._shutdown)
 
 
-def warn_tensor_cycles(*, device="cuda", directory=None):
+def warn_tensor_cycles(*, device=None, directory=None):
     """Write each cycle report to a new HTML file and log a WARNING with its path and summary.
+
+    ``device``: whose tensors to watch, as observe_cycles takes it ("cuda", "cpu", "any", a
+    device string, a torch.device or a predicate). The default watches what this machine has:
+    CUDA tensors where torch.cuda.is_available(), else CPU tensors; an INFO message on logger
+    "tensorgc" says which and why. Asking for CUDA on a machine without it logs a WARNING (the
+    watch would never report anything).
 
     Each page is written whole or not at all (snapshot.atomic_write): to a private temp file
     (mkstemp: O_EXCL, mode 0600) in ``directory`` or the temporary directory, fsynced, then
@@ -94,6 +100,7 @@ def warn_tensor_cycles(*, device="cuda", directory=None):
     still carries the summary and says why there is no page; no file is left behind, and
     nothing is raised into the garbage collector. Returns the Handle; call it to unregister.
     """
+    from ._devices import NO_CUDA, cuda_available, parse_device
     from .snapshot import atomic_write, write_failure
 
     if directory is not None:
@@ -102,6 +109,21 @@ def warn_tensor_cycles(*, device="cuda", directory=None):
             raise FileNotFoundError(f"tensorgc: no such directory: {directory!r}")
         if not os.path.isdir(directory):
             raise NotADirectoryError(f"tensorgc: not a directory: {directory!r}")
+    why = ""
+    if device is None:
+        if cuda_available():
+            device, why = "cuda", " (the default: CUDA is available)"
+        else:
+            device, why = "cpu", f" (the default: no CUDA, {NO_CUDA})"
+    elif (isinstance(device, str) and device != "any") or type(device).__name__ == "device":
+        try:
+            asks_cuda = parse_device(device)[0] == "cuda"
+        except ValueError:
+            asks_cuda = False  # observe_cycles says what is wrong with it
+        if asks_cuda and not cuda_available():
+            logger.warning("tensorgc: warn_tensor_cycles(device=%r) watches CUDA tensors, and "
+                           "there are none: %s; device='cpu' (or no device) watches the CPU's",
+                           device, NO_CUDA)
 
     def write_and_log(report):
         try:
@@ -121,7 +143,7 @@ def warn_tensor_cycles(*, device="cuda", directory=None):
                        path, text)
 
     handle = observe_cycles(write_and_log, device=device)
-    logger.info("tensorgc: watching reference cycles that hold %s tensors", device)
+    logger.info("tensorgc: watching reference cycles that hold %s tensors%s", device, why)
     return handle
 
 

@@ -29,7 +29,10 @@ else:
     DeviceLike = Union[int, str, Any]
 
 __all__ = ["DeviceLike", "DeviceError", "parse_device", "cuda_index", "snapshot_devices",
-           "snapshot_device", "held_text", "SNAPSHOT_WHY"]
+           "snapshot_device", "held_text", "SNAPSHOT_WHY", "cuda_available", "require_cuda",
+           "NO_CUDA"]
+
+NO_CUDA = "torch.cuda.is_available() is False on this machine"
 
 _SPEC = re.compile(r"([a-z][a-z0-9_]*)(?::([0-9]{1,9}))?\Z")
 
@@ -140,3 +143,22 @@ def snapshot_device(snap: Mapping[str, Any], device: object, what: str = "device
         named = given if given == f"cuda:{index}" else f"{given} (cuda:{index})"
         raise DeviceError(f"{what} {named} is not in {where}, which holds {held_text(held)}")
     return index
+
+
+def cuda_available() -> bool:
+    """torch.cuda.is_available(), and False where asking fails (a broken driver is no CUDA)."""
+    import torch
+
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def require_cuda(call: str, instead: str = "") -> None:
+    """RuntimeError naming ``call`` when there is no CUDA: what torch raises then is an
+    AttributeError from deep inside torch.cuda (a CPU build has no _cuda_* functions), or an
+    error at CUDA's initialization. ``instead``: what to do on this machine."""
+    if not cuda_available():
+        raise RuntimeError(f"tensorgc: {call} needs CUDA; {NO_CUDA}"
+                           + (f" ({instead})" if instead else ""))

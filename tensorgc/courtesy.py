@@ -86,6 +86,7 @@ import logging
 from typing import List, NamedTuple, Optional
 
 from . import _tensorgc
+from ._devices import NO_CUDA, cuda_available
 from .reporter import _matches, _parse_device, readable_size
 
 __all__ = ["Courtesy", "Moved"]
@@ -228,8 +229,11 @@ class _Skips:
 class Courtesy:
     """Moves every tensor of a device (parameters, grads, optimizer state, views, tied
     parameters) to host memory and back, in place. Pinned host memory is used when the source
-    is CUDA; with ``device="cpu"`` the host copy is a plain CPU storage. See the module
-    docstring for what is moved, what is skipped and why.
+    is CUDA. With ``device="cpu"`` the tensors are already in host memory: each storage is
+    copied into a new CPU storage and back (the whole mechanism, with nothing freed; how CI
+    tests it), and the log says so. On a machine without CUDA, a CUDA device has nothing to
+    yield (a WARNING says why). See the module docstring for what is moved, what is skipped
+    and why.
 
     ``pin_memory=False``: pageable host memory for CUDA sources too. Pinned blocks come from
     PyTorch's caching host allocator, which rounds each one up to a power of two (a 86 MiB
@@ -277,6 +281,11 @@ class Courtesy:
         if self._groups:
             raise RuntimeError(f"tensorgc: Courtesy already yielded {len(self._groups)} "
                                "storage(s); call restore() first")
+        if self._filter[0] == "cuda" and not cuda_available():
+            logger.warning("tensorgc: Courtesy(%r) has nothing to yield: %s, so no tensor is on "
+                           "a CUDA device", self.device, NO_CUDA)
+            self.moved = Moved(0, 0, 0, 0)
+            return self.moved
         torch = _torch()
         skips = _Skips()
         candidates = self._find(skips)              # {key: [(tensor, row)]}
@@ -298,8 +307,18 @@ class Courtesy:
             torch.cuda.empty_cache()
         skips.log("yield_memory()")
         self.moved = Moved(moved_bytes, moved_tensors, len(groups), skips.tensors)
-        logger.info("tensorgc: Courtesy yielded %s in %d storage(s) (%d tensors) from %s",
-                    readable_size(moved_bytes), len(groups), moved_tensors, self.device)
+        if self._filter[0] == "cpu":
+            logger.info("tensorgc: Courtesy(%r) copied %s in %d storage(s) (%d tensors) into "
+                        "new CPU storages and re-pointed the tensors at them; CPU tensors "
+                        "already live in host memory, so nothing left a device and no memory "
+                        "was freed", self.device, readable_size(moved_bytes), len(groups),
+                        moved_tensors)
+        else:
+            pinned = all(g.host.is_pinned() for g in groups)
+            logger.info("tensorgc: Courtesy(%r) moved %s in %d storage(s) (%d tensors) to %s "
+                        "host memory and emptied the device's cache", self.device,
+                        readable_size(moved_bytes), len(groups), moved_tensors,
+                        "pinned" if pinned else "pageable")
         return self.moved
 
     @staticmethod
@@ -504,8 +523,14 @@ class Courtesy:
         nbytes, ntensors, nstorages = counts
         skips.log("restore()")
         self.restored = Moved(nbytes, ntensors, nstorages, skips.tensors)
-        logger.info("tensorgc: Courtesy restored %s in %d storage(s) (%d tensors) to %s",
-                    readable_size(nbytes), nstorages, ntensors, self.device)
+        if self._filter[0] == "cpu":
+            logger.info("tensorgc: Courtesy(%r) copied %s in %d storage(s) (%d tensors) back "
+                        "into new CPU storages (CPU tensors never left host memory)", self.device,
+                        readable_size(nbytes), nstorages, ntensors)
+        else:
+            logger.info("tensorgc: Courtesy(%r) restored %s in %d storage(s) (%d tensors) from "
+                        "host memory to their devices", self.device, readable_size(nbytes),
+                        nstorages, ntensors)
         if pending:
             raise RuntimeError(f"tensorgc: Courtesy.restore() left {len(pending)} storage(s) "
                                "on the host (see the log); call restore() again")

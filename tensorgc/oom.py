@@ -30,6 +30,8 @@ import threading
 import time
 import traceback
 
+from ._devices import parse_device, require_cuda
+
 __all__ = ["on_oom", "write_autopsy"]
 
 logger = logging.getLogger("tensorgc")
@@ -46,6 +48,9 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
     A file that cannot be written is left out (no partial file): README.txt notes it, and one
     WARNING on logger "tensorgc" lists the missing files and why. A directory that cannot be
     created raises the OSError (naming it)."""
+    if parse_device(device, "device")[0] == "cuda":
+        require_cuda(f"write_autopsy(device={device!r})", "give device='cpu' for the report and "
+                     "the gc check of the CPU's tensors")
     missing = []
     path, verdict = _write_autopsy(directory, device, model, optimizer, reason, missing)
     if missing:
@@ -66,8 +71,9 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
     from .reporter import MemReporter, readable_size as R
     from .snapshot import atomic_write, dump_snapshot, write_failure
 
-    dev = torch.device(device)
-    is_cuda = dev.type == "cuda"
+    kind, index = parse_device(device, "device")
+    is_cuda = kind == "cuda"
+    dev = torch.device(kind, index) if index is not None else torch.device(kind)
     index = dev.index if dev.index is not None else (torch.cuda.current_device() if is_cuda else 0)
     if is_cuda:
         dev = torch.device("cuda", index)
@@ -104,7 +110,8 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
     kinds = {}
 
     def report():
-        rep = MemReporter(model, optimizer=optimizer).collect(device=str(dev))
+        # no warning of its own: the autopsy's notes say what failed
+        rep = MemReporter(model, optimizer=optimizer)._collect(str(dev), False)
         kinds.update(rep.block_kinds.get(str(dev), {}))
         put("memreport.txt", rep.format(verbose=True) + "\n")
     step("the MemReporter table", report)
@@ -234,10 +241,12 @@ def on_oom(directory=None, *, model=None, optimizer=None):
 
     import torch
 
+    require_cuda("on_oom", "it watches the CUDA caching allocator's out-of-memory errors; "
+                 "write_autopsy(directory, 'cpu') writes the report and the gc check by hand")
     attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
-    if not torch.cuda.is_available() or attach is None:
-        raise RuntimeError("tensorgc.on_oom needs CUDA and a torch with "
-                           "torch._C._cuda_attach_out_of_memory_observer")
+    if attach is None:
+        raise RuntimeError("tensorgc: on_oom needs a torch with "
+                           "torch._C._cuda_attach_out_of_memory_observer (PyTorch 2.0 or later)")
     if directory is None:
         directory = tempfile.gettempdir()
     if not os.path.isdir(directory):

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import functools
 import gc
+import logging
 import weakref
 from dataclasses import dataclass, field
 from typing import Dict, List, NamedTuple, Optional
 
 from . import _tensorgc
 from . import allocator as _alloc
-from ._devices import parse_device
+from ._devices import NO_CUDA, cuda_available, parse_device
 
 __all__ = ["MemReporter", "Report", "Row", "KINDS", "readable_size", "track_tensors"]
+
+logger = logging.getLogger("tensorgc")
 
 KINDS = ("parameter", "grad", "buffer", "optimizer_state", "saved_for_backward", "other")
 LEN = 79
@@ -218,8 +221,15 @@ class MemReporter:
         print(self.collect(device=device).format(verbose=verbose))
 
     def collect(self, device=None) -> Report:
-        """The report as data (see Report, Row)."""
+        """The report as data (see Report, Row). A CUDA ``device`` on a machine without CUDA
+        gives an empty report and a WARNING on logger "tensorgc" that says why."""
+        return self._collect(device, True)
+
+    def _collect(self, device, warn):
         filt = _parse_device(device)
+        if warn and filt is not None and filt[0] == "cuda" and not cuda_available():
+            logger.warning("tensorgc: MemReporter: the report for %s is empty: %s; "
+                           "device='cpu' (or None) reports the CPU's tensors", device, NO_CUDA)
         if self.pre_collect:
             gc.collect()
         # No automatic collection in the middle of a report: it would be timed as ours and
@@ -340,7 +350,7 @@ class MemReporter:
         totals: Dict[str, dict] = {}
         sites: Dict[str, list] = {}
         cuda_idx = sorted({(r[6] if r[6] is not None else 0) for r in rows_raw if r[5] == "cuda"})
-        if filt is not None and filt[0] == "cuda":
+        if filt is not None and filt[0] == "cuda" and cuda_available():
             import torch
 
             want = filt[1] if filt[1] is not None else None

@@ -27,6 +27,7 @@ import sys
 import tempfile
 
 from . import _tensorgc
+from ._devices import cuda_available, require_cuda
 from ._errors import SnapshotError
 from .categories import KEY, parse, snapshot_key
 
@@ -39,15 +40,25 @@ DEFAULT_MAX_BYTES = 8 << 30  # 8 GiB: larger files need max_bytes= explicitly
 def record_memory_history(enabled="all", context="all", stacks="python",
                           max_entries=sys.maxsize, device=None):
     """Start (``enabled="all"`` or ``"state"``) or stop (``enabled=None``) recording the CUDA
-    caching allocator's history, with torch's current keyword names on any torch version."""
-    import torch
+    caching allocator's history, with torch's current keyword names on any torch version.
 
+    Without CUDA (``torch.cuda.is_available()`` False) starting raises RuntimeError, and
+    stopping does nothing (nothing records; a ``finally`` that stops stays quiet)."""
     if enabled not in ("all", "state", None):
         raise ValueError(f"enabled must be 'all', 'state' or None, not {enabled!r}")
     if context not in ("all", "alloc", "state", None):
         raise ValueError(f"context must be 'all', 'alloc', 'state' or None, not {context!r}")
     if stacks not in ("python", "all"):
         raise ValueError(f"stacks must be 'python' or 'all', not {stacks!r}")
+    if not cuda_available():
+        if enabled is None:
+            logging.getLogger("tensorgc").debug("tensorgc: record_memory_history(enabled=None): "
+                                                "no CUDA, nothing was recording")
+            return None
+        require_cuda("record_memory_history", "the history it records is the CUDA caching "
+                     "allocator's")
+    import torch
+
     mem = torch.cuda.memory
     impl = getattr(mem, "_record_memory_history_impl", None)
     params = inspect.signature(impl if impl is not None else mem._record_memory_history).parameters
@@ -71,7 +82,10 @@ def snapshot(*, categories=True, named=None):
     under ``"tensorgc_categories"``, with ``named`` ({device index: {block address: kind}};
     default: a MemReporter collect of the handles' models and optimizers) for the blocks alive
     now, so the timeline of the dumped file is coloured by category anywhere. memory_viz
-    ignores the key."""
+    ignores the key. Without CUDA, RuntimeError (the snapshot is the CUDA caching allocator's
+    state)."""
+    require_cuda("snapshot", "it is the CUDA caching allocator's state; load_snapshot reads a "
+                 "file taken elsewhere")
     import torch
 
     snap = torch.cuda.memory._snapshot()
@@ -88,9 +102,12 @@ def snapshot(*, categories=True, named=None):
 
 
 def dump_snapshot(path, snap=None):
-    """Write ``snap`` (default: a fresh ``snapshot()``) to ``path`` with pickle protocol 4,
-    atomically (a private temp file in the same directory, then a rename), mode 0600."""
+    """Write ``snap`` (default: a fresh ``snapshot()``, which needs CUDA) to ``path`` with pickle
+    protocol 4, atomically (a private temp file in the same directory, then a rename), mode
+    0600. Without CUDA and without ``snap``, RuntimeError before anything is written."""
     if snap is None:
+        require_cuda("dump_snapshot", "without snap= it takes a snapshot of the CUDA caching "
+                     "allocator; pass snap= to write one you have")
         snap = snapshot()
     path = os.fspath(path)
     atomic_write(path, lambda f: pickle.dump(snap, f, protocol=4), binary=True)

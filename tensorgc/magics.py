@@ -77,9 +77,28 @@ class MemlabMagics(Magics):
                 f.write(str(stats))
         if args.return_profiler:
             return profiler
-        if not args.quiet:
-            return stats
-        return None
+        if args.quiet:
+            return None
+        if not self._shown_by_the_shell():
+            # a script (`ipython script.ipy`) runs its cells silently: the shell shows no
+            # result, so the table is displayed here (text in a terminal, HTML in a notebook)
+            from IPython.display import display
+
+            display(stats)
+        return stats
+
+    def _shown_by_the_shell(self) -> bool:
+        """Whether the shell will display the result of the cell this magic runs in. IPython
+        runs the cells of a .ipy script with silent=True (no display hook), and a user may set
+        ast_node_interactivity to "none"; the magic's own return value then shows nowhere.
+        Outside a cell (run_line_magic from code) the caller gets the value: nothing to show."""
+        result = getattr(getattr(self.shell, "displayhook", None), "exec_result", None)
+        if result is None:
+            return True
+        info = getattr(result, "info", None)
+        if getattr(info, "silent", False):
+            return False
+        return getattr(self.shell, "ast_node_interactivity", "last_expr") != "none"
 
 
 def _as_typed(line: str, ntokens: int) -> str:

@@ -4,14 +4,17 @@ The cycle detector and the reporter's walk are C (tensorgc._tensorgc); this pack
 file-writing warning, the reporter's naming (reporter.py) and the allocator helpers
 (allocator.py), and re-exports the API. See docs/api.md.
 """
+from __future__ import annotations
+
 import atexit
 import logging
 import os
 import tempfile
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from . import _tensorgc
 from ._errors import DeviceError
-from ._version import __version__
+from ._version import __version__ as __version__  # re-exported (the type checker reads "as")
 from ._tensorgc import (
     CycleReport,
     GraphvizError,
@@ -83,7 +86,14 @@ logger = logging.getLogger("tensorgc")
 atexit.register(_tensorgc._shutdown)
 
 
-def warn_tensor_cycles(*, device=None, directory=None):
+if TYPE_CHECKING:
+    import torch
+    from IPython.core.interactiveshell import InteractiveShell
+
+
+def warn_tensor_cycles(
+        *, device: Union[str, torch.device, Callable[[torch.Tensor], bool], None] = None,
+        directory: Union[str, os.PathLike[str], None] = None) -> Handle:
     """Write each cycle report to a new HTML file and log a WARNING with its path and summary.
 
     ``device``: whose tensors to watch, as observe_cycles takes it ("cuda", "cpu", "any", a
@@ -103,12 +113,13 @@ def warn_tensor_cycles(*, device=None, directory=None):
     from ._devices import NO_CUDA, cuda_available, parse_device
     from .snapshot import atomic_write, write_failure
 
+    where: Optional[str] = None
     if directory is not None:
-        directory = os.fspath(directory)
-        if not os.path.exists(directory):
-            raise FileNotFoundError(f"tensorgc: no such directory: {directory!r}")
-        if not os.path.isdir(directory):
-            raise NotADirectoryError(f"tensorgc: not a directory: {directory!r}")
+        where = os.fspath(directory)
+        if not os.path.exists(where):
+            raise FileNotFoundError(f"tensorgc: no such directory: {where!r}")
+        if not os.path.isdir(where):
+            raise NotADirectoryError(f"tensorgc: not a directory: {where!r}")
     why = ""
     if device is None:
         if cuda_available():
@@ -125,16 +136,15 @@ def warn_tensor_cycles(*, device=None, directory=None):
                            "there are none: %s; device='cpu' (or no device) watches the CPU's",
                            device, NO_CUDA)
 
-    def write_and_log(report):
+    def write_and_log(report: CycleReport) -> None:
         try:
             text = report.text.rstrip()
         except Exception as exc:  # noqa: BLE001 -- the warning comes anyway
             text = f"tensorgc: no summary: {write_failure(exc)}"
         try:
             html = report.html  # may raise (MemoryError): then no file is even started
-            where = tempfile.gettempdir() if directory is None else directory
-            path = atomic_write(where, lambda f: f.write(html),
-                                unique=("tensorgc-cycle-", ".html"))
+            path = atomic_write(tempfile.gettempdir() if where is None else where,
+                                lambda f: f.write(html), unique=("tensorgc-cycle-", ".html"))
         except Exception as exc:  # noqa: BLE001 -- a missing page must not lose the summary
             logger.warning("reference cycles kept tensors alive until gc ran; no page written: "
                            "%s\n%s", write_failure(exc), text)
@@ -147,7 +157,7 @@ def warn_tensor_cycles(*, device=None, directory=None):
     return handle
 
 
-def load_ipython_extension(ipython):
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     """`%load_ext tensorgc`: registers the %mlrun / %%mlrun magics (tensorgc/magics.py)."""
     from .magics import load_ipython_extension as load
     load(ipython)

@@ -8,13 +8,26 @@ pytorch_memlab's magics with its flags, backed by tensorgc's LineProfiler.
 from __future__ import annotations
 
 import argparse
+from typing import Any, Callable, Dict, List, Optional, TypeVar, Union
 
+from IPython.core import magic as _magic
+from IPython.core import magic_arguments as _magic_arguments
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.utils.process import arg_split
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics, magics_class
+from IPython.utils import process as _process
 
-from .lineprof import DEFAULT_COLUMNS, LineProfiler
+from .lineprof import DEFAULT_COLUMNS, LineProfiler, LineStats
+
+# IPython's magic helpers carry no annotations: typed here by what they do
+_F = TypeVar("_F", bound=Callable[..., Any])
+argument: Callable[..., Callable[[_F], _F]] = _magic_arguments.argument
+magic_arguments: Callable[[], Callable[[_F], _F]] = _magic_arguments.magic_arguments
+parse_argstring: Callable[[Callable[..., Any], str], argparse.Namespace] = (
+    _magic_arguments.parse_argstring)
+line_cell_magic: Callable[[_F], _F] = _magic.line_cell_magic
+needs_local_scope: Callable[[_F], _F] = _magic.needs_local_scope
+arg_split: Callable[[str], List[str]] = getattr(_process, "arg_split")
 
 __all__ = ["MemlabMagics", "load_ipython_extension"]
 
@@ -31,8 +44,8 @@ class MemlabMagics(Magics):
               help="Hide the default columns " + ", ".join(DEFAULT_COLUMNS) + ".")
     @argument("-r", "--return-profiler", action="store_true",
               help="Return the LineProfiler instead of its display.")
-    @argument("-g", "--gpu", metavar="GPU_ID", default=0, type=int,
-              help="The CUDA device to read (default 0).")
+    @argument("-g", "--gpu", metavar="GPU_ID", default="0",
+              help="The CUDA device to read: 0, cuda:0 (default 0).")
     @argument("-q", "--quiet", action="store_true", help="Do not display the results.")
     @argument("-T", "--dump-profile", metavar="OUTPUT",
               help="Also write the text table to this file.")
@@ -40,10 +53,13 @@ class MemlabMagics(Magics):
               help="Code to run under the profiler, after the flags (the cell, in cell mode).")
     @line_cell_magic
     @needs_local_scope
-    def mlrun(self, line="", cell=None, local_ns=None):
+    def mlrun(self, line: str = "", cell: Optional[str] = None,
+              local_ns: Optional[Dict[str, Any]] = None
+              ) -> Union[LineProfiler, LineStats, None]:
         """Run a statement or a cell with the given functions profiled line by line."""
         args = parse_argstring(self.mlrun, line)
-        global_ns = self.shell.user_global_ns
+        assert self.shell is not None  # a magic runs in a shell
+        global_ns: Dict[str, Any] = self.shell.user_global_ns
         local_ns = global_ns if local_ns is None else local_ns
         funcs = []
         for name in args.function:
@@ -84,7 +100,7 @@ class MemlabMagics(Magics):
             # result, so the table is displayed here (text in a terminal, HTML in a notebook)
             from IPython.display import display
 
-            display(stats)
+            display(stats)  # type: ignore[no-untyped-call]
         return stats
 
     def _shown_by_the_shell(self) -> bool:
@@ -117,6 +133,7 @@ def _as_typed(line: str, ntokens: int) -> str:
     return line[starts[len(tokens) - ntokens]:].strip()
 
 
-def load_ipython_extension(ipython):
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     """Called by ``%load_ext tensorgc``."""
-    ipython.register_magics(MemlabMagics)
+    shell: Any = ipython  # register_magics carries no annotations
+    shell.register_magics(MemlabMagics)

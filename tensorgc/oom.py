@@ -29,8 +29,18 @@ import os
 import threading
 import time
 import traceback
+import weakref
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, Union
 
-from ._devices import parse_device, require_cuda
+from ._devices import DeviceLike, parse_device, require_cuda
+
+if TYPE_CHECKING:
+    import torch
+
+    from ._tensorgc import CycleReport
+
+StrPath = Union[str, "os.PathLike[str]"]
+Missing = List[Tuple[str, str]]  # (file name, why it was not written)
 
 __all__ = ["on_oom", "write_autopsy"]
 
@@ -41,7 +51,10 @@ logger = logging.getLogger("tensorgc")
 _AUTOPSY = threading.Lock()
 
 
-def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, reason=None):
+def write_autopsy(directory: StrPath, device: DeviceLike = "cuda:0", *,
+                  model: Optional[torch.nn.Module] = None,
+                  optimizer: Optional[torch.optim.Optimizer] = None,
+                  reason: Optional[str] = None) -> Tuple[str, str]:
     """Write the autopsy files for ``device`` into a new subdirectory of ``directory`` and return
     (path, verdict). Usable by hand too (``device="cpu"`` writes the report and the gc check).
 
@@ -51,18 +64,21 @@ def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, rea
     if parse_device(device, "device")[0] == "cuda":
         require_cuda(f"write_autopsy(device={device!r})", "give device='cpu' for the report and "
                      "the gc check of the CPU's tensors")
-    missing = []
-    path, verdict = _write_autopsy(directory, device, model, optimizer, reason, missing)
+    missing: Missing = []
+    path, verdict = _write_autopsy(os.fspath(directory), device, model, optimizer, reason,
+                                   missing)
     if missing:
         logger.warning("tensorgc: the OOM autopsy in %s is missing %s", path, _listed(missing))
     return path, verdict
 
 
-def _listed(missing):
+def _listed(missing: Missing) -> str:
     return ", ".join(f"{name} ({why})" for name, why in missing)
 
 
-def _write_autopsy(directory, device, model, optimizer, reason, missing):
+def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.Module],
+                   optimizer: Optional[torch.optim.Optimizer], reason: Optional[str],
+                   missing: Missing) -> Tuple[str, str]:
     """write_autopsy's work; appends (file name, why) to ``missing`` for each file it could not
     write. Raises an OSError only where the autopsy's directory cannot be created."""
     import torch
@@ -90,26 +106,26 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
             n += 1
     notes = [f"tensorgc OOM autopsy for {dev}" + (f": {reason}" if reason else "")]
 
-    def lost(name, exc):
+    def lost(name: str, exc: BaseException) -> None:
         why = write_failure(exc)
         missing.append((name, why))
         notes.append(f"{name} not written: {why}")
 
-    def put(name, text):
+    def put(name: str, text: str) -> None:
         try:
             atomic_write(os.path.join(path, name), lambda f: f.write(text))
         except Exception as exc:  # noqa: BLE001 -- a full disk loses this file, not the others
             lost(name, exc)
 
-    def step(what, fn):
+    def step(what: str, fn: Callable[[], None]) -> None:
         try:
             fn()
         except Exception:  # noqa: BLE001 -- one missing file must not lose the others
             notes.append(f"{what} failed:\n{traceback.format_exc(limit=4)}")
 
-    kinds = {}
+    kinds: Dict[int, str] = {}
 
-    def report():
+    def report() -> None:
         # no warning of its own: the autopsy's notes say what failed
         rep = MemReporter(model, optimizer=optimizer)._collect(str(dev), False)
         kinds.update(rep.block_kinds.get(str(dev), {}))
@@ -117,7 +133,7 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
     step("the MemReporter table", report)
 
     if is_cuda:
-        def snap_files():
+        def snap_files() -> None:
             from ._devices import snapshot_devices
             from .segments import segments_html
             from .snapshot import snapshot
@@ -151,12 +167,12 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
 
     verdict = ["no verdict"]
 
-    def gc_check():
-        reports = []
-        before = torch.cuda.memory_allocated(index) if is_cuda else None
+    def gc_check() -> None:
+        reports: List[CycleReport] = []
+        before = torch.cuda.memory_allocated(index) if is_cuda else 0
         with observe_cycles(reports.append, device=str(dev)):
             found = gc.collect()
-        after = torch.cuda.memory_allocated(index) if is_cuda else None
+        after = torch.cuda.memory_allocated(index) if is_cuda else 0
         held = sum(r.nbytes for r in reports)
         lines = [f"gc.collect() found {found} unreachable objects"]
         if is_cuda:
@@ -187,7 +203,9 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
 class _Observer:
     """The callable torch keeps. Inactive after remove(); never raises."""
 
-    def __init__(self, directory, model, optimizer):
+    def __init__(self, directory: str,
+                 model: Optional[weakref.ref[torch.nn.Module]],
+                 optimizer: Optional[weakref.ref[torch.optim.Optimizer]]) -> None:
         self.directory = directory
         self.model = model
         self.optimizer = optimizer
@@ -195,7 +213,8 @@ class _Observer:
         self.busy = False  # an OOM inside the autopsy must not start another
         self.count = 0
 
-    def __call__(self, device, alloc, device_allocated, device_free):
+    def __call__(self, device: int, alloc: int, device_allocated: int,
+                 device_free: int) -> None:
         if not self.active or self.busy or not _AUTOPSY.acquire(blocking=False):
             return
         self.busy = True
@@ -206,7 +225,7 @@ class _Observer:
                       f"{R(device_free)} free on the device")
             model = self.model() if self.model is not None else None
             opt = self.optimizer() if self.optimizer is not None else None
-            missing = []
+            missing: Missing = []
             try:
                 path, verdict = _write_autopsy(self.directory, f"cuda:{device}", model, opt,
                                                reason, missing)
@@ -228,16 +247,16 @@ class _Observer:
             self.busy = False
             _AUTOPSY.release()
 
-    def remove(self):
+    def remove(self) -> None:
         self.active = False
 
 
-def on_oom(directory=None, *, model=None, optimizer=None):
+def on_oom(directory: Optional[StrPath] = None, *, model: Optional[torch.nn.Module] = None,
+           optimizer: Optional[torch.optim.Optimizer] = None) -> Callable[[], None]:
     """Write an autopsy (see the module doc) into ``directory`` (default: the temp dir) at every
     CUDA out-of-memory error from now on. Returns a function that turns it off. ``model`` and
     ``optimizer`` (weakly held) name the tensors in the MemReporter table."""
     import tempfile
-    import weakref
 
     import torch
 
@@ -247,11 +266,10 @@ def on_oom(directory=None, *, model=None, optimizer=None):
     if attach is None:
         raise RuntimeError("tensorgc: on_oom needs a torch with "
                            "torch._C._cuda_attach_out_of_memory_observer (PyTorch 2.0 or later)")
-    if directory is None:
-        directory = tempfile.gettempdir()
-    if not os.path.isdir(directory):
-        raise NotADirectoryError(f"{directory!r} is not a directory")
-    obs = _Observer(os.path.abspath(directory),
+    where = tempfile.gettempdir() if directory is None else os.fspath(directory)
+    if not os.path.isdir(where):
+        raise NotADirectoryError(f"{where!r} is not a directory")
+    obs = _Observer(os.path.abspath(where),
                     weakref.ref(model) if model is not None else None,
                     weakref.ref(optimizer) if optimizer is not None else None)
     attach(obs)

@@ -9,9 +9,11 @@ escaped.
 from __future__ import annotations
 
 import html as _html
+from typing import List, Optional, Tuple
 
 from . import _tensorgc
-from ._devices import snapshot_device
+from ._devices import DeviceLike, snapshot_device
+from ._types import Snapshot, Trace
 from .reporter import readable_size as R
 from .timeline import _color, _frames_text, _site
 
@@ -20,7 +22,11 @@ __all__ = ["segments_html", "segment_map"]
 ROW, WIDTH, LEFT, MAX_ROWS = 18, 1000, 150, 2000
 
 
-def segment_map(snap, device="cuda", at=None, oom=None):
+Span = Tuple[int, int, int]  # (address, size, event; -1: before the trace)
+
+
+def segment_map(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int] = None,
+                oom: Optional[int] = None) -> Tuple[int, List[Span], List[Span], Trace]:
     """(upto, segments, allocations, trace): the state after trace[:upto]; segments and
     allocations as (addr, size, event) with event -1 when it predates the trace. ``device``: an
     index, "cuda:N", "cuda" (the first device the snapshot holds) or a torch.device; one the
@@ -50,7 +56,8 @@ def segment_map(snap, device="cuda", at=None, oom=None):
     return upto, segs, allocs, trace
 
 
-def segments_html(snap, device="cuda", at=None, oom=None, title=None):
+def segments_html(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int] = None,
+                  oom: Optional[int] = None, title: Optional[str] = None) -> str:
     """The page (str) of the segment map after trace[:at] (default: the end) or just before the
     ``oom``-th OOM. A device the snapshot does not hold is a ValueError (tensorgc.DeviceError)
     that lists the devices it holds: its page would be empty."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import html as _html
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import _tensorgc
-from ._devices import snapshot_device
+from ._devices import DeviceLike, snapshot_device
+from ._types import Frame, Snapshot, Trace
 from .categories import replay_inputs
 from .reporter import readable_size as R
 
@@ -22,7 +24,11 @@ __all__ = ["timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
 WIDTH, HEIGHT, LEFT, TOP = 1200, 420, 70, 10
 
 
-def replay(snap, device="cuda", columns=WIDTH, detail=300, categories=None):
+Replay = Dict[str, Any]  # the C replay's dict (see replay)
+
+
+def replay(snap: Snapshot, device: DeviceLike = "cuda", columns: int = WIDTH, detail: int = 300,
+           categories: Optional[Mapping[int, str]] = None) -> Tuple[Replay, Trace]:
     """The C replay of one device's trace: dict with active/peak/small per column, bands
     (alloc_event, free_event, size, col0, col1, offsets, addr, category, rule), ooms and oom_at
     (trace position, event position), max. With anything to classify by (the snapshot's
@@ -32,16 +38,16 @@ def replay(snap, device="cuda", columns=WIDTH, detail=300, categories=None):
     part (else only the named blocks are known). A device the snapshot does not hold replays
     an empty trace."""
     traces = snap.get("device_traces") or []
-    device = snapshot_device(snap, device, required=False)
-    trace = traces[device] if device < len(traces) else []
+    index = snapshot_device(snap, device, required=False)
+    trace: Trace = traces[index] if index < len(traces) else []
     use_req = any(e.get("action") == "free_requested" for e in trace)
     # every block alive at the end; the replay keeps those whose address the trace never
     # allocates (they predate it)
     pre = [(b["address"], b["size"])
-           for s in snap.get("segments", []) if s.get("device") == device
+           for s in snap.get("segments", []) if s.get("device") == index
            for b in s.get("blocks", [])
            if b.get("state") == "active_allocated" and "address" in b]
-    classify, marks = replay_inputs(snap, device, categories)
+    classify, marks = replay_inputs(snap, index, categories)
     tl = _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req, classify)
     names = tl["categories"]
     tl["marks"] = marks
@@ -51,7 +57,7 @@ def replay(snap, device="cuda", columns=WIDTH, detail=300, categories=None):
     return tl, trace
 
 
-def peak_breakdown(tl):
+def peak_breakdown(tl: Replay) -> Optional[str]:
     """'at the peak (event N): activation 1.2G, parameter 800M, ...' (largest first; None
     without categories)."""
     if not tl.get("at_peak"):
@@ -62,13 +68,13 @@ def peak_breakdown(tl):
     return f"at the peak ({at}, {R(tl['max'])}): " + (", ".join(parts) or "nothing")
 
 
-def categories_at_peak(snap, device="cuda"):
+def categories_at_peak(snap: Snapshot, device: DeviceLike = "cuda") -> Optional[str]:
     """The peak's breakdown by category for one device (the replay in one column, no bands), or
     None when the snapshot has nothing to classify by."""
-    device = snapshot_device(snap, device, required=False)
-    if replay_inputs(snap, device)[0] is None:
+    index = snapshot_device(snap, device, required=False)
+    if replay_inputs(snap, index)[0] is None:
         return None
-    return peak_breakdown(replay(snap, device=device, columns=1, detail=0)[0])
+    return peak_breakdown(replay(snap, device=index, columns=1, detail=0)[0])
 
 
 SCAN_FRAMES = 256  # frames looked at per stack: a file may repeat one long stack everywhere
@@ -84,7 +90,7 @@ _ESCAPES.update({c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x202
                                              *range(0x2066, 0x206A))})
 
 
-def _text(v):
+def _text(v: object) -> str:
     """A field from the file as display text (the one helper every string from a snapshot goes
     through before a page, or a terminal, shows it; a page escapes it for HTML on top): an int,
     or a str cut to TEXT_MAX characters, lone surrogates replaced (the unpickler lets them
@@ -101,14 +107,14 @@ def _text(v):
     return v
 
 
-def _frame_list(entry):
+def _frame_list(entry: object) -> List[Frame]:
     frames = entry.get("frames") if isinstance(entry, dict) else None
     if not isinstance(frames, list):
         return []
     return [f for f in frames[:SCAN_FRAMES] if isinstance(f, dict)]
 
 
-def _frame_lines(entry, limit):
+def _frame_lines(entry: object, limit: int) -> List[str]:
     """'file:line name' of the entry's first ``limit`` Python frames (all frames when none is)."""
     frames = _frame_list(entry)
     py = [f for f in frames if isinstance(f.get("filename"), str)
@@ -117,16 +123,16 @@ def _frame_lines(entry, limit):
             f"{_text(f.get('name', '?'))}" for f in py[:limit]]
 
 
-def _frames_text(entry, limit=8):
+def _frames_text(entry: object, limit: int = 8) -> str:
     return "\n".join(_frame_lines(entry, limit))
 
 
-def _color(key):
+def _color(key: str) -> str:
     h = int.from_bytes(hashlib.blake2s(key.encode("utf-8", "replace"), digest_size=4).digest(), "big")
     return f"hsl({h % 360},{55 + h // 360 % 30}%,{55 + h // 10800 % 15}%)"
 
 
-def _site(entry):
+def _site(entry: object) -> str:
     frames = _frame_list(entry)
     for f in frames:
         name = f.get("filename")
@@ -145,18 +151,18 @@ RULES = {1: "named by the reporter at the snapshot", 2: "a grad landed in it",
 AREA_HEIGHT, AREA_TOP = 150, 24
 
 
-def _grey(key):
+def _grey(key: str) -> str:
     """A grey a little different per allocation site: "other" bands, still told apart."""
     h = int.from_bytes(hashlib.blake2s(key.encode("utf-8", "replace"), digest_size=4).digest(), "big")
     return f"hsl({h % 360},6%,{60 + h // 360 % 18}%)"
 
 
-def _num(v):
+def _num(v: float) -> str:
     s = f"{v:.1f}"
     return s[:-2] if s.endswith(".0") else s
 
 
-def _legend(kinds, x0, y0):
+def _legend(kinds: Iterable[str], x0: float, y0: float) -> str:
     parts = []
     lx = x0
     for kind in kinds:
@@ -168,7 +174,7 @@ def _legend(kinds, x0, y0):
     return "".join(parts)
 
 
-def _areas_svg(tl, cols):
+def _areas_svg(tl: Replay, cols: int) -> str:
     """Categories over time: the active bytes of each category as stacked areas (the bottom
     category first), on the timeline's columns and scale."""
     series = tl["cat_active"]
@@ -177,10 +183,10 @@ def _areas_svg(tl, cols):
     ys = AREA_HEIGHT / top
     base = AREA_TOP + AREA_HEIGHT
 
-    def x(c):
+    def x(c: int) -> str:
         return _num(LEFT + c * WIDTH / cols)
 
-    def ya(v):
+    def ya(v: float) -> str:
         return _num(base - v * ys)
 
     at = (f"event {tl['peak_event']:,}" if tl["peak_event"] >= 0 else "the start")
@@ -214,7 +220,9 @@ def _areas_svg(tl, cols):
             + "".join(parts) + ticks + _legend(names, LEFT, 6) + "</svg>")
 
 
-def timeline_html(snap, device="cuda", detail=300, title=None, columns=WIDTH, categories=None):
+def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300,
+                  title: Optional[str] = None, columns: int = WIDTH,
+                  categories: Optional[Mapping[int, str]] = None) -> str:
     """The page (str). ``detail``: how many of the largest allocations get their own band (the
     rest is one summarized band), as memory_viz's slider.
 
@@ -235,10 +243,10 @@ def timeline_html(snap, device="cuda", detail=300, title=None, columns=WIDTH, ca
     ys = HEIGHT / top
     names = tl["categories"]
 
-    def y(v):
+    def y(v: float) -> str:
         return f"{TOP + HEIGHT - v * ys:.1f}"
 
-    def x(c):
+    def x(c: float) -> str:
         return f"{LEFT + c * WIDTH / cols:.1f}"
 
     parts = []
@@ -257,6 +265,8 @@ def timeline_html(snap, device="cuda", detail=300, title=None, columns=WIDTH, ca
                 pts_top.append(f"{x(c0 + k)},{y(off + size)}")
                 pts_bot.append(f"{x(c0 + k)},{y(off)}")
                 prev = off
+        if prev is None:  # no column: nothing to draw
+            continue
         pts_top.append(f"{x(c1)},{y(prev + size)}")
         pts_bot.append(f"{x(c1)},{y(prev)}")
         entry = trace[alloc_ev] if 0 <= alloc_ev < len(trace) else {}

@@ -73,11 +73,12 @@ def test_mistakes_are_caught_where_marked(cache):
     assert found == expected, r.stdout + version_note()
 
 
-def test_the_stub_agrees_with_the_c_module():
+def test_the_stub_agrees_with_the_c_module(cache):
     r = subprocess.run([sys.executable, "-m", "mypy.stubtest", "tensorgc._tensorgc",
                         "--allowlist", os.path.join(TYPING, "stubtest_allowlist.txt"),
                         "--mypy-config-file", os.path.join(TYPING, "mypy.ini")],
-                       capture_output=True, text=True, timeout=900, cwd=ROOT, env=env())
+                       capture_output=True, text=True, timeout=900,
+                       cwd=cache, env=dict(env(), MYPY_CACHE_DIR=cache))  # not in the checkout
     assert r.returncode == 0, r.stdout + r.stderr + version_note()
 
 

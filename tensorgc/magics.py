@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, magics_class
 from IPython.utils import process as _process
 
+from ._devices import cuda_index
 from .lineprof import DEFAULT_COLUMNS, LineProfiler, LineStats
 
 # IPython's magic helpers carry no annotations: typed here by what they do
@@ -70,8 +71,9 @@ class MemlabMagics(Magics):
                                  f"{type(exc).__name__}: {exc}") from None
         if not funcs:
             raise UsageError("%mlrun needs at least one -f FUNC to profile")
-        try:
-            profiler = LineProfiler(*funcs, target_gpu=args.gpu)
+        try:  # -g as the package reads a device everywhere; the message names -g
+            gpu = cuda_index(args.gpu, "-g", "the line profiler reads a CUDA device's allocator")
+            profiler = LineProfiler(*funcs, target_gpu=0 if gpu is None else gpu)
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from None
         code = cell if cell is not None else _as_typed(line, len(args.statement or []))

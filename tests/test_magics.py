@@ -50,6 +50,12 @@ def test_return_profiler_quiet_and_gpu_flags(ip):
     assert prof.lines_recorded >= 2
     assert ip.run_line_magic("mlrun", "-q -f grow grow(10)") is None
     assert ip.run_line_magic("mlrun", "-g 0 -q -f grow grow(10)") is None
+    prof = ip.run_line_magic("mlrun", "-r -g cuda:0 -f grow grow(10)")  # the package's syntax
+    assert prof.target_gpu == 0
+    with pytest.raises(UsageError, match="-g cpu: the line profiler reads a CUDA device's"):
+        ip.run_line_magic("mlrun", "-g cpu -f grow grow(10)")
+    with pytest.raises(UsageError, match="-g -1: a device index is >= 0"):
+        ip.run_line_magic("mlrun", "-g -1 -f grow grow(10)")
 
 
 def test_errors_are_usage_errors(ip):

@@ -5,7 +5,8 @@ The story: a training step peaks higher than its model and batch suggest. tensor
 LineProfiler (pytorch_memlab's API, in C) charges every line of train_step with its peak and its
 change of active memory; the forward line holds the activations, backward turns them into grads,
 the first optimizer step allocates Adam's moments. Then Courtesy moves every tensor to host
-memory so another job could use the GPU for a while, and brings them back bit for bit.
+memory so another job could use the GPU for a while, and brings them back bit for bit (on the
+CPU, where the tensors are in host memory already, it copies them and says so).
 
     python demos/line_profile.py            # CUDA when present (allocator counters), else the
                                             # CPU (process resident memory)
@@ -52,11 +53,15 @@ def main(argv=None) -> int:
 
     before = [t.detach().clone() for t in model.parameters()]
     with tensorgc.Courtesy(device) as c:
-        held = torch.cuda.memory_allocated(device) if is_cuda(device) else None
-        print(f"\nCourtesy: moved {c.moved.nbytes / 2**20:.1f} MiB in {c.moved.tensors} tensors "
-              f"({c.moved.storages} storages) to host memory"
-              + (f"; memory_allocated({device}) while yielded: {held / 2**20:.1f} MiB"
-                 if held is not None else ""))
+        mib = f"{c.moved.nbytes / 2**20:.1f} MiB in {c.moved.tensors} tensors " \
+              f"({c.moved.storages} storages)"
+        if is_cuda(device):
+            held = torch.cuda.memory_allocated(device)
+            print(f"\nCourtesy: moved {mib} to host memory; memory_allocated({device}) while "
+                  f"yielded: {held / 2**20:.1f} MiB")
+        else:  # CPU tensors are in host memory already: the mechanism runs, nothing is freed
+            print(f"\nCourtesy on the CPU: copied {mib} into new CPU storages; CPU tensors "
+                  "already live in host memory, so no memory was freed")
     same = all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     print(f"Courtesy: restored {c.restored.nbytes / 2**20:.1f} MiB; parameters bit-identical: "
           f"{same}")

@@ -4,12 +4,17 @@ The cycle detector and the reporter's walk are C (tensorgc._tensorgc); this pack
 file-writing warning, the reporter's naming (reporter.py) and the allocator helpers
 (allocator.py), and re-exports the API. See docs/api.md.
 """
+from __future__ import annotations
+
 import atexit
 import logging
 import os
 import tempfile
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from . import _tensorgc
+from ._errors import DeviceError
+from ._version import __version__ as __version__  # re-exported (the type checker reads "as")
 from ._tensorgc import (
     CycleReport,
     GraphvizError,
@@ -44,6 +49,7 @@ __all__ = [
     "Categorizer",
     "Courtesy",
     "CycleReport",
+    "DeviceError",
     "GraphvizError",
     "Handle",
     "LineProfiler",
@@ -73,7 +79,6 @@ __all__ = [
     "set_render_timeout",
     "warn_tensor_cycles",
 ]
-__version__ = "0.1.0"
 
 logger = logging.getLogger("tensorgc")
 
@@ -81,8 +86,21 @@ logger = logging.getLogger("tensorgc")
 atexit.register(_tensorgc._shutdown)
 
 
-def warn_tensor_cycles(*, device="cuda", directory=None):
+if TYPE_CHECKING:
+    import torch
+    from IPython.core.interactiveshell import InteractiveShell
+
+
+def warn_tensor_cycles(
+        *, device: Union[str, torch.device, Callable[[torch.Tensor], bool], None] = None,
+        directory: Union[str, os.PathLike[str], None] = None) -> Handle:
     """Write each cycle report to a new HTML file and log a WARNING with its path and summary.
+
+    ``device``: whose tensors to watch, as observe_cycles takes it ("cuda", "cpu", "any", a
+    device string, a torch.device or a predicate). The default watches what this machine has:
+    CUDA tensors where torch.cuda.is_available(), else CPU tensors; an INFO message on logger
+    "tensorgc" says which and why. Asking for CUDA on a machine without it logs a WARNING (the
+    watch would never report anything).
 
     Each page is written whole or not at all (snapshot.atomic_write): to a private temp file
     (mkstemp: O_EXCL, mode 0600) in ``directory`` or the temporary directory, fsynced, then
@@ -92,25 +110,41 @@ def warn_tensor_cycles(*, device="cuda", directory=None):
     still carries the summary and says why there is no page; no file is left behind, and
     nothing is raised into the garbage collector. Returns the Handle; call it to unregister.
     """
+    from ._devices import NO_CUDA, cuda_available, parse_device
     from .snapshot import atomic_write, write_failure
 
+    where: Optional[str] = None
     if directory is not None:
-        directory = os.fspath(directory)
-        if not os.path.exists(directory):
-            raise FileNotFoundError(f"tensorgc: no such directory: {directory!r}")
-        if not os.path.isdir(directory):
-            raise NotADirectoryError(f"tensorgc: not a directory: {directory!r}")
+        where = os.fspath(directory)
+        if not os.path.exists(where):
+            raise FileNotFoundError(f"tensorgc: no such directory: {where!r}")
+        if not os.path.isdir(where):
+            raise NotADirectoryError(f"tensorgc: not a directory: {where!r}")
+    why = ""
+    if device is None:
+        if cuda_available():
+            device, why = "cuda", " (the default: CUDA is available)"
+        else:
+            device, why = "cpu", f" (the default: no CUDA, {NO_CUDA})"
+    elif (isinstance(device, str) and device != "any") or type(device).__name__ == "device":
+        try:
+            asks_cuda = parse_device(device)[0] == "cuda"
+        except ValueError:
+            asks_cuda = False  # observe_cycles says what is wrong with it
+        if asks_cuda and not cuda_available():
+            logger.warning("tensorgc: warn_tensor_cycles(device=%r) watches CUDA tensors, and "
+                           "there are none: %s; device='cpu' (or no device) watches the CPU's",
+                           device, NO_CUDA)
 
-    def write_and_log(report):
+    def write_and_log(report: CycleReport) -> None:
         try:
             text = report.text.rstrip()
         except Exception as exc:  # noqa: BLE001 -- the warning comes anyway
             text = f"tensorgc: no summary: {write_failure(exc)}"
         try:
             html = report.html  # may raise (MemoryError): then no file is even started
-            where = tempfile.gettempdir() if directory is None else directory
-            path = atomic_write(where, lambda f: f.write(html),
-                                unique=("tensorgc-cycle-", ".html"))
+            path = atomic_write(tempfile.gettempdir() if where is None else where,
+                                lambda f: f.write(html), unique=("tensorgc-cycle-", ".html"))
         except Exception as exc:  # noqa: BLE001 -- a missing page must not lose the summary
             logger.warning("reference cycles kept tensors alive until gc ran; no page written: "
                            "%s\n%s", write_failure(exc), text)
@@ -119,11 +153,11 @@ def warn_tensor_cycles(*, device="cuda", directory=None):
                        path, text)
 
     handle = observe_cycles(write_and_log, device=device)
-    logger.info("tensorgc: watching reference cycles that hold %s tensors", device)
+    logger.info("tensorgc: watching reference cycles that hold %s tensors%s", device, why)
     return handle
 
 
-def load_ipython_extension(ipython):
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     """`%load_ext tensorgc`: registers the %mlrun / %%mlrun magics (tensorgc/magics.py)."""
     from .magics import load_ipython_extension as load
     load(ipython)

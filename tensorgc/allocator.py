@@ -9,34 +9,43 @@ from __future__ import annotations
 
 import inspect
 from collections import Counter
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Sequence, Tuple
 
 from . import _tensorgc
+from ._types import Block, Frame, Segment
+
+if TYPE_CHECKING:  # the stub's names (tensorgc/_tensorgc.pyi); the module has no such objects
+    from ._tensorgc import _Block, _DeviceMemory
 
 __all__ = ["segments", "attribute", "device_memory", "top_sites"]
 
 
-def _snapshot_fn():
+def _snapshot_fn() -> Callable[[], List[Segment]]:
     import torch
 
-    fn = getattr(torch.cuda.memory, "memory_snapshot", None)
+    fn: Optional[Callable[..., List[Segment]]] = getattr(torch.cuda.memory, "memory_snapshot",
+                                                         None)
     try:
         if fn is not None and "include_traces" in inspect.signature(fn).parameters:
             # Segments and their blocks' frames without the trace ring: the cheap form.
-            return lambda: fn(include_traces=False)
+            cheap = fn
+            return lambda: cheap(include_traces=False)
     except (TypeError, ValueError):
         pass
-    return lambda: torch.cuda.memory._snapshot()["segments"]
+    return lambda: list(torch.cuda.memory._snapshot()["segments"])
 
 
-_SNAPSHOT = None
+_SNAPSHOT: Optional[Callable[[], List[Segment]]] = None
 
 
-def segments(device_index=None):
+def segments(device_index: Optional[int] = None) -> List[Segment]:
     """The allocator's segments (list of dicts, torch's snapshot format), all devices or one."""
     global _SNAPSHOT
     import torch
 
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+    if not torch.cuda.is_available():
+        return []
+    if not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # untyped in torch
         return []
     if _SNAPSHOT is None:
         _SNAPSHOT = _snapshot_fn()
@@ -46,26 +55,29 @@ def segments(device_index=None):
     return segs
 
 
-def attribute(segs, storages):
+def attribute(
+    segs: Iterable[Segment], storages: Iterable[Tuple[int, int, bool]]
+) -> Tuple[List[Optional[_Block]], dict[int, dict[str, int]], List[Tuple[int, int, int]]]:
     """storages: [(device_index, data_ptr, named)] -> (per_storage, totals, unseen); see
     ``_tensorgc._alloc_attribute``."""
     return _tensorgc._alloc_attribute(list(segs), list(storages))
 
 
-def blocks_in_order(segs):
+def blocks_in_order(segs: Iterable[Segment]) -> List[Block]:
     """The block dicts in snapshot order (the numbering ``attribute`` uses)."""
-    out = []
+    out: List[Block] = []
     for s in segs:
         out.extend(s.get("blocks", ()))
     return out
 
 
-def top_sites(segs, unseen, limit=5):
+def top_sites(segs: Iterable[Segment], unseen: Iterable[Tuple[int, int, int]],
+              limit: int = 5) -> List[Tuple[str, int, int]]:
     """The allocation sites (innermost frame outside torch) of allocated blocks no storage
     was found in, largest total first: [(site, bytes, blocks)]."""
     blocks = blocks_in_order(segs)
-    total = Counter()
-    count = Counter()
+    total: Counter[str] = Counter()
+    count: Counter[str] = Counter()
     for number, size, _device in unseen:
         frames = blocks[number].get("frames") or []
         if not frames:
@@ -76,8 +88,8 @@ def top_sites(segs, unseen, limit=5):
     return [(site, nbytes, count[site]) for site, nbytes in total.most_common(limit)]
 
 
-def _site(frames):
-    def fmt(f):
+def _site(frames: Sequence[Frame]) -> str:
+    def fmt(f: Frame) -> str:
         return f"{f.get('filename', '?')}:{f.get('line', '?')} {f.get('name', '?')}"
 
     for f in frames:
@@ -90,6 +102,6 @@ def _site(frames):
     return fmt(frames[0])
 
 
-def device_memory(index):
+def device_memory(index: int) -> _DeviceMemory:
     """The driver's and NVML's numbers for one CUDA device (dict; ok False without a driver)."""
     return _tensorgc._device_memory(int(index))

@@ -20,6 +20,15 @@ import threading
 import time
 import weakref
 from array import array
+from typing import (TYPE_CHECKING, Any, Dict, List, Literal, Mapping, Optional, Sequence,
+                    Tuple, TypedDict, Union)
+
+from ._errors import SnapshotError
+from ._types import Snapshot
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.hooks import RemovableHandle
 
 __all__ = ["categorize", "Categorizer", "PHASES", "CATEGORIES", "MAX_MARKS"]
 
@@ -35,6 +44,30 @@ MAX_MARKS = 1_000_000  # per kind (spans, grads): past it the oldest are dropped
 VERSION = 1
 KEY = "tensorgc_categories"
 _INT64 = (-(1 << 63), 1 << 63)
+
+Span = Tuple[int, int, int]       # (phase code, t0_us, t1_us)
+GradMark = Tuple[int, int, int]   # (device, storage address, t_us)
+Named = Dict[int, Dict[int, str]]  # {device: {block address: category}}
+Parsed = Tuple[List[Span], List[GradMark], Named, Dict[str, int]]
+ReplayInputs = Tuple[List[Span], List[Tuple[int, int]], List[Tuple[int, int]]]
+
+
+class Dropped(TypedDict):
+    spans: int
+    grads: int
+
+
+class Marks(TypedDict):
+    """What Categorizer.marks() returns (the snapshot key without "named")."""
+    version: int
+    spans: List[List[Any]]   # [phase name, t0_us, t1_us]
+    grads: List[List[int]]   # [device (-1: CPU), storage address, t_us]
+    dropped: Dropped
+
+
+class SnapshotKey(Marks, total=False):
+    """The value snapshot() stores under KEY: every active handle's marks, and the names."""
+    named: Named
 OPEN = (1 << 63) - 1  # the end of a span still open at the snapshot (INT64_MAX in the replay)
 
 
@@ -42,18 +75,18 @@ class _Ring:
     """Rows of three ints in compact arrays, the oldest overwritten past ``cap`` (and counted).
     Appends come from autograd's threads too: a lock keeps the three columns aligned."""
 
-    def __init__(self, cap, codes):
+    def __init__(self, cap: int, codes: str) -> None:
         self.cap = cap
         self.codes = codes
         self.lock = threading.Lock()
         self.clear()
 
-    def clear(self):
-        self.cols = tuple(array(c) for c in self.codes)
+    def clear(self) -> None:
+        self.cols: Tuple[array[int], ...] = tuple(array(c) for c in self.codes)
         self.next = 0  # once full: the oldest row, overwritten next
         self.dropped = 0
 
-    def append(self, a, b, c):
+    def append(self, a: int, b: int, c: int) -> None:
         with self.lock:
             x, y, z = self.cols
             if len(x) < self.cap:
@@ -66,7 +99,7 @@ class _Ring:
             self.next = (i + 1) % self.cap
             self.dropped += 1
 
-    def rows(self):
+    def rows(self) -> Tuple[List[List[int]], int]:
         with self.lock:
             i = self.next
             cols = [c[i:] + c[:i] for c in self.cols]
@@ -74,11 +107,12 @@ class _Ring:
         return [list(r) for r in zip(*(c.tolist() for c in cols))], dropped
 
 
-_ACTIVE = weakref.WeakSet()  # handles not removed yet (a handle no hook refers to is gone too)
+# handles not removed yet (a handle no hook refers to is gone too)
+_ACTIVE: weakref.WeakSet[Categorizer] = weakref.WeakSet()
 _ACTIVE_LOCK = threading.Lock()
 
 
-def _now():
+def _now() -> int:
     return time.time_ns() // 1000  # the clock of trace entries' time_us
 
 
@@ -87,7 +121,8 @@ class Categorizer:
     hooks off; ``marks()`` is what ``snapshot()`` attaches; ``errors`` counts hook failures
     (each is logged once, then counted; a hook never raises into the training loop)."""
 
-    def __init__(self, model, optimizer, max_marks):
+    def __init__(self, model: Optional[torch.nn.Module],
+                 optimizer: Optional[torch.optim.Optimizer], max_marks: int) -> None:
         import torch
 
         if model is None and optimizer is None:
@@ -104,14 +139,14 @@ class Categorizer:
         self._optimizer = weakref.ref(optimizer) if optimizer is not None else None
         self._spans = _Ring(max_marks, "qqq")   # phase code, t0, t1
         self._grads = _Ring(max_marks, "qQq")   # device (-1: CPU), storage address, time
-        self._hooks = []
+        self._hooks: List[RemovableHandle] = []
         self._active = True
-        self._fw_open = {}   # thread id -> start of the forward running on it
+        self._fw_open: Dict[int, int] = {}   # thread id -> start of the forward running on it
         self._bw_lock = threading.Lock()
-        self._bw_open = None  # start of the backward in progress; its end callback is queued
-        self._opt_open = None
+        self._bw_open: Optional[int] = None  # start of the backward in progress (end queued)
+        self._opt_open: Optional[int] = None
         self.errors = 0
-        self.skipped = []  # what this torch could not hook (said once, at registration)
+        self.skipped: List[str] = []  # what this torch could not hook (said once)
         try:
             self._register(torch, model, optimizer)
         except BaseException:
@@ -122,8 +157,9 @@ class Categorizer:
 
     # ------------------------------------------------------------------ registration
 
-    def _register(self, torch, model, optimizer):
-        params = {}
+    def _register(self, torch: Any, model: Optional[torch.nn.Module],
+                  optimizer: Optional[torch.optim.Optimizer]) -> None:
+        params: Dict[int, Any] = {}
         if model is not None:
             self._hooks.append(model.register_forward_pre_hook(self._forward_pre))
             self._hooks.append(model.register_forward_hook(self._forward))
@@ -149,7 +185,7 @@ class Categorizer:
             logger.info("tensorgc.categorize: not recorded on this torch: %s",
                         "; ".join(self.skipped))
 
-    def _failed(self, where):
+    def _failed(self, where: str) -> None:
         self.errors += 1
         if self.errors == 1:
             try:
@@ -160,7 +196,7 @@ class Categorizer:
 
     # ------------------------------------------------------------------ hooks
 
-    def _forward_pre(self, module, args):
+    def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
         if not self._active:
             return None
         try:
@@ -173,7 +209,7 @@ class Categorizer:
             self._failed("forward pre")
         return None
 
-    def _forward(self, module, args, output):
+    def _forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not self._active:
             return None
         try:
@@ -192,13 +228,13 @@ class Categorizer:
         return None
 
     @staticmethod
-    def _in_backward():
+    def _in_backward() -> bool:
         import torch
 
         get = getattr(torch._C, "_current_graph_task_id", None)
-        return get is not None and get() != -1
+        return get is not None and bool(get() != -1)
 
-    def _backward_pre(self, grad_outputs):
+    def _backward_pre(self, grad_outputs: Any) -> None:
         if not self._active:
             return None
         try:
@@ -216,7 +252,7 @@ class Categorizer:
             self._failed("backward pre")
         return None
 
-    def _backward_end(self):
+    def _backward_end(self) -> None:
         try:
             t1 = _now()
             with self._bw_lock:
@@ -226,7 +262,7 @@ class Categorizer:
         except Exception:  # noqa: BLE001
             self._failed("backward end")
 
-    def _grad(self, p):
+    def _grad(self, p: torch.Tensor) -> None:
         if not self._active:
             return
         try:
@@ -235,12 +271,12 @@ class Categorizer:
                 return
             # the storage's start, which is the allocation's address (a grad that is a view of a
             # bucket, as DDP's gradient_as_bucket_view makes, marks the bucket)
-            addr = g.data_ptr() - g.storage_offset() * g.element_size()
+            addr = g.data_ptr() - int(g.storage_offset()) * g.element_size()
             self._grads.append(g.get_device(), addr, _now())
         except Exception:  # noqa: BLE001
             self._failed("grad")
 
-    def _step_pre(self, optimizer, args, kwargs):
+    def _step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._active:
             return None
         try:
@@ -249,7 +285,7 @@ class Categorizer:
             self._failed("optimizer step pre")
         return None
 
-    def _step_post(self, optimizer, args, kwargs):
+    def _step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._active:
             return
         try:
@@ -261,39 +297,39 @@ class Categorizer:
 
     # ------------------------------------------------------------------ public
 
-    def marks(self):
+    def marks(self) -> Marks:
         """The marks as the snapshot key holds them (without "named"): a dict with version,
         spans [[phase, t0_us, t1_us]], grads [[device, addr, t_us]] and dropped counts. Spans
         still open (a snapshot inside a forward, a backward, a step: an OOM) end now."""
-        spans, sd = self._spans.rows()
+        rows, sd = self._spans.rows()
         grads, gd = self._grads.rows()
-        spans = [[PHASES[p], t0, t1] for p, t0, t1 in spans]
+        spans: List[List[Any]] = [[PHASES[p], t0, t1] for p, t0, t1 in rows]
         now = _now()
         for t0 in list(self._fw_open.values()):
             spans.append(["forward", t0, max(now, t0)])
-        for phase, t0 in (("backward", self._bw_open), ("optimizer", self._opt_open)):
-            if t0 is not None:
-                spans.append([phase, t0, max(now, t0)])
+        for phase, t_open in (("backward", self._bw_open), ("optimizer", self._opt_open)):
+            if t_open is not None:
+                spans.append([phase, t_open, max(now, t_open)])
         return {"version": VERSION, "spans": spans, "grads": grads,
                 "dropped": {"spans": sd, "grads": gd}}
 
     @property
-    def dropped(self):
+    def dropped(self) -> int:
         return self._spans.dropped + self._grads.dropped
 
-    def clear(self):
+    def clear(self) -> None:
         """Forget the marks recorded so far (the hooks stay)."""
         for ring in (self._spans, self._grads):
             with ring.lock:
                 ring.clear()
 
-    def model(self):
+    def model(self) -> Optional[torch.nn.Module]:
         return self._model() if self._model is not None else None
 
-    def optimizer(self):
+    def optimizer(self) -> Optional[torch.optim.Optimizer]:
         return self._optimizer() if self._optimizer is not None else None
 
-    def remove(self):
+    def remove(self) -> None:
         """Take every hook off. Hooks on autograd graphs still alive stay there, inert."""
         self._active = False
         hooks, self._hooks = self._hooks, []
@@ -303,23 +339,23 @@ class Categorizer:
             _ACTIVE.discard(self)
 
     @property
-    def active(self):
+    def active(self) -> bool:
         return self._active
 
-    def __enter__(self):
+    def __enter__(self) -> Categorizer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.remove()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<tensorgc.Categorizer {'active' if self._active else 'removed'}: "
                 f"{len(self._spans.cols[0])} spans, {len(self._grads.cols[0])} grad marks, "
                 f"{self.dropped} dropped>")
 
 
-def _first_tensor(output, depth=0):
+def _first_tensor(output: Any, depth: int = 0) -> Optional[torch.Tensor]:
     """The output itself, or the first tensor in a tuple, list or dict of them (one level)."""
     import torch
 
@@ -335,20 +371,24 @@ def _first_tensor(output, depth=0):
     return None
 
 
-def categorize(model=None, optimizer=None, *, max_marks=MAX_MARKS):
+def categorize(model: Optional[torch.nn.Module] = None,
+               optimizer: Optional[torch.optim.Optimizer] = None, *,
+               max_marks: int = MAX_MARKS) -> Categorizer:
     """Record when the forward, backward and optimizer steps run and where grads land, so that
     the timeline colours every allocation by category. Returns the handle (a context manager;
     ``remove()`` ends it). ``tensorgc.snapshot()`` attaches the marks of the active handles."""
     return Categorizer(model, optimizer, max_marks)
 
 
-def active():
+def active() -> List[Categorizer]:
     """The handles not removed yet."""
     with _ACTIVE_LOCK:
         return [h for h in _ACTIVE if h.active]
 
 
-def snapshot_key(named=None):
+def snapshot_key(
+        named: Optional[Mapping[Union[int, str], Mapping[int, str]]] = None
+) -> Optional[SnapshotKey]:
     """The value ``snapshot()`` stores under KEY: every active handle's marks merged, and
     ``named`` ({device index or "cuda:N": {addr: kind}}, as Report.block_kinds; default: a
     MemReporter collect of the handles' models and optimizers, the blocks of the live tensors).
@@ -356,40 +396,41 @@ def snapshot_key(named=None):
     handles = active()
     if not handles:
         return None
-    key = {"version": VERSION, "spans": [], "grads": [], "dropped": {"spans": 0, "grads": 0}}
+    key: SnapshotKey = {"version": VERSION, "spans": [], "grads": [],
+                        "dropped": {"spans": 0, "grads": 0}}
     for h in handles:
         m = h.marks()
         key["spans"] += m["spans"]
         key["grads"] += m["grads"]
-        for k in ("spans", "grads"):
-            key["dropped"][k] += m["dropped"][k]
-    if named is None:
-        named = _named_now(handles)
-    key["named"] = {}
-    for d, blocks in (named or {}).items():
+        key["dropped"]["spans"] += m["dropped"]["spans"]
+        key["dropped"]["grads"] += m["dropped"]["grads"]
+    given: Mapping[Any, Mapping[int, str]] = _named_now(handles) if named is None else named
+    out: Named = {}
+    key["named"] = out
+    for d, blocks in given.items():
         dev = _device_index(d)
-        if dev is not None and isinstance(blocks, dict):
-            key["named"].setdefault(dev, {}).update(
+        if dev is not None and isinstance(blocks, Mapping):
+            out.setdefault(dev, {}).update(
                 (a, ALIASES.get(k, k)) for a, k in blocks.items()
                 if _int(a, 0, (1 << 64) - 1)
                 and ALIASES.get(k, k) in CATEGORIES[:-1])  # "other" names nothing
     return key
 
 
-def _device_index(d):
+def _device_index(d: object) -> Optional[int]:
     """A CUDA device index from 0 or "cuda:0" (Report.block_kinds' keys), else None."""
-    if _int(d, 0, 128):
+    if isinstance(d, int) and _int(d, 0, 128):
         return d
     if isinstance(d, str) and d.startswith("cuda:") and d[5:].isdigit() and int(d[5:]) < 128:
         return int(d[5:])
     return None
 
 
-def _named_now(handles):
+def _named_now(handles: Sequence[Categorizer]) -> Named:
     """{device index: {block address: kind}} from the reporter, or {} when it fails (logged)."""
     from .reporter import MemReporter
 
-    named = {}
+    named: Named = {}
     for h in handles:
         try:
             model, opt = h.model(), h.optimizer()
@@ -399,9 +440,10 @@ def _named_now(handles):
                            exc_info=True)
             continue
         for dev, kinds in rep.block_kinds.items():
-            if _device_index(dev) is None:
+            index = _device_index(dev)
+            if index is None:
                 continue
-            blocks = named.setdefault(_device_index(dev), {})
+            blocks = named.setdefault(index, {})
             for addr, kind in kinds.items():
                 blocks.setdefault(addr, kind)
     return named
@@ -409,23 +451,22 @@ def _named_now(handles):
 
 # ---------------------------------------------------------------------- reading (untrusted)
 
-def _int(v, lo=_INT64[0], hi=_INT64[1]):
+def _int(v: object, lo: int = _INT64[0], hi: int = _INT64[1]) -> bool:
     return type(v) is int and lo <= v < hi  # exact int: bool is not a time
 
 
-def _cut(v):
+def _cut(v: object) -> str:
     r = repr(v)
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def parse(value, where="snapshot", nbytes=None):
+def parse(value: object, where: str = "snapshot",
+          nbytes: Optional[int] = None) -> Optional[Parsed]:
     """The snapshot's KEY, checked: (spans [(phase code, t0, t1)], grads [(device, addr, t)],
     named {device: {addr: kind}}, dropped). Wrong types or values raise SnapshotError naming the
     field; a version other than 1 returns None (a newer tensorgc wrote it: ignored, with a
     warning). nbytes: the file's size, which bounds the rows a file can honestly hold."""
-    from .snapshot import SnapshotError
-
-    def bad(msg):
+    def bad(msg: str) -> SnapshotError:
         return SnapshotError(f"{where}: {KEY}: {msg}")
 
     if not isinstance(value, dict):
@@ -466,7 +507,7 @@ def parse(value, where="snapshot", nbytes=None):
                 or not _int(g[1], 0, (1 << 64) - 1) or not _int(g[2])):
             raise bad(f"grad mark {i} must be [device, addr, t] of ints, not {_cut(g)}")
         out_grads.append((g[0], g[1], g[2]))
-    out_named = {}
+    out_named: Named = {}
     for dev, blocks in named.items():
         d = out_named[dev] = {}
         for addr, kind in blocks.items():
@@ -483,7 +524,7 @@ def parse(value, where="snapshot", nbytes=None):
 OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch's record_function name of every step
 
 
-def annotation_spans(snap):
+def annotation_spans(snap: object) -> List[Span]:
     """Optimizer-step spans [(2, t0, t1)] from torch's external_annotations (START/END pairs by
     name and device, recorded with no setup). Malformed entries are skipped: the list is torch's,
     and only well-formed ones can mean anything. A START without its END is still open at the
@@ -495,7 +536,8 @@ def annotation_spans(snap):
           and a["name"].startswith(OPTIMIZER_ANNOTATION) and a.get("stage") in ("START", "END")
           and _int(a.get("time_us"))]
     ok.sort(key=lambda a: a["time_us"])
-    open_, spans = {}, []
+    open_: Dict[Tuple[Any, Any], List[int]] = {}
+    spans: List[Span] = []
     for a in ok:
         key = (a["name"], a.get("device"))
         key = key if all(isinstance(k, (str, int)) for k in key) else (a["name"], None)
@@ -508,7 +550,9 @@ def annotation_spans(snap):
     return spans
 
 
-def replay_inputs(snap, device, categories=None):
+def replay_inputs(snap: Snapshot, device: int,
+                  categories: Optional[Mapping[int, str]] = None
+                  ) -> Tuple[Optional[ReplayInputs], bool]:
     """The C replay's classify argument for one device, or None when nothing classifies:
     (spans, grads, named) from the snapshot's KEY (validated here too: a dict handed over
     without load_snapshot), torch's optimizer annotations, and ``categories`` ({addr: kind},

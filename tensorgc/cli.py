@@ -7,8 +7,11 @@
     tensorgc trace SNAP                      the allocator trace as text, with stacks
     tensorgc compare A B                     segments and blocks only in A or only in B
 
-Snapshot files are read with tensorgc.load_snapshot (no code from the file runs). Exit codes:
-0 success, 1 an unreadable or invalid input (the message says why), 2 bad usage.
+Snapshot files are read with tensorgc.load_snapshot (no code from the file runs; regular files
+only, ``-`` for standard input). ``--device`` takes what the Python API takes: ``0``, ``cuda:0``
+or ``cuda`` (the first device the snapshot holds). Exit codes: 0 success, 1 an unreadable or
+invalid input or an output that cannot be written (the message says why), 2 bad usage (an option
+out of range, a device the snapshot does not hold, an output directory that does not exist).
 """
 from __future__ import annotations
 
@@ -16,18 +19,161 @@ import argparse
 import os
 import sys
 from collections import Counter
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ._devices import SNAPSHOT_WHY, DeviceError, cuda_index, snapshot_device
+from ._errors import SnapshotError
 from .reporter import readable_size as R
 
+__all__ = ["main"]
 
-def _stats(args) -> int:
+Snapshot = Dict[str, Any]
+
+STDIN = "-"  # the snapshot argument that reads standard input
+PROGRESS_BYTES = 32 << 20  # inputs larger than this report progress (on a terminal)
+
+
+class UsageError(Exception):
+    """Bad usage found after parsing (exit code 2): the message names the option."""
+
+
+# ---------------------------------------------------------------------- option types
+
+
+def _count(option: str) -> Callable[[str], int]:
+    """argparse type: an int >= 0 (argparse's message names the option)."""
+    def count(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"{text} is negative; {option} takes a number >= 0")
+        return v
+    count.__name__ = "count"
+    return count
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+          "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def _size(text: str) -> int:
+    """argparse type of --max-bytes: bytes, with an optional binary unit (16G, 512MiB)."""
+    t = text.strip().lower()
+    digits = len(t) - len(t.lstrip("0123456789"))
+    unit = t[digits:].strip()
+    if not digits or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give bytes, e.g. 1000000, "
+                                         "or a number with a unit K, M, G or T (16G)")
+    v = int(t[:digits]) * _UNITS[unit]
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text}: the limit must be at least 1 byte")
+    return v
+
+
+def _device_option(text: str) -> str:
+    """argparse type of --device: checked now (0, cuda:0, cuda), resolved against the file
+    once it is read. The message names the option (argparse adds it)."""
+    try:
+        cuda_index(text, "--device", SNAPSHOT_WHY)
+    except DeviceError as exc:
+        msg = str(exc)
+        raise argparse.ArgumentTypeError(msg[len("--device "):] if msg.startswith("--device ")
+                                         else msg) from None
+    return text
+
+
+# ---------------------------------------------------------------------- input and output
+
+
+def _progress(args: argparse.Namespace, msg: str) -> None:
+    """A progress line on stderr, only for large inputs and only when stderr is a terminal."""
+    paths = [getattr(args, k) for k in ("snapshot", "a", "b") if getattr(args, k, None)]
+    try:
+        large = any(os.path.getsize(p) > PROGRESS_BYTES for p in paths if p != STDIN)
+    except OSError:
+        large = False
+    if large and sys.stderr.isatty():
+        print(f"tensorgc {args.command}: {msg}", file=sys.stderr, flush=True)
+
+
+def _limit_hint(args: argparse.Namespace) -> str:
+    return "give a larger --max-bytes to read it"
+
+
+def _load(args: argparse.Namespace, path: str) -> Snapshot:
+    """The snapshot at ``path`` (standard input for "-"), checked; messages name --max-bytes."""
+    from .snapshot import _load as load_file, _parse_bytes, _read_stream
+
+    _progress(args, f"reading {path} ...")
+    if path == STDIN:
+        data = _read_stream(sys.stdin.buffer, "<stdin>", args.max_bytes, 0, _limit_hint(args))
+        snap: Snapshot = _parse_bytes(data, "<stdin>")
+    else:
+        snap = load_file(path, args.max_bytes, _limit_hint(args),
+                         "give - as the file to read standard input")
+    _progress(args, f"read {sum(len(t) for t in snap['device_traces']):,} trace entries")
+    return snap
+
+
+def _shown_path(path: str) -> str:
+    return "standard input" if path == STDIN else path
+
+
+def _device(args: argparse.Namespace, snap: Snapshot) -> int:
+    """The device index --device names in this snapshot; UsageError when it holds no such
+    device (the message lists those it holds)."""
+    try:
+        return snapshot_device(snap, args.device, "--device", _shown_path(args.snapshot))
+    except DeviceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _output(path: str) -> str:
+    """The absolute output path, checked before any work: its directory exists."""
+    out = os.path.abspath(path)
+    directory = os.path.dirname(out)
+    if os.path.isdir(out):
+        raise UsageError(f"cannot write {out}: it is a directory")
+    if not os.path.exists(directory):
+        raise UsageError(f"cannot write {out}: directory {directory} does not exist")
+    if not os.path.isdir(directory):
+        raise UsageError(f"cannot write {out}: {directory} is not a directory")
+    return out
+
+
+class _WriteFailed(Exception):
+    """An output that could not be written (exit code 1), with the real path in its message."""
+
+
+def _write_page(path: str, page: str) -> int:
+    """Writes the page atomically (see snapshot.atomic_write)."""
+    from .snapshot import atomic_write, write_failure
+
+    out = _output(path)
+    try:
+        atomic_write(out, lambda f: f.write(page))
+    except OSError as exc:
+        why = exc.strerror or write_failure(exc)
+        left = getattr(exc, "_tensorgc_left", None)
+        raise _WriteFailed(f"cannot write {out}: {why}" + (f"; {left}" if left else "")) from None
+    print(f"{out}: {len(page.encode()):,} bytes", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def _stats(args: argparse.Namespace) -> int:
     from . import allocator
     from .timeline import _text, categories_at_peak
 
     snap = _load(args, args.snapshot)
     segs = snap["segments"]
     _, totals, unseen = allocator.attribute(segs, [])
-    out = [f"snapshot {args.snapshot}: {len(segs)} segments, "
+    out = [f"snapshot {_text(_shown_path(args.snapshot))}: {len(segs)} segments, "
            f"{sum(len(s.get('blocks', ())) for s in segs)} blocks, "
            f"{sum(len(t) for t in snap['device_traces'])} trace entries"]
     for dev in sorted(totals):
@@ -51,88 +197,72 @@ def _stats(args) -> int:
     return 0
 
 
-PROGRESS_BYTES = 32 << 20  # inputs larger than this report progress (on a terminal)
-
-
-def _progress(args, msg):
-    """A progress line on stderr, only for large inputs and only when stderr is a terminal."""
-    paths = [getattr(args, k) for k in ("snapshot", "a", "b") if getattr(args, k, None)]
-    try:
-        large = any(os.path.getsize(p) > PROGRESS_BYTES for p in paths)
-    except OSError:
-        large = False
-    if large and sys.stderr.isatty():
-        print(f"tensorgc {args.command}: {msg}", file=sys.stderr, flush=True)
-
-
-def _load(args, path):
-    from .snapshot import load_snapshot
-
-    _progress(args, f"reading {path} ...")
-    snap = load_snapshot(path, max_bytes=args.max_bytes)
-    _progress(args, f"read {sum(len(t) for t in snap['device_traces']):,} trace entries")
-    return snap
-
-
-def _write_page(path, page) -> int:
-    """Writes the page atomically (see snapshot.atomic_write)."""
-    from .snapshot import atomic_write
-
-    out = os.path.abspath(path)
-    atomic_write(out, lambda f: f.write(page))
-    print(f"{out}: {len(page.encode()):,} bytes", file=sys.stderr)
-    return 0
-
-
-def _timeline(args) -> int:
+def _timeline(args: argparse.Namespace) -> int:
     from .timeline import _text, timeline_html
 
+    _output(args.output)  # before reading what may be gigabytes
     snap = _load(args, args.snapshot)
+    index = _device(args, snap)
     _progress(args, "replaying the trace and drawing ...")
+    name = "standard input" if args.snapshot == STDIN else os.path.basename(args.snapshot)
     # _text: a file name that is not UTF-8 decodes to surrogates, which the page cannot hold
-    page = timeline_html(snap, device=args.device, detail=args.detail,
-                         title=f"Active memory timeline of "
-                               f"{_text(os.path.basename(args.snapshot))}, cuda:{args.device}")
+    page = timeline_html(snap, device=index, detail=args.detail,
+                         title=f"Active memory timeline of {_text(name)}, cuda:{index}")
     return _write_page(args.output, page)
 
 
-def _segments(args) -> int:
+def _segments(args: argparse.Namespace) -> int:
     from .segments import segments_html
 
     if args.at is not None and args.oom is not None:
-        raise ValueError("give --at or --oom, not both")
+        raise UsageError("give --at or --oom, not both")
+    _output(args.output)
     snap = _load(args, args.snapshot)
+    index = _device(args, snap)
+    traces = snap["device_traces"]
+    trace = traces[index] if index < len(traces) else []
+    if args.at is not None and args.at > len(trace):
+        raise UsageError(f"--at {args.at} is outside the trace of cuda:{index}, which has "
+                         f"{len(trace):,} entries (give 0 to {len(trace):,})")
+    if args.oom is not None:
+        n = sum(1 for e in trace if e.get("action") == "oom")
+        if not n:
+            raise UsageError(f"--oom: the trace of cuda:{index} has no OOM event")
+        if not -n <= args.oom < n:
+            raise UsageError(f"--oom {args.oom}: the trace of cuda:{index} has {n} OOM "
+                             f"event(s) (give 0 to {n - 1}, or -1 for the last)")
     _progress(args, "reconstructing the segments ...")
-    page = segments_html(snap, device=args.device, at=args.at, oom=args.oom)
+    page = segments_html(snap, device=index, at=args.at, oom=args.oom)
     return _write_page(args.output, page)
 
 
-def _frames(entry, limit):
+def _frames(entry: Dict[str, Any], limit: int) -> List[str]:
     from .timeline import _frame_lines
 
     return _frame_lines(entry, limit)
 
 
-def _hex(v):
+def _hex(v: object) -> str:
     return f"{v:#x}" if isinstance(v, int) else "?"
 
 
-def _trace(args) -> int:
+def _trace(args: argparse.Namespace) -> int:
     from .timeline import _text
 
-    if args.device < 0:  # traces[-1] would be the last device's, printed as cuda:-1
-        raise ValueError(f"device must be an int >= 0, not {args.device}")
     snap = _load(args, args.snapshot)
+    index = _device(args, snap)
     traces = snap["device_traces"]
-    if args.device >= len(traces) or not traces[args.device]:
-        print(f"no trace for cuda:{args.device} in {args.snapshot} (recording was off, or "
-              "another device)", file=sys.stderr)
+    if index >= len(traces) or not traces[index]:
+        print(f"tensorgc trace: no trace for cuda:{index} in {_shown_path(args.snapshot)} "
+              "(recording was off: tensorgc.record_memory_history() records one)",
+              file=sys.stderr)
         return 1
+    trace = traces[index]
     out = sys.stdout
     active = 0
-    for i, e in enumerate(traces[args.device]):
+    for i, e in enumerate(trace):
         if args.limit and i >= args.limit:
-            print(f"... {len(traces[args.device]) - i:,} more entries (--limit 0 for all)", file=out)
+            print(f"... {len(trace) - i:,} more entries (--limit 0 for all)", file=out)
             break
         a = _text(e.get("action"))
         size = int(e.get("size", 0) or 0)
@@ -149,16 +279,19 @@ def _trace(args) -> int:
     return 0
 
 
-def _compare(args) -> int:
+def _compare(args: argparse.Namespace) -> int:
     from .timeline import _text
 
+    if args.a == STDIN and args.b == STDIN:
+        raise UsageError("standard input (-) can be read once: give it for A or for B")
     a = _load(args, args.a)
     b = _load(args, args.b)
+    Key = Tuple[Any, Any, Any]
 
-    def segs(s):
+    def segs(s: Snapshot) -> Dict[Key, Dict[str, Any]]:
         return {(g.get("device"), g.get("address"), g.get("total_size")): g for g in s["segments"]}
 
-    def blocks(s):
+    def blocks(s: Snapshot) -> Dict[Key, Dict[str, Any]]:
         out = {}
         for g in s["segments"]:
             for k in g.get("blocks", []):
@@ -170,7 +303,8 @@ def _compare(args) -> int:
     lines = []
     for title, x, y in (("only in A", sa, sb), ("only in B", sb, sa)):
         only = [k for k in x if k not in y]
-        lines.append(f"segments {title} ({args.a if title.endswith('A') else args.b}): {len(only)}, "
+        name = _text(_shown_path(args.a if title.endswith("A") else args.b))
+        lines.append(f"segments {title} ({name}): {len(only)}, "
                      f"{R(sum(k[2] or 0 for k in only))}")
         for k in sorted(only, key=lambda k: -(k[2] or 0))[: args.top]:
             lines.append(f"  cuda:{k[0]} {_hex(k[1])} {R(k[2] or 0)} "
@@ -186,11 +320,34 @@ def _compare(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
+    "stats": _stats, "timeline": _timeline, "segments": _segments, "trace": _trace,
+    "compare": _compare,
+}
+
+
+# ---------------------------------------------------------------------- parser
+
+SNAPSHOT_HELP = "the snapshot file (a pickle; read without running code); - for standard input"
+DEVICE_HELP = ("the CUDA device: an index (0), cuda:N, or cuda for the first device the "
+               "snapshot holds (default)")
+MAX_BYTES_HELP = "refuse larger files; bytes, or with a unit: 16G (default 8G)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ._version import __version__
+
     p = argparse.ArgumentParser(prog="tensorgc", description="tensorgc: where your GPU memory is.")
-    from . import __version__
     p.add_argument("--version", action="version", version=f"tensorgc {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def max_bytes(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--max-bytes", type=_size, default=None, metavar="N", help=MAX_BYTES_HELP)
+
+    def device(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--device", type=_device_option, default="cuda", metavar="DEVICE",
+                        help=DEVICE_HELP)
+
     s = sub.add_parser("stats", help="what a snapshot file holds, per device",
                        description="Summarise a CUDA allocator snapshot (torch.cuda.memory."
                                    "_dump_snapshot or tensorgc.dump_snapshot): segments, "
@@ -199,60 +356,82 @@ def main(argv=None) -> int:
                                    "activation, temporary, other) when the snapshot has "
                                    "tensorgc.categorize's marks or torch's optimizer "
                                    "annotations.")
-    s.add_argument("snapshot", help="the snapshot file (a pickle; read without running code)")
-    s.add_argument("--max-bytes", type=int, default=None,
-                   help="refuse larger files (default 8 GiB)")
+    s.add_argument("snapshot", help=SNAPSHOT_HELP)
+    max_bytes(s)
     t = sub.add_parser("timeline", help="the Active Memory Timeline as a self-contained HTML page",
                        description="Replay a snapshot's allocator trace into the Active Memory "
                                    "Timeline: the largest allocations as bands (hover: size and "
                                    "stack), the rest summarized, OOMs marked; with "
                                    "tensorgc.categorize's marks in the file, bands coloured by "
                                    "category and the categories over time. Opens offline.")
-    t.add_argument("snapshot", help="the snapshot file (a pickle; read without running code)")
+    t.add_argument("snapshot", help=SNAPSHOT_HELP)
     t.add_argument("-o", "--output", required=True, help="the HTML file to write")
-    t.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
-    t.add_argument("--detail", type=int, default=300,
+    device(t)
+    t.add_argument("--detail", type=_count("--detail"), default=300, metavar="N",
                    help="how many of the largest allocations get their own band (default 300)")
-    t.add_argument("--max-bytes", type=int, default=None, help="refuse larger files (default 8 GiB)")
+    max_bytes(t)
     sg = sub.add_parser("segments", help="the segment map at an event or an OOM, as HTML",
                         description="Reconstruct the allocator's segments and live allocations "
                                     "at any trace entry (default: the end) or just before an OOM, "
                                     "and draw them: one row per segment, hover for stacks.")
-    sg.add_argument("snapshot", help="the snapshot file (a pickle; read without running code)")
+    sg.add_argument("snapshot", help=SNAPSHOT_HELP)
     sg.add_argument("-o", "--output", required=True, help="the HTML file to write")
-    sg.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
-    sg.add_argument("--at", type=int, default=None, help="the state after this many trace entries")
-    sg.add_argument("--oom", type=int, nargs="?", const=0, default=None,
+    device(sg)
+    sg.add_argument("--at", type=_count("--at"), default=None, metavar="N",
+                    help="the state after this many trace entries")
+    sg.add_argument("--oom", type=int, nargs="?", const=0, default=None, metavar="N",
                     help="the state just before the N-th OOM (default the first; -1 the last)")
-    sg.add_argument("--max-bytes", type=int, default=None, help="refuse larger files (default 8 GiB)")
+    max_bytes(sg)
     tr = sub.add_parser("trace", help="the allocator trace as text, with stacks",
                         description="Print one device's trace entries in order: action, size, "
                                     "address, the active bytes after it, and the top frames.")
-    tr.add_argument("snapshot", help="the snapshot file (a pickle; read without running code)")
-    tr.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
-    tr.add_argument("--frames", type=int, default=3, help="frames per entry (default 3)")
-    tr.add_argument("--limit", type=int, default=10000, help="entries to print (0: all)")
-    tr.add_argument("--max-bytes", type=int, default=None, help="refuse larger files (default 8 GiB)")
+    tr.add_argument("snapshot", help=SNAPSHOT_HELP)
+    device(tr)
+    tr.add_argument("--frames", type=_count("--frames"), default=3, metavar="N",
+                    help="frames per entry (default 3)")
+    tr.add_argument("--limit", type=_count("--limit"), default=10000, metavar="N",
+                    help="entries to print (0: all)")
+    max_bytes(tr)
     c = sub.add_parser("compare", help="segments and blocks only in A or only in B",
                        description="Compare two snapshots: the segments and the allocated blocks "
                                    "found in only one of them, largest first, with stacks.")
-    c.add_argument("a", help="the first snapshot")
-    c.add_argument("b", help="the second snapshot")
-    c.add_argument("--top", type=int, default=20, help="rows per section (default 20)")
-    c.add_argument("--frames", type=int, default=3, help="frames per block (default 3)")
-    c.add_argument("--max-bytes", type=int, default=None, help="refuse larger files (default 8 GiB)")
+    c.add_argument("a", help="the first snapshot (- for standard input)")
+    c.add_argument("b", help="the second snapshot (- for standard input)")
+    c.add_argument("--top", type=_count("--top"), default=20, metavar="N",
+                   help="rows per section (default 20)")
+    c.add_argument("--frames", type=_count("--frames"), default=3, metavar="N",
+                   help="frames per block (default 3)")
+    max_bytes(c)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line ``argv`` (default: sys.argv[1:]); returns the exit code. Bad usage
+    that argparse finds exits with code 2 through SystemExit, as argparse does."""
+    p = _parser()
     args = p.parse_args(argv)
     if args.command is None:
         p.print_help(sys.stderr)
         return 2
-    from .snapshot import DEFAULT_MAX_BYTES, SnapshotError
+    from .snapshot import DEFAULT_MAX_BYTES
 
     if getattr(args, "max_bytes", 0) is None:
         args.max_bytes = DEFAULT_MAX_BYTES
     try:
-        return {"stats": _stats, "timeline": _timeline, "segments": _segments, "trace": _trace,
-                "compare": _compare}[args.command](args)
-    except (SnapshotError, ValueError, TypeError, OSError) as exc:
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"tensorgc {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # the reader went away (| head): say nothing more, and let no flush at exit fail
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+        return 1
+    except (_WriteFailed, SnapshotError, ValueError, TypeError, OSError) as exc:
         print(f"tensorgc {args.command}: {exc}", file=sys.stderr)
         return 1
 

@@ -83,10 +83,25 @@ from __future__ import annotations
 
 import gc
 import logging
-from typing import List, NamedTuple, Optional
+from types import TracebackType
+from typing import (TYPE_CHECKING, Any, Dict, List, Literal, NamedTuple, Optional, Sequence,
+                    Set, Tuple, Type)
 
 from . import _tensorgc
+from ._devices import NO_CUDA, DeviceLike, cuda_available
 from .reporter import _matches, _parse_device, readable_size
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor, UntypedStorage  # for functions whose local `torch` is _torch()
+
+    from ._tensorgc import _TensorRow
+
+    # (device, tensors, their storages, the storage to copy, bytes)
+    _Plan = Tuple[torch.device, List[torch.Tensor], List[torch.UntypedStorage],
+                  torch.UntypedStorage, int]
+    # one storage's tensors: [(tensor, walk row, why it cannot move or None)]
+    _Members = List[Tuple[torch.Tensor, _TensorRow, Optional[str]]]
 
 __all__ = ["Courtesy", "Moved"]
 
@@ -105,16 +120,19 @@ class _Group:
     """One storage: its device, the tensors that use it, and its host copy while yielded."""
     __slots__ = ("device", "tensors", "host")
 
-    def __init__(self, device, tensors, host):
+    def __init__(self, device: torch.device, tensors: List[torch.Tensor],
+                 host: torch.UntypedStorage) -> None:
         self.device = device    # torch.device the storage came from
         self.tensors = tensors  # [tensor]
         self.host = host        # UntypedStorage on the CPU (pinned when device is CUDA)
 
 
-_SPARSE_LAYOUTS: tuple = ()
+_SPARSE_LAYOUTS: Tuple[Any, ...] = ()
 
 
-def _torch():
+def _torch() -> Any:
+    """torch, with the sparse layouts of this version looked up once. (Any: this module works
+    with TensorBase's descriptors, which torch's annotations do not describe.)"""
     global _SPARSE_LAYOUTS
     import torch
 
@@ -124,13 +142,14 @@ def _torch():
     return torch
 
 
-def _bytes_of(storage):
+def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
     """A uint8 tensor over a whole untyped storage."""
     torch = _torch()
-    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+    t: Tensor = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+    return t
 
 
-def _repoint(t, storage):
+def _repoint(t: torch.Tensor, storage: torch.UntypedStorage) -> None:
     """Make ``t`` use ``storage`` (any device) with its own offset, size and stride, in place:
     same object, same autograd meta and version counter (see "set_ vs .data")."""
     torch = _torch()
@@ -146,7 +165,7 @@ def _repoint(t, storage):
     TB.data.__set__(t, n)
 
 
-def _reached(t):
+def _reached(t: torch.Tensor) -> List[torch.Tensor]:
     """The view base and the grad of ``t`` (those that exist). A grad is read only where it
     can be without a warning (leaves, retains_grad). Reading ``grad_fn`` (which is_leaf does)
     raises for some views (created in no_grad, base modified in place since): then no grad."""
@@ -169,7 +188,7 @@ def _reached(t):
     return out
 
 
-def _sparse_nbytes(t) -> int:
+def _sparse_nbytes(t: torch.Tensor) -> int:
     """Bytes of a sparse tensor's parts (for the warning); 0 for what cannot be read."""
     total = 0
     for f in ("_indices", "_values", "crow_indices", "col_indices", "ccol_indices",
@@ -177,13 +196,13 @@ def _sparse_nbytes(t) -> int:
         if f == "values" and total:
             break  # COO's values() is _values()
         try:
-            total += getattr(t, f)().untyped_storage().nbytes()
+            total += int(getattr(t, f)().untyped_storage().nbytes())
         except Exception:  # noqa: BLE001 -- each layout has only some of the parts
             pass
     return total
 
 
-def _unmovable(t, row) -> Optional[str]:
+def _unmovable(t: torch.Tensor, row: _TensorRow) -> Optional[str]:
     """Why this tensor cannot be moved, or None."""
     torch = _torch()
     TB = torch._C.TensorBase
@@ -197,7 +216,8 @@ def _unmovable(t, row) -> Optional[str]:
         return "quantized"
     if TB._is_zerotensor(t):
         return "efficient zero tensor"
-    if getattr(t, "has_names", None) is not None and t.has_names():  # pragma: no cover
+    has_names = getattr(t, "has_names", None)
+    if has_names is not None and has_names():  # pragma: no cover
         return "named tensor"
     return None
 
@@ -205,18 +225,19 @@ def _unmovable(t, row) -> Optional[str]:
 class _Skips:
     """Skipped tensors by reason, for one WARNING."""
 
-    def __init__(self):
-        self.by_reason: dict = {}  # reason -> [tensors, storages, bytes]
+    def __init__(self) -> None:
+        self.by_reason: Dict[str, List[int]] = {}  # reason -> [tensors, storages, bytes]
         self.tensors = 0
 
-    def add(self, reason, ntensors, nstorages=0, nbytes=0):
+    def add(self, reason: str, ntensors: int, nstorages: int = 0,
+            nbytes: Optional[int] = 0) -> None:
         r = self.by_reason.setdefault(reason, [0, 0, 0])
         r[0] += ntensors
         r[1] += nstorages
         r[2] += nbytes or 0
         self.tensors += ntensors
 
-    def log(self, what):
+    def log(self, what: str) -> None:
         if not self.by_reason:
             return
         parts = [f"{n} tensor(s) in {s} storage(s), {readable_size(b)}: {reason}"
@@ -228,8 +249,11 @@ class _Skips:
 class Courtesy:
     """Moves every tensor of a device (parameters, grads, optimizer state, views, tied
     parameters) to host memory and back, in place. Pinned host memory is used when the source
-    is CUDA; with ``device="cpu"`` the host copy is a plain CPU storage. See the module
-    docstring for what is moved, what is skipped and why.
+    is CUDA. With ``device="cpu"`` the tensors are already in host memory: each storage is
+    copied into a new CPU storage and back (the whole mechanism, with nothing freed; how CI
+    tests it), and the log says so. On a machine without CUDA, a CUDA device has nothing to
+    yield (a WARNING says why). See the module docstring for what is moved, what is skipped
+    and why.
 
     ``pin_memory=False``: pageable host memory for CUDA sources too. Pinned blocks come from
     PyTorch's caching host allocator, which rounds each one up to a power of two (a 86 MiB
@@ -239,7 +263,7 @@ class Courtesy:
     memlab-compatible: ``Courtesy()``, ``yield_memory()``, ``restore()``, ``with Courtesy():``.
     """
 
-    def __init__(self, device="cuda", *, pin_memory: bool = True):
+    def __init__(self, device: DeviceLike = "cuda", *, pin_memory: bool = True) -> None:
         filt = _parse_device(device)
         if filt is None or filt[0] not in ("cuda", "cpu"):
             raise ValueError(f"Courtesy moves the tensors of a 'cuda' or 'cpu' device, not "
@@ -256,15 +280,16 @@ class Courtesy:
         """Whether storages are on the host, waiting for restore()."""
         return bool(self._groups)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = (f"yielded {len(self._groups)} storages" if self._groups else "not yielded")
         return f"Courtesy(device={self.device!r}, {state})"
 
-    def __enter__(self):
+    def __enter__(self) -> Courtesy:
         self.yield_memory()
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         self.restore()
         return False
 
@@ -277,6 +302,11 @@ class Courtesy:
         if self._groups:
             raise RuntimeError(f"tensorgc: Courtesy already yielded {len(self._groups)} "
                                "storage(s); call restore() first")
+        if self._filter[0] == "cuda" and not cuda_available():
+            logger.warning("tensorgc: Courtesy(%r) has nothing to yield: %s, so no tensor is on "
+                           "a CUDA device", self.device, NO_CUDA)
+            self.moved = Moved(0, 0, 0, 0)
+            return self.moved
         torch = _torch()
         skips = _Skips()
         candidates = self._find(skips)              # {key: [(tensor, row)]}
@@ -290,7 +320,7 @@ class Courtesy:
         for i in cuda_idx:                          # the copies are done
             torch.cuda.synchronize(i)
         groups = self._repoint_all(plans, hosts, skips)
-        moved_bytes = sum(g.host.nbytes() for g in groups)
+        moved_bytes = sum(int(g.host.nbytes()) for g in groups)
         moved_tensors = sum(len(g.tensors) for g in groups)
         self._groups = groups
         del plans, hosts  # the last references to the device storages
@@ -298,19 +328,30 @@ class Courtesy:
             torch.cuda.empty_cache()
         skips.log("yield_memory()")
         self.moved = Moved(moved_bytes, moved_tensors, len(groups), skips.tensors)
-        logger.info("tensorgc: Courtesy yielded %s in %d storage(s) (%d tensors) from %s",
-                    readable_size(moved_bytes), len(groups), moved_tensors, self.device)
+        if self._filter[0] == "cpu":
+            logger.info("tensorgc: Courtesy(%r) copied %s in %d storage(s) (%d tensors) into "
+                        "new CPU storages and re-pointed the tensors at them; CPU tensors "
+                        "already live in host memory, so nothing left a device and no memory "
+                        "was freed", self.device, readable_size(moved_bytes), len(groups),
+                        moved_tensors)
+        else:
+            pinned = all(g.host.is_pinned() for g in groups)
+            logger.info("tensorgc: Courtesy(%r) moved %s in %d storage(s) (%d tensors) to %s "
+                        "host memory and emptied the device's cache", self.device,
+                        readable_size(moved_bytes), len(groups), moved_tensors,
+                        "pinned" if pinned else "pageable")
         return self.moved
 
     @staticmethod
-    def _repoint_all(plans, hosts, skips):
+    def _repoint_all(plans: Sequence[_Plan], hosts: Sequence[torch.UntypedStorage],
+                     skips: _Skips) -> List[_Group]:
         """Re-points each group's tensors at its host copy; a group that fails is put back.
         (A function of its own: no loop variable outlives it to keep a device storage.)"""
         torch = _torch()
-        groups = []
+        groups: List[_Group] = []
         with torch._C.DisableTorchFunctionSubclass():
             for (dev, ts, sts, _src, nbytes), host in zip(plans, hosts):
-                done = []
+                done: List[Tensor] = []
                 try:
                     for t in ts:
                         _repoint(t, host)
@@ -324,7 +365,7 @@ class Courtesy:
                 groups.append(_Group(dev, ts, host))
         return groups
 
-    def _find(self, skips):
+    def _find(self, skips: _Skips) -> Dict[Tuple[Any, ...], _Members]:
         """The matching tensors, with their grads and view bases, grouped by storage."""
         torch = _torch()
         TB = torch._C.TensorBase
@@ -334,7 +375,8 @@ class Courtesy:
         try:
             live = _tensorgc._live_tensors()
             rows = _tensorgc._tensor_rows(live)
-            found, seen = [], set()
+            found: List[Tuple[Tensor, _TensorRow]] = []
+            seen: Set[int] = set()
             for t, row in zip(live, rows):
                 if _matches(filt, row[3], row[4]):
                     seen.add(id(t))
@@ -343,7 +385,7 @@ class Courtesy:
             i = 0
             with torch._C.DisableTorchFunctionSubclass():
                 while i < len(found):  # grads and bases: the closure over what was found
-                    extra = []
+                    extra: List[Tensor] = []
                     for t, _row in found[i:]:
                         for g in _reached(t):
                             if id(g) not in seen:
@@ -354,7 +396,7 @@ class Courtesy:
                         for t, row in zip(extra, _tensorgc._tensor_rows(extra)):
                             if _matches(filt, row[3], row[4]):
                                 found.append((t, row))
-                groups: dict = {}
+                groups: Dict[Tuple[Any, ...], _Members] = {}
                 for t, row in found:
                     why = _unmovable(t, row)
                     if why is not None and row[0] is None:
@@ -370,19 +412,19 @@ class Courtesy:
             if enabled:
                 gc.enable()
 
-    def _plan(self, groups, skips):
+    def _plan(self, groups: Dict[Tuple[Any, ...], _Members], skips: _Skips) -> List[_Plan]:
         """Checks each storage group: every tensor movable, storages resizable and referenced by
         no tensor the walk did not find. Returns the groups to move."""
         torch = _torch()
         TB = torch._C.TensorBase
         use_count = torch._C._storage_Use_Count
-        plans = []
+        plans: List[_Plan] = []
         with torch._C.DisableTorchFunctionSubclass():
             for (dev, *_), members in groups.items():
                 ts = [m[0] for m in members]
                 why = next((m[2] for m in members if m[2] is not None), None)
-                impls: dict = {}   # StorageImpl address -> (storage object, tensors found)
-                sts = []           # each tensor's storage object, to put it back on failure
+                impls: Dict[int, List[Any]] = {}  # StorageImpl address -> [storage, tensors]
+                sts: List[UntypedStorage] = []  # each tensor's, to put it back
                 if why is None:
                     for t in ts:
                         s = TB.untyped_storage(t)
@@ -413,7 +455,8 @@ class Courtesy:
         return plans
 
     @staticmethod
-    def _host_copy(src, nbytes, pinned):
+    def _host_copy(src: torch.UntypedStorage, nbytes: int,
+                   pinned: bool) -> torch.UntypedStorage:
         """A host storage with src's bytes (copy queued, non-blocking when pinned)."""
         torch = _torch()
         host = None
@@ -427,18 +470,20 @@ class Courtesy:
             host = torch.empty((nbytes,), dtype=torch.uint8)
         if nbytes:
             host.copy_(_bytes_of(src)[:nbytes], non_blocking=pinned and host.is_pinned())
-        return host.untyped_storage()
+        storage: UntypedStorage = host.untyped_storage()
+        return storage
 
     # ------------------------------------------------------------------ restore
 
     @staticmethod
-    def _restore_all(groups, cuda_idx):
+    def _restore_all(groups: Sequence[_Group], cuda_idx: Sequence[int]
+                     ) -> Tuple[List[_Group], Tuple[int, int, int], _Skips]:
         """Copies every group back, then re-points; returns (pending groups, (bytes, tensors,
         storages), skips). Raises with nothing re-pointed when a device storage cannot be had.
         (A function of its own: no loop variable outlives it to keep a host copy.)"""
         torch = _torch()
         # 1. every device storage first: a full device leaves everything yielded
-        dev_storages = []
+        dev_storages: List[UntypedStorage] = []
         try:
             for g in groups:
                 n = g.host.nbytes()  # the host copy may have grown while yielded
@@ -458,7 +503,8 @@ class Courtesy:
         # 2. re-point
         TB = torch._C.TensorBase
         skips = _Skips()
-        pending, nbytes, ntensors, nstorages = [], 0, 0, 0
+        pending: List[_Group] = []
+        nbytes, ntensors, nstorages = 0, 0, 0
         with torch._C.DisableTorchFunctionSubclass():
             for g, d in zip(groups, dev_storages):
                 hid = g.host._cdata
@@ -504,8 +550,14 @@ class Courtesy:
         nbytes, ntensors, nstorages = counts
         skips.log("restore()")
         self.restored = Moved(nbytes, ntensors, nstorages, skips.tensors)
-        logger.info("tensorgc: Courtesy restored %s in %d storage(s) (%d tensors) to %s",
-                    readable_size(nbytes), nstorages, ntensors, self.device)
+        if self._filter[0] == "cpu":
+            logger.info("tensorgc: Courtesy(%r) copied %s in %d storage(s) (%d tensors) back "
+                        "into new CPU storages (CPU tensors never left host memory)", self.device,
+                        readable_size(nbytes), nstorages, ntensors)
+        else:
+            logger.info("tensorgc: Courtesy(%r) restored %s in %d storage(s) (%d tensors) from "
+                        "host memory to their devices", self.device, readable_size(nbytes),
+                        nstorages, ntensors)
         if pending:
             raise RuntimeError(f"tensorgc: Courtesy.restore() left {len(pending)} storage(s) "
                                "on the host (see the log); call restore() again")

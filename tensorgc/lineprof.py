@@ -28,9 +28,12 @@ import linecache
 import logging
 import sys
 import threading
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from types import CodeType, FrameType, TracebackType
+from typing import (Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Type,
+                    TypedDict, TypeVar, Union, cast, overload)
 
 from . import _tensorgc
+from ._devices import DeviceLike, cuda_index
 from .reporter import readable_size
 
 __all__ = ["LineProfiler", "LineStats", "profile", "profile_every", "set_target_gpu",
@@ -40,10 +43,28 @@ DEFAULT_COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak")
 RSS_COLUMNS = ("rss_bytes.all.peak", "rss_bytes.all.delta")
 _log = logging.getLogger("tensorgc")
 
+F = TypeVar("F", bound=Callable[..., Any])
+Columns = Union[str, Sequence[str]]
+# which functions display() shows: one, its qualified name, or a list of them; None for all
+Functions = Union[None, str, Callable[..., Any], Sequence[Union[str, Callable[..., Any]]]]
 
-def _code_of(func):
+
+class FunctionRecord(TypedDict):
+    """One profiled function in LineStats.functions: its code, the function, and per line
+    number (hits, the columns' values)."""
+    code: CodeType
+    func: Callable[..., Any]
+    lines: Dict[int, Tuple[int, List[int]]]
+
+
+def _monitoring() -> Any:
+    """sys.monitoring (3.12+; typed here as Any: the type checker may target 3.11)."""
+    return getattr(sys, "monitoring")
+
+
+def _code_of(func: object) -> CodeType:
     """The code object to watch: functions, methods, static/class methods, partials' targets."""
-    f = func
+    f: Any = func
     while isinstance(f, functools.partial):
         f = f.func
     if isinstance(f, (staticmethod, classmethod)):
@@ -56,25 +77,22 @@ def _code_of(func):
     return code
 
 
-def _device_index(gpu) -> int:
-    idx = getattr(gpu, "index", gpu)  # torch.device
-    if idx is None:
-        idx = 0
-    if isinstance(gpu, str):
-        import torch
-        idx = torch.device(gpu).index or 0
-    if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
-        raise ValueError(f"target_gpu must be a device index >= 0 or a torch.device, not {gpu!r}")
-    return idx
+def _device_index(gpu: DeviceLike) -> int:
+    """target_gpu as an index: 0, "0", "cuda:1", "cuda" (device 0) or a torch.device (the
+    package's one device syntax, tensorgc/_devices.py)."""
+    index = cuda_index(gpu, "target_gpu", "the line profiler reads a CUDA device's allocator "
+                                          "(without CUDA it reads the process's memory itself)")
+    return 0 if index is None else index
 
 
 def _cuda_available() -> bool:
-    torch = sys.modules.get("torch")
+    torch: Any = sys.modules.get("torch")
     if torch is None:
         try:
-            import torch  # noqa: F811
+            import torch as imported
         except ImportError:
             return False
+        torch = imported
     try:
         return bool(torch.cuda.is_available())
     except Exception:  # a broken driver is "no CUDA" for the profiler
@@ -89,14 +107,14 @@ class _Events:
 
     lock = threading.RLock()
     LOCAL = 0
-    watched: Dict[int, list] = {}   # id(code) -> [code, number of enabled profilers watching]
+    watched: Dict[int, List[Any]] = {}  # id(code) -> [code, enabled profilers watching it]
     tool: Optional[int] = None
     enabled = 0                      # enabled profilers
-    prev_thread_hook = None
+    prev_thread_hook: Optional[Callable[..., Any]] = None
 
     @classmethod
-    def _acquire_tool(cls):
-        mon = sys.monitoring
+    def _acquire_tool(cls) -> None:
+        mon = _monitoring()
         for tid in (3, 4, mon.PROFILER_ID):
             try:
                 mon.use_tool_id(tid, "tensorgc")
@@ -120,8 +138,8 @@ class _Events:
                            "(3, 4 and the profiler's are taken)")
 
     @classmethod
-    def _release_tool(cls):
-        mon = sys.monitoring
+    def _release_tool(cls) -> None:
+        mon = _monitoring()
         E = mon.events
         mon.set_events(cls.tool, 0)
         for ev in (E.PY_START, E.PY_RESUME, E.PY_THROW, E.LINE, E.PY_RETURN, E.PY_YIELD,
@@ -131,17 +149,17 @@ class _Events:
         cls.tool = None
 
     @classmethod
-    def watch(cls, code):
+    def watch(cls, code: CodeType) -> None:
         ent = cls.watched.get(id(code))
         if ent is not None:
             ent[1] += 1
             return
         cls.watched[id(code)] = [code, 1]
         if cls.tool is not None:
-            sys.monitoring.set_local_events(cls.tool, code, cls.LOCAL)
+            _monitoring().set_local_events(cls.tool, code, cls.LOCAL)
 
     @classmethod
-    def unwatch(cls, code):
+    def unwatch(cls, code: CodeType) -> None:
         ent = cls.watched.get(id(code))
         if ent is None:
             return
@@ -149,14 +167,14 @@ class _Events:
         if ent[1] <= 0:
             del cls.watched[id(code)]
             if cls.tool is not None:
-                sys.monitoring.set_local_events(cls.tool, code, 0)
+                _monitoring().set_local_events(cls.tool, code, 0)
 
     @classmethod
-    def start(cls, codes):
+    def start(cls, codes: Sequence[CodeType]) -> None:
         if MONITORING and cls.tool is None:
             cls._acquire_tool()
             for code, _ in cls.watched.values():
-                sys.monitoring.set_local_events(cls.tool, code, cls.LOCAL)
+                _monitoring().set_local_events(cls.tool, code, cls.LOCAL)
         for code in codes:
             cls.watch(code)
         cls.enabled += 1
@@ -166,7 +184,7 @@ class _Events:
             threading.settrace(_thread_hook)
 
     @classmethod
-    def stop(cls, codes):
+    def stop(cls, codes: Sequence[CodeType]) -> None:
         for code in codes:
             cls.unwatch(code)
         cls.enabled -= 1
@@ -183,7 +201,7 @@ class _Events:
 MONITORING = hasattr(sys, "monitoring")
 
 
-def _thread_hook(frame, event, arg):
+def _thread_hook(frame: FrameType, event: str, arg: Any) -> Any:
     """threading.settrace's hook (3.10/3.11): a new thread gets the C tracer, and the user's
     own thread hook still runs."""
     prev = _Events.prev_thread_hook
@@ -203,9 +221,9 @@ class LineProfiler:
     that line too.
     """
 
-    def __init__(self, *functions: Callable, target_gpu=0):
+    def __init__(self, *functions: Callable[..., Any], target_gpu: DeviceLike = 0) -> None:
         self._core = _tensorgc._LineProfiler()
-        self._funcs: Dict[int, Tuple[object, Callable]] = {}  # id(code) -> (code, func)
+        self._funcs: Dict[int, Tuple[CodeType, Callable[..., Any]]] = {}  # id(code) -> (code, func)
         self._target = _device_index(target_gpu)
         self.enabled = False
         for func in functions:
@@ -217,12 +235,12 @@ class LineProfiler:
         return self._target
 
     @target_gpu.setter
-    def target_gpu(self, gpu) -> None:
+    def target_gpu(self, gpu: DeviceLike) -> None:
         self._target = _device_index(gpu)
         if self.enabled and self._core.source == "cuda":
             self._set_source()
 
-    def add_function(self, func: Callable) -> Callable:
+    def add_function(self, func: F) -> F:
         """Watch this function's lines (also while enabled). Returns it, so it decorates."""
         code = _code_of(func)
         with _Events.lock:
@@ -233,10 +251,10 @@ class LineProfiler:
                     _Events.watch(code)
         return func
 
-    def _set_source(self):
+    def _set_source(self) -> None:
         if _cuda_available():
             import torch
-            torch.cuda.init()  # the allocator's counters refuse to be read before it
+            torch.cuda.init()  # type: ignore[no-untyped-call]  # the counters need it first
             n = torch.cuda.device_count()
             if self._target >= n:
                 raise ValueError(f"target_gpu {self._target} does not exist: {n} CUDA device(s)")
@@ -270,11 +288,12 @@ class LineProfiler:
             finally:
                 self._core.disable()
 
-    def __enter__(self):
+    def __enter__(self) -> LineProfiler:
         self.enable()
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         self.disable()
 
     def clear(self) -> None:
@@ -304,13 +323,13 @@ class LineProfiler:
         keys = list(self._core.keys)
         return keys + [k[:-len("current")] + "delta" for k in keys if k.endswith(".current")]
 
-    def display(self, func=None, columns: Sequence[str] = DEFAULT_COLUMNS) -> "LineStats":
+    def display(self, func: Functions = None, columns: Columns = DEFAULT_COLUMNS) -> LineStats:
         """The records as an object with a text form (str) and _repr_html_ (for notebooks).
         ``func``: a function, a qualified name, or a list of them; None for all."""
         return LineStats(self, func, columns)
 
-    def print_stats(self, func=None, columns: Sequence[str] = DEFAULT_COLUMNS,
-                    stream=None) -> None:
+    def print_stats(self, func: Functions = None, columns: Columns = DEFAULT_COLUMNS,
+                    stream: Optional[TextIO] = None) -> None:
         """Print the text table to ``stream`` (sys.stdout)."""
         (stream or sys.stdout).write(str(self.display(func, columns)))
 
@@ -318,12 +337,12 @@ class LineProfiler:
 class LineStats:
     """What display() returns: str() is the text table, _repr_html_ the notebook's."""
 
-    def __init__(self, prof: LineProfiler, func, columns):
-        self.source = prof.source
-        self.columns = self._resolve_columns(prof, columns)
+    def __init__(self, prof: LineProfiler, func: Functions, columns: Columns) -> None:
+        self.source: str = prof.source
+        self.columns: List[str] = self._resolve_columns(prof, columns)
         keys = list(prof._core.keys)
-        self._index = []
-        self.functions = []
+        self._index: List[Tuple[str, int]] = []
+        self.functions: List[FunctionRecord] = []
         if not keys:  # never enabled: nothing was recorded
             return
         for col in self.columns:
@@ -334,7 +353,7 @@ class LineStats:
                 leaf = col.rsplit(".", 1)[-1]
                 self._index.append(("a" if leaf in ("peak", "current") else "b", k))
         wanted = self._wanted(func)
-        by_code: Dict[int, dict] = {}
+        by_code: Dict[int, FunctionRecord] = {}
         for code, line, hits, maxes, sums in prof._core.records():
             entry = prof._funcs.get(id(code))
             if entry is None or (wanted is not None and not self._match(entry[1], wanted)):
@@ -345,35 +364,34 @@ class LineStats:
         self.functions = list(by_code.values())
 
     @staticmethod
-    def _resolve_columns(prof, columns):
-        if isinstance(columns, str):
-            columns = [columns]
-        columns = list(columns)
+    def _resolve_columns(prof: LineProfiler, columns: Columns) -> List[str]:
+        cols = [columns] if isinstance(columns, str) else list(columns)
         valid = prof.columns()
         if not valid:
-            return columns  # never enabled: nothing to show, nothing to check against
-        if prof._core.source == "rss" and columns[:2] == list(DEFAULT_COLUMNS):
-            columns = list(RSS_COLUMNS) + columns[2:]  # memlab's defaults are CUDA's
-        bad = [c for c in columns if c not in valid]
+            return cols  # never enabled: nothing to show, nothing to check against
+        if prof._core.source == "rss" and cols[:2] == list(DEFAULT_COLUMNS):
+            cols = list(RSS_COLUMNS) + cols[2:]  # memlab's defaults are CUDA's
+        bad = [c for c in cols if c not in valid]
         if bad:
             raise ValueError(f"unknown column(s) {', '.join(map(repr, bad))} for source "
                              f"{prof.source}; valid columns: {', '.join(valid)}")
-        return columns
+        return cols
 
     @staticmethod
-    def _wanted(func):
+    def _wanted(func: Functions) -> Optional[List[Union[str, CodeType]]]:
         if func is None:
             return None
         items = func if isinstance(func, (list, tuple, set)) else [func]
         return [f if isinstance(f, str) else _code_of(f) for f in items]
 
     @staticmethod
-    def _match(f, wanted):
+    def _match(f: Callable[..., Any], wanted: Sequence[Union[str, CodeType]]) -> bool:
         code = _code_of(f)
         return any(w is code or (isinstance(w, str) and w == getattr(f, "__qualname__", ""))
                    for w in wanted)
 
-    def _rows(self, fn):
+    def _rows(self, fn: FunctionRecord
+              ) -> List[Tuple[int, Optional[int], Optional[List[int]], str]]:
         """(line, hits or None, values or None, source text) for every line of the function, and
         for every recorded line that the source found does not cover."""
         code = fn["code"]
@@ -381,7 +399,7 @@ class LineStats:
             src, start = inspect.getsourcelines(code)
         except Exception:  # OSError, TypeError; TokenError, SyntaxError... from a file that no
             src, start = [], 0  # longer holds the code: the recorded lines are shown below
-        out = []
+        out: List[Tuple[int, Optional[int], Optional[List[int]], str]] = []
         for i, text in enumerate(src):
             ln = start + i
             hits, vals = fn["lines"].get(ln, (None, None))
@@ -392,12 +410,12 @@ class LineStats:
         out.sort(key=lambda row: row[0])
         return out
 
-    def _fmt(self, col, v):
+    def _fmt(self, col: str, v: Optional[int]) -> str:
         if v is None:
             return ""
         return readable_size(v) if "bytes" in col else f"{v:,}"
 
-    def __str__(self):
+    def __str__(self) -> str:
         if not self.functions:
             return "No data collected\n"
         parts = []
@@ -418,7 +436,7 @@ class LineStats:
 
     __repr__ = __str__
 
-    def _repr_html_(self):
+    def _repr_html_(self) -> str:
         if not self.functions:
             return "<p>No data collected</p>"
         colors = ["#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4"]
@@ -462,7 +480,7 @@ def clear_global_line_profiler() -> None:
     global_line_profiler.clear()
 
 
-def set_target_gpu(gpu_id) -> None:
+def set_target_gpu(gpu_id: DeviceLike) -> None:
     """The device the global profiler reads (an index or a torch.device); may be switched
     between profiled calls, even inside one."""
     global_line_profiler.target_gpu = gpu_id
@@ -471,7 +489,7 @@ def set_target_gpu(gpu_id) -> None:
 _scope_depth = [0]
 
 
-def _while_called(func):
+def _while_called(func: F) -> F:
     """The global profiler on for the decorated function. With sys.monitoring (3.12+) it is
     simply enabled, which costs the rest of the program nothing, and ``func`` is returned as
     is. Before 3.12 a C tracer would slow every frame of the thread, so the function is wrapped
@@ -481,7 +499,7 @@ def _while_called(func):
         return func
 
     @functools.wraps(func)
-    def traced(*args, **kwargs):
+    def traced(*args: Any, **kwargs: Any) -> Any:
         with _Events.lock:  # the depth is shared by threads
             outer = _scope_depth[0] == 0 and not global_line_profiler.enabled
             if outer:
@@ -495,22 +513,31 @@ def _while_called(func):
                 if outer:
                     global_line_profiler.disable()
 
-    return traced
+    return cast(F, traced)
 
 
-def profile(func=None, columns: Sequence[str] = DEFAULT_COLUMNS):
+@overload
+def profile(func: F, columns: Columns = DEFAULT_COLUMNS) -> F: ...
+@overload
+def profile(func: None = None, columns: Columns = DEFAULT_COLUMNS) -> Callable[[F], F]: ...
+
+
+def profile(func: Optional[F] = None,
+            columns: Columns = DEFAULT_COLUMNS) -> Union[F, Callable[[F], F]]:
     """Decorator: profile ``func`` line by line with the global profiler, and print its table
     when the interpreter exits (also after a KeyboardInterrupt). Returns ``func`` itself on
     Python 3.12+ (a thin wrapper before: see _while_called)."""
     if func is None:  # @profile(columns=...)
-        return functools.partial(profile, columns=columns)
+        def with_columns(f: F) -> F:
+            return profile(f, columns=columns)
+        return with_columns
     global_line_profiler.add_function(func)
     wrapped = _while_called(func)
     atexit.register(_print_stats_safely, func, columns)  # never turn a clean exit into a traceback
     return wrapped
 
 
-def _print_stats_safely(func, columns):
+def _print_stats_safely(func: Callable[..., Any], columns: Columns) -> None:
     """The global profiler's table of ``func``; a failure to print is logged, never raised."""
     try:
         global_line_profiler.print_stats(func, columns)
@@ -519,13 +546,13 @@ def _print_stats_safely(func, columns):
 
 
 def profile_every(output_interval: int = 1, enable: bool = True,
-                  columns: Sequence[str] = DEFAULT_COLUMNS):
+                  columns: Columns = DEFAULT_COLUMNS) -> Callable[[F], F]:
     """Decorator: profile with the global profiler and print the table after every
     ``output_interval``-th call. ``enable=False`` leaves the function untouched."""
     if not isinstance(output_interval, int) or output_interval < 1:
         raise ValueError(f"output_interval must be an int >= 1, not {output_interval!r}")
 
-    def inner(func):
+    def inner(func: F) -> F:
         if not enable:
             return func
         global_line_profiler.add_function(func)
@@ -533,7 +560,7 @@ def profile_every(output_interval: int = 1, enable: bool = True,
         calls = [0]
 
         @functools.wraps(func)
-        def run(*args, **kwargs):
+        def run(*args: Any, **kwargs: Any) -> Any:
             try:
                 return inner_func(*args, **kwargs)
             finally:
@@ -541,7 +568,7 @@ def profile_every(output_interval: int = 1, enable: bool = True,
                 if calls[0] % output_interval == 0:  # the call's result or exception stands
                     _print_stats_safely(func, columns)
 
-        run.cur_idx = calls  # memlab keeps a counter on the function
-        return run
+        setattr(run, "cur_idx", calls)  # memlab keeps a counter on the function
+        return cast(F, run)
 
     return inner

@@ -8,13 +8,27 @@ pytorch_memlab's magics with its flags, backed by tensorgc's LineProfiler.
 from __future__ import annotations
 
 import argparse
+from typing import Any, Callable, Dict, List, Optional, TypeVar, Union
 
+from IPython.core import magic as _magic
+from IPython.core import magic_arguments as _magic_arguments
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.utils.process import arg_split
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics, magics_class
+from IPython.utils import process as _process
 
-from .lineprof import DEFAULT_COLUMNS, LineProfiler
+from ._devices import cuda_index
+from .lineprof import DEFAULT_COLUMNS, LineProfiler, LineStats
+
+# IPython's magic helpers carry no annotations: typed here by what they do
+_F = TypeVar("_F", bound=Callable[..., Any])
+argument: Callable[..., Callable[[_F], _F]] = _magic_arguments.argument
+magic_arguments: Callable[[], Callable[[_F], _F]] = _magic_arguments.magic_arguments
+parse_argstring: Callable[[Callable[..., Any], str], argparse.Namespace] = (
+    _magic_arguments.parse_argstring)
+line_cell_magic: Callable[[_F], _F] = _magic.line_cell_magic
+needs_local_scope: Callable[[_F], _F] = _magic.needs_local_scope
+arg_split: Callable[[str], List[str]] = getattr(_process, "arg_split")
 
 __all__ = ["MemlabMagics", "load_ipython_extension"]
 
@@ -31,8 +45,8 @@ class MemlabMagics(Magics):
               help="Hide the default columns " + ", ".join(DEFAULT_COLUMNS) + ".")
     @argument("-r", "--return-profiler", action="store_true",
               help="Return the LineProfiler instead of its display.")
-    @argument("-g", "--gpu", metavar="GPU_ID", default=0, type=int,
-              help="The CUDA device to read (default 0).")
+    @argument("-g", "--gpu", metavar="GPU_ID", default="0",
+              help="The CUDA device to read: 0, cuda:0 (default 0).")
     @argument("-q", "--quiet", action="store_true", help="Do not display the results.")
     @argument("-T", "--dump-profile", metavar="OUTPUT",
               help="Also write the text table to this file.")
@@ -40,10 +54,13 @@ class MemlabMagics(Magics):
               help="Code to run under the profiler, after the flags (the cell, in cell mode).")
     @line_cell_magic
     @needs_local_scope
-    def mlrun(self, line="", cell=None, local_ns=None):
+    def mlrun(self, line: str = "", cell: Optional[str] = None,
+              local_ns: Optional[Dict[str, Any]] = None
+              ) -> Union[LineProfiler, LineStats, None]:
         """Run a statement or a cell with the given functions profiled line by line."""
         args = parse_argstring(self.mlrun, line)
-        global_ns = self.shell.user_global_ns
+        assert self.shell is not None  # a magic runs in a shell
+        global_ns: Dict[str, Any] = self.shell.user_global_ns
         local_ns = global_ns if local_ns is None else local_ns
         funcs = []
         for name in args.function:
@@ -54,8 +71,9 @@ class MemlabMagics(Magics):
                                  f"{type(exc).__name__}: {exc}") from None
         if not funcs:
             raise UsageError("%mlrun needs at least one -f FUNC to profile")
-        try:
-            profiler = LineProfiler(*funcs, target_gpu=args.gpu)
+        try:  # -g as the package reads a device everywhere; the message names -g
+            gpu = cuda_index(args.gpu, "-g", "the line profiler reads a CUDA device's allocator")
+            profiler = LineProfiler(*funcs, target_gpu=0 if gpu is None else gpu)
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from None
         code = cell if cell is not None else _as_typed(line, len(args.statement or []))
@@ -77,9 +95,28 @@ class MemlabMagics(Magics):
                 f.write(str(stats))
         if args.return_profiler:
             return profiler
-        if not args.quiet:
-            return stats
-        return None
+        if args.quiet:
+            return None
+        if not self._shown_by_the_shell():
+            # a script (`ipython script.ipy`) runs its cells silently: the shell shows no
+            # result, so the table is displayed here (text in a terminal, HTML in a notebook)
+            from IPython.display import display
+
+            display(stats)  # type: ignore[no-untyped-call]
+        return stats
+
+    def _shown_by_the_shell(self) -> bool:
+        """Whether the shell will display the result of the cell this magic runs in. IPython
+        runs the cells of a .ipy script with silent=True (no display hook), and a user may set
+        ast_node_interactivity to "none"; the magic's own return value then shows nowhere.
+        Outside a cell (run_line_magic from code) the caller gets the value: nothing to show."""
+        result = getattr(getattr(self.shell, "displayhook", None), "exec_result", None)
+        if result is None:
+            return True
+        info = getattr(result, "info", None)
+        if getattr(info, "silent", False):
+            return False
+        return getattr(self.shell, "ast_node_interactivity", "last_expr") != "none"
 
 
 def _as_typed(line: str, ntokens: int) -> str:
@@ -98,6 +135,7 @@ def _as_typed(line: str, ntokens: int) -> str:
     return line[starts[len(tokens) - ntokens]:].strip()
 
 
-def load_ipython_extension(ipython):
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     """Called by ``%load_ext tensorgc``."""
-    ipython.register_magics(MemlabMagics)
+    shell: Any = ipython  # register_magics carries no annotations
+    shell.register_magics(MemlabMagics)

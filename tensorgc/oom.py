@@ -29,6 +29,18 @@ import os
 import threading
 import time
 import traceback
+import weakref
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, Union
+
+from ._devices import DeviceLike, parse_device, require_cuda
+
+if TYPE_CHECKING:
+    import torch
+
+    from ._tensorgc import CycleReport
+
+StrPath = Union[str, "os.PathLike[str]"]
+Missing = List[Tuple[str, str]]  # (file name, why it was not written)
 
 __all__ = ["on_oom", "write_autopsy"]
 
@@ -39,35 +51,45 @@ logger = logging.getLogger("tensorgc")
 _AUTOPSY = threading.Lock()
 
 
-def write_autopsy(directory, device="cuda:0", *, model=None, optimizer=None, reason=None):
+def write_autopsy(directory: StrPath, device: DeviceLike = "cuda:0", *,
+                  model: Optional[torch.nn.Module] = None,
+                  optimizer: Optional[torch.optim.Optimizer] = None,
+                  reason: Optional[str] = None) -> Tuple[str, str]:
     """Write the autopsy files for ``device`` into a new subdirectory of ``directory`` and return
     (path, verdict). Usable by hand too (``device="cpu"`` writes the report and the gc check).
 
     A file that cannot be written is left out (no partial file): README.txt notes it, and one
     WARNING on logger "tensorgc" lists the missing files and why. A directory that cannot be
     created raises the OSError (naming it)."""
-    missing = []
-    path, verdict = _write_autopsy(directory, device, model, optimizer, reason, missing)
+    if parse_device(device, "device")[0] == "cuda":
+        require_cuda(f"write_autopsy(device={device!r})", "give device='cpu' for the report and "
+                     "the gc check of the CPU's tensors")
+    missing: Missing = []
+    path, verdict = _write_autopsy(os.fspath(directory), device, model, optimizer, reason,
+                                   missing)
     if missing:
         logger.warning("tensorgc: the OOM autopsy in %s is missing %s", path, _listed(missing))
     return path, verdict
 
 
-def _listed(missing):
+def _listed(missing: Missing) -> str:
     return ", ".join(f"{name} ({why})" for name, why in missing)
 
 
-def _write_autopsy(directory, device, model, optimizer, reason, missing):
+def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.Module],
+                   optimizer: Optional[torch.optim.Optimizer], reason: Optional[str],
+                   missing: Missing) -> Tuple[str, str]:
     """write_autopsy's work; appends (file name, why) to ``missing`` for each file it could not
     write. Raises an OSError only where the autopsy's directory cannot be created."""
     import torch
 
-    from . import observe_cycles
+    from ._tensorgc import observe_cycles
     from .reporter import MemReporter, readable_size as R
     from .snapshot import atomic_write, dump_snapshot, write_failure
 
-    dev = torch.device(device)
-    is_cuda = dev.type == "cuda"
+    kind, index = parse_device(device, "device")
+    is_cuda = kind == "cuda"
+    dev = torch.device(kind, index) if index is not None else torch.device(kind)
     index = dev.index if dev.index is not None else (torch.cuda.current_device() if is_cuda else 0)
     if is_cuda:
         dev = torch.device("cuda", index)
@@ -84,33 +106,35 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
             n += 1
     notes = [f"tensorgc OOM autopsy for {dev}" + (f": {reason}" if reason else "")]
 
-    def lost(name, exc):
+    def lost(name: str, exc: BaseException) -> None:
         why = write_failure(exc)
         missing.append((name, why))
         notes.append(f"{name} not written: {why}")
 
-    def put(name, text):
+    def put(name: str, text: str) -> None:
         try:
             atomic_write(os.path.join(path, name), lambda f: f.write(text))
         except Exception as exc:  # noqa: BLE001 -- a full disk loses this file, not the others
             lost(name, exc)
 
-    def step(what, fn):
+    def step(what: str, fn: Callable[[], None]) -> None:
         try:
             fn()
         except Exception:  # noqa: BLE001 -- one missing file must not lose the others
             notes.append(f"{what} failed:\n{traceback.format_exc(limit=4)}")
 
-    kinds = {}
+    kinds: Dict[int, str] = {}
 
-    def report():
-        rep = MemReporter(model, optimizer=optimizer).collect(device=str(dev))
+    def report() -> None:
+        # no warning of its own: the autopsy's notes say what failed
+        rep = MemReporter(model, optimizer=optimizer)._collect(str(dev), False)
         kinds.update(rep.block_kinds.get(str(dev), {}))
         put("memreport.txt", rep.format(verbose=True) + "\n")
     step("the MemReporter table", report)
 
     if is_cuda:
-        def snap_files():
+        def snap_files() -> None:
+            from ._devices import snapshot_devices
             from .segments import segments_html
             from .snapshot import snapshot
             from .timeline import categories_at_peak, timeline_html
@@ -132,19 +156,23 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
                 put("segments.html", segments_html(snap, device=index,
                                                    oom=-1 if has_oom else None))
             else:
-                put("segments.html", segments_html(snap, device=index))
+                if index in snapshot_devices(snap):
+                    put("segments.html", segments_html(snap, device=index))
+                else:
+                    notes.append(f"the allocator's snapshot holds nothing of {dev} (no segment, "
+                                 "no trace entry): no segments.html")
                 notes.append("no allocation history: call tensorgc.record_memory_history() "
                              "early in the run to get the timeline and stacks")
         step("the snapshot", snap_files)
 
     verdict = ["no verdict"]
 
-    def gc_check():
-        reports = []
-        before = torch.cuda.memory_allocated(index) if is_cuda else None
+    def gc_check() -> None:
+        reports: List[CycleReport] = []
+        before = torch.cuda.memory_allocated(index) if is_cuda else 0
         with observe_cycles(reports.append, device=str(dev)):
             found = gc.collect()
-        after = torch.cuda.memory_allocated(index) if is_cuda else None
+        after = torch.cuda.memory_allocated(index) if is_cuda else 0
         held = sum(r.nbytes for r in reports)
         lines = [f"gc.collect() found {found} unreachable objects"]
         if is_cuda:
@@ -175,7 +203,9 @@ def _write_autopsy(directory, device, model, optimizer, reason, missing):
 class _Observer:
     """The callable torch keeps. Inactive after remove(); never raises."""
 
-    def __init__(self, directory, model, optimizer):
+    def __init__(self, directory: str,
+                 model: Optional[weakref.ref[torch.nn.Module]],
+                 optimizer: Optional[weakref.ref[torch.optim.Optimizer]]) -> None:
         self.directory = directory
         self.model = model
         self.optimizer = optimizer
@@ -183,7 +213,8 @@ class _Observer:
         self.busy = False  # an OOM inside the autopsy must not start another
         self.count = 0
 
-    def __call__(self, device, alloc, device_allocated, device_free):
+    def __call__(self, device: int, alloc: int, device_allocated: int,
+                 device_free: int) -> None:
         if not self.active or self.busy or not _AUTOPSY.acquire(blocking=False):
             return
         self.busy = True
@@ -194,7 +225,7 @@ class _Observer:
                       f"{R(device_free)} free on the device")
             model = self.model() if self.model is not None else None
             opt = self.optimizer() if self.optimizer is not None else None
-            missing = []
+            missing: Missing = []
             try:
                 path, verdict = _write_autopsy(self.directory, f"cuda:{device}", model, opt,
                                                reason, missing)
@@ -216,28 +247,29 @@ class _Observer:
             self.busy = False
             _AUTOPSY.release()
 
-    def remove(self):
+    def remove(self) -> None:
         self.active = False
 
 
-def on_oom(directory=None, *, model=None, optimizer=None):
+def on_oom(directory: Optional[StrPath] = None, *, model: Optional[torch.nn.Module] = None,
+           optimizer: Optional[torch.optim.Optimizer] = None) -> Callable[[], None]:
     """Write an autopsy (see the module doc) into ``directory`` (default: the temp dir) at every
     CUDA out-of-memory error from now on. Returns a function that turns it off. ``model`` and
     ``optimizer`` (weakly held) name the tensors in the MemReporter table."""
     import tempfile
-    import weakref
 
     import torch
 
+    require_cuda("on_oom", "it watches the CUDA caching allocator's out-of-memory errors; "
+                 "write_autopsy(directory, 'cpu') writes the report and the gc check by hand")
     attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
-    if not torch.cuda.is_available() or attach is None:
-        raise RuntimeError("tensorgc.on_oom needs CUDA and a torch with "
-                           "torch._C._cuda_attach_out_of_memory_observer")
-    if directory is None:
-        directory = tempfile.gettempdir()
-    if not os.path.isdir(directory):
-        raise NotADirectoryError(f"{directory!r} is not a directory")
-    obs = _Observer(os.path.abspath(directory),
+    if attach is None:
+        raise RuntimeError("tensorgc: on_oom needs a torch with "
+                           "torch._C._cuda_attach_out_of_memory_observer (PyTorch 2.0 or later)")
+    where = tempfile.gettempdir() if directory is None else os.fspath(directory)
+    if not os.path.isdir(where):
+        raise NotADirectoryError(f"{where!r} is not a directory")
+    obs = _Observer(os.path.abspath(where),
                     weakref.ref(model) if model is not None else None,
                     weakref.ref(optimizer) if optimizer is not None else None)
     attach(obs)

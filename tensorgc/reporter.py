@@ -14,14 +14,28 @@ from __future__ import annotations
 
 import functools
 import gc
+import logging
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional
+from typing import (TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence,
+                    Set, Tuple)
 
 from . import _tensorgc
 from . import allocator as _alloc
+from ._devices import NO_CUDA, DeviceLike, cuda_available, parse_device
+
+if TYPE_CHECKING:
+    import torch
+
+Shape = Tuple[Optional[int], ...]
+Totals = Dict[str, Any]  # bytes and counts by name (int); on CUDA also the driver's view
+Site = Tuple[str, int, int]  # (allocation site, bytes, blocks)
+Filter = Optional[Tuple[str, Optional[int]]]
+NamedTensor = Tuple["torch.Tensor", str, str]  # (tensor, name, kind)
 
 __all__ = ["MemReporter", "Report", "Row", "KINDS", "readable_size", "track_tensors"]
+
+logger = logging.getLogger("tensorgc")
 
 KINDS = ("parameter", "grad", "buffer", "optimizer_state", "saved_for_backward", "other")
 LEN = 79
@@ -29,7 +43,7 @@ _TEMPLATE = "{:<40s}{:>20s}{:>10s}"
 
 
 @functools.lru_cache(maxsize=4096)  # a model's sizes repeat: most rows hit the cache
-def readable_size(num_bytes) -> str:
+def readable_size(num_bytes: float) -> str:
     """memlab's (calmsize's) format: two decimals and a 1024-based unit, e.g. '4.00M'."""
     n = float(num_bytes)
     for unit in ("B", "K", "M", "G", "T", "P"):
@@ -45,7 +59,7 @@ class Row(NamedTuple):
     cheap.)"""
     name: str
     kind: str
-    shape: Optional[tuple]      # None in it for a ragged dimension; None when unreadable
+    shape: Optional[Shape]      # None in it for a ragged dimension; None when unreadable
     dtype: str
     device: str
     numel: Optional[int]
@@ -67,13 +81,13 @@ class Report:
     """What MemReporter.collect() found. ``rows`` per device in table order; ``totals`` per
     device string (bytes; allocator and driver numbers where the device is CUDA)."""
     rows: List[Row]
-    totals: Dict[str, dict]
-    sites: Dict[str, list] = field(default_factory=dict)
+    totals: Dict[str, Totals]
+    sites: Dict[str, List[Site]] = field(default_factory=dict)
     # CUDA: {device: {block address: kind}} of the blocks holding found storages (the first,
     # i.e. named, row's kind; saved_for_backward is reported as "activation")
-    block_kinds: Dict[str, dict] = field(default_factory=dict)
+    block_kinds: Dict[str, Dict[int, str]] = field(default_factory=dict)
 
-    def devices(self):
+    def devices(self) -> List[str]:
         return list(self.totals)
 
     def format(self, verbose: bool = False) -> str:
@@ -101,24 +115,26 @@ class Report:
     def text(self) -> str:
         return self.format(verbose=False)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.text
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain data (lists and dicts: for json.dumps)."""
         return {
-            "rows": [dict(r._asdict(), shape=list(r.shape)) for r in self.rows],
+            "rows": [dict(r._asdict(), shape=None if r.shape is None else list(r.shape))
+                     for r in self.rows],
             "totals": {d: dict(t) for d, t in self.totals.items()},
             "sites": {d: [list(s) for s in v] for d, v in self.sites.items()},
         }
 
 
-def _no_storage(how):
+def _no_storage(how: str) -> str:
     """Why a row holds no bytes, as the cycle report's text says it: "none (meta tensor)" ->
     "meta", "none (storage not readable)" -> "storage not readable"."""
     return how[how.find("(") + 1:how.rfind(")")].removesuffix(" tensor") if "(" in how else how
 
 
-def _footer(dev, t, sites, verbose):
+def _footer(dev: str, t: Totals, sites: Sequence[Site], verbose: bool) -> List[str]:
     R = readable_size
     if "allocated" not in t:
         return [f"Named: {R(t['named_storage'])} of {R(t['storage'])} in "
@@ -154,27 +170,15 @@ def _footer(dev, t, sites, verbose):
     return out
 
 
-def _parse_device(device):
-    """None, or (type, index or None) for the device filter; ValueError when invalid."""
+def _parse_device(device: Optional[object]) -> Filter:
+    """None, or (type, index or None) for the device filter (tensorgc/_devices.py: the syntax
+    the whole package shares); DeviceError (a ValueError) when invalid."""
     if device is None:
         return None
-    import torch
-
-    if isinstance(device, int) and not isinstance(device, bool):
-        device = f"cuda:{device}"
-    if isinstance(device, torch.device):
-        return (device.type, device.index)
-    if not isinstance(device, str):
-        raise ValueError(f"device must be None, a str, an int or a torch.device, not "
-                         f"{type(device).__name__}")
-    try:
-        d = torch.device(device)
-    except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"invalid device {device!r}: {exc}") from None
-    return (d.type, d.index)
+    return parse_device(device, "device")
 
 
-def _matches(filt, dev_type, dev_index):
+def _matches(filt: Filter, dev_type: str, dev_index: Optional[int]) -> bool:
     if filt is None:
         return True
     if filt[0] != dev_type:
@@ -200,21 +204,22 @@ class MemReporter:
     reporter keeps only weak references to the model and the optimizers, and none to tensors.
     """
 
-    def __init__(self, model=None, *, optimizer=None, pre_collect: bool = False,
-                 track: bool = False):
+    def __init__(self, model: Optional[torch.nn.Module] = None, *,
+                 optimizer: Optional[torch.optim.Optimizer] = None, pre_collect: bool = False,
+                 track: bool = False) -> None:
         import torch
 
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
         self._model = weakref.ref(model) if model is not None else None
-        self._optimizers: list = []
+        self._optimizers: List[weakref.ref[torch.optim.Optimizer]] = []
         self.pre_collect = bool(pre_collect)
         if optimizer is not None:
             self.add_optimizer(optimizer)
         if track:
             track_tensors(True)
 
-    def add_optimizer(self, optimizer) -> None:
+    def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         import torch
 
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -224,20 +229,28 @@ class MemReporter:
 
     # ------------------------------------------------------------------ public
 
-    def report(self, verbose: bool = False, device=None) -> None:
+    def report(self, verbose: bool = False, device: Optional[DeviceLike] = None) -> None:
         """Print memlab's table for every device (or ``device``), with the explained footer."""
         print(self.collect(device=device).format(verbose=verbose))
 
-    def collect(self, device=None) -> Report:
-        """The report as data (see Report, Row)."""
+    def collect(self, device: Optional[DeviceLike] = None) -> Report:
+        """The report as data (see Report, Row). A CUDA ``device`` on a machine without CUDA
+        gives an empty report and a WARNING on logger "tensorgc" that says why."""
+        return self._collect(device, True)
+
+    def _collect(self, device: Optional[DeviceLike], warn: bool) -> Report:
         filt = _parse_device(device)
+        if warn and filt is not None and filt[0] == "cuda" and not cuda_available():
+            logger.warning("tensorgc: MemReporter: the report for %s is empty: %s; "
+                           "device='cpu' (or None) reports the CPU's tensors", device, NO_CUDA)
         if self.pre_collect:
             gc.collect()
         # No automatic collection in the middle of a report: it would be timed as ours and
         # could free what we are counting. The user's setting is restored on every path.
         enabled = gc.isenabled()
         gc.disable()
-        named = live = None
+        named: Optional[List[NamedTensor]] = None
+        live: Optional[List[torch.Tensor]] = None
         try:
             named = self._named()                  # [(tensor, name, kind)]
             live = _tensorgc._live_tensors()       # every tensor object the collector tracks
@@ -250,21 +263,21 @@ class MemReporter:
 
     # ------------------------------------------------------------------ naming
 
-    def _named(self):
-        out = []
+    def _named(self) -> List[NamedTensor]:
+        out: List[NamedTensor] = []
         model = self._model() if self._model is not None else None
-        pnames: dict = {}
+        pnames: Dict[int, str] = {}
         if model is not None:
-            groups: dict = {}
+            groups: Dict[int, Tuple[torch.Tensor, List[str]]] = {}
             for name, p in model.named_parameters(remove_duplicate=False):
                 groups.setdefault(id(p), (p, []))[1].append(name)
-            for p, names in groups.values():
-                pnames[id(p)] = "+".join(names)
-                out.append((p, pnames[id(p)], "parameter"))
-                g = p.grad
+            for param, names in groups.values():
+                pnames[id(param)] = "+".join(names)
+                out.append((param, pnames[id(param)], "parameter"))
+                g = param.grad
                 if g is not None:
-                    out.append((g, pnames[id(p)] + ".grad", "grad"))
-            bgroups: dict = {}
+                    out.append((g, pnames[id(param)] + ".grad", "grad"))
+            bgroups: Dict[int, Tuple[torch.Tensor, List[str]]] = {}
             for name, b in model.named_buffers(remove_duplicate=False):
                 if b is not None:
                     bgroups.setdefault(id(b), (b, []))[1].append(name)
@@ -292,9 +305,10 @@ class MemReporter:
 
     # ------------------------------------------------------------------ measuring
 
-    def _build(self, named, live, filt):
-        seen_ids = set()
-        entries = []  # (tensor, name or None, kind)
+    def _build(self, named: List[NamedTensor], live: List[torch.Tensor],
+               filt: Filter) -> Report:
+        seen_ids: Set[int] = set()
+        entries: List[Tuple[torch.Tensor, Optional[str], str]] = []  # (tensor, name, kind)
         for t, name, kind in named:
             if id(t) not in seen_ids:
                 seen_ids.add(id(t))
@@ -306,16 +320,18 @@ class MemReporter:
         infos = _tensorgc._tensor_rows([e[0] for e in entries])
 
         # (name, kind, shape, dtype, device, dev_type, dev_index, numel, ptr, nbytes, storage)
-        rows_raw = []
+        rows_raw: List[List[Any]] = []
         counter = 0
-        for (t, name, kind), info in zip(entries, infos):
+        for (t, label, kind), info in zip(entries, infos):
             (ptr, _own, dev, dev_type, dev_index, shape, dtype, numel, _sparse, how, parts,
              nbytes, _none) = info
             if not _matches(filt, dev_type, dev_index) or numel == 0:
                 continue
-            if name is None:
+            if label is None:
                 name = f"{type(t).__name__}{counter}"
                 counter += 1
+            else:
+                name = label
             if parts:
                 # a sparse tensor's indices and values, a wrapper's inner tensors: a row each,
                 # so that a storage shared with another tensor is still counted once
@@ -330,7 +346,7 @@ class MemReporter:
                                  nbytes, how])
 
         # each storage once: the first row (named rows come first) counts it
-        first_of = {}
+        first_of: Dict[Tuple[str, int], str] = {}
         for r in rows_raw:
             key = (r[4], r[8])
             if r[8] is None or r[8] == 0:
@@ -347,11 +363,11 @@ class MemReporter:
             if r[4] not in devices:
                 devices.append(r[4])
         block = {}  # row index -> block bytes
-        block_kinds: Dict[str, dict] = {}
-        totals: Dict[str, dict] = {}
-        sites: Dict[str, list] = {}
+        block_kinds: Dict[str, Dict[int, str]] = {}
+        totals: Dict[str, Totals] = {}
+        sites: Dict[str, List[Site]] = {}
         cuda_idx = sorted({(r[6] if r[6] is not None else 0) for r in rows_raw if r[5] == "cuda"})
-        if filt is not None and filt[0] == "cuda":
+        if filt is not None and filt[0] == "cuda" and cuda_available():
             import torch
 
             want = filt[1] if filt[1] is not None else None
@@ -379,22 +395,22 @@ class MemReporter:
                     block[i] = 0
             for idx in cuda_idx:
                 dev_s = f"cuda:{idx}"
-                t = dict(ctot.get(idx, {}))
-                if not t:
-                    t = {k: 0 for k in ("reserved", "allocated", "requested", "pending_free",
-                                        "inactive_split", "inactive_whole", "named", "seen",
-                                        "stack_attributed", "unattributed")}
+                tot: Totals = dict(ctot.get(idx, {}))
+                if not tot:
+                    tot = {k: 0 for k in ("reserved", "allocated", "requested", "pending_free",
+                                          "inactive_split", "inactive_whole", "named", "seen",
+                                          "stack_attributed", "unattributed")}
                 dm = _alloc.device_memory(idx)
-                t["process_used"] = dm["process_used"] if dm["ok"] else -1
-                t["device_used"] = dm["device_used"] if dm["ok"] else -1
-                t["device_total"] = dm["total"] if dm["ok"] else -1
-                t["device_free"] = dm["free"] if dm["ok"] else -1
-                t["device_source"] = dm["source"] if dm["ok"] else dm["error"]
-                t["non_pytorch"] = (t["process_used"] - t["reserved"]
-                                    if t["process_used"] >= 0 else None)
-                totals[dev_s] = t
+                tot["process_used"] = dm["process_used"] if dm["ok"] else -1
+                tot["device_used"] = dm["device_used"] if dm["ok"] else -1
+                tot["device_total"] = dm["total"] if dm["ok"] else -1
+                tot["device_free"] = dm["free"] if dm["ok"] else -1
+                tot["device_source"] = dm["source"] if dm["ok"] else dm["error"]
+                tot["non_pytorch"] = (tot["process_used"] - tot["reserved"]
+                                      if tot["process_used"] >= 0 else None)
+                totals[dev_s] = tot
                 sites[dev_s] = _alloc.top_sites(segs, [u for u in unseen if u[2] == idx])
-        rows = []
+        rows: List[Row] = []
         append = rows.append
         for dev in devices:
             totals.setdefault(dev, {}).update(numel=0, used=0, storage=0, named_storage=0,
@@ -404,18 +420,18 @@ class MemReporter:
             sb = 0 if shares or nbytes is None else nbytes
             bb = block.get(i, 0) if dev_type == "cuda" else None
             append(Row(name, kind, shape, dtype, dev, numel, sb, bb, shares, how))
-            t = totals[dev]
-            t["numel"] += numel or 0
-            t["used"] += sb if bb is None else bb
-            t["storage"] += sb
+            tot = totals[dev]
+            tot["numel"] += numel or 0
+            tot["used"] += sb if bb is None else bb
+            tot["storage"] += sb
             if kind != "other":
-                t["named_storage"] += sb
+                tot["named_storage"] += sb
             if sb:
-                t["storages"] += 1
-            t["tensors"] += 1
+                tot["storages"] += 1
+            tot["tensors"] += 1
         # devices in first-seen order, CUDA ones included even when only filtered for
         ordered = {d: totals[d] for d in devices if d in totals}
-        ordered.update({d: t for d, t in totals.items() if d not in ordered})
+        ordered.update({d: v for d, v in totals.items() if d not in ordered})
         return Report(rows=rows, totals=ordered, sites=sites, block_kinds=block_kinds)
 
 
@@ -423,10 +439,10 @@ _is_tensor = _tensorgc._is_tensor  # a C type check: no isinstance, no __class__
 
 # ---------------------------------------------------------------------- autograd
 
-_SAVED_ATTRS: dict = {}  # grad_fn type -> names of its _saved_ attributes
+_SAVED_ATTRS: Dict[type, Tuple[str, ...]] = {}  # grad_fn type -> its _saved_ attributes
 
 
-def _saved_attrs(node):
+def _saved_attrs(node: object) -> Tuple[str, ...]:
     tp = type(node)
     names = _SAVED_ATTRS.get(tp)
     if names is None:
@@ -435,13 +451,13 @@ def _saved_attrs(node):
     return names
 
 
-def _module_of(node, pname_of):
+def _module_of(node: object, pname_of: Dict[int, str]) -> Optional[str]:
     """Where a node's op ran, from the parameters it accumulates into: "← layers.3" when its
     own inputs include a parameter (directly or through one view/transpose node), "after
     layers.3" when only its inputs' op does (an activation following that module), else None."""
     frontier = [node]
     for depth in range(3):
-        nxt = []
+        nxt: List[object] = []
         for n in frontier:
             for child, _ in getattr(n, "next_functions", ()) or ():
                 if child is None:
@@ -466,17 +482,18 @@ _VIEW_NODES = ("TBackward", "ViewBackward", "TransposeBackward", "PermuteBackwar
                "ToCopyBackward")
 
 
-def _is_view(node):
+def _is_view(node: object) -> bool:
     return type(node).__name__.startswith(_VIEW_NODES)
 
 
-def _saved_for_backward(live, named, limit=200000):
+def _saved_for_backward(live: Iterable[torch.Tensor], named: Iterable[NamedTensor],
+                        limit: int = 200000) -> List[NamedTensor]:
     """(tensor, name, kind) for tensors that autograd nodes save for backward, found by walking
     the grad_fn graphs reachable from live tensors. Tensors already named keep their name."""
     pname_of = {id(t): n for t, n, k in named if k == "parameter"}
-    out = []
-    seen_nodes = set()
-    stack = []
+    out: List[NamedTensor] = []
+    seen_nodes: Set[int] = set()
+    stack: List[Any] = []
     for t in live:
         try:
             fn = t.grad_fn
@@ -485,7 +502,7 @@ def _saved_for_backward(live, named, limit=200000):
         if fn is not None and id(fn) not in seen_nodes:
             seen_nodes.add(id(fn))
             stack.append(fn)
-    keep = []  # nodes stay alive while we walk, so ids are not reused
+    keep: List[Any] = []  # nodes stay alive while we walk, so ids are not reused
     while stack and len(seen_nodes) < limit:
         node = stack.pop()
         keep.append(node)

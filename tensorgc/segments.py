@@ -9,8 +9,11 @@ escaped.
 from __future__ import annotations
 
 import html as _html
+from typing import List, Optional, Tuple
 
 from . import _tensorgc
+from ._devices import DeviceLike, snapshot_device
+from ._types import Snapshot, Trace
 from .reporter import readable_size as R
 from .timeline import _color, _frames_text, _site
 
@@ -19,23 +22,30 @@ __all__ = ["segments_html", "segment_map"]
 ROW, WIDTH, LEFT, MAX_ROWS = 18, 1000, 150, 2000
 
 
-def segment_map(snap, device=0, at=None, oom=None):
+Span = Tuple[int, int, int]  # (address, size, event; -1: before the trace)
+
+
+def segment_map(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int] = None,
+                oom: Optional[int] = None) -> Tuple[int, List[Span], List[Span], Trace]:
     """(upto, segments, allocations, trace): the state after trace[:upto]; segments and
-    allocations as (addr, size, event) with event -1 when it predates the trace."""
-    if not isinstance(device, int) or device < 0:
-        raise ValueError(f"device must be an int >= 0, not {device!r}")
+    allocations as (addr, size, event) with event -1 when it predates the trace. ``device``: an
+    index, "cuda:N", "cuda" (the first device the snapshot holds) or a torch.device; one the
+    snapshot does not hold has no segments."""
+    device = snapshot_device(snap, device, required=False)
     traces = snap.get("device_traces") or []
     trace = traces[device] if device < len(traces) else []
     if oom is not None:
         ooms = [i for i, e in enumerate(trace) if e.get("action") == "oom"]
         if not ooms:
-            raise ValueError(f"no OOM event in the trace of cuda:{device}")
-        if not isinstance(oom, int) or not -len(ooms) <= oom < len(ooms):
-            raise ValueError(f"--oom {oom!r}: the trace has {len(ooms)} OOM event(s)")
+            raise ValueError(f"oom={oom!r}: no OOM event in the trace of cuda:{device}")
+        if not isinstance(oom, int) or isinstance(oom, bool) or not -len(ooms) <= oom < len(ooms):
+            raise ValueError(f"oom={oom!r}: the trace of cuda:{device} has {len(ooms)} OOM "
+                             "event(s)")
         upto = ooms[oom]
     elif at is not None:
-        if not isinstance(at, int) or not 0 <= at <= len(trace):
-            raise ValueError(f"event {at!r} is outside the trace (0..{len(trace)})")
+        if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= len(trace):
+            raise ValueError(f"at={at!r} is outside the trace of cuda:{device} "
+                             f"(0..{len(trace)})")
         upto = at
     else:
         upto = len(trace)
@@ -46,7 +56,12 @@ def segment_map(snap, device=0, at=None, oom=None):
     return upto, segs, allocs, trace
 
 
-def segments_html(snap, device=0, at=None, oom=None, title=None):
+def segments_html(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int] = None,
+                  oom: Optional[int] = None, title: Optional[str] = None) -> str:
+    """The page (str) of the segment map after trace[:at] (default: the end) or just before the
+    ``oom``-th OOM. A device the snapshot does not hold is a ValueError (tensorgc.DeviceError)
+    that lists the devices it holds: its page would be empty."""
+    device = snapshot_device(snap, device)
     upto, segs, allocs, trace = segment_map(snap, device=device, at=at, oom=oom)
     rows = segs[:MAX_ROWS]
     parts = []

@@ -1,4 +1,4 @@
-"""Allocator snapshots: record, take, dump, and load them safely (issue #4, first part).
+"""Allocator snapshots: record, take, dump, and load them safely.
 
 * ``record_memory_history(...)`` wraps ``torch.cuda.memory._record_memory_history`` across its
   old (boolean, ``trace_alloc_*``) and new (``enabled="all"``, ``context``, ``stacks``) forms.
@@ -22,10 +22,19 @@ import logging
 import os
 import pickle
 import secrets
+import stat
 import sys
 import tempfile
+from typing import (IO, TYPE_CHECKING, Any, BinaryIO, Callable, Dict, FrozenSet, Literal,
+                    Mapping, NoReturn, Optional, Sequence, Set, Tuple, Union)
 
 from . import _tensorgc
+from ._devices import DeviceLike, cuda_available, require_cuda
+from ._errors import SnapshotError
+from ._types import Snapshot, Trace, TraceEntry
+from .categories import KEY, parse, snapshot_key
+
+StrPath = Union[str, "os.PathLike[str]"]
 
 __all__ = ["record_memory_history", "snapshot", "dump_snapshot", "load_snapshot",
            "SnapshotError", "DEFAULT_MAX_BYTES"]
@@ -33,31 +42,40 @@ __all__ = ["record_memory_history", "snapshot", "dump_snapshot", "load_snapshot"
 DEFAULT_MAX_BYTES = 8 << 30  # 8 GiB: larger files need max_bytes= explicitly
 
 
-class SnapshotError(ValueError):
-    """A snapshot file that cannot be read: truncated, corrupt, oversized, hostile or not a
-    snapshot. The message says which, and where."""
-
-
-def record_memory_history(enabled="all", context="all", stacks="python",
-                          max_entries=sys.maxsize, device=None):
+def record_memory_history(enabled: Optional[Literal["all", "state"]] = "all",
+                          context: Optional[Literal["all", "alloc", "state"]] = "all",
+                          stacks: Literal["python", "all"] = "python",
+                          max_entries: int = sys.maxsize,
+                          device: Optional[DeviceLike] = None) -> None:
     """Start (``enabled="all"`` or ``"state"``) or stop (``enabled=None``) recording the CUDA
-    caching allocator's history, with torch's current keyword names on any torch version."""
-    import torch
+    caching allocator's history, with torch's current keyword names on any torch version.
 
+    Without CUDA (``torch.cuda.is_available()`` False) starting raises RuntimeError, and
+    stopping does nothing (nothing records; a ``finally`` that stops stays quiet)."""
     if enabled not in ("all", "state", None):
         raise ValueError(f"enabled must be 'all', 'state' or None, not {enabled!r}")
     if context not in ("all", "alloc", "state", None):
         raise ValueError(f"context must be 'all', 'alloc', 'state' or None, not {context!r}")
     if stacks not in ("python", "all"):
         raise ValueError(f"stacks must be 'python' or 'all', not {stacks!r}")
+    if not cuda_available():
+        if enabled is None:
+            logging.getLogger("tensorgc").debug("tensorgc: record_memory_history(enabled=None): "
+                                                "no CUDA, nothing was recording")
+            return None
+        require_cuda("record_memory_history", "the history it records is the CUDA caching "
+                     "allocator's")
+    import torch
+
     mem = torch.cuda.memory
+    record: Callable[..., None] = mem._record_memory_history  # two forms: see below
     impl = getattr(mem, "_record_memory_history_impl", None)
-    params = inspect.signature(impl if impl is not None else mem._record_memory_history).parameters
+    params = inspect.signature(impl if impl is not None else record).parameters
     if "context" in params and "stacks" in params:
-        return mem._record_memory_history(enabled, context=context, stacks=stacks,
-                                          max_entries=max_entries, device=device)
+        return record(enabled, context=context, stacks=stacks, max_entries=max_entries,
+                      device=device)
     # torch < 2.1: the boolean form
-    return mem._record_memory_history(
+    return record(
         enabled is not None,
         record_context=context is not None,
         trace_alloc_max_entries=max_entries if enabled == "all" else 1,
@@ -67,19 +85,21 @@ def record_memory_history(enabled="all", context="all", stacks="python",
     )
 
 
-def snapshot(*, categories=True, named=None):
+def snapshot(*, categories: bool = True,
+             named: Optional[Mapping[Union[int, str], Mapping[int, str]]] = None) -> Snapshot:
     """The allocator's state and history (torch's ``_snapshot()`` dict). With ``categories``
     and an active ``tensorgc.categorize`` handle, the handles' phase and grad marks are attached
     under ``"tensorgc_categories"``, with ``named`` ({device index: {block address: kind}};
     default: a MemReporter collect of the handles' models and optimizers) for the blocks alive
     now, so the timeline of the dumped file is coloured by category anywhere. memory_viz
-    ignores the key."""
+    ignores the key. Without CUDA, RuntimeError (the snapshot is the CUDA caching allocator's
+    state)."""
+    require_cuda("snapshot", "it is the CUDA caching allocator's state; load_snapshot reads a "
+                 "file taken elsewhere")
     import torch
 
-    snap = torch.cuda.memory._snapshot()
+    snap: Snapshot = dict(torch.cuda.memory._snapshot())
     if categories:
-        from .categories import KEY, snapshot_key
-
         try:
             key = snapshot_key(named)
         except Exception:  # noqa: BLE001 -- the snapshot matters more than its categories
@@ -91,14 +111,17 @@ def snapshot(*, categories=True, named=None):
     return snap
 
 
-def dump_snapshot(path, snap=None):
-    """Write ``snap`` (default: a fresh ``snapshot()``) to ``path`` with pickle protocol 4,
-    atomically (a private temp file in the same directory, then a rename), mode 0600."""
+def dump_snapshot(path: StrPath, snap: Optional[Snapshot] = None) -> str:
+    """Write ``snap`` (default: a fresh ``snapshot()``, which needs CUDA) to ``path`` with pickle
+    protocol 4, atomically (a private temp file in the same directory, then a rename), mode
+    0600. Without CUDA and without ``snap``, RuntimeError before anything is written."""
     if snap is None:
+        require_cuda("dump_snapshot", "without snap= it takes a snapshot of the CUDA caching "
+                     "allocator; pass snap= to write one you have")
         snap = snapshot()
-    path = os.fspath(path)
-    atomic_write(path, lambda f: pickle.dump(snap, f, protocol=4), binary=True)
-    return path
+    where = os.fspath(path)
+    atomic_write(where, lambda f: pickle.dump(snap, f, protocol=4), binary=True)
+    return where
 
 
 # What a temp file's name starts with: hidden, and told apart from the files it becomes.
@@ -118,12 +141,14 @@ class _Out:
 
     __slots__ = ("fd", "binary")
 
-    def __init__(self, fd, binary):
+    def __init__(self, fd: int, binary: bool) -> None:
         self.fd = fd
         self.binary = binary
 
-    def write(self, data):
-        if not self.binary:
+    def write(self, data: Union[str, bytes, bytearray, memoryview]) -> int:
+        if isinstance(data, str):
+            if self.binary:
+                raise TypeError("a binary file takes bytes, not str")
             data = data.encode("utf-8")
         view = memoryview(data).cast("B")
         done, n = 0, len(view)
@@ -135,7 +160,7 @@ class _Out:
         return n
 
 
-def _fsync(fd):
+def _fsync(fd: int) -> None:
     try:
         os.fsync(fd)
     except OSError as exc:
@@ -144,11 +169,12 @@ def _fsync(fd):
             raise
 
 
-def _random_name(prefix, suffix):
+def _random_name(prefix: str, suffix: str) -> str:
     return prefix + "".join(secrets.choice(_NAME_CHARS) for _ in range(8)) + suffix
 
 
-def atomic_write(path, write, binary=False, *, unique=None, fsync=True):
+def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = False, *,
+                 unique: Optional[Tuple[str, str]] = None, fsync: bool = True) -> str:
     """Writes a whole file or none: calls write(f) (f.write takes str, or bytes when binary) on
     a private temp file (mkstemp: O_EXCL, mode 0600, unpredictable name ``.tensorgc-*.tmp``) in
     the target's directory, fsyncs it, then gives it its name. Returns that name (absolute).
@@ -165,7 +191,9 @@ def atomic_write(path, write, binary=False, *, unique=None, fsync=True):
     not fsynced: without it a crash may lose the new name, never a name's content."""
     path = os.path.abspath(os.fspath(path))
     directory = path if unique is not None else os.path.dirname(path)
-    fd, tmp, reserved = -1, None, None
+    fd: int = -1
+    tmp: Optional[str] = None
+    reserved: Optional[str] = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=directory)
         write(_Out(fd, binary))
@@ -217,14 +245,14 @@ def atomic_write(path, write, binary=False, *, unique=None, fsync=True):
             except OSError:
                 pass
         left = []
-        for name in (tmp, reserved):
-            if name is not None:
+        for temp in (tmp, reserved):
+            if temp is not None:
                 try:
-                    os.unlink(name)
+                    os.unlink(temp)
                 except FileNotFoundError:
                     pass
                 except OSError as err:
-                    left.append(f"could not remove the temporary file {name}: {err}")
+                    left.append(f"could not remove the temporary file {temp}: {err}")
         if isinstance(exc, OSError) and exc.errno is not None and (
                 exc.filename is None or _ours(exc.filename, directory, unique)):
             new = OSError(exc.errno, exc.strerror, path)
@@ -232,9 +260,9 @@ def atomic_write(path, write, binary=False, *, unique=None, fsync=True):
             exc = new
         if left:
             try:
-                exc._tensorgc_left = "; ".join(left)
+                setattr(exc, "_tensorgc_left", "; ".join(left))
                 if _ADD_NOTE:
-                    exc.add_note(exc._tensorgc_left)
+                    exc.add_note("; ".join(left))
             except Exception:  # noqa: BLE001 -- an exception type that takes no attributes
                 pass
         if exc is not sys.exc_info()[1]:
@@ -242,10 +270,10 @@ def atomic_write(path, write, binary=False, *, unique=None, fsync=True):
         raise
 
 
-def _ours(filename, directory, unique):
+def _ours(filename: object, directory: str, unique: Optional[Tuple[str, str]]) -> bool:
     """Whether an OSError's file is one atomic_write made or tried (its temp, a new name)."""
     try:
-        name = os.fsdecode(filename)
+        name = os.fsdecode(filename)  # type: ignore[arg-type]  # a str, bytes or PathLike
     except TypeError:
         return False
     base = os.path.basename(name)
@@ -253,7 +281,7 @@ def _ours(filename, directory, unique):
         base.startswith(_TEMP_PREFIX) or (unique is not None and base.startswith(unique[0])))
 
 
-def write_failure(exc):
+def write_failure(exc: BaseException) -> str:
     """Why atomic_write failed, in one line: ``[Errno 28] No space left on device: '/dir'``,
     or the exception's type and message; plus the temp file it could not remove, if any."""
     why = str(exc) if isinstance(exc, OSError) else (
@@ -268,11 +296,11 @@ class _PlainUnpickler(pickle.Unpickler):
     refuses; _scan refuses every other opcode that would call or fetch something before this
     unpickler runs (EXT codes, for one, are served from copyreg's cache without find_class)."""
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise SnapshotError(f"refusing to load {module}.{name}: snapshot files may only hold "
                             "plain containers and scalars (this one tries to import or call code)")
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: object) -> NoReturn:
         raise SnapshotError("refusing a persistent id: snapshot files may only hold plain "
                             "containers and scalars")
 
@@ -286,11 +314,11 @@ _REFUSED = {ord("R"): "REDUCE", ord("b"): "BUILD", ord("o"): "OBJ", 0x81: "NEWOB
  _MEMO_NAN, _DECLARES, _REFUSED_OP, _UNKNOWN) = range(12)
 
 
-def _scan_error(pos, n, why, kind="corrupt"):
+def _scan_error(pos: int, n: int, why: str, kind: str = "corrupt") -> SnapshotError:
     return SnapshotError(f"{kind} pickle near byte {pos:,} of {n:,}: {why}")
 
 
-def _scan(data):
+def _scan(data: bytes) -> Optional[int]:
     """Walks the pickle's opcodes without building anything. Returns the offset just past STOP,
     or None where GLOBAL/STACK_GLOBAL/INST comes first (the unpickler's find_class refuses it by
     name); raises SnapshotError."""
@@ -320,36 +348,96 @@ def _scan(data):
     raise _scan_error(pos, n, why, kind)
 
 
-def _read(path, max_bytes):
-    """The file's bytes; SnapshotError past max_bytes."""
-    with open(path, "rb") as f:
+# What a path that is not a regular file is (st_mode's file type -> words): reading one could
+# block forever (a FIFO with no writer, a terminal) or never end (/dev/zero).
+_NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISDIR, "a directory"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                (stat.S_ISSOCK, "a socket"))
+LIMIT_HINT = "pass max_bytes= to allow it"
+NOT_A_FILE_HINT = "copy it to a file first"
+
+
+def _not_regular(mode: int) -> Optional[str]:
+    """Words for a file type that is not a regular file, or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((words for test, words in _NOT_REGULAR if test(mode)), "not a regular file")
+
+
+def _check_limit(max_bytes: object, what: str = "max_bytes") -> None:
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ValueError(f"{what} must be an int >= 1, not {max_bytes!r}")
+
+
+def _read(path: str, max_bytes: int, hint: str = LIMIT_HINT,
+          not_a_file: str = NOT_A_FILE_HINT) -> bytes:
+    """The bytes of the regular file ``path``; SnapshotError past max_bytes or for anything but
+    a regular file. The file is opened without blocking (a FIFO with no writer would block the
+    open itself) and its type checked on the open descriptor, so a path swapped meanwhile is
+    still caught."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags)
+    try:
+        what = _not_regular(os.fstat(fd).st_mode)
+        if what is not None:
+            raise SnapshotError(f"{path}: is {what}, not a regular file; snapshots are read "
+                                f"from files ({not_a_file})")
+        os.set_blocking(fd, True)
+        f = open(fd, "rb")  # noqa: SIM115 -- closed by the with below
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         size = os.fstat(f.fileno()).st_size
-        if size > max_bytes:
-            raise SnapshotError(f"{path}: {size:,} bytes is over the limit of {max_bytes:,} "
-                                "(pass max_bytes= to allow it)")
-        # read(n) allocates n bytes before reading anything: ask for what the file says it
-        # holds (+1, to see it grew), never for max_bytes; a file that grew, or a pipe, in chunks
-        parts = [f.read(size + 1)]
-        total = len(parts[0])
-        while size < total <= max_bytes:
-            chunk = f.read(min(16 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            parts.append(chunk)
-            total += len(chunk)
+        return _read_stream(f, path, max_bytes, size, hint)
+
+
+def _read_stream(f: IO[bytes], where: str, max_bytes: int, size: int = 0,
+                 hint: str = LIMIT_HINT) -> bytes:
+    """At most max_bytes of the binary stream f; SnapshotError past it. ``size``: what the file
+    says it holds (0 for a stream of unknown length)."""
+    if size > max_bytes:
+        raise SnapshotError(f"{where}: {size:,} bytes is over the limit of {max_bytes:,} "
+                            f"({hint})")
+    # read(n) allocates n bytes before reading anything: ask for what the file says it holds
+    # (+1, to see it grew), never for max_bytes; a file that grew, or a stream, in chunks
+    parts = [f.read(min(size + 1, max_bytes + 1)) if size else b""]
+    total = len(parts[0])
+    while size < total <= max_bytes or (not size and total <= max_bytes):
+        chunk = f.read(min(16 << 20, max_bytes + 1 - total))
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
     if total > max_bytes:
-        raise SnapshotError(f"{path}: grew past the limit of {max_bytes:,} bytes while reading")
+        how = "grew past the limit of" if size else "holds more than the limit of"
+        raise SnapshotError(f"{where}: {how} {max_bytes:,} bytes while reading ({hint})")
     return b"".join(parts)
 
 
-def load_snapshot(path, *, max_bytes=DEFAULT_MAX_BYTES):
+def load_snapshot(path: StrPath, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
     """Read a snapshot file (torch's ``_dump_snapshot`` / ``dump_snapshot``, any protocol from 2
-    to 5) without running code from it. Raises SnapshotError with the reason."""
-    path = os.fspath(path)
+    to 5) without running code from it. Only regular files are read (a FIFO, a directory or a
+    device is refused, never waited on). Raises SnapshotError with the reason."""
+    _check_limit(max_bytes)
+    return _load(os.fspath(path), max_bytes)
+
+
+def _load(path: str, max_bytes: int, hint: str = LIMIT_HINT,
+          not_a_file: str = NOT_A_FILE_HINT) -> Snapshot:
+    """load_snapshot, with the words that say how to raise the limit and what to do with a path
+    that is not a file (the command line names its own options)."""
     try:
-        data = _read(path, max_bytes)
+        data = _read(path, max_bytes, hint, not_a_file)
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return _parse_bytes(data, path)
+
+
+def _parse_bytes(data: bytes, where: str = "snapshot") -> Snapshot:
+    """A snapshot from the bytes of a file (load_snapshot reads them; the command line reads
+    standard input); ``where`` names them in messages. Raises SnapshotError with the reason."""
+    path = where
     if not data:
         raise SnapshotError(f"{path}: empty file, not a snapshot")
     if data[:1] != b"\x80":
@@ -377,25 +465,49 @@ def load_snapshot(path, *, max_bytes=DEFAULT_MAX_BYTES):
 
 
 # The fields tensorgc reads, and their types (absent is fine unless required below): the C
-# replays check their own, the Python around them relies on these.
-_SEGMENT_FIELDS = (("device", int), ("address", int), ("total_size", int), ("segment_type", str))
-_BLOCK_FIELDS = (("size", int), ("address", int), ("requested_size", int), ("state", str))
-_ENTRY_FIELDS = (("action", str), ("addr", int), ("size", int), ("device_free", int),
+# replays check their own, the Python around them relies on these. _U64: an address, a size or
+# a device, an int in [0, 2**64): one check here, so that every command refuses a negative one
+# alike (the replays would each read it their own way).
+_U64 = "an int >= 0"
+_SEGMENT_FIELDS = (("device", _U64), ("address", _U64), ("total_size", _U64),
+                   ("segment_type", str))
+_BLOCK_FIELDS = (("size", _U64), ("address", _U64), ("requested_size", _U64), ("state", str))
+_ENTRY_FIELDS = (("action", str), ("addr", _U64), ("size", _U64), ("device_free", _U64),
                  ("time_us", int))
 _FRAME_FIELDS = (("filename", str), ("name", str), ("line", int))
+_ABSENT = object()
 
 
-def _wrong_field(d, fields):
+def _wrong_field(d: Mapping[str, Any],
+                 fields: Sequence[Tuple[str, Union[type, str]]]) -> Optional[str]:
     for key, kind in fields:
-        v = d.get(key, kind)  # absent: the type itself, never an instance of it
-        if v is not kind and not isinstance(v, kind):
-            return f"'{key}' is {type(v).__name__}, not {kind.__name__}"
-        if kind is int and v is not kind and not -(1 << 63) <= v < 1 << 64:
+        v: Any = d.get(key, _ABSENT)
+        if v is _ABSENT:
+            continue
+        want = int if isinstance(kind, str) else kind  # _U64: an int, checked for its sign
+        if not isinstance(v, want):
+            return f"'{key}' is {type(v).__name__}, not {want.__name__}"
+        if want is not int or not isinstance(v, int):  # (the second: for the type checker)
+            continue
+        n = v
+        if not -(1 << 63) <= n < 1 << 64:
             return f"'{key}' is out of range"  # float() and str() of it would raise
+        if kind is _U64 and n < 0:
+            return f"'{key}' is negative ({n}): addresses, sizes and devices are >= 0"
     return None
 
 
-def check_snapshot(snap, where="snapshot", nbytes=None):
+def _first_negative(trace: Trace) -> Optional[TraceEntry]:
+    """The first entry of a trace (whose fields the C check found to be ints) with a negative
+    address, size or device_free, or None. A loop, not the C check: that one takes any int64."""
+    for e in trace:
+        if e.get("addr", 0) < 0 or e.get("size", 0) < 0 or e.get("device_free", 0) < 0:
+            return e
+    return None
+
+
+def check_snapshot(snap: object, where: str = "snapshot",
+                   nbytes: Optional[int] = None) -> Snapshot:
     """The shape of torch's snapshot: a dict with a list of segment dicts (each with a list of
     block dicts) and, optionally, a list of per-device trace lists of entry dicts; frames are
     lists of dicts; the fields tensorgc reads have their types. Returns snap.
@@ -422,13 +534,11 @@ def check_snapshot(snap, where="snapshot", nbytes=None):
         if count > nbytes:
             raise SnapshotError(f"{where}: {count:,} segments, blocks and trace entries in "
                                 f"{nbytes:,} bytes: the file repeats lists through the memo")
-    from .categories import KEY, parse
-
     if KEY in snap and parse(snap[KEY], where, nbytes) is None:
         del snap[KEY]  # written by a newer tensorgc: ignored (parse warned)
     checked = set()  # frames lists seen (torch shares one among the entries of a stack)
 
-    def frames_wrong(d):
+    def frames_wrong(d: Mapping[str, Any]) -> Optional[str]:
         frames = d.get("frames")
         if frames is None or id(frames) in checked:
             return None
@@ -465,4 +575,9 @@ def check_snapshot(snap, where="snapshot", nbytes=None):
             if why:
                 raise SnapshotError(f"{where}: trace entry {j} of device {d}: {why}")
             j = _tensorgc._check_trace(t, j + 1, checked)
+        e = _first_negative(t)
+        if e is not None:
+            j = next(i for i, x in enumerate(t) if x is e)
+            raise SnapshotError(f"{where}: trace entry {j} of device {d}: "
+                                f"{_wrong_field(e, _ENTRY_FIELDS)}")
     return snap

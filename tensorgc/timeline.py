@@ -2,14 +2,21 @@
 script from anywhere, opens offline). The replay is C (allocator/timeline.c); this module picks
 the events, draws polygons and escapes every string that comes from the file.
 
-    html = timeline_html(load_snapshot(path), device=0, detail=300)
+    html = timeline_html(load_snapshot(path), device="cuda:0", detail=300)
+
+``device`` everywhere here: an index (0), "cuda:N", "cuda" (the first device the snapshot holds)
+or a torch.device, as the command line's --device (tensorgc/_devices.py parses both).
 """
 from __future__ import annotations
 
 import hashlib
 import html as _html
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import _tensorgc
+from ._devices import DeviceLike, snapshot_device
+from ._types import Frame, Snapshot, Trace
+from .categories import replay_inputs
 from .reporter import readable_size as R
 
 __all__ = ["timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
@@ -17,28 +24,30 @@ __all__ = ["timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
 WIDTH, HEIGHT, LEFT, TOP = 1200, 420, 70, 10
 
 
-def replay(snap, device=0, columns=WIDTH, detail=300, categories=None):
+Replay = Dict[str, Any]  # the C replay's dict (see replay)
+
+
+def replay(snap: Snapshot, device: DeviceLike = "cuda", columns: int = WIDTH, detail: int = 300,
+           categories: Optional[Mapping[int, str]] = None) -> Tuple[Replay, Trace]:
     """The C replay of one device's trace: dict with active/peak/small per column, bands
     (alloc_event, free_event, size, col0, col1, offsets, addr, category, rule), ooms and oom_at
     (trace position, event position), max. With anything to classify by (the snapshot's
     "tensorgc_categories", torch's optimizer annotations, or ``categories``: {block address:
     kind} of the blocks alive at the end), also cat_active ({category: bytes per column}),
     at_peak ({category: bytes}) and peak_event; "marks" says whether phase or grad marks took
-    part (else only the named blocks are known)."""
-    from .categories import replay_inputs
-
+    part (else only the named blocks are known). A device the snapshot does not hold replays
+    an empty trace."""
     traces = snap.get("device_traces") or []
-    if not isinstance(device, int) or device < 0:
-        raise ValueError(f"device must be an int >= 0, not {device!r}")
-    trace = traces[device] if device < len(traces) else []
+    index = snapshot_device(snap, device, required=False)
+    trace: Trace = traces[index] if index < len(traces) else []
     use_req = any(e.get("action") == "free_requested" for e in trace)
     # every block alive at the end; the replay keeps those whose address the trace never
     # allocates (they predate it)
     pre = [(b["address"], b["size"])
-           for s in snap.get("segments", []) if s.get("device") == device
+           for s in snap.get("segments", []) if s.get("device") == index
            for b in s.get("blocks", [])
            if b.get("state") == "active_allocated" and "address" in b]
-    classify, marks = replay_inputs(snap, device, categories)
+    classify, marks = replay_inputs(snap, index, categories)
     tl = _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req, classify)
     names = tl["categories"]
     tl["marks"] = marks
@@ -48,7 +57,7 @@ def replay(snap, device=0, columns=WIDTH, detail=300, categories=None):
     return tl, trace
 
 
-def peak_breakdown(tl):
+def peak_breakdown(tl: Replay) -> Optional[str]:
     """'at the peak (event N): activation 1.2G, parameter 800M, ...' (largest first; None
     without categories)."""
     if not tl.get("at_peak"):
@@ -59,39 +68,53 @@ def peak_breakdown(tl):
     return f"at the peak ({at}, {R(tl['max'])}): " + (", ".join(parts) or "nothing")
 
 
-def categories_at_peak(snap, device=0):
+def categories_at_peak(snap: Snapshot, device: DeviceLike = "cuda") -> Optional[str]:
     """The peak's breakdown by category for one device (the replay in one column, no bands), or
     None when the snapshot has nothing to classify by."""
-    from .categories import replay_inputs
-
-    if replay_inputs(snap, device)[0] is None:
+    index = snapshot_device(snap, device, required=False)
+    if replay_inputs(snap, index)[0] is None:
         return None
-    return peak_breakdown(replay(snap, device=device, columns=1, detail=0)[0])
+    return peak_breakdown(replay(snap, device=index, columns=1, detail=0)[0])
 
 
 SCAN_FRAMES = 256  # frames looked at per stack: a file may repeat one long stack everywhere
 TEXT_MAX = 1000  # characters kept of a string from the file: a file may repeat a long one
 
 
-def _text(v):
-    """A field from the file as display text: an int, or a str cut to TEXT_MAX with lone
-    surrogates replaced (the unpickler lets them through, UTF-8 output refuses them)."""
+# Characters of a string from the file that must not reach a page or a terminal as they are:
+# C0 controls (NUL, ESC, newlines...), DEL, C1 controls, and the bidirectional marks and
+# overrides that make text read in another order than it is stored. Each becomes its escape,
+# so the text stays true (a file name with a NUL in it shows \x00) and stays on one line.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_ESCAPES.update({c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
+                                             *range(0x2066, 0x206A))})
+
+
+def _text(v: object) -> str:
+    """A field from the file as display text (the one helper every string from a snapshot goes
+    through before a page, or a terminal, shows it; a page escapes it for HTML on top): an int,
+    or a str cut to TEXT_MAX characters, lone surrogates replaced (the unpickler lets them
+    through, UTF-8 output refuses them) and control characters written as escapes (\x00)."""
     if isinstance(v, int):
         return str(v) if -(1 << 63) <= v < 1 << 64 else "?"
     if not isinstance(v, str):
         return "?"
     v = v[:TEXT_MAX]
-    return v if v.isascii() else v.encode("utf-8", "replace").decode("utf-8")
+    if not v.isascii():
+        v = v.encode("utf-8", "replace").decode("utf-8")
+    if not v.isprintable():  # in C, and true for nearly every name: the common case is free
+        v = v.translate(_ESCAPES)[:TEXT_MAX]
+    return v
 
 
-def _frame_list(entry):
+def _frame_list(entry: object) -> List[Frame]:
     frames = entry.get("frames") if isinstance(entry, dict) else None
     if not isinstance(frames, list):
         return []
     return [f for f in frames[:SCAN_FRAMES] if isinstance(f, dict)]
 
 
-def _frame_lines(entry, limit):
+def _frame_lines(entry: object, limit: int) -> List[str]:
     """'file:line name' of the entry's first ``limit`` Python frames (all frames when none is)."""
     frames = _frame_list(entry)
     py = [f for f in frames if isinstance(f.get("filename"), str)
@@ -100,16 +123,16 @@ def _frame_lines(entry, limit):
             f"{_text(f.get('name', '?'))}" for f in py[:limit]]
 
 
-def _frames_text(entry, limit=8):
+def _frames_text(entry: object, limit: int = 8) -> str:
     return "\n".join(_frame_lines(entry, limit))
 
 
-def _color(key):
+def _color(key: str) -> str:
     h = int.from_bytes(hashlib.blake2s(key.encode("utf-8", "replace"), digest_size=4).digest(), "big")
     return f"hsl({h % 360},{55 + h // 360 % 30}%,{55 + h // 10800 % 15}%)"
 
 
-def _site(entry):
+def _site(entry: object) -> str:
     frames = _frame_list(entry)
     for f in frames:
         name = f.get("filename")
@@ -128,18 +151,18 @@ RULES = {1: "named by the reporter at the snapshot", 2: "a grad landed in it",
 AREA_HEIGHT, AREA_TOP = 150, 24
 
 
-def _grey(key):
+def _grey(key: str) -> str:
     """A grey a little different per allocation site: "other" bands, still told apart."""
     h = int.from_bytes(hashlib.blake2s(key.encode("utf-8", "replace"), digest_size=4).digest(), "big")
     return f"hsl({h % 360},6%,{60 + h // 360 % 18}%)"
 
 
-def _num(v):
+def _num(v: float) -> str:
     s = f"{v:.1f}"
     return s[:-2] if s.endswith(".0") else s
 
 
-def _legend(kinds, x0, y0):
+def _legend(kinds: Iterable[str], x0: float, y0: float) -> str:
     parts = []
     lx = x0
     for kind in kinds:
@@ -151,7 +174,7 @@ def _legend(kinds, x0, y0):
     return "".join(parts)
 
 
-def _areas_svg(tl, cols):
+def _areas_svg(tl: Replay, cols: int) -> str:
     """Categories over time: the active bytes of each category as stacked areas (the bottom
     category first), on the timeline's columns and scale."""
     series = tl["cat_active"]
@@ -160,10 +183,10 @@ def _areas_svg(tl, cols):
     ys = AREA_HEIGHT / top
     base = AREA_TOP + AREA_HEIGHT
 
-    def x(c):
+    def x(c: int) -> str:
         return _num(LEFT + c * WIDTH / cols)
 
-    def ya(v):
+    def ya(v: float) -> str:
         return _num(base - v * ys)
 
     at = (f"event {tl['peak_event']:,}" if tl["peak_event"] >= 0 else "the start")
@@ -197,7 +220,9 @@ def _areas_svg(tl, cols):
             + "".join(parts) + ticks + _legend(names, LEFT, 6) + "</svg>")
 
 
-def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categories=None):
+def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300,
+                  title: Optional[str] = None, columns: int = WIDTH,
+                  categories: Optional[Mapping[int, str]] = None) -> str:
     """The page (str). ``detail``: how many of the largest allocations get their own band (the
     rest is one summarized band), as memory_viz's slider.
 
@@ -207,17 +232,21 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
     stacks the categories over time and the summary gives the peak's breakdown. Without marks,
     the blocks alive at the end that are named (the snapshot's "named", or ``categories``:
     {block address: kind} from the MemReporter taken with it, Report.block_kinds[device]) are
-    coloured by kind, the others by allocation site."""
+    coloured by kind, the others by allocation site.
+
+    A device the snapshot does not hold is a ValueError (tensorgc.DeviceError) that lists the
+    devices it holds: its page would be empty."""
+    device = snapshot_device(snap, device)
     tl, trace = replay(snap, device=device, columns=columns, detail=detail, categories=categories)
     cols = len(tl["active"])
     top = max(tl["max"], 1)
     ys = HEIGHT / top
     names = tl["categories"]
 
-    def y(v):
+    def y(v: float) -> str:
         return f"{TOP + HEIGHT - v * ys:.1f}"
 
-    def x(c):
+    def x(c: float) -> str:
         return f"{LEFT + c * WIDTH / cols:.1f}"
 
     parts = []
@@ -236,6 +265,8 @@ def timeline_html(snap, device=0, detail=300, title=None, columns=WIDTH, categor
                 pts_top.append(f"{x(c0 + k)},{y(off + size)}")
                 pts_bot.append(f"{x(c0 + k)},{y(off)}")
                 prev = off
+        if prev is None:  # no column: nothing to draw
+            continue
         pts_top.append(f"{x(c1)},{y(prev + size)}")
         pts_bot.append(f"{x(c1)},{y(prev)}")
         entry = trace[alloc_ev] if 0 <= alloc_ev < len(trace) else {}

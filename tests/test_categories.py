@@ -554,6 +554,7 @@ def test_snapshot_attaches_the_marks(monkeypatch, tmp_path):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     monkeypatch.setattr(torch.cuda.memory, "_snapshot",
                         lambda *a, **k: {"segments": [], "device_traces": []})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as where there is CUDA
     assert KEY not in tensorgc.snapshot()  # no handle: torch's dict as it was
     with categorize(model, opt):
         _train(model, opt, 1, torch.randn(2, 4))
@@ -579,6 +580,7 @@ def test_snapshot_survives_a_failing_reporter(monkeypatch, caplog):
     model = torch.nn.Linear(4, 4)
     monkeypatch.setattr(torch.cuda.memory, "_snapshot",
                         lambda *a, **k: {"segments": [], "device_traces": []})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as where there is CUDA
 
     def broken(self, device=None):
         raise RuntimeError("no")

@@ -50,6 +50,12 @@ def test_return_profiler_quiet_and_gpu_flags(ip):
     assert prof.lines_recorded >= 2
     assert ip.run_line_magic("mlrun", "-q -f grow grow(10)") is None
     assert ip.run_line_magic("mlrun", "-g 0 -q -f grow grow(10)") is None
+    prof = ip.run_line_magic("mlrun", "-r -g cuda:0 -f grow grow(10)")  # the package's syntax
+    assert prof.target_gpu == 0
+    with pytest.raises(UsageError, match="-g cpu: the line profiler reads a CUDA device's"):
+        ip.run_line_magic("mlrun", "-g cpu -f grow grow(10)")
+    with pytest.raises(UsageError, match="-g -1: a device index is >= 0"):
+        ip.run_line_magic("mlrun", "-g -1 -f grow grow(10)")
 
 
 def test_errors_are_usage_errors(ip):
@@ -81,3 +87,46 @@ def test_the_line_magics_statement_runs_as_typed(ip):
     assert ip.user_ns["r2"] == 7
     stats = ip.run_line_magic("mlrun", "-f grow grow(1)")
     assert isinstance(stats, L.LineStats)
+
+
+def test_a_script_run_by_ipython_shows_the_table(tmp_path):
+    """`ipython script.ipy` runs each cell silently: the shell displays no result, so a %mlrun
+    there showed nothing. The magic displays its table itself then."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / "profile_grow.ipy"
+    script.write_text("%load_ext tensorgc\n"
+                      "def grow(n):\n    buf = bytearray(n)\n    return len(buf)\n"
+                      "%mlrun -f grow grow(1 << 20)\n"
+                      "%mlrun -q -f grow grow(10)\n"
+                      "print('after the magics')\n")
+    env = dict(os.environ, IPYTHONDIR=str(tmp_path / "ipythondir"),
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "IPython", "--HistoryManager.enabled=False",
+                        "--colors=NoColor", str(script)], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("## grow") == 1, r.stdout  # the -q one shows nothing
+    table = r.stdout[r.stdout.index("## grow"):r.stdout.index("after the magics")]
+    assert "buf = bytearray(n)" in table and "line  hits" in table
+
+
+def test_the_table_is_shown_once_whether_the_cell_is_silent_or_not(ip, capsys):
+    capsys.readouterr()
+    ip.run_cell("%mlrun -f grow grow(10)")            # the shell displays the result
+    assert capsys.readouterr().out.count("## grow") == 1
+    ip.run_cell("%mlrun -f grow grow(10)", silent=True)  # as a script's cells run
+    assert capsys.readouterr().out.count("## grow") == 1
+    ip.run_cell("s = %mlrun -f grow grow(10)")        # assigned: not displayed, kept
+    assert capsys.readouterr().out.count("## grow") == 0
+    assert isinstance(ip.user_ns["s"], L.LineStats)
+    saved = ip.ast_node_interactivity
+    ip.ast_node_interactivity = "none"                  # the user turned results off
+    try:
+        ip.run_cell("%mlrun -f grow grow(10)")
+    finally:
+        ip.ast_node_interactivity = saved
+    assert capsys.readouterr().out.count("## grow") == 1

@@ -208,6 +208,20 @@ def test_to_dict_and_text(model):
     assert rep.text.startswith("Element type") and str(rep) == rep.text
 
 
+def test_to_dict_of_a_row_whose_shape_could_not_be_read():
+    # Row.shape is None when not even the number of dimensions can be read: to_dict() raised
+    # TypeError (list(None)) instead of giving plain data
+    import json
+
+    from tensorgc import Report, Row
+
+    row = Row("w", "parameter", None, "float32", "cpu", None, 0, None, None,
+              "none (storage not readable)")
+    d = Report(rows=[row], totals={"cpu": {"used": 0}}).to_dict()
+    assert d["rows"][0]["shape"] is None and d["rows"][0]["numel"] is None
+    assert json.loads(json.dumps(d)) == d
+
+
 def test_no_warnings_from_deprecated_modules(recwarn, model):
     MemReporter(model).collect()
     assert not [w for w in recwarn if issubclass(w.category, (FutureWarning, DeprecationWarning))]

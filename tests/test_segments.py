@@ -94,9 +94,9 @@ def test_cli_segments(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "just before OOM event 5" in out.read_text()
     r = run_tensorgc_cli("segments", str(p), "-o", str(out), "--at", "99")
-    assert r.returncode == 1 and "outside the trace" in r.stderr
+    assert r.returncode == 2 and "--at 99 is outside the trace of cuda:0" in r.stderr
     r = run_tensorgc_cli("segments", str(p), "-o", str(out), "--at", "1", "--oom")
-    assert r.returncode == 1 and "not both" in r.stderr
+    assert r.returncode == 2 and "not both" in r.stderr
 
 
 CHROMIUM = chromium()

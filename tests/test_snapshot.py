@@ -195,18 +195,24 @@ def test_read_asks_for_the_file_size_not_the_limit(tmp_path, monkeypatch):
     assert asked and max(asked) <= len(data) + 1
 
 
-def test_pipes_are_read_up_to_the_limit(tmp_path):
+def test_standard_input_is_read_up_to_the_limit_with_a_dash(tmp_path):
     import subprocess
     import sys
 
     data = pickle.dumps(made_snapshot(), protocol=4)
     env = dict(os.environ, PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-m", "tensorgc", "stats", "/dev/stdin"], input=data,
+    r = subprocess.run([sys.executable, "-m", "tensorgc", "stats", "-"], input=data,
                        capture_output=True, env=env, timeout=120)
     assert r.returncode == 0 and b"1 segments, 2 blocks" in r.stdout, r.stderr
-    r = subprocess.run([sys.executable, "-m", "tensorgc", "stats", "/dev/stdin", "--max-bytes",
+    r = subprocess.run([sys.executable, "-m", "tensorgc", "stats", "-", "--max-bytes",
                         "100"], input=data, capture_output=True, env=env, timeout=120)
-    assert r.returncode == 1 and b"grew past the limit" in r.stderr
+    assert r.returncode == 1, r.stderr
+    assert b"<stdin>: holds more than the limit of 100 bytes" in r.stderr
+    assert b"--max-bytes" in r.stderr and b"max_bytes=" not in r.stderr
+    # a pipe given by its path is refused like a FIFO, and the message says to use -
+    r = subprocess.run([sys.executable, "-m", "tensorgc", "stats", "/dev/stdin"], input=data,
+                       capture_output=True, env=env, timeout=120)
+    assert r.returncode == 1 and b"not a regular file" in r.stderr and b"give -" in r.stderr
 
 
 def test_truncated_files_say_so(tmp_path):
@@ -385,9 +391,10 @@ def test_cli_trace(tmp_path):
     assert "alloc" in lines[2] and lines[2].rstrip().endswith("active 2.00M")
     assert "/home/u/train.py:7 step" in r.stdout
     r = run_cli("trace", str(p), "--device", "3")
-    assert r.returncode == 1 and "no trace for cuda:3" in r.stderr
+    assert r.returncode == 2
+    assert f"--device 3 (cuda:3) is not in {p}, which holds cuda:0" in r.stderr
     r = run_cli("trace", str(p), "--device", "-1")  # was traces[-1], printed as cuda:-1
-    assert r.returncode == 1 and "device must be an int >= 0" in r.stderr
+    assert r.returncode == 2 and "argument --device: -1: a device index is >= 0" in r.stderr
 
 
 def test_cli_compare(tmp_path):

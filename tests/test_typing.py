@@ -1,0 +1,104 @@
+"""The typed API: `mypy --strict` passes on a user's script that uses every public entry point
+(tests/typing/sample_user.py, which is also run) and on the package itself; it catches the
+mistakes in tests/typing/misuse.py (so the annotations are not Any); the C module's stub agrees
+with the module (mypy.stubtest); and a build ships py.typed and the stub (PEP 561).
+
+mypy is pinned by `make deps` (MYPY_VERSION); the tests skip only where mypy is not installed.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("mypy")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TYPING = os.path.join(ROOT, "tests", "typing")
+MYPY_PIN = "2.4.1"  # what `make deps` installs; another version may judge differently
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One mypy cache for this module's runs: torch's annotations are read once (~20 s)."""
+    return str(tmp_path_factory.mktemp("mypy-cache"))
+
+
+def env():
+    return dict(os.environ, MYPYPATH=ROOT,
+                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def mypy(cache, *args):
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", cache,
+                        "--config-file", os.path.join(TYPING, "mypy.ini"),
+                        "--hide-error-context", "--no-color-output", "--show-error-codes",
+                        *args],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT, env=env())
+    return r
+
+
+def version_note():
+    import mypy.version
+
+    v = mypy.version.__version__
+    return "" if v == MYPY_PIN else f" (mypy {v} here; the suite pins {MYPY_PIN})"
+
+
+def test_a_users_script_type_checks_strictly(cache):
+    r = mypy(cache, os.path.join(TYPING, "sample_user.py"))
+    assert r.returncode == 0, r.stdout + r.stderr + version_note()
+    assert "Success: no issues found" in r.stdout
+
+
+def test_the_package_type_checks_strictly(cache):
+    r = mypy(cache, "-p", "tensorgc")
+    assert r.returncode == 0, r.stdout + r.stderr + version_note()
+    assert re.search(r"Success: no issues found in \d+ source files", r.stdout)
+
+
+def test_mistakes_are_caught_where_marked(cache):
+    path = os.path.join(TYPING, "misuse.py")
+    with open(path, encoding="utf-8") as f:
+        expected = {i: m.group(1) for i, line in enumerate(f, 1)
+                    if (m := re.search(r"# E: ([a-z-]+)$", line))}
+    assert len(expected) >= 10
+    r = mypy(cache, path)
+    found = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r".*misuse\.py:(\d+): error: .*\[([a-z-]+)\]$", line)
+        if m:
+            found[int(m.group(1))] = m.group(2)
+    assert found == expected, r.stdout + version_note()
+
+
+def test_the_stub_agrees_with_the_c_module(cache):
+    r = subprocess.run([sys.executable, "-m", "mypy.stubtest", "tensorgc._tensorgc",
+                        "--allowlist", os.path.join(TYPING, "stubtest_allowlist.txt"),
+                        "--mypy-config-file", os.path.join(TYPING, "mypy.ini")],
+                       capture_output=True, text=True, timeout=900,
+                       cwd=cache, env=dict(env(), MYPY_CACHE_DIR=cache))  # not in the checkout
+    assert r.returncode == 0, r.stdout + r.stderr + version_note()
+
+
+def test_the_sample_runs(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(TYPING, "sample_user.py"), str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT, env=env())
+    assert r.returncode == 0, r.stderr
+    (summary,) = [ln for ln in r.stdout.splitlines() if ln.startswith("sample: ")]
+    assert summary.startswith("sample: 1 cycle report(s); ") and "snapshot " in summary
+    assert "## train_step" in r.stdout and "trace cuda:0: " in r.stdout  # the stats command
+    files = os.listdir(tmp_path)
+    assert "run.pickle" in files and "timeline.html" in files
+    assert any(f.startswith("tensorgc-cycle-") for f in files)  # warn_tensor_cycles' page
+    assert any(f.startswith("oom-") for f in files)  # the autopsy by hand
+
+
+def test_a_build_ships_py_typed_and_the_stub(tmp_path):
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib",
+                        str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    shipped = set(os.listdir(tmp_path / "tensorgc"))
+    assert {"py.typed", "_tensorgc.pyi", "__init__.py"} <= shipped
+    assert open(tmp_path / "tensorgc" / "py.typed").read() == ""  # a marker: the whole package

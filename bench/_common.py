@@ -1,4 +1,4 @@
-"""Shared machinery of the tensorgc benchmarks (B1, B2): not a benchmark itself.
+"""Shared machinery of the tensorgc benchmarks (B1, B2, B3, B6): not a benchmark itself.
 
 * every measurement runs in a fresh interpreter (``python <script> --worker <json>``);
   the worker prints one line ``RESULT {json}`` on stdout;

@@ -18,7 +18,7 @@ Modes (each run in its own subprocess, ``--repeat`` times, median reported):
   ``report.text`` (``--access``: none/text/html).
 * ``tensorgc-noisland`` -- the same with islands switched off
   (``tensorgc._tensorgc._young_island(False)``): every young collection that could hold a tensor
-  is armed (DEBUG_SAVEALL), as in stop 9.
+  is armed (DEBUG_SAVEALL).
 * ``tensorgc-noscan`` -- the same with the young-generation pre-scan switched off
   (``tensorgc._tensorgc._young_scan(False)``): every collection is armed, as before it existed.
 * ``floor``    -- no detector; a C no-op (``operator.is_``) on ``gc.callbacks``: what CPython

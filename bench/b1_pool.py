@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """Pool several sets of B1 runs (the JSON files of ``b1_overhead.py --json``) into one reading.
 
-One set of B1 (nine runs a mode) moves by about ±0.7% from set to set on the CPU VM, as much as
-the margin under the 5% target, so a verdict rests on many sets: this prints each set's medians
+One set of B1 (nine runs a mode) moves by about ±0.7% from set to set on a 2-core VM, as much as
+the margin under the 1.05x budget, so a reading against it rests on many sets: this prints each set's medians
 and ratio, the median over all runs of all sets for each mode, and a cluster bootstrap of the
 pooled ratio (resample the sets, then the runs inside each, ``--draws`` times), whose interval
 and share of draws over ``--target`` say how sure the pooled ratio is.
 
-    python bench/b1_pool.py docs/results/cpu-b1-stop16/set*.json
+    python bench/b1_pool.py docs/results/b1-cpu/set*.json
 """
 
 from __future__ import annotations

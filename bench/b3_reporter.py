@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """B3 -- MemReporter: speed on a large heap, and (CUDA) accuracy against the allocator.
 
-Setup (one process): a heap of ``--heap`` live gc-tracked objects (default 1M), and the issue's
-model: ``--layers`` x Linear(``--width``) (default 100 x 1024) with Adam after one step, on the
+Setup (one process): a heap of ``--heap`` live gc-tracked objects (default 1M), and a
+training model: ``--layers`` x Linear(``--width``) (default 100 x 1024) with Adam after one step, on the
 device.
 
 Speed: ``report()`` wall time (stdout to /dev/null) of tensorgc's MemReporter(model,
@@ -17,7 +17,7 @@ with a hook in the middle layer that collects the report while the autograd grap
 Reported: memory_allocated(), tensorgc's total, named / unnamed-tensor / stack-attributed /
 unattributed bytes, and memlab's "Used Memory" for the same state.
 
-    python bench/b3_reporter.py --repeat 7 --json docs/results/b3.json
+    python bench/b3_reporter.py --repeat 7 --json docs/results/b3-cpu.json
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def memlab_version():
 
 
 def make_model(args, device):
-    """The issue's model: layers x Linear(width), with Adam after one step."""
+    """The benchmark's model: layers x Linear(width), with Adam after one step."""
     import torch
 
     torch.manual_seed(0)

@@ -477,9 +477,9 @@ def print_rss(args, rss: dict) -> None:
               f"{f'{wmax / MB:.1f}' if wmax else '-'} |")
         if det == "tensorgc":
             b, a = res.get("renderer_before") or {}, res.get("renderer_after") or {}
-            verdict = "meets" if res["rss_growth_mb"] < 2 else "MISSES"
+            outcome = "meets" if res["rss_growth_mb"] < 2 else "MISSES"
             notes.append(f"tensorgc: growth {res['rss_growth_mb']:+.2f} MB over {res['n']:,} reports "
-                         f"({verdict} the < 2 MB target); render worker: {res.get('worker_pids_seen')} pids seen, "
+                         f"({outcome} the < 2 MB target); render worker: {res.get('worker_pids_seen')} pids seen, "
                          f"{a.get('retired', 0) - b.get('retired', 0)} retired, "
                          f"{a.get('killed', 0) - b.get('killed', 0)} killed, "
                          f"{a.get('renders', 0) - b.get('renders', 0)} layouts.")

@@ -8,7 +8,7 @@ stdout.
 
 Each benchmark runs as its own process (``sys.executable``); their markdown tables
 go to stdout one after the other, progress to stderr, and with ``--json-dir`` each
-writes ``b1.json`` / ``b2.json`` / ``b3.json`` / ``b5.json`` there.  ``--quick`` is a smoke test (small heap,
+writes ``b1.json`` / ``b2.json`` / ``b3.json`` / ``b5.json`` / ``b6.json`` there (B4 prints only).  ``--quick`` is a smoke test (small heap,
 few pairs, one repeat).
 """
 
@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Run B1 to B5; markdown tables on stdout.",
+    p = argparse.ArgumentParser(description="Run B1 to B6; markdown tables on stdout.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--timeout", type=float, default=120.0, help="per-run cap on the measured section")
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--heaps", default="100000,1000000", help="B1 heaps")
     p.add_argument("--pairs", type=int, default=300_000, help="B1 garbage pairs")
     p.add_argument("--b2-heap", type=int, default=1_000_000, help="B2 heap")
-    p.add_argument("--json-dir", default=None, help="write b1.json and b2.json here")
+    p.add_argument("--json-dir", default=None, help="write b1.json, b2.json, b3.json, b5.json and b6.json here")
     p.add_argument("--b3-heap", type=int, default=1_000_000, help="B3 heap")
     p.add_argument("--b4-events", type=int, default=1_000_000, help="B4 trace entries (synthetic)")
     p.add_argument("--only", choices=["b1", "b2", "b3", "b4", "b5", "b6"], default=None,

@@ -5,7 +5,7 @@ The story: each step builds a little graph of objects that refer to each other a
 tensor, and the program turned automatic garbage collection off "for speed". Nothing frees the
 cycles, memory climbs, and the job dies with OutOfMemoryError. With tensorgc.on_oom() the death
 leaves a directory: the snapshot, the timeline and the segment map at the OOM, the MemReporter
-table, and the verdict that a gc.collect() would have freed the memory, with the cycle drawn.
+table, and the finding that a gc.collect() would have freed the memory, with the cycle drawn.
 
     python demos/oom_autopsy.py                 # needs CUDA; caps this process at ~2 GB more
 """

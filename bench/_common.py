@@ -48,6 +48,7 @@ def import_tensorgc():
             f"tensorgc at {list(getattr(tensorgc, '__path__', []))} has no observe_cycles: "
             f"the extension is not built yet (e.g. `make` in {ROOT})"
         )
+    import tensorgc._tensorgc_testing  # noqa: F401 -- the benchmarks read the detector's counters
     return tensorgc
 
 

@@ -23,15 +23,28 @@ from b1_overhead import TensorCycle, make_pair  # noqa: E402
 
 
 def load(name, path):
+    """The built _tensorgc at `path` under its own package; its private testing module, when one
+    was built beside it, becomes the attribute `testing` (None otherwise). The testing module binds
+    to the _tensorgc of its own package, so that one is registered first."""
     pkg = "tgc_variant_" + name
     sys.modules[pkg] = types.ModuleType(pkg)
     sys.modules[pkg].__path__ = []
-    spec = importlib.util.spec_from_file_location(pkg + "._tensorgc", path)
-    if spec is None:
-        raise SystemExit(f"{path}: not an extension module")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    mods = []
+    base = os.path.basename(path)
+    sibling = os.path.join(os.path.dirname(path), base.replace("_tensorgc", "_tensorgc_testing", 1))
+    for mname, mpath in (("_tensorgc", path), ("_tensorgc_testing", sibling)):
+        if mname != "_tensorgc" and (sibling == path or not os.path.exists(sibling)):
+            mods.append(None)
+            continue
+        spec = importlib.util.spec_from_file_location(f"{pkg}.{mname}", mpath)
+        if spec is None:
+            raise SystemExit(f"{mpath}: not an extension module")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        mods.append(mod)
+    mods[0].testing = mods[1]
+    return mods[0]
 
 
 def main():

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import operator
 import os
 import statistics
@@ -104,13 +105,21 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
         return time.perf_counter() - t0
 
-    island = tensorgc._tensorgc._young_island()["enabled"]
+    testing = importlib.import_module("tensorgc._tensorgc_testing")
+    island = testing._young_island()["enabled"]
 
     def module_of(m):
-        """The extension module a mode runs, when it has phase timers; None otherwise."""
-        mod = variants.get(m) or (tensorgc._tensorgc if m.startswith("tensorgc") else None)
-        timer = getattr(mod, "_phase_times", None)
-        return mod if timer is not None and timer() is not None else None
+        """The module holding the phase timers of the build a mode runs, when that build has them
+        (a build of -DTGC_PHASE_TIMES); None otherwise. An older variant keeps them in _tensorgc."""
+        if m in variants:
+            cands = (getattr(variants[m], "testing", None), variants[m])
+        else:
+            cands = (testing,) if m.startswith("tensorgc") else ()
+        for mod in cands:
+            timer = getattr(mod, "_phase_times", None)
+            if timer is not None and timer() is not None:
+                return mod
+        return None
 
     timed = {m: mod for m in modes if (mod := module_of(m)) is not None}  # m -> its module
     phases = {m: {} for m in timed}
@@ -120,7 +129,7 @@ def main(argv=None) -> int:
         for r in range(args.rounds):
             for m in (modes if r % 2 == 0 else modes[::-1]):
                 remove = None
-                tensorgc._tensorgc._young_island(m != "tensorgc-noisland" and island)
+                testing._young_island(m != "tensorgc-noisland" and island)
                 if m == "floor":
                     gc.callbacks.append(operator.is_)
                 elif m.startswith("tensorgc"):
@@ -143,7 +152,7 @@ def main(argv=None) -> int:
                 reports[m] = stats["reports"]
                 C.log(f"[B1-inprocess] round {r + 1}/{args.rounds} {m:18s} {times[m][-1]:.4f} s")
     finally:
-        tensorgc._tensorgc._young_island(island)
+        testing._young_island(island)
     del heap
 
     plain = times["plain"]

@@ -17,10 +17,10 @@ Modes (each run in its own subprocess, ``--repeat`` times, median reported):
 * ``tensorgc`` -- ``tensorgc.observe_cycles(cb, device=<dev>)``; ``cb`` reads
   ``report.text`` (``--access``: none/text/html).
 * ``tensorgc-noisland`` -- the same with islands switched off
-  (``tensorgc._tensorgc._young_island(False)``): every young collection that could hold a tensor
+  (``tensorgc._tensorgc_testing._young_island(False)``): every young collection that could hold a tensor
   is armed (DEBUG_SAVEALL).
 * ``tensorgc-noscan`` -- the same with the young-generation pre-scan switched off
-  (``tensorgc._tensorgc._young_scan(False)``): every collection is armed, as before it existed.
+  (``tensorgc._tensorgc_testing._young_scan(False)``): every collection is armed, as before it existed.
 * ``floor``    -- no detector; a C no-op (``operator.is_``) on ``gc.callbacks``: what CPython
   spends calling any gc callback (twice per collection), which no detector there can avoid.
 * ``import``   -- ``import tensorgc`` and nothing else: what loading the package costs the loop
@@ -128,9 +128,9 @@ def worker(cfg: dict) -> None:
     if mode in ("tensorgc", "tensorgc-noisland", "tensorgc-noscan"):
         tensorgc = C.import_tensorgc()
         if mode == "tensorgc-noisland":
-            tensorgc._tensorgc._young_island(False)
+            tensorgc._tensorgc_testing._young_island(False)
         if mode == "tensorgc-noscan":
-            tensorgc._tensorgc._young_scan(False)  # arm every collection, as before the pre-scan
+            tensorgc._tensorgc_testing._young_scan(False)  # arm every collection, as before the pre-scan
         remove = tensorgc.observe_cycles(tensorgc_cb, device=device)
         detector = f"tensorgc.observe_cycles(cb, device={device!r}), cb reads report.{access}"
     elif mode == "torch":
@@ -195,9 +195,9 @@ def worker(cfg: dict) -> None:
     }
     if mode.startswith("tensorgc"):
         # what the detector decided per collection (counters since import; the warm-up is one)
-        result["young_scan"] = tensorgc._tensorgc._young_scan()
-        result["seeded_split"] = tensorgc._tensorgc._seeded_split()
-        result["young_island"] = tensorgc._tensorgc._young_island()
+        result["young_scan"] = tensorgc._tensorgc_testing._young_scan()
+        result["seeded_split"] = tensorgc._tensorgc_testing._seeded_split()
+        result["young_island"] = tensorgc._tensorgc_testing._young_island()
     if remove is not None:
         remove()
     C.emit_result(result)

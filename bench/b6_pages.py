@@ -262,7 +262,7 @@ def install_torch_with_dicts(callback):
 def renderer_stats() -> dict:
     try:
         tensorgc = C.import_tensorgc()
-        return dict(tensorgc._tensorgc._renderer_stats())
+        return dict(tensorgc._tensorgc_testing._renderer_stats())
     except Exception:  # noqa: BLE001 -- torch-only worker, or no such stats
         return {}
 

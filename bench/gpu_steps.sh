@@ -72,8 +72,8 @@ for step in "$@"; do
         --json "$OUT/b1-100k.json" 2>"$OUT/b1-100k.err" | tee "$OUT/b1-100k.md" ;;
     young)
       # the pre-scan's layout check on this interpreter, its tests, and the micro-benchmark
-      python3 -c "import tensorgc; print(tensorgc._tensorgc._young_scan())" 2>&1 | tee "$OUT/young.log"
-      python3 -c "import tensorgc; print(tensorgc._tensorgc._young_island())" 2>&1 | tee -a "$OUT/young.log"
+      python3 -c "import tensorgc._tensorgc_testing; print(tensorgc._tensorgc_testing._young_scan())" 2>&1 | tee "$OUT/young.log"
+      python3 -c "import tensorgc._tensorgc_testing; print(tensorgc._tensorgc_testing._young_island())" 2>&1 | tee -a "$OUT/young.log"
       TENSORGC_TEST_DEVICE=cuda python3 -m pytest tests/test_cycles_young.py tests/test_cycles_split.py \
         tests/test_cycles_island.py \
         -q -p no:cacheprovider -rs 2>&1 | tee -a "$OUT/young.log" | tail -5

@@ -1,6 +1,7 @@
 /* lineprof.c: the line profiler's engine (contract in include/tensorgc/lineprof.h): folds the
  * memory readings taken at the events of profiled code into one record per (code, line), and
- * reads process memory for machines without CUDA. Plain C; the binding is lineprof_py.c. */
+ * reads process memory for machines without CUDA. Plain C; the events come from
+ * lineprof_events.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>

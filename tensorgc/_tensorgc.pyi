@@ -158,7 +158,7 @@ def _segmap(trace: list[dict[str, Any]], segments: list[dict[str, Any]], device:
 def _pickle_scan(data: bytes, /) -> tuple[int, int, int, int, int]: ...
 def _check_trace(trace: list[Any], start: int, seen: set[int], /) -> int: ...
 
-# the line profiler's core (reporter/lineprof_py.c)
+# the line profiler's core (reporter/binding.c, reporter/lineprof_*.c)
 
 @final
 class _LineProfiler:

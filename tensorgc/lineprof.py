@@ -1,7 +1,7 @@
 """Line-by-line memory profiler with pytorch_memlab's API: LineProfiler, profile, profile_every,
 set_target_gpu, clear_global_line_profiler.
 
-The work is C (reporter/lineprof.c folds the readings; reporter/lineprof_py.c takes them). On
+The work is C (reporter/lineprof.c folds the readings; reporter/lineprof_events.c takes them). On
 Python 3.12+ the events come from sys.monitoring for the registered code objects only, so the
 rest of the program runs at full speed even while a profiler is enabled; on 3.10/3.11 a C trace
 function listens on the threads it is installed on. Nothing is traced until a function is

@@ -99,7 +99,7 @@ phases: deps build ## Build a copy with phase timers (build/phases-lib) and show
 	TENSORGC_WERROR=1 TENSORGC_CFLAGS="-DTGC_PHASE_TIMES" $(PYTHON) setup.py -q build_ext --force \
 	  --build-temp build/phases-temp --build-lib build/phases-lib
 	$(PYTHON) bench/b1_inprocess.py --rounds $(or $(ROUNDS),20) --modes plain,floor \
-	  --variant timed=$$(ls build/phases-lib/tensorgc/_tensorgc*.so)
+	  --variant timed=build/phases-lib/tensorgc/_tensorgc$(EXT_SUFFIX)
 
 clean: ## Remove build products
 	rm -rf build dist *.egg-info tensorgc/*.so tensorgc/_tgc_render

@@ -38,6 +38,7 @@ if [ -n "${WHEELS:-}" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
 fi
 TENSORGC_WERROR=1 python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 echo "build ok"
+EXT=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 for step in "$@"; do
   case "$step" in
     tests)
@@ -103,7 +104,7 @@ for step in "$@"; do
       rm -rf /tmp/tgc-base && mkdir -p /tmp/tgc-base && tar -xf "$BASE_TAR" -C /tmp/tgc-base \
         && (cd /tmp/tgc-base && python3 setup.py -q build_ext --inplace > "$OUT/build-base.log" 2>&1) \
         || { echo "ab: no base build"; continue; }
-      base=$(ls /tmp/tgc-base/tensorgc/_tensorgc*.so); new=$(ls tensorgc/_tensorgc*.so)
+      base=/tmp/tgc-base/tensorgc/_tensorgc$EXT; new=tensorgc/_tensorgc$EXT
       {
         "${PIN[@]}" python3 bench/ab_variants.py --batches 30 base="$base" new="$new"
         "${PIN[@]}" python3 bench/ab_variants.py --batches 30 --tensor base="$base" new="$new"
@@ -116,7 +117,7 @@ for step in "$@"; do
         --build-temp /tmp/tgc-phases-temp --build-lib /tmp/tgc-phases-lib > "$OUT/build-phases.log" 2>&1 \
         || { echo "phases: no timed build"; continue; }
       "${PIN[@]}" python3 bench/b1_inprocess.py --rounds 20 --modes plain,floor \
-        --variant timed="$(ls /tmp/tgc-phases-lib/tensorgc/_tensorgc*.so)" 2>/dev/null | tee "$OUT/phases.md" ;;
+        --variant timed=/tmp/tgc-phases-lib/tensorgc/_tensorgc$EXT 2>/dev/null | tee "$OUT/phases.md" ;;
     quickbench)
       python3 bench/run_all.py --quick --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
   esac

@@ -47,8 +47,9 @@ def main(argv=None) -> int:
     with tensorgc.LineProfiler(train_step) as lp:
         for _ in range(args.steps):
             train_step(x)
+    # the profiler reads CUDA's counters wherever CUDA is (memlab's target_gpu), else the RSS
     cols = (("active_bytes.all.peak", "active_bytes.all.delta", "reserved_bytes.all.peak")
-            if is_cuda(device) else ("rss_bytes.all.peak", "rss_bytes.all.delta"))
+            if lp.source.startswith("cuda") else ("rss_bytes.all.peak", "rss_bytes.all.delta"))
     lp.print_stats(columns=cols)
 
     before = [t.detach().clone() for t in model.parameters()]

@@ -125,7 +125,8 @@ def test_no_file_is_named_after_how_the_work_was_organised():
                                check=True).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
-    bad = [n for n in names if INTERNAL.search(n)]
+    # files deleted from the tree but not from the index (a copied checkout) are not shipped
+    bad = [n for n in names if INTERNAL.search(n) and os.path.lexists(os.path.join(ROOT, n))]
     assert not bad, bad
 
 

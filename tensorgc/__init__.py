@@ -121,6 +121,7 @@ def warn_tensor_cycles(
         if not os.path.isdir(where):
             raise NotADirectoryError(f"tensorgc: not a directory: {where!r}")
     why = ""
+    asks_cuda = False
     if device is None:
         if cuda_available():
             device, why = "cuda", " (the default: CUDA is available)"
@@ -130,11 +131,7 @@ def warn_tensor_cycles(
         try:
             asks_cuda = parse_device(device)[0] == "cuda"
         except ValueError:
-            asks_cuda = False  # observe_cycles says what is wrong with it
-        if asks_cuda and not cuda_available():
-            logger.warning("tensorgc: warn_tensor_cycles(device=%r) watches CUDA tensors, and "
-                           "there are none: %s; device='cpu' (or no device) watches the CPU's",
-                           device, NO_CUDA)
+            pass  # observe_cycles says what is wrong with it
 
     def write_and_log(report: CycleReport) -> None:
         try:
@@ -152,7 +149,11 @@ def warn_tensor_cycles(
         logger.warning("reference cycles kept tensors alive until gc ran; picture: %s\n%s",
                        path, text)
 
-    handle = observe_cycles(write_and_log, device=device)
+    handle = observe_cycles(write_and_log, device=device)  # raises for a device it refuses
+    if asks_cuda and not cuda_available():
+        logger.warning("tensorgc: warn_tensor_cycles(device=%r) watches CUDA tensors, and "
+                       "there are none: %s; device='cpu' (or no device) watches the CPU's",
+                       device, NO_CUDA)
     logger.info("tensorgc: watching reference cycles that hold %s tensors%s", device, why)
     return handle
 

@@ -359,8 +359,8 @@ def test_nothing_is_traced_until_enabled():
 
 
 def test_the_def_line_counts_no_hit():
-    """A call's readings up to its first line went to a record of the def line, one hit per
-    call: a def line that ran 5 times next to a body that did."""
+    """The def line is not a line of the body: a call's readings up to its first line go to
+    that line, and the def line shows its source with no hits."""
     with L.LineProfiler(plain) as lp:
         for i in range(5):
             plain(i)

@@ -101,6 +101,13 @@ def test_asking_for_cuda_cycles_without_cuda_warns(track, log):
     assert NO_CUDA in w and "device='cpu'" in w
 
 
+def test_a_device_the_detector_refuses_raises_without_a_warning_first(log):
+    for bad in ("0", "gpu"):  # a bare index is not a filter of the cycle detector
+        with pytest.raises(ValueError, match="device must be 'cuda', 'cpu', 'any'"):
+            tensorgc.warn_tensor_cycles(device=bad)
+    assert messages(log, logging.WARNING) == []
+
+
 def test_memreporter_for_cuda_is_empty_and_says_why(log):
     keep = torch.ones(10)
     rep = tensorgc.MemReporter().collect(device="cuda")

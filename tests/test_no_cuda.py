@@ -10,9 +10,10 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-import tensorgc
+torch = pytest.importorskip("torch")
+
+import tensorgc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_CUDA = "torch.cuda.is_available() is False on this machine"

@@ -15,6 +15,7 @@
 #include "module/state.h"
 #include "module/testing.h"
 #include "cycles/binding.h"
+#include "cycles/owners_binding.h"
 #include "reporter/binding.h"
 #include "allocator/binding.h"
 
@@ -40,7 +41,7 @@ static PyMethodDef module_methods[] = {
 
 /* Every subsystem's public table, added at exec. */
 static PyMethodDef *const module_tables[] = {
-    tgc_cycles_methods, tgc_reporter_methods, tgc_lineprof_monitoring_methods,
+    tgc_cycles_methods, tgc_owners_methods, tgc_reporter_methods, tgc_lineprof_monitoring_methods,
     tgc_lineprof_trace_methods, tgc_alloc_methods, NULL,
 };
 

@@ -28,6 +28,8 @@ from ._tensorgc import (
 )
 from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
 from .oom import on_oom, write_autopsy  # noqa: E402
+from .owner_chains import Chain, owner, owners  # noqa: E402  (why is it still alive)
+from .growth import Checkpoint, Growth, checkpoint, growth  # noqa: E402  (what grows)
 from .categories import Categorizer, categorize  # noqa: E402  (categories over time)
 from .courtesy import Courtesy, Moved  # noqa: E402  (memlab's Courtesy)
 from .lineprof import (  # noqa: E402  (memlab's line profiler)
@@ -47,10 +49,13 @@ from .snapshot import (  # noqa: E402
 
 __all__ = [
     "Categorizer",
+    "Chain",
+    "Checkpoint",
     "Courtesy",
     "CycleReport",
     "DeviceError",
     "GraphvizError",
+    "Growth",
     "Handle",
     "LineProfiler",
     "MemReporter",
@@ -59,6 +64,10 @@ __all__ = [
     "Row",
     "SnapshotError",
     "categorize",
+    "checkpoint",
+    "growth",
+    "owner",
+    "owners",
     "clear_global_line_profiler",
     "load_ipython_extension",
     "on_oom",

@@ -12,12 +12,13 @@ every storage once, and on CUDA maps each storage to its caching-allocator block
 """
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import logging
 import weakref
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence,
+from typing import (TYPE_CHECKING, Any, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence,
                     Set, Tuple)
 
 from . import _tensorgc
@@ -69,6 +70,11 @@ class Row(NamedTuple):
     # how its bytes were counted, e.g. "strided: untyped_storage", "sparse_csr: crow_indices +
     # col_indices + values", "none (meta tensor)" (the tensor's, on each of its part rows)
     storage: Optional[str] = None
+    # what keeps it alive, for rows that are not a parameter, grad, buffer or optimizer state:
+    # the shortest chain of references from a root (tensorgc.owner_chains.Chain's text), or None
+    owner: Optional[str] = None
+    holder: Optional[str] = None  # the chain's named owner, e.g. "__main__.loss_history"
+    address: Optional[int] = None  # the storage's data address (None when it has none)
 
     @property
     def used(self) -> int:
@@ -83,6 +89,7 @@ class Report:
     rows: List[Row]
     totals: Dict[str, Totals]
     sites: Dict[str, List[Site]] = field(default_factory=dict)
+    device: Optional[str] = None  # the device filter asked for, as given (None: every device)
     # CUDA: {device: {block address: kind}} of the blocks holding found storages (the first,
     # i.e. named, row's kind; saved_for_backward is reported as "activation")
     block_kinds: Dict[str, Dict[int, str]] = field(default_factory=dict)
@@ -92,22 +99,28 @@ class Report:
 
     def format(self, verbose: bool = False) -> str:
         lines = [_TEMPLATE.format("Element type", "Size", "Used MEM")]
+        if not self.totals:
+            lines.append("-" * LEN)
+            lines.append(f"no tensors found on {self.device or 'any device'}")
+            lines.append("-" * LEN)
         for dev in self.totals:
             lines.append("-" * LEN)
             lines.append(f"Storage on {dev}")
-            fmt = _TEMPLATE.format
-            for r in self.rows:
-                if r.device != dev:
-                    continue
+            rows = [r for r in self.rows if r.device == dev]
+            for r in rows:
                 name = r.name if not (verbose and r.shares_with) else f"{r.name}(->{r.shares_with})"
                 if r.storage and r.storage.startswith("none"):
                     name += f" (no storage: {_no_storage(r.storage)})"
                 shape = "?" if r.shape is None else str(r.shape) if r.shape else "(1,)"
-                lines.append(fmt(name, shape, readable_size(r.used)))
+                lines.extend(_table_row(name, shape, readable_size(r.used)))
             t = self.totals[dev]
             lines.append("-" * LEN)
-            lines.append(f"Total Tensors: {t['numel']} \tUsed Memory: {readable_size(t['used'])}")
+            if not rows:
+                lines.append(f"no tensors found on {dev}")
+            lines.append(f"Total Tensors: {t['numel']} elements in {t['tensors']} tensors "
+                         f"\tUsed Memory: {readable_size(t['used'])}")
             lines.extend(_footer(dev, t, self.sites.get(dev, []), verbose))
+            lines.extend(_held_by(rows, verbose))
             lines.append("-" * LEN)
         return "\n".join(lines)
 
@@ -126,6 +139,41 @@ class Report:
             "totals": {d: dict(t) for d, t in self.totals.items()},
             "sites": {d: [list(s) for s in v] for d, v in self.sites.items()},
         }
+
+
+def _table_row(name: str, shape: str, used: str) -> List[str]:
+    """memlab's row; a name too long for its column goes on a line of its own, so the size
+    columns stay aligned."""
+    if len(name) < 40 and len(shape) < 20:
+        return [_TEMPLATE.format(name, shape, used)]
+    return [name, _TEMPLATE.format("", shape, used)]
+
+
+def _held_by(rows: Sequence[Row], verbose: bool) -> List[str]:
+    """Rows that have an owner, grouped by it: bytes and tensors per owner, largest first;
+    each row's whole chain with verbose."""
+    groups: Dict[str, List[Row]] = {}
+    for r in rows:
+        if r.holder is not None:
+            groups.setdefault(r.holder, []).append(r)
+    if not groups:
+        return []
+    out = ["Held by (tensors that are not parameters, grads, buffers or optimizer state):"]
+    order = sorted(groups.items(), key=lambda kv: -sum(r.used for r in kv[1]))
+    for holder, rs in order:
+        total = sum(r.used for r in rs)
+        out.append(f"  {readable_size(total):>10s}  {len(rs):>5d} tensor{'s' if len(rs) != 1 else ' '}"
+                   f"  {_cut(holder, 200)}")
+        shown = rs if verbose else rs[:1]
+        for r in shown:
+            out.append(f"{'':19s}{_cut(r.name, 40)}: {_cut(r.owner or '', 400)}")
+        if len(rs) > len(shown):
+            out.append(f"{'':19s}… {len(rs) - len(shown)} more (verbose=True lists them)")
+    return out
+
+
+def _cut(s: str, n: int) -> str:
+    return s if len(s) <= n else s[:n - 1] + "…"
 
 
 def _no_storage(how: str) -> str:
@@ -229,16 +277,21 @@ class MemReporter:
 
     # ------------------------------------------------------------------ public
 
-    def report(self, verbose: bool = False, device: Optional[DeviceLike] = None) -> None:
-        """Print memlab's table for every device (or ``device``), with the explained footer."""
-        print(self.collect(device=device).format(verbose=verbose))
+    def report(self, verbose: bool = False, device: Optional[DeviceLike] = None,
+               owners: bool = True) -> None:
+        """Print memlab's table for every device (or ``device``), with the explained footer and,
+        with ``owners``, what holds each tensor that is not a parameter, grad, buffer or
+        optimizer state (grouped by owner, with subtotals; ``verbose`` lists every chain)."""
+        print(self.collect(device=device, owners=owners).format(verbose=verbose))
 
-    def collect(self, device: Optional[DeviceLike] = None) -> Report:
+    def collect(self, device: Optional[DeviceLike] = None, owners: bool = True) -> Report:
         """The report as data (see Report, Row). A CUDA ``device`` on a machine without CUDA
-        gives an empty report and a WARNING on logger "tensorgc" that says why."""
-        return self._collect(device, True)
+        gives an empty report and a WARNING on logger "tensorgc" that says why. ``owners``:
+        fill Row.owner and Row.holder (tensorgc.owners: one pass over the heap)."""
+        return self._collect(device, True, owners)
 
-    def _collect(self, device: Optional[DeviceLike], warn: bool) -> Report:
+    def _collect(self, device: Optional[DeviceLike], warn: bool,
+                 owners: bool = False) -> Report:
         filt = _parse_device(device)
         if warn and filt is not None and filt[0] == "cuda" and not cuda_available():
             logger.warning("tensorgc: MemReporter: the report for %s is empty: %s; "
@@ -254,10 +307,15 @@ class MemReporter:
         try:
             named = self._named()                  # [(tensor, name, kind)]
             live = _tensorgc._live_tensors()       # every tensor object the collector tracks
-            named.extend(_saved_for_backward(live, named))
-            return self._build(named, live, filt)
+            paths: Dict[int, Tuple[Any, str]] = {}
+            named.extend(_saved_for_backward(live, named, paths=paths))
+            owner_of = _owners_of(named, live, paths) if owners else {}
+            rep = self._build(named, live, filt, owner_of)
+            rep.device = None if device is None else str(device)
+            return rep
         finally:
             del named, live  # no tensor outlives the call
+            paths = owner_of = None  # type: ignore[assignment]
             if enabled:
                 gc.enable()
 
@@ -306,7 +364,7 @@ class MemReporter:
     # ------------------------------------------------------------------ measuring
 
     def _build(self, named: List[NamedTensor], live: List[torch.Tensor],
-               filt: Filter) -> Report:
+               filt: Filter, owner_of: Optional[Dict[int, Any]] = None) -> Report:
         seen_ids: Set[int] = set()
         entries: List[Tuple[torch.Tensor, Optional[str], str]] = []  # (tensor, name, kind)
         for t, name, kind in named:
@@ -322,7 +380,9 @@ class MemReporter:
         # (name, kind, shape, dtype, device, dev_type, dev_index, numel, ptr, nbytes, storage)
         rows_raw: List[List[Any]] = []
         counter = 0
+        owner_of = owner_of or {}
         for (t, label, kind), info in zip(entries, infos):
+            chain = owner_of.get(id(t))
             (ptr, _own, dev, dev_type, dev_index, shape, dtype, numel, _sparse, how, parts,
              nbytes, _none) = info
             if not _matches(filt, dev_type, dev_index) or numel == 0:
@@ -339,11 +399,11 @@ class MemReporter:
                 for (part, _), sub in zip(parts, subs):
                     p2, _, d2s, t2, i2, s2, d2, e2, _, _, _, n2, _ = sub
                     rows_raw.append([f"{name}.{part}", kind, s2, d2, d2s, t2, i2, e2, p2, n2,
-                                     how])
+                                     how, chain])
                 del subs
             else:
                 rows_raw.append([name, kind, shape, dtype, dev, dev_type, dev_index, numel, ptr,
-                                 nbytes, how])
+                                 nbytes, how, chain])
 
         # each storage once: the first row (named rows come first) counts it
         first_of: Dict[Tuple[str, int], str] = {}
@@ -380,7 +440,7 @@ class MemReporter:
             segs = _alloc.segments()
             storages, which = [], []
             for i, r in enumerate(rows_raw):
-                if r[5] == "cuda" and r[8] and r[11] is None:  # r[11]: shares_with
+                if r[5] == "cuda" and r[8] and r[12] is None:  # r[12]: shares_with
                     storages.append(((r[6] or 0), r[8], r[1] != "other"))
                     which.append(i)
             per, ctot, unseen = _alloc.attribute(segs, storages)
@@ -415,11 +475,13 @@ class MemReporter:
         for dev in devices:
             totals.setdefault(dev, {}).update(numel=0, used=0, storage=0, named_storage=0,
                                               storages=0, tensors=0)
-        for i, (name, kind, shape, dtype, dev, dev_type, _idx, numel, _ptr, nbytes, how,
-                shares) in enumerate(rows_raw):
+        for i, (name, kind, shape, dtype, dev, dev_type, _idx, numel, ptr, nbytes, how,
+                chain, shares) in enumerate(rows_raw):
             sb = 0 if shares or nbytes is None else nbytes
             bb = block.get(i, 0) if dev_type == "cuda" else None
-            append(Row(name, kind, shape, dtype, dev, numel, sb, bb, shares, how))
+            append(Row(name, kind, shape, dtype, dev, numel, sb, bb, shares, how,
+                       None if chain is None else str(chain),
+                       None if chain is None else chain.holder, ptr or None))
             tot = totals[dev]
             tot["numel"] += numel or 0
             tot["used"] += sb if bb is None else bb
@@ -433,6 +495,73 @@ class MemReporter:
         ordered = {d: totals[d] for d in devices if d in totals}
         ordered.update({d: v for d, v in totals.items() if d not in ordered})
         return Report(rows=rows, totals=ordered, sites=sites, block_kinds=block_kinds)
+
+
+def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
+               paths: Dict[int, Tuple[Any, str]], limit: int = 200000) -> Dict[int, Any]:
+    """id(tensor) -> tensorgc.owner_chains.Chain for the tensors that are not a parameter, grad,
+    buffer or optimizer state: one search for all of them and for the live tensors with a
+    grad_fn. A tensor saved for backward (paths: id -> (node, "saved x")) gets the chain of the
+    best-held tensor whose graph reaches the node, continued through the graph: graphs are
+    walked from tensors reached from a root first (shortest chain first), so a loss kept in a
+    list wins over an intermediate result that only the graph itself keeps."""
+    from .owner_chains import owners as _search
+
+    kinds = {id(t): k for t, _, k in named}
+    targets = [t for t in live if kinds.get(id(t), "other") == "other"]
+    index = {id(t): i for i, t in enumerate(targets)}
+    starts: List[Tuple[Any, Any]] = []  # (tensor, grad_fn)
+    if paths:
+        for t in live:
+            try:
+                fn = t.grad_fn
+            except Exception:  # noqa: BLE001 -- exotic subclasses
+                continue
+            if fn is not None:
+                starts.append((t, fn))
+                if id(t) not in index:
+                    index[id(t)] = len(targets)
+                    targets.append(t)
+    chains = _search(targets)
+    out: Dict[int, Any] = {}
+    for t, c in zip(targets, chains):
+        if kinds.get(id(t), "other") == "other":
+            out[id(t)] = c
+    if paths:
+        rank = {"root": 0, "outside": 1, "garbage": 2, "unknown": 3}
+        starts.sort(key=lambda s: (rank.get(chains[index[id(s[0])]].kind, 3),
+                                   len(chains[index[id(s[0])]].edges)))
+        via: Dict[int, Tuple[Any, List[str]]] = {}  # id(node) -> (chain, references to it)
+        keep: List[Any] = []  # nodes stay alive while we walk, so ids are not reused
+        queue: Deque[Any] = collections.deque()
+        for t, fn in starts:
+            if id(fn) in via:
+                continue
+            via[id(fn)] = (chains[index[id(t)]], [f".grad_fn \u2192 {type(fn).__name__}"])
+            queue.append(fn)
+            # breadth-first from this start before the next: a better-held start claims
+            # everything its graph reaches
+            while queue and len(via) < limit:
+                node = queue.popleft()
+                keep.append(node)
+                chain, edges = via[id(node)]
+                var = getattr(node, "variable", None)  # AccumulateGrad: the leaf it feeds
+                if var is not None and id(var) in index:
+                    better = out.get(id(var))
+                    if better is None or (better.kind != "root" and chain.kind == "root"):
+                        out[id(var)] = chain.extend(edges + ["variable"])
+                for k, (child, _) in enumerate(getattr(node, "next_functions", ()) or ()):
+                    if child is not None and id(child) not in via:
+                        via[id(child)] = (chain, edges + [
+                            f".next_functions[{k}] \u2192 {type(child).__name__}"])
+                        queue.append(child)
+        for key, (node, saved) in paths.items():
+            got = via.get(id(node))
+            if got is not None:
+                out[key] = got[0].extend(got[1] + [saved])
+        del keep, via, queue
+    del targets, chains, starts
+    return out
 
 
 _is_tensor = _tensorgc._is_tensor  # a C type check: no isinstance, no __class__ property
@@ -487,13 +616,16 @@ def _is_view(node: object) -> bool:
 
 
 def _saved_for_backward(live: Iterable[torch.Tensor], named: Iterable[NamedTensor],
-                        limit: int = 200000) -> List[NamedTensor]:
+                        limit: int = 200000,
+                        paths: Optional[Dict[int, Tuple[Any, str]]] = None
+                        ) -> List[NamedTensor]:
     """(tensor, name, kind) for tensors that autograd nodes save for backward, found by walking
-    the grad_fn graphs reachable from live tensors. Tensors already named keep their name."""
+    the grad_fn graphs reachable from live tensors. Tensors already named keep their name.
+    paths, when given, gets id(saved tensor) -> (the node that saves it, "saved self")."""
     pname_of = {id(t): n for t, n, k in named if k == "parameter"}
     out: List[NamedTensor] = []
     seen_nodes: Set[int] = set()
-    stack: List[Any] = []
+    queue: Deque[Any] = collections.deque()
     for t in live:
         try:
             fn = t.grad_fn
@@ -501,10 +633,10 @@ def _saved_for_backward(live: Iterable[torch.Tensor], named: Iterable[NamedTenso
             continue
         if fn is not None and id(fn) not in seen_nodes:
             seen_nodes.add(id(fn))
-            stack.append(fn)
+            queue.append(fn)
     keep: List[Any] = []  # nodes stay alive while we walk, so ids are not reused
-    while stack and len(seen_nodes) < limit:
-        node = stack.pop()
+    while queue and len(seen_nodes) < limit:
+        node = queue.popleft()
         keep.append(node)
         attrs = _saved_attrs(node)
         where = None
@@ -524,9 +656,11 @@ def _saved_for_backward(live: Iterable[torch.Tensor], named: Iterable[NamedTenso
                 if where:
                     name += f" {where}"
                 out.append((x, name, "saved_for_backward"))
+                if paths is not None:
+                    paths[id(x)] = (node, f"saved {label}")
         for child, _ in getattr(node, "next_functions", ()) or ():
             if child is not None and id(child) not in seen_nodes:
                 seen_nodes.add(id(child))
-                stack.append(child)
+                queue.append(child)
     del keep
     return out

@@ -198,6 +198,21 @@ tgc_compat_weakref_target(PyObject *ref)
 #  define tgc_compat_dict_presized(n) ((void)(n), PyDict_New())
 #endif
 
+/* A thread's state dict (borrowed, NULL when never made: where threading.local keeps the
+ * thread's values) and its id; both are fields of PyThreadState on every supported version, and
+ * PyThreadState_GetDict only reads the calling thread's. */
+static inline PyObject *
+tgc_compat_thread_dict(PyThreadState *ts)
+{
+    return ts->dict;
+}
+
+static inline unsigned long
+tgc_compat_thread_id(PyThreadState *ts)
+{
+    return ts->thread_id;
+}
+
 #endif /* Py_PYTHON_H */
 
 /* The Graphviz half. gvRenderData's length argument became size_t in Graphviz 13. */

@@ -1,0 +1,59 @@
+/* owners.h: the contract of owners.c, which answers "why is it still alive" for objects that are
+ * not in a reference cycle: the shortest chain of references from a root (a module, a thread's
+ * frame, any object the caller names) to each of a set of targets, found in one breadth-first
+ * pass over what the roots reach. The pass follows tp_traverse, so it crosses containers the
+ * collector does not track (an untracked tuple or dict) as well as tracked ones.
+ *
+ * When some target is not reached from the roots, a second pass looks at the tracked objects the
+ * first did not reach ("dark"): each one's references from other dark objects are subtracted
+ * from its refcount, as the collector does; a dark object with references left over is held by
+ * something no Python object shows (C code, an extension's global, a thread's state), and the
+ * search goes on from those. A target reached by neither pass is garbage: unreachable, waiting
+ * for the collector (the cycle detector's domain).
+ *
+ * Both passes run no Python code and allocate no Python object (tp_traverse and C memory only),
+ * so the heap cannot change under them; the caller holds the GIL. The result holds borrowed
+ * references: the caller keeps them alive (increfs what it keeps) before it runs Python code.
+ * Memory: at most about 40 bytes per object visited, and max_objects bounds the visits.
+ * Python.h comes first. */
+#ifndef TGC_OWNERS_H
+#define TGC_OWNERS_H
+
+#include <stdint.h>
+
+#define TGC_OWNERS_NONE UINT32_MAX
+/* In aux[] of a root: set for a root of the second pass, whose aux holds its unexplained
+ * references; clear for one of the caller's roots, whose aux holds its index in roots. */
+#define TGC_OWNERS_DARK 0x80000000u
+
+typedef struct {
+    /* Every object visited, in the order found (borrowed references). */
+    PyObject **objs;
+    uint32_t *parent;     /* index into objs of the object that led here; NONE for a root */
+    uint32_t *aux;        /* for a root: see TGC_OWNERS_DARK; unused otherwise */
+    uint32_t n, cap;
+    /* Per target, in the caller's order. */
+    uint32_t ntargets;
+    uint32_t *found;      /* index into objs, or NONE: not reached */
+    uint32_t *referrers;  /* distinct visited objects that refer to the target */
+    uint32_t *last;       /* the last referrer counted (so one referrer counts once) */
+    uint32_t first_dark;  /* objs[first_dark:] were found by the second pass */
+    int truncated;        /* max_objects reached: some targets may be unreached for that reason */
+    int dark_pass;        /* whether the second pass ran */
+} tgc_owners;
+
+/* Searches from roots (n_roots borrowed references) for targets (borrowed). exclude (borrowed) are
+ * the caller's own containers: never visited, never roots, and their references are subtracted in
+ * the second pass; the last n_twice of them are snapshots of the caller's running frames' locals,
+ * whose values the frame holds once more, so theirs are subtracted twice. tracked: every object the collector tracks (borrowed; NULL to
+ * skip the second pass), each holding tracked_extra references from the caller's list of them.
+ * Returns 0, or -1 with MemoryError set; either way tgc_owners_free releases the result. */
+int tgc_owners_search(tgc_owners *o,
+                      PyObject *const *roots, uint32_t n_roots,
+                      PyObject *const *targets, uint32_t n_targets,
+                      PyObject *const *exclude, uint32_t n_exclude, uint32_t n_twice,
+                      PyObject *const *tracked, size_t n_tracked, Py_ssize_t tracked_extra,
+                      uint32_t max_objects);
+void tgc_owners_free(tgc_owners *o);
+
+#endif /* TGC_OWNERS_H */

@@ -1,0 +1,285 @@
+/* owners_binding.c: the Python binding of the owner-chain search (owners.h) and of the edge names
+ * along a chain (names.h, shared with the cycle reports). It only converts arguments and
+ * results; tensorgc/owners.py chooses the roots and writes the chains. */
+#include "cycles.h"
+#include "owners.h"
+#include "owners_binding.h"
+
+/* A chain longer than this keeps its root and its last TGC_CHAIN_MAX - 1 objects, with None
+ * between them where the middle was cut. */
+#define TGC_CHAIN_MAX 256
+
+/* The chain to objs[i], root first: a new tuple. */
+static PyObject *
+owners__chain(const tgc_owners *o, uint32_t i)
+{
+    uint32_t depth = 1;
+    for (uint32_t k = i; o->parent[k] != TGC_OWNERS_NONE; k = o->parent[k]) {
+        depth++;
+    }
+    int cut = depth > TGC_CHAIN_MAX;
+    uint32_t len = cut ? TGC_CHAIN_MAX + 1 : depth;
+    PyObject *t = PyTuple_New(len);  /* new reference */
+    if (t == NULL) {
+        return NULL;
+    }
+    uint32_t k = i, pos = len;
+    while (pos > (cut ? 2u : 0u)) {
+        PyTuple_SET_ITEM(t, --pos, Py_NewRef(o->objs[k]));
+        k = o->parent[k];
+    }
+    if (cut) {
+        while (o->parent[k] != TGC_OWNERS_NONE) {
+            k = o->parent[k];
+        }
+        PyTuple_SET_ITEM(t, 1, Py_NewRef(Py_None));
+        PyTuple_SET_ITEM(t, 0, Py_NewRef(o->objs[k]));
+    }
+    return t;
+}
+
+static PyObject *
+owners__results(const tgc_owners *o)
+{
+    PyObject *chains = PyList_New(o->ntargets), *refs = PyList_New(o->ntargets);  /* new */
+    PyObject *info = NULL, *chain = NULL;
+    if (chains == NULL || refs == NULL) {
+        goto error;
+    }
+    for (uint32_t j = 0; j < o->ntargets; j++) {
+        PyObject *r = PyLong_FromUnsignedLong(o->referrers[j]);
+        if (r == NULL) {
+            goto error;
+        }
+        PyList_SET_ITEM(refs, j, r);
+        uint32_t i = o->found[j];
+        if (i == TGC_OWNERS_NONE) {
+            PyList_SET_ITEM(chains, j, Py_NewRef(Py_None));
+            continue;
+        }
+        chain = owners__chain(o, i);
+        if (chain == NULL) {
+            goto error;
+        }
+        uint32_t root = i;
+        while (o->parent[root] != TGC_OWNERS_NONE) {
+            root = o->parent[root];
+        }
+        uint32_t aux = o->aux[root];
+        PyObject *item = (aux & TGC_OWNERS_DARK)
+            ? Py_BuildValue("(sIO)", "outside", aux & ~TGC_OWNERS_DARK, chain)
+            : Py_BuildValue("(sIO)", "root", aux, chain);
+        Py_CLEAR(chain);
+        if (item == NULL) {
+            goto error;
+        }
+        PyList_SET_ITEM(chains, j, item);
+    }
+    info = Py_BuildValue("{sIsisi}", "visited", o->n, "truncated", o->truncated,
+                         "second_pass", o->dark_pass);
+    if (info == NULL) {
+        goto error;
+    }
+    PyObject *res = PyTuple_Pack(3, chains, refs, info);
+    Py_DECREF(chains);
+    Py_DECREF(refs);
+    Py_DECREF(info);
+    return res;
+
+error:
+    Py_XDECREF(chains);
+    Py_XDECREF(refs);
+    Py_XDECREF(info);
+    return NULL;
+}
+
+PyDoc_STRVAR(owner_search_doc,
+"_owner_search($module, roots, targets, exclude, n_twice, tracked, max_objects, /)\n--\n\n"
+"The shortest chain of references from roots to each target (tensorgc.owners uses it).\n"
+"Returns (chains, referrers, info): chains[i] is None (not reached: garbage) or (kind, n,\n"
+"objects), kind 'root' (n: the root's index) or 'outside' (n: references no Python object\n"
+"shows); objects run from the root to the target. Automatic collection is off meanwhile.");
+
+static PyObject *
+owner_search(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "_owner_search takes 6 arguments");
+        return NULL;
+    }
+    PyObject *roots = NULL, *targets = NULL, *exclude = NULL, *tracked = NULL, *res = NULL;
+    Py_ssize_t n_twice = PyLong_AsSsize_t(args[3]);
+    unsigned long max_objects = PyLong_AsUnsignedLong(args[5]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    roots = PySequence_Fast(args[0], "roots must be a sequence");       /* new references */
+    targets = roots ? PySequence_Fast(args[1], "targets must be a sequence") : NULL;
+    exclude = targets ? PySequence_Fast(args[2], "exclude must be a sequence") : NULL;
+    if (exclude != NULL && args[4] != Py_None) {
+        tracked = PySequence_Fast(args[4], "tracked must be a sequence or None");
+        if (tracked == NULL) {
+            goto done;
+        }
+    }
+    if (exclude == NULL) {
+        goto done;
+    }
+    Py_ssize_t nr = PySequence_Fast_GET_SIZE(roots), nt = PySequence_Fast_GET_SIZE(targets);
+    Py_ssize_t ne = PySequence_Fast_GET_SIZE(exclude);
+    if (nr >= UINT32_MAX || nt >= UINT32_MAX || ne >= UINT32_MAX || n_twice < 0 || n_twice > ne ||
+        max_objects == 0 || max_objects >= UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "_owner_search: a count is out of range");
+        goto done;
+    }
+    /* No collection while the result holds borrowed references: one could free them. The
+     * search itself allocates no Python object; building the result does. */
+    int was_enabled = PyGC_Disable();
+    tgc_owners o;
+    if (tgc_owners_search(&o, PySequence_Fast_ITEMS(roots), (uint32_t)nr,
+                          PySequence_Fast_ITEMS(targets), (uint32_t)nt,
+                          PySequence_Fast_ITEMS(exclude), (uint32_t)ne, (uint32_t)n_twice,
+                          tracked ? PySequence_Fast_ITEMS(tracked) : NULL,
+                          tracked ? (size_t)PySequence_Fast_GET_SIZE(tracked) : 0,
+                          /* the caller's list and our PySequence_Fast of it (the same object) */
+                          tracked ? 1 : 0, (uint32_t)max_objects) == 0) {
+        res = owners__results(&o);
+    }
+    tgc_owners_free(&o);
+    if (was_enabled) {
+        PyGC_Enable();
+    }
+
+done:
+    Py_XDECREF(roots);
+    Py_XDECREF(targets);
+    Py_XDECREF(exclude);
+    Py_XDECREF(tracked);
+    return res;
+}
+
+/* The label of the edge from a type to a value in its own dict: ".name". New reference, or
+ * NULL with no exception when v is not there. */
+static PyObject *
+owners__type_attr(PyObject *dict, PyObject *v)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *val;
+    while (PyDict_Next(dict, &pos, &k, &val)) {
+        if (val == v && PyUnicode_Check(k)) {
+            return tgc_cut(PyUnicode_FromFormat(".%U", k), TGC_NAME_MAX);
+        }
+    }
+    return NULL;
+}
+
+PyDoc_STRVAR(owner_labels_doc,
+"_owner_labels($module, chain, /)\n--\n\n"
+"The names of the references along a chain (a tuple, root first), in the cycle reports'\n"
+"vocabulary: a list of (label, index), index being the object the reference leads to. A\n"
+"container drawn as part of its owner (an instance's or a class's __dict__) is folded in.");
+
+static PyObject *
+owner_labels(PyObject *Py_UNUSED(module), PyObject *chain)
+{
+    if (!PyTuple_Check(chain)) {
+        PyErr_SetString(PyExc_TypeError, "_owner_labels: chain must be a tuple");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0), *owned = PyList_New(0);  /* new references */
+    tgc_names ns = {0};
+    if (out == NULL || owned == NULL) {
+        goto error;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(chain);
+    for (Py_ssize_t i = 0; i + 1 < n;) {
+        PyObject *p = PyTuple_GET_ITEM(chain, i), *c = PyTuple_GET_ITEM(chain, i + 1);  /* borrowed */
+        PyObject *next = i + 2 < n ? PyTuple_GET_ITEM(chain, i + 2) : NULL;
+        PyObject *label = NULL;  /* new reference */
+        Py_ssize_t to = i + 1;
+        if (p == Py_None || c == Py_None) {
+            label = PyUnicode_FromString("\u2026");
+        }
+        else if (PyType_Check(p) && next != NULL && c == ((PyTypeObject *)p)->tp_dict) {
+            label = owners__type_attr(c, next);
+            to = label ? i + 2 : to;
+        }
+        if (label == NULL && !PyErr_Occurred() && p != Py_None && c != Py_None) {
+            if (tgc_names_collect(p, &ns, owned) < 0) {
+                goto error;
+            }
+            int folded = 0;
+            for (int f = 0; f < ns.nfolds; f++) {
+                folded |= ns.folds[f] == c;
+            }
+            PyObject *l = folded && next ? tgc_names_take(&ns, next, c) : NULL;  /* borrowed */
+            if (l != NULL) {
+                to = i + 2;
+            }
+            else {
+                l = tgc_names_take(&ns, c, NULL);
+            }
+            label = l ? Py_NewRef(l) : NULL;
+            tgc_names_clear(&ns);
+            if (label == NULL) {
+                /* a reference tp_traverse reports and no field names (a C extension's slot) */
+                PyObject *tn = tgc_type_name(c);
+                label = tn ? PyUnicode_FromFormat("%c %U", 0x2192, tn) : NULL;
+                Py_XDECREF(tn);
+            }
+        }
+        if (label == NULL) {
+            goto error;
+        }
+        PyObject *item = Py_BuildValue("(Nn)", label, to);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            goto error;
+        }
+        Py_DECREF(item);
+        i = to;
+    }
+    Py_DECREF(owned);
+    return out;
+
+error:
+    tgc_names_clear(&ns);
+    Py_XDECREF(out);
+    Py_XDECREF(owned);
+    return NULL;
+}
+
+PyDoc_STRVAR(thread_states_doc,
+"_thread_states($module, /)\n--\n\n"
+"[(thread id, its state dict or None)] for every thread of the interpreter: where\n"
+"threading.local keeps each thread's values, which no Python object refers to.");
+
+static PyObject *
+thread_states(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    PyObject *out = PyList_New(0);  /* new reference */
+    if (out == NULL) {
+        return NULL;
+    }
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
+    /* The GIL is held, so no thread state is created or freed while we walk the list. */
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL;
+         ts = PyThreadState_Next(ts)) {
+        PyObject *d = tgc_compat_thread_dict(ts);  /* borrowed or NULL */
+        PyObject *item = Py_BuildValue("(kO)", tgc_compat_thread_id(ts), d ? d : Py_None);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    return out;
+}
+
+PyMethodDef tgc_owners_methods[] = {
+    {"_owner_search", (PyCFunction)(void (*)(void))owner_search, METH_FASTCALL, owner_search_doc},
+    {"_owner_labels", (PyCFunction)owner_labels, METH_O, owner_labels_doc},
+    {"_thread_states", (PyCFunction)thread_states, METH_NOARGS, thread_states_doc},
+    {NULL, NULL, 0, NULL},
+};

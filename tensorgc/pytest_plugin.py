@@ -1,0 +1,89 @@
+"""A pytest plugin: fail a test that leaves tensors alive after it returns, and say what holds
+them, the way pytest-memray fails a test over a memory limit.
+
+    pytest --tensorgc                  # every test
+    @pytest.mark.tensorgc              # one test (or a module: pytestmark = pytest.mark.tensorgc)
+    @pytest.mark.tensorgc(min_bytes=1 << 20, device="cuda")
+
+A storage born during the test's call (fixtures are set up before, so theirs do not count) and
+alive once it has returned fails the test: held by an owner (a module global, a cache, a class
+attribute: the chain is printed), or kept only by a reference cycle that the collector has not
+freed yet (said so: the tensor outlives the test until a collection). Installed with tensorgc
+through the pytest11 entry point; it imports nothing heavy until a test asks for it.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Generator, Optional
+
+import pytest
+
+_MARK = "tensorgc"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tensorgc", "tensors left alive (tensorgc)")
+    group.addoption("--tensorgc", action="store_true", default=False,
+                    help="fail any test that leaves tensors alive after it returns, with the "
+                         "chain of references that holds them")
+    group.addoption("--tensorgc-min-bytes", type=int, default=0, metavar="N",
+                    help="with --tensorgc: fail only when the tensors left alive hold more "
+                         "than N bytes (default 0)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "tensorgc(min_bytes=0, device=None): fail the test if it leaves tensors "
+        "alive after it returns (tensorgc's pytest plugin)")
+
+
+def _settings(item: pytest.Item) -> Optional[Dict[str, Any]]:
+    mark = item.get_closest_marker(_MARK)
+    if mark is None and not item.config.getoption("--tensorgc"):
+        return None
+    s: Dict[str, Any] = {"min_bytes": item.config.getoption("--tensorgc-min-bytes"),
+                         "device": None}
+    if mark is not None:
+        if mark.args:
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.tensorgc takes keyword "
+                                    "arguments only (min_bytes=, device=)")
+        unknown = set(mark.kwargs) - set(s)
+        if unknown:
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.tensorgc: unknown "
+                                    f"argument(s) {', '.join(sorted(unknown))}")
+        s.update(mark.kwargs)
+    if not isinstance(s["min_bytes"], int) or s["min_bytes"] < 0:
+        raise pytest.UsageError(f"{item.nodeid}: tensorgc min_bytes must be an int >= 0")
+    return s
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
+    s = _settings(item)
+    if s is None:
+        return (yield)
+    # only now: torch and the C module load when a test asks for them
+    from .growth import checkpoint, growth
+
+    before = checkpoint(s["device"])
+    res = yield  # a failing test raises here, and its own failure is the one reported
+    g = growth(before, s["device"])
+    if g.rows and g.nbytes > s["min_bytes"]:
+        pytest.fail(_message(g), pytrace=False)
+    return res
+
+
+def _message(g: Any) -> str:
+    from .reporter import readable_size
+
+    lines = [f"tensorgc: the test left {len(g.rows)} storage{'s' if len(g.rows) != 1 else ''} "
+             f"({readable_size(g.nbytes)}) alive after it returned:"]
+    for holder, nbytes, n, chain in g.groups[:20]:
+        lines.append(f"  {readable_size(nbytes):>10s} in {n:>4d}  {holder}")
+        if chain and chain != holder:
+            lines.append(f"      {chain}")
+    if len(g.groups) > 20:
+        lines.append(f"  … {len(g.groups) - 20} more owners")
+    if any(r.owner and r.owner.startswith("unreachable") for r in g.rows):
+        lines.append("  (unreachable: a reference cycle keeps them until the collector runs; "
+                     "tensorgc.observe_tensor_cycles draws it)")
+    return "\n".join(lines)

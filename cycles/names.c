@@ -171,6 +171,15 @@ names__key(PyObject *key)
     return tgc_cut(r, 40);
 }
 
+PyObject *
+tgc_names_key_label(PyObject *key)
+{
+    PyObject *kr = names__key(key);
+    PyObject *label = kr ? PyUnicode_FromFormat("[%U]", kr) : NULL;
+    Py_XDECREF(kr);
+    return label;
+}
+
 static int
 names__dict_items(tgc_names *ns, PyObject *dict, PyObject *via, int attrs)
 {

@@ -39,6 +39,8 @@ typedef struct {
 int tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned);
 PyObject *tgc_names_take(tgc_names *ns, PyObject *target, PyObject *via);  /* borrowed or NULL */
 void tgc_names_clear(tgc_names *ns);
+/* The label of a dict's value as tgc_names_collect writes it: "[key]" (new reference). */
+PyObject *tgc_names_key_label(PyObject *key);
 /* Whether obj is a generator, a coroutine or an async generator (a frame of its own). */
 int tgc_is_generator(PyObject *obj);
 

@@ -2,9 +2,24 @@
  * pass, then a pass over the tracked objects the first did not reach (contract in owners.h). */
 #include "cycles.h"
 #include "owners.h"
+#include "young.h"
+
+/* tgc_owners_use_marks's switch: 1 normally. GIL. */
+static int owners_use_marks = 1;
+
+int
+tgc_owners_use_marks(int on)
+{
+    int was = owners_use_marks;
+    owners_use_marks = on != 0;
+    return was;
+}
 
 typedef struct {
     tgc_owners *o;
+    /* Visited: a gc object carries the mark of young.h (no lookup, no memory) where it is
+     * usable; the map holds the rest (targets without gc support), or everything without it. */
+    int marks;
     tgc_ptrmap seen;       /* visited object -> index in o->objs; grows with them */
     size_t seen_used;
     tgc_ptrmap targets;    /* target -> index in the caller's targets */
@@ -33,38 +48,82 @@ owners__grow(owners_ctx *c)
 }
 
 static int
+owners__reserve(tgc_owners *o, size_t cap)
+{
+    if (cap <= o->cap || cap >= UINT32_MAX) {
+        return 0;
+    }
+    PyObject **objs = realloc(o->objs, cap * sizeof(PyObject *));
+    if (objs == NULL) {
+        return -1;
+    }
+    o->objs = objs;
+    uint32_t *p = realloc(o->parent, cap * sizeof(uint32_t));
+    if (p == NULL) {
+        return -1;
+    }
+    o->parent = p;
+    uint32_t *a = realloc(o->aux, cap * sizeof(uint32_t));
+    if (a == NULL) {
+        return -1;
+    }
+    o->aux = a;
+    o->cap = (uint32_t)cap;
+    return 0;
+}
+
+static int
 owners__append(owners_ctx *c, PyObject *op, uint32_t parent, uint32_t aux)
 {
     tgc_owners *o = c->o;
-    if (o->n == o->cap) {
-        uint32_t cap = o->cap ? (o->cap > UINT32_MAX / 4 ? UINT32_MAX - 1 : o->cap * 2) : 4096;
-        PyObject **objs = realloc(o->objs, (size_t)cap * sizeof(PyObject *));
-        if (objs == NULL) {
-            return -1;
-        }
-        o->objs = objs;
-        uint32_t *p = realloc(o->parent, (size_t)cap * sizeof(uint32_t));
-        if (p == NULL) {
-            return -1;
-        }
-        o->parent = p;
-        uint32_t *a = realloc(o->aux, (size_t)cap * sizeof(uint32_t));
-        if (a == NULL) {
-            return -1;
-        }
-        o->aux = a;
-        o->cap = cap;
+    if (o->n == o->cap &&
+        owners__reserve(o, o->cap ? (o->cap > UINT32_MAX / 4 ? UINT32_MAX - 1 : (size_t)o->cap * 2)
+                                  : 4096) < 0) {
+        return -1;
     }
-    if ((c->seen_used + 1) * 2 > c->seen.mask + 1 && owners__grow(c) < 0) {
+    if (o->n >= o->cap) {
+        return -1;  /* 32-bit indices exhausted; max_objects keeps the pass below this */
+    }
+    int mark = c->marks && PyObject_IS_GC(op);
+    if (!mark && (c->seen_used + 1) * 2 > c->seen.mask + 1 && owners__grow(c) < 0) {
         return -1;
     }
     uint32_t i = o->n++;
     o->objs[i] = op;
     o->parent[i] = parent;
     o->aux[i] = aux;
-    tgc_ptrmap_put(&c->seen, op, i);
-    c->seen_used++;
+    if (mark) {
+        (void)tgc_gcmark_test_and_set(op);  /* cleared by owners__unmark before returning */
+    }
+    else {
+        tgc_ptrmap_put(&c->seen, op, i);
+        c->seen_used++;
+    }
     return 0;
+}
+
+static inline int
+owners__visited(const owners_ctx *c, PyObject *op)
+{
+    if (c->marks && PyObject_IS_GC(op)) {
+        return tgc_gcmark_test(op);
+    }
+    return tgc_ptrmap_get(&c->seen, op) != UINT32_MAX;
+}
+
+/* Every mark set is on an object in objs (marked only once appended). */
+static void
+owners__unmark(const owners_ctx *c)
+{
+    if (!c->marks) {
+        return;
+    }
+    const tgc_owners *o = c->o;
+    for (uint32_t i = 0; i < o->n; i++) {
+        if (PyObject_IS_GC(o->objs[i])) {
+            tgc_gcmark_clear(o->objs[i]);
+        }
+    }
 }
 
 /* Counts a reference from c->cur to a target, and marks the target found when first reached. */
@@ -82,31 +141,41 @@ owners__target_ref(owners_ctx *c, PyObject *op, uint32_t idx)
     }
     if (o->found[j] == TGC_OWNERS_NONE && idx != TGC_OWNERS_NONE) {
         o->found[j] = idx;
+        o->unfound--;
     }
 }
 
 /* tp_traverse's visitor: each reference of c->cur. Objects without GC support are leaves and are
- * not stored (most references are to str and int), unless they are targets. */
+ * not stored (most references are to str and int), unless they are targets: for them the one
+ * hash probe is the small targets map, not the visited map (which misses the cache on a large
+ * heap, and is most of the pass's time). */
 static int
 owners__visit(PyObject *op, void *arg)
 {
     owners_ctx *c = arg;
-    if (op == NULL || tgc_ptrmap_get(&c->exclude, op) != UINT32_MAX) {
+    if (op == NULL) {
         return 0;
     }
-    uint32_t idx = tgc_ptrmap_get(&c->seen, op);
-    if (idx == UINT32_MAX && (PyObject_IS_GC(op) || tgc_ptrmap_get(&c->targets, op) != UINT32_MAX)) {
-        if (c->o->n >= c->max_objects) {
-            c->o->truncated = 1;
-            return 1;  /* stop this traverse; the loop stops too */
-        }
-        if (owners__append(c, op, c->cur, 0) < 0) {
-            c->failed = 1;
-            return 1;
-        }
-        idx = c->o->n - 1;
+    int gc = PyObject_IS_GC(op);
+    if (!gc && tgc_ptrmap_get(&c->targets, op) == UINT32_MAX) {
+        return 0;
     }
-    owners__target_ref(c, op, idx);
+    if (c->marks && gc ? tgc_gcmark_test(op) : tgc_ptrmap_get(&c->seen, op) != UINT32_MAX) {
+        owners__target_ref(c, op, TGC_OWNERS_NONE);  /* found when first appended */
+        return 0;
+    }
+    if (tgc_ptrmap_get(&c->exclude, op) != UINT32_MAX) {
+        return 0;
+    }
+    if (c->o->n >= c->max_objects) {
+        c->o->truncated = 1;
+        return 1;  /* stop this traverse; the loop stops too */
+    }
+    if (owners__append(c, op, c->cur, 0) < 0) {
+        c->failed = 1;
+        return 1;
+    }
+    owners__target_ref(c, op, c->o->n - 1);
     return 0;
 }
 
@@ -153,8 +222,7 @@ owners__dark(owners_ctx *c, PyObject *const *tracked, size_t n_tracked, Py_ssize
     size_t nd = 0;
     for (size_t i = 0; i < n_tracked; i++) {
         PyObject *op = tracked[i];
-        nd += tgc_ptrmap_get(&c->seen, op) == UINT32_MAX &&
-              tgc_ptrmap_get(&c->exclude, op) == UINT32_MAX;
+        nd += !owners__visited(c, op) && tgc_ptrmap_get(&c->exclude, op) == UINT32_MAX;
     }
     if (nd == 0 || nd >= UINT32_MAX) {
         return 0;
@@ -170,8 +238,7 @@ owners__dark(owners_ctx *c, PyObject *const *tracked, size_t n_tracked, Py_ssize
     uint32_t k = 0;
     for (size_t i = 0; i < n_tracked; i++) {
         PyObject *op = tracked[i];
-        if (tgc_ptrmap_get(&c->seen, op) == UINT32_MAX &&
-            tgc_ptrmap_get(&c->exclude, op) == UINT32_MAX &&
+        if (!owners__visited(c, op) && tgc_ptrmap_get(&c->exclude, op) == UINT32_MAX &&
             tgc_ptrmap_put(&dmap, op, k) == k) {
             dobj[k] = op;
             refs[k] = Py_REFCNT(op) - extra;
@@ -198,12 +265,12 @@ owners__dark(owners_ctx *c, PyObject *const *tracked, size_t n_tracked, Py_ssize
     o->dark_pass = 1;
     int rc = 0;
     for (uint32_t i = 0; i < k && rc == 0; i++) {
-        if (refs[i] > 0 && tgc_ptrmap_get(&c->seen, dobj[i]) == UINT32_MAX) {
+        if (refs[i] > 0 && !owners__visited(c, dobj[i])) {
             if (o->n >= c->max_objects) {
                 o->truncated = 1;
                 break;
             }
-            Py_ssize_t r = refs[i] < (Py_ssize_t)~TGC_OWNERS_DARK ? refs[i] : (Py_ssize_t)~TGC_OWNERS_DARK;
+            Py_ssize_t r = refs[i] < (Py_ssize_t)0x3fffffff ? refs[i] : (Py_ssize_t)0x3fffffff;
             rc = owners__append(c, dobj[i], TGC_OWNERS_NONE, TGC_OWNERS_DARK | (uint32_t)r);
             if (rc == 0) {
                 c->cur = TGC_OWNERS_NONE;
@@ -213,6 +280,24 @@ owners__dark(owners_ctx *c, PyObject *const *tracked, size_t n_tracked, Py_ssize
                 owners__bfs(c, o->n - 1);
                 rc = c->failed ? -1 : 0;
             }
+        }
+    }
+    /* What is left is garbage; searching from it tells a target kept by a cycle (or by
+     * what a cycle holds) from one held by something the collector does not track. */
+    for (uint32_t i = 0; i < k && rc == 0 && o->unfound > 0; i++) {
+        if (owners__visited(c, dobj[i])) {
+            continue;
+        }
+        if (o->n >= c->max_objects) {
+            o->truncated = 1;
+            break;
+        }
+        rc = owners__append(c, dobj[i], TGC_OWNERS_NONE, TGC_OWNERS_GARBAGE);
+        if (rc == 0) {
+            c->cur = TGC_OWNERS_NONE;
+            owners__target_ref(c, dobj[i], o->n - 1);
+            owners__bfs(c, o->n - 1);
+            rc = c->failed ? -1 : 0;
         }
     }
     tgc_ptrmap_free(&dmap);
@@ -247,15 +332,24 @@ tgc_owners_search(tgc_owners *o,
     c.cur = TGC_OWNERS_NONE;
     c.max_objects = max_objects ? max_objects : 1;
     o->ntargets = n_targets;
+    o->unfound = n_targets;
     o->first_dark = TGC_OWNERS_NONE;
     size_t nt = n_targets ? n_targets : 1;
     o->found = malloc(nt * sizeof(uint32_t));
     o->referrers = calloc(nt, sizeof(uint32_t));
     o->last = malloc(nt * sizeof(uint32_t));
+    /* Sized for every tracked object at once (the pass reaches most of them): no rehash on
+     * the way. Capped by max_objects, which bounds what the pass may visit. */
+    c.marks = owners_use_marks && tgc_gcmark_usable();
+    size_t hint = n_tracked + n_roots + 4096;
+    if (hint > c.max_objects) {
+        hint = c.max_objects;
+    }
     if (o->found == NULL || o->referrers == NULL || o->last == NULL ||
-        tgc_ptrmap_init(&c.seen, 4096) < 0) {
+        tgc_ptrmap_init(&c.seen, c.marks ? 4096 : hint) < 0 || owners__reserve(o, hint) < 0) {
         goto nomem;
     }
+    c.seen_used = 0;
     memset(o->found, 0xff, nt * sizeof(uint32_t));
     memset(o->last, 0xff, nt * sizeof(uint32_t));
     if (owners__map_of(&c.targets, targets, n_targets) < 0 ||
@@ -264,8 +358,7 @@ tgc_owners_search(tgc_owners *o,
     }
     for (uint32_t i = 0; i < n_roots; i++) {
         PyObject *op = roots[i];
-        if (tgc_ptrmap_get(&c.seen, op) != UINT32_MAX ||
-            tgc_ptrmap_get(&c.exclude, op) != UINT32_MAX) {
+        if (owners__visited(&c, op) || tgc_ptrmap_get(&c.exclude, op) != UINT32_MAX) {
             continue;  /* a root listed twice keeps its first place */
         }
         if (o->n >= c.max_objects) {
@@ -281,20 +374,18 @@ tgc_owners_search(tgc_owners *o,
     if (c.failed) {
         goto nomem;
     }
-    int missing = 0;
-    for (uint32_t j = 0; j < n_targets; j++) {
-        missing |= o->found[j] == TGC_OWNERS_NONE;
-    }
-    if (missing && tracked != NULL && !o->truncated &&
+    if (o->unfound > 0 && tracked != NULL && !o->truncated &&
         owners__dark(&c, tracked, n_tracked, tracked_extra, exclude, n_exclude, n_twice) < 0) {
         goto nomem;
     }
+    owners__unmark(&c);
     tgc_ptrmap_free(&c.seen);
     tgc_ptrmap_free(&c.targets);
     tgc_ptrmap_free(&c.exclude);
     return 0;
 
 nomem:
+    owners__unmark(&c);
     tgc_ptrmap_free(&c.seen);
     tgc_ptrmap_free(&c.targets);
     tgc_ptrmap_free(&c.exclude);

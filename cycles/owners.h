@@ -8,13 +8,15 @@
  * first did not reach ("dark"): each one's references from other dark objects are subtracted
  * from its refcount, as the collector does; a dark object with references left over is held by
  * something no Python object shows (C code, an extension's global, a thread's state), and the
- * search goes on from those. A target reached by neither pass is garbage: unreachable, waiting
- * for the collector (the cycle detector's domain).
+ * search goes on from those; then from the rest of them, which are garbage: unreachable, waiting
+ * for the collector (the cycle detector's domain), so a target found from one is garbage. A
+ * target found by neither is held by something the collector does not track.
  *
  * Both passes run no Python code and allocate no Python object (tp_traverse and C memory only),
  * so the heap cannot change under them; the caller holds the GIL. The result holds borrowed
  * references: the caller keeps them alive (increfs what it keeps) before it runs Python code.
- * Memory: at most about 40 bytes per object visited, and max_objects bounds the visits.
+ * Memory: 16 bytes per object visited (plus about 24 for each one the header mark of young.h
+ * cannot carry: all of them where it is unusable), and max_objects bounds the visits.
  * Python.h comes first. */
 #ifndef TGC_OWNERS_H
 #define TGC_OWNERS_H
@@ -25,6 +27,9 @@
 /* In aux[] of a root: set for a root of the second pass, whose aux holds its unexplained
  * references; clear for one of the caller's roots, whose aux holds its index in roots. */
 #define TGC_OWNERS_DARK 0x80000000u
+/* In aux[] of a root: set for an unreached object whose references all come from other
+ * unreached objects (garbage: a reference cycle, or what one holds); aux holds nothing else. */
+#define TGC_OWNERS_GARBAGE 0x40000000u
 
 typedef struct {
     /* Every object visited, in the order found (borrowed references). */
@@ -37,6 +42,7 @@ typedef struct {
     uint32_t *found;      /* index into objs, or NONE: not reached */
     uint32_t *referrers;  /* distinct visited objects that refer to the target */
     uint32_t *last;       /* the last referrer counted (so one referrer counts once) */
+    uint32_t unfound;     /* targets not reached yet */
     uint32_t first_dark;  /* objs[first_dark:] were found by the second pass */
     int truncated;        /* max_objects reached: some targets may be unreached for that reason */
     int dark_pass;        /* whether the second pass ran */
@@ -55,5 +61,10 @@ int tgc_owners_search(tgc_owners *o,
                       PyObject *const *tracked, size_t n_tracked, Py_ssize_t tracked_extra,
                       uint32_t max_objects);
 void tgc_owners_free(tgc_owners *o);
+
+/* Whether the search marks visited gc objects in their header (young.h) where it can; 0 makes
+ * it keep every object in its own map, the path of interpreters where the mark is unusable
+ * (for tests: the testing module's _owner_marks). Process-wide; GIL. Returns the old value. */
+int tgc_owners_use_marks(int on);
 
 #endif /* TGC_OWNERS_H */

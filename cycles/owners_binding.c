@@ -68,6 +68,7 @@ owners__results(const tgc_owners *o)
         uint32_t aux = o->aux[root];
         PyObject *item = (aux & TGC_OWNERS_DARK)
             ? Py_BuildValue("(sIO)", "outside", aux & ~TGC_OWNERS_DARK, chain)
+            : (aux & TGC_OWNERS_GARBAGE) ? Py_BuildValue("(sIO)", "garbage", 0u, chain)
             : Py_BuildValue("(sIO)", "root", aux, chain);
         Py_CLEAR(chain);
         if (item == NULL) {
@@ -96,9 +97,10 @@ error:
 PyDoc_STRVAR(owner_search_doc,
 "_owner_search($module, roots, targets, exclude, n_twice, tracked, max_objects, /)\n--\n\n"
 "The shortest chain of references from roots to each target (tensorgc.owners uses it).\n"
-"Returns (chains, referrers, info): chains[i] is None (not reached: garbage) or (kind, n,\n"
-"objects), kind 'root' (n: the root's index) or 'outside' (n: references no Python object\n"
-"shows); objects run from the root to the target. Automatic collection is off meanwhile.");
+"Returns (chains, referrers, info): chains[i] is None (not reached: held by something the\n"
+"collector does not track) or (kind, n, objects), kind 'root' (n: the root's index),\n"
+"'outside' (n: references no Python object shows) or 'garbage' (n: 0); objects run from\n"
+"the root to the target. Automatic collection is off meanwhile.");
 
 static PyObject *
 owner_search(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
@@ -173,6 +175,49 @@ owners__type_attr(PyObject *dict, PyObject *v)
     return NULL;
 }
 
+/* The label of the reference from a plain list, tuple or dict to c, found by scanning for it
+ * (the same labels tgc_names_collect gives, without naming every other entry: a chain through a
+ * container of a million entries costs one scan, not a million labels). New reference, or NULL
+ * without an exception when p is not such a container or c is not directly in it. */
+static PyObject *
+owners__item_label(PyObject *p, PyObject *c)
+{
+    if (PyList_CheckExact(p) || PyTuple_CheckExact(p)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(p);
+        PyObject **items = PySequence_Fast_ITEMS(p);
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (items[k] == c) {
+                return PyUnicode_FromFormat("[%zd]", k);
+            }
+        }
+        return NULL;
+    }
+    if (PyDict_CheckExact(p)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(p, &pos, &k, &v)) {
+            if (v == c) {
+                return tgc_names_key_label(k);
+            }
+            if (k == c) {
+                return PyUnicode_FromString("(key)");
+            }
+        }
+    }
+    return NULL;
+}
+
+static int
+owners__folded(const tgc_names *ns, PyObject *o)
+{
+    for (int f = 0; f < ns->nfolds; f++) {
+        if (ns->folds[f] == o) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(owner_labels_doc,
 "_owner_labels($module, chain, /)\n--\n\n"
 "The names of the references along a chain (a tuple, root first), in the cycle reports'\n"
@@ -205,18 +250,27 @@ owner_labels(PyObject *Py_UNUSED(module), PyObject *chain)
             to = label ? i + 2 : to;
         }
         if (label == NULL && !PyErr_Occurred() && p != Py_None && c != Py_None) {
+            label = owners__item_label(p, c);
+        }
+        if (label == NULL && !PyErr_Occurred() && p != Py_None && c != Py_None) {
             if (tgc_names_collect(p, &ns, owned) < 0) {
                 goto error;
             }
-            int folded = 0;
-            for (int f = 0; f < ns.nfolds; f++) {
-                folded |= ns.folds[f] == c;
+            /* Containers drawn as part of p (its __dict__, a function's closure tuple and
+             * cells) are folded: the label of the deepest object reached through them wins,
+             * "closure x" for p -> tuple -> cell -> x. */
+            Py_ssize_t end = i + 1;
+            while (end + 1 < n && owners__folded(&ns, PyTuple_GET_ITEM(chain, end))) {
+                end++;
             }
-            PyObject *l = folded && next ? tgc_names_take(&ns, next, c) : NULL;  /* borrowed */
-            if (l != NULL) {
-                to = i + 2;
+            PyObject *l = NULL;  /* borrowed */
+            for (; end >= i + 2 && l == NULL; end--) {
+                PyObject *via = PyTuple_GET_ITEM(chain, end - 1);
+                l = tgc_names_take(&ns, PyTuple_GET_ITEM(chain, end), via);
+                to = l ? end : to;
             }
-            else {
+            if (l == NULL) {
+                to = i + 1;
                 l = tgc_names_take(&ns, c, NULL);
             }
             label = l ? Py_NewRef(l) : NULL;

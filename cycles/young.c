@@ -830,3 +830,43 @@ tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject 
 }
 
 #endif
+
+
+/* ------------------------------------------------------------------------------------------ */
+/* The visited mark of one heap pass (contract in young.h)                                      */
+
+#if TGC_HAVE_YOUNG_SCAN
+int
+tgc_gcmark_usable(void)
+{
+    /* Inside a collection (a finalizer or a weakref callback calling in) the collector owns
+     * the bit: the caller keeps its own set then. */
+    return !PyInterpreterState_Get()->gc.collecting;
+}
+
+int
+tgc_gcmark_test_and_set(PyObject *op)
+{
+    PyGC_Head *g = _Py_AS_GC(op);
+    int was = (g->_gc_prev & _PyGC_PREV_MASK_COLLECTING) != 0;
+    g->_gc_prev |= _PyGC_PREV_MASK_COLLECTING;
+    return was;
+}
+
+int
+tgc_gcmark_test(PyObject *op)
+{
+    return (_Py_AS_GC(op)->_gc_prev & _PyGC_PREV_MASK_COLLECTING) != 0;
+}
+
+void
+tgc_gcmark_clear(PyObject *op)
+{
+    _Py_AS_GC(op)->_gc_prev &= ~(uintptr_t)_PyGC_PREV_MASK_COLLECTING;
+}
+#else
+int tgc_gcmark_usable(void) { return 0; }
+int tgc_gcmark_test_and_set(PyObject *op) { (void)op; return 0; }
+int tgc_gcmark_test(PyObject *op) { (void)op; return 0; }
+void tgc_gcmark_clear(PyObject *op) { (void)op; }
+#endif

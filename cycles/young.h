@@ -72,4 +72,15 @@ typedef struct {
 } tgc_shapes;
 int tgc_traverse_fast(tgc_shapes *shapes, PyObject *op, visitproc visit, void *arg);
 
+/* A visited mark for one pass over the heap (owners.c): the collector's "being collected" bit of
+ * a gc object's header, which is clear on every object outside a collection. Only while no
+ * Python code runs and no collection can start, and every mark set must be cleared before the
+ * pass returns. tgc_gcmark_usable() is 0 where compat.h does not know the header
+ * (TGC_HAVE_YOUNG_SCAN) and during a collection (the collector owns the bit then): callers keep
+ * their own visited set. op must be a gc object. */
+int tgc_gcmark_usable(void);
+int tgc_gcmark_test_and_set(PyObject *op);  /* the mark before; sets it */
+int tgc_gcmark_test(PyObject *op);
+void tgc_gcmark_clear(PyObject *op);
+
 #endif

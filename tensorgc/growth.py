@@ -50,6 +50,9 @@ class Growth:
     freed: int           # storages alive at the checkpoint and gone now
     seconds: float       # since the checkpoint
     device: Optional[str] = None
+    # by allocation site, where the allocator recorded it (CUDA under
+    # tensorgc.record_memory_history): (site, bytes, storages), largest first
+    sites: List[Tuple[str, int, int]] = field(default_factory=list)
 
     def summary(self, top: int = 3) -> str:
         """One line for a log: the growth and its largest owners."""
@@ -68,6 +71,10 @@ class Growth:
             lines.append(f"  {readable_size(b):>10s}  {n:>5d}  {holder}")
             if chain and chain != holder:
                 lines.append(f"{'':19s}{chain}")
+        if self.sites:
+            lines.append("  by allocation site:")
+            for site, b, n in self.sites:
+                lines.append(f"  {readable_size(b):>10s}  {n:>5d}  {site}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -77,7 +84,8 @@ class Growth:
         return {"nbytes": self.nbytes, "storages": len(self.rows), "freed": self.freed,
                 "seconds": self.seconds, "device": self.device,
                 "groups": [{"holder": h, "nbytes": b, "storages": n, "chain": c}
-                           for h, b, n, c in self.groups]}
+                           for h, b, n, c in self.groups],
+                "sites": [{"site": s, "nbytes": b, "storages": n} for s, b, n in self.sites]}
 
 
 def _storages(device: Optional[DeviceLike], owners: bool,
@@ -115,5 +123,12 @@ def growth(before: Checkpoint, device: Optional[DeviceLike] = None, *,
     out = [(h, sum(r.storage_bytes for r in rs), len(rs), rs[0].owner or "")
            for h, rs in groups.items()]
     out.sort(key=lambda g: -g[1])
+    by_site: Dict[str, List[int]] = {}
+    for r in new:
+        if r.site:
+            acc = by_site.setdefault(r.site, [0, 0])
+            acc[0] += r.storage_bytes
+            acc[1] += 1
+    sites = sorted(((s, b, n) for s, (b, n) in by_site.items()), key=lambda x: -x[1])
     return Growth(new, out, sum(r.storage_bytes for r in new), len(before.keys - now),
-                  time.monotonic() - before.time, None if dev is None else str(dev))
+                  time.monotonic() - before.time, None if dev is None else str(dev), sites)

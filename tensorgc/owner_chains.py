@@ -14,9 +14,11 @@ object no root reaches is either held by something no Python object shows (C cod
 extension's global: said so, with the holder found by the collector's refcount accounting) or
 garbage in a reference cycle, waiting for the collector.
 
-Bounds: the pass visits at most ``max_objects`` objects (default 10,000,000) and keeps about 40
-bytes for each, freed before it returns; automatic collection is off during the pass and restored
-after. Chains longer than 256 references keep their root and their last 255.
+Bounds: the pass visits at most ``max_objects`` objects (default 10,000,000) and keeps 16 bytes
+for each (a visited gc object is marked in its own header for the length of the pass, where the
+interpreter's header layout is known; elsewhere a map adds about 24 bytes each), freed before it
+returns; automatic collection is off during the pass and restored after. Chains longer than 256
+references keep their root and their last 255.
 """
 from __future__ import annotations
 
@@ -130,6 +132,9 @@ def _roots(me: Any, snapshots: List[Dict[str, Any]]) -> Tuple[List[Any], List[st
         f: Optional[Any] = top
         traced = tid == me and sys.gettrace() is not None
         while f is not None:
+            if f.f_code is _ROOTS_CODE:  # this call: gone before the search runs
+                f = f.f_back
+                continue
             loc = _locals_of(f, snapshots, traced)
             if tid == me and _ours(f):
                 ours.append(loc)
@@ -145,16 +150,20 @@ def _roots(me: Any, snapshots: List[Dict[str, Any]]) -> Tuple[List[Any], List[st
     return roots, labels, ours
 
 
-def _tidy(label: str, edges: List[str], types: List[str]) -> None:
+_ROOTS_CODE = _roots.__code__
+
+
+def _tidy(label: str, edges: List[str], types: List[str], local: List[bool]) -> None:
     """Frame roots read "local x" rather than "['x']"; a threading.local's per-thread dict reads
     "(thread-local) .x" rather than "→ dict [<weakref.ReferenceType>] ['x']"."""
     if edges and edges[0].startswith("['") and edges[0].endswith("']") and " (thread " in label:
         edges[0] = "local " + edges[0][2:-2]
     for i in range(len(edges) - 1):
-        if types[i] == "_local" and edges[i] == "\u2192 dict" and edges[i + 1].startswith("[<weakref"):
-            del edges[i:i + 2], types[i + 1:i + 3]
+        if local[i] and edges[i] == "\u2192 dict" and edges[i + 1].startswith("[<weakref"):
+            del edges[i:i + 2], types[i + 1:i + 3], local[i + 1:i + 3]
             edges.insert(i, "(thread-local)")
             types.insert(i + 1, "dict")
+            local.insert(i + 1, False)
             if i + 1 < len(edges) and edges[i + 1].startswith("['") and edges[i + 1].endswith("']"):
                 edges[i + 1] = "." + edges[i + 1][2:-2]
             break
@@ -167,6 +176,7 @@ def _type_name(o: Any) -> str:
 def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
     if max_objects < 1:
         raise ValueError(f"tensorgc.owners: max_objects must be at least 1, not {max_objects}")
+    max_objects = min(max_objects, 0xFFFFFFFE)  # the engine's indices are 32-bit
     enabled = gc.isenabled()
     gc.disable()  # the snapshots and lists below must not be collected mid-search
     snapshots: List[Dict[str, Any]] = []
@@ -174,7 +184,7 @@ def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
         me = threading.get_ident()
         first: Dict[int, int] = {}  # an object listed twice is searched for once
         o: Any = None
-        targets = []
+        targets: List[Any] = []
         for o in objs:
             if id(o) not in first:
                 first[id(o)] = len(targets)
@@ -183,10 +193,13 @@ def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
         roots, labels, ours = _roots(me, snapshots)
         tracked = gc.get_objects()
         # our own lists are never roots; the snapshots of our frames' locals come last
-        exclude = [targets, roots, labels, ours, snapshots] + ours
+        # What our own frames hold (the reporter's lists of tensors, say) is ours too: never a
+        # root, never entered, and its references do not make a target look held.
+        mine = [v for d in ours for v in d.values() if id(v) not in first and gc.is_tracked(v)]
+        exclude = [objs, targets, roots, labels, ours, snapshots, mine] + mine + ours
         res = _tensorgc._owner_search(roots, targets, exclude, len(ours), tracked,
                                       max_objects)
-        del tracked, exclude, ours
+        del tracked, exclude, ours, mine
         found, referrers, info = res
         del res
         out: List[Chain] = []
@@ -198,21 +211,26 @@ def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
                     out.append(Chain("unknown", f"not reached within max_objects={max_objects}",
                                      others=referrers[i]))
                 else:
-                    out.append(Chain("garbage", "unreachable: in a reference cycle the collector "
-                                     "has not freed yet", others=referrers[i]))
+                    out.append(Chain("outside", "held outside Python by something the collector "
+                                     "does not track", others=referrers[i]))
                 continue
             kind, n, chain = item
             edges_idx = _tensorgc._owner_labels(chain)
             edges = [e for e, _ in edges_idx]
-            types = [_type_name(chain[0])] + [_type_name(chain[j]) for _, j in edges_idx]
+            along = [chain[0]] + [chain[j] for _, j in edges_idx]
+            types = [_type_name(x) for x in along]
+            local = [issubclass(type(x), threading.local) for x in along]
+            del along
             if kind == "root":
                 label = labels[n]
+            elif kind == "garbage":
+                label = ("unreachable: in a reference cycle the collector has not freed yet: "
+                         f"{_type_name(chain[0])}")
             else:
                 label = (f"held outside Python ({n} reference{'s' if n != 1 else ''} no Python "
                          f"object shows): {_type_name(chain[0])}")
-            _tidy(label, edges, types)
-            out.append(Chain("root" if kind == "root" else "outside", label, tuple(edges),
-                             tuple(types), others))
+            _tidy(label, edges, types, local)
+            out.append(Chain(kind, label, tuple(edges), tuple(types), others))
             del chain, item
         return out
     finally:

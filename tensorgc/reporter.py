@@ -13,7 +13,6 @@ every storage once, and on CUDA maps each storage to its caching-allocator block
 from __future__ import annotations
 
 import collections
-import functools
 import gc
 import logging
 import weakref
@@ -23,6 +22,7 @@ from typing import (TYPE_CHECKING, Any, Deque, Dict, Iterable, List, NamedTuple,
 
 from . import _tensorgc
 from . import allocator as _alloc
+from ._units import readable_size  # re-exported: memlab's name
 from ._devices import NO_CUDA, DeviceLike, cuda_available, parse_device
 
 if TYPE_CHECKING:
@@ -41,17 +41,6 @@ logger = logging.getLogger("tensorgc")
 KINDS = ("parameter", "grad", "buffer", "optimizer_state", "saved_for_backward", "other")
 LEN = 79
 _TEMPLATE = "{:<40s}{:>20s}{:>10s}"
-
-
-@functools.lru_cache(maxsize=4096)  # a model's sizes repeat: most rows hit the cache
-def readable_size(num_bytes: float) -> str:
-    """memlab's (calmsize's) format: two decimals and a 1024-based unit, e.g. '4.00M'."""
-    n = float(num_bytes)
-    for unit in ("B", "K", "M", "G", "T", "P"):
-        if abs(n) < 1024.0 or unit == "P":
-            return f"{n:.2f}{unit}"
-        n /= 1024.0
-    return f"{n:.2f}P"  # pragma: no cover
 
 
 class Row(NamedTuple):
@@ -75,6 +64,9 @@ class Row(NamedTuple):
     owner: Optional[str] = None
     holder: Optional[str] = None  # the chain's named owner, e.g. "__main__.loss_history"
     address: Optional[int] = None  # the storage's data address (None when it has none)
+    # CUDA with history recorded (record_memory_history): where its block was allocated, the
+    # innermost frame outside torch ("train.py:40 train_step"); None elsewhere
+    site: Optional[str] = None
 
     @property
     def used(self) -> int:
@@ -90,6 +82,8 @@ class Report:
     totals: Dict[str, Totals]
     sites: Dict[str, List[Site]] = field(default_factory=dict)
     device: Optional[str] = None  # the device filter asked for, as given (None: every device)
+    # row index -> tensorgc.Chain, for the rows that have an owner (collect(owners=True))
+    chains: Dict[int, Any] = field(default_factory=dict)
     # CUDA: {device: {block address: kind}} of the blocks holding found storages (the first,
     # i.e. named, row's kind; saved_for_backward is reported as "activation")
     block_kinds: Dict[str, Dict[int, str]] = field(default_factory=dict)
@@ -131,11 +125,19 @@ class Report:
     def __str__(self) -> str:
         return self.text
 
+    def html(self, title: Optional[str] = None, max_chains: int = 200) -> str:
+        """One self-contained HTML page: the owner chains drawn by Graphviz (merged into a tree
+        per root, largest first, at most ``max_chains``) and the verbose table."""
+        from .owner_page import owners_html
+
+        return owners_html(self, title=title, max_chains=max_chains)
+
     def to_dict(self) -> Dict[str, Any]:
         """Plain data (lists and dicts: for json.dumps)."""
         return {
-            "rows": [dict(r._asdict(), shape=None if r.shape is None else list(r.shape))
-                     for r in self.rows],
+            "rows": [dict(r._asdict(), shape=None if r.shape is None else list(r.shape),
+                          chain=self.chains[i].to_dict() if i in self.chains else None)
+                     for i, r in enumerate(self.rows)],
             "totals": {d: dict(t) for d, t in self.totals.items()},
             "sites": {d: [list(s) for s in v] for d, v in self.sites.items()},
         }
@@ -423,6 +425,7 @@ class MemReporter:
             if r[4] not in devices:
                 devices.append(r[4])
         block = {}  # row index -> block bytes
+        site_of: Dict[int, str] = {}  # row index -> allocation site (CUDA, history recorded)
         block_kinds: Dict[str, Dict[int, str]] = {}
         totals: Dict[str, Totals] = {}
         sites: Dict[str, List[Site]] = {}
@@ -444,9 +447,13 @@ class MemReporter:
                     storages.append(((r[6] or 0), r[8], r[1] != "other"))
                     which.append(i)
             per, ctot, unseen = _alloc.attribute(segs, storages)
+            numbered = _alloc.blocks_in_order(segs)
             for i, p in zip(which, per):
                 if p is not None:
                     block[i] = p[2] if p[3] else 0
+                    frames = numbered[p[0]].get("frames") if 0 <= p[0] < len(numbered) else None
+                    if frames:
+                        site_of[i] = _alloc._site(frames)
                     kinds = block_kinds.setdefault(rows_raw[i][4], {})
                     kind = rows_raw[i][1]
                     kinds.setdefault(p[1], "activation" if kind == "saved_for_backward" else kind)
@@ -471,6 +478,7 @@ class MemReporter:
                 totals[dev_s] = tot
                 sites[dev_s] = _alloc.top_sites(segs, [u for u in unseen if u[2] == idx])
         rows: List[Row] = []
+        chains: Dict[int, Any] = {}
         append = rows.append
         for dev in devices:
             totals.setdefault(dev, {}).update(numel=0, used=0, storage=0, named_storage=0,
@@ -479,9 +487,11 @@ class MemReporter:
                 chain, shares) in enumerate(rows_raw):
             sb = 0 if shares or nbytes is None else nbytes
             bb = block.get(i, 0) if dev_type == "cuda" else None
+            if chain is not None:
+                chains[len(rows)] = chain
             append(Row(name, kind, shape, dtype, dev, numel, sb, bb, shares, how,
                        None if chain is None else str(chain),
-                       None if chain is None else chain.holder, ptr or None))
+                       None if chain is None else chain.holder, ptr or None, site_of.get(i)))
             tot = totals[dev]
             tot["numel"] += numel or 0
             tot["used"] += sb if bb is None else bb
@@ -494,7 +504,8 @@ class MemReporter:
         # devices in first-seen order, CUDA ones included even when only filtered for
         ordered = {d: totals[d] for d in devices if d in totals}
         ordered.update({d: v for d, v in totals.items() if d not in ordered})
-        return Report(rows=rows, totals=ordered, sites=sites, block_kinds=block_kinds)
+        return Report(rows=rows, totals=ordered, sites=sites, block_kinds=block_kinds,
+                      chains=chains)
 
 
 def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],

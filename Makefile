@@ -63,10 +63,13 @@ test: deps build ## Run the test suite (TENSORGC_TEST_DEVICE=cuda for CUDA tenso
 demo: deps build ## Run a leak with the detector on: prints the summary and the HTML page's path
 	$(PYTHON) demos/run_all.py
 
-bench: deps build ## Run the benchmarks (B1 overhead, B2 report cost, B3 reporter, B4 timeline, B5 line profiler); see docs/benchmarks.md
+bench: deps build ## Run the benchmarks (B1 overhead, B2 report cost, B3 reporter, B4 timeline, B5 line profiler, B6 pages, B7 owners); see docs/benchmarks.md
 	@# pytorch_memlab for B3's side-by-side; --no-deps: it would pull pandas and an unpinned torch
 	@$(PYTHON) -c "import importlib.util as u; exit(u.find_spec('pytorch_memlab') is None)" || \
 	  $(PYTHON) -m pip install -q --no-deps "pytorch_memlab==$(MEMLAB_VERSION)" "calmsize==0.1.3"
+	@# objgraph for B7's side-by-side (pure Python, no dependencies)
+	@$(PYTHON) -c "import importlib.util as u; exit(u.find_spec('objgraph') is None)" || \
+	  $(PYTHON) -m pip install -q --no-deps "objgraph==3.7.0"
 	$(PYTHON) bench/run_all.py
 
 UNIT_SOURCES := cycles/graph.c common/buf.c cycles/render.c cycles/page.c reporter/lineprof.c

@@ -4,10 +4,13 @@
 #include "cycles.h"
 #include "owners.h"
 #include "owners_binding.h"
+#include "frames.h"
 
-/* A chain longer than this keeps its root and its last TGC_CHAIN_MAX - 1 objects, with None
- * between them where the middle was cut. */
+/* A chain longer than this keeps its root and the two objects after it (which name the holder,
+ * a module's dict folded in) and its last TGC_CHAIN_MAX - 3 objects, with None where the middle
+ * was cut (at TGC_CHAIN_GAP). */
 #define TGC_CHAIN_MAX 256
+#define TGC_CHAIN_GAP 3
 
 /* The chain to objs[i], root first: a new tuple. */
 static PyObject *
@@ -24,16 +27,22 @@ owners__chain(const tgc_owners *o, uint32_t i)
         return NULL;
     }
     uint32_t k = i, pos = len;
-    while (pos > (cut ? 2u : 0u)) {
+    while (pos > (cut ? TGC_CHAIN_GAP + 1u : 0u)) {
         PyTuple_SET_ITEM(t, --pos, Py_NewRef(o->objs[k]));
         k = o->parent[k];
     }
     if (cut) {
-        while (o->parent[k] != TGC_OWNERS_NONE) {
-            k = o->parent[k];
+        /* the root and the first two objects on the way from it */
+        uint32_t h0 = k, h1 = TGC_OWNERS_NONE, h2 = TGC_OWNERS_NONE;
+        while (o->parent[h0] != TGC_OWNERS_NONE) {
+            h2 = h1;
+            h1 = h0;
+            h0 = o->parent[h0];
         }
-        PyTuple_SET_ITEM(t, 1, Py_NewRef(Py_None));
-        PyTuple_SET_ITEM(t, 0, Py_NewRef(o->objs[k]));
+        PyTuple_SET_ITEM(t, TGC_CHAIN_GAP, Py_NewRef(Py_None));
+        PyTuple_SET_ITEM(t, 2, Py_NewRef(o->objs[h2]));
+        PyTuple_SET_ITEM(t, 1, Py_NewRef(o->objs[h1]));
+        PyTuple_SET_ITEM(t, 0, Py_NewRef(o->objs[h0]));
     }
     return t;
 }
@@ -58,6 +67,8 @@ owners__results(const tgc_owners *o)
             continue;
         }
         chain = owners__chain(o, i);
+        /* where a cut chain's middle was left out (its slot holds None), 0 when whole */
+        Py_ssize_t cut = chain && PyTuple_GET_SIZE(chain) > TGC_CHAIN_MAX ? TGC_CHAIN_GAP : 0;
         if (chain == NULL) {
             goto error;
         }
@@ -67,9 +78,9 @@ owners__results(const tgc_owners *o)
         }
         uint32_t aux = o->aux[root];
         PyObject *item = (aux & TGC_OWNERS_DARK)
-            ? Py_BuildValue("(sIO)", "outside", aux & ~TGC_OWNERS_DARK, chain)
-            : (aux & TGC_OWNERS_GARBAGE) ? Py_BuildValue("(sIO)", "garbage", 0u, chain)
-            : Py_BuildValue("(sIO)", "root", aux, chain);
+            ? Py_BuildValue("(sIOn)", "outside", aux & ~TGC_OWNERS_DARK, chain, cut)
+            : (aux & TGC_OWNERS_GARBAGE) ? Py_BuildValue("(sIOn)", "garbage", 0u, chain, cut)
+            : Py_BuildValue("(sIOn)", "root", aux, chain, cut);
         Py_CLEAR(chain);
         if (item == NULL) {
             goto error;
@@ -98,9 +109,10 @@ PyDoc_STRVAR(owner_search_doc,
 "_owner_search($module, roots, targets, exclude, n_twice, tracked, max_objects, /)\n--\n\n"
 "The shortest chain of references from roots to each target (tensorgc.owners uses it).\n"
 "Returns (chains, referrers, info): chains[i] is None (not reached: held by something the\n"
-"collector does not track) or (kind, n, objects), kind 'root' (n: the root's index),\n"
+"collector does not track) or (kind, n, objects, cut), kind 'root' (n: the root's index),\n"
 "'outside' (n: references no Python object shows) or 'garbage' (n: 0); objects run from\n"
-"the root to the target. Automatic collection is off meanwhile.");
+"the root to the target, objects[cut] standing for a cut middle (cut 0: whole). Automatic\n"
+"collection is off meanwhile.");
 
 static PyObject *
 owner_search(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
@@ -219,14 +231,24 @@ owners__folded(const tgc_names *ns, PyObject *o)
 }
 
 PyDoc_STRVAR(owner_labels_doc,
-"_owner_labels($module, chain, /)\n--\n\n"
-"The names of the references along a chain (a tuple, root first), in the cycle reports'\n"
+"_owner_labels($module, chain, cut, /)\n--\n\n"
+"The names of the references along a chain (a tuple, root first; chain[cut] stands for the\n"
+"middle of a cut chain, 0: none), in the cycle reports'\n"
 "vocabulary: a list of (label, index), index being the object the reference leads to. A\n"
 "container drawn as part of its owner (an instance's or a class's __dict__) is folded in.");
 
 static PyObject *
-owner_labels(PyObject *Py_UNUSED(module), PyObject *chain)
+owner_labels(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_owner_labels takes 2 arguments");
+        return NULL;
+    }
+    PyObject *chain = args[0];
+    Py_ssize_t cut = PyLong_AsSsize_t(args[1]);
+    if (cut == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
     if (!PyTuple_Check(chain)) {
         PyErr_SetString(PyExc_TypeError, "_owner_labels: chain must be a tuple");
         return NULL;
@@ -239,20 +261,21 @@ owner_labels(PyObject *Py_UNUSED(module), PyObject *chain)
     Py_ssize_t n = PyTuple_GET_SIZE(chain);
     for (Py_ssize_t i = 0; i + 1 < n;) {
         PyObject *p = PyTuple_GET_ITEM(chain, i), *c = PyTuple_GET_ITEM(chain, i + 1);  /* borrowed */
-        PyObject *next = i + 2 < n ? PyTuple_GET_ITEM(chain, i + 2) : NULL;
+        PyObject *next = i + 2 < n && i + 2 != cut ? PyTuple_GET_ITEM(chain, i + 2) : NULL;
         PyObject *label = NULL;  /* new reference */
         Py_ssize_t to = i + 1;
-        if (p == Py_None || c == Py_None) {
-            label = PyUnicode_FromString("\u2026");
+        if (cut > 0 && i + 1 == cut) {
+            label = PyUnicode_FromString("\u2026");  /* the cut middle: one label for it */
+            to = i + 2 < n ? i + 2 : i + 1;
         }
         else if (PyType_Check(p) && next != NULL && c == ((PyTypeObject *)p)->tp_dict) {
             label = owners__type_attr(c, next);
             to = label ? i + 2 : to;
         }
-        if (label == NULL && !PyErr_Occurred() && p != Py_None && c != Py_None) {
+        if (label == NULL && !PyErr_Occurred()) {
             label = owners__item_label(p, c);
         }
-        if (label == NULL && !PyErr_Occurred() && p != Py_None && c != Py_None) {
+        if (label == NULL && !PyErr_Occurred()) {
             if (tgc_names_collect(p, &ns, owned) < 0) {
                 goto error;
             }
@@ -260,7 +283,7 @@ owner_labels(PyObject *Py_UNUSED(module), PyObject *chain)
              * cells) are folded: the label of the deepest object reached through them wins,
              * "closure x" for p -> tuple -> cell -> x. */
             Py_ssize_t end = i + 1;
-            while (end + 1 < n && owners__folded(&ns, PyTuple_GET_ITEM(chain, end))) {
+            while (end + 1 < n && end + 1 != cut && owners__folded(&ns, PyTuple_GET_ITEM(chain, end))) {
                 end++;
             }
             PyObject *l = NULL;  /* borrowed */
@@ -331,9 +354,22 @@ thread_states(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
     return out;
 }
 
+PyDoc_STRVAR(frame_locals_doc,
+"_frame_locals($module, frame, /)\n--\n\n"
+"A function frame's local variables as a new dict, read from its slots: frame.f_locals is\n"
+"never materialised. None for a module's or class body's frame; NotImplemented where the\n"
+"frame layout is not known here (3.13+: copy frame.f_locals, a proxy).");
+
+static PyObject *
+frame_locals(PyObject *Py_UNUSED(module), PyObject *frame)
+{
+    return tgc_frame_snapshot(frame);
+}
+
 PyMethodDef tgc_owners_methods[] = {
+    {"_frame_locals", (PyCFunction)frame_locals, METH_O, frame_locals_doc},
     {"_owner_search", (PyCFunction)(void (*)(void))owner_search, METH_FASTCALL, owner_search_doc},
-    {"_owner_labels", (PyCFunction)owner_labels, METH_O, owner_labels_doc},
+    {"_owner_labels", (PyCFunction)(void (*)(void))owner_labels, METH_FASTCALL, owner_labels_doc},
     {"_thread_states", (PyCFunction)thread_states, METH_NOARGS, thread_states_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -90,15 +90,21 @@ def main(argv=None) -> int:
     x = torch.randn(256, width, device=device)
     y = torch.randint(0, 10, (256,), device=device)
     step(model, opt, x, y, train=True)  # the optimizer's state exists from here on
-    before = tensorgc.checkpoint(device)
-    for i in range(args.steps):
-        step(model, opt, x, y, train=i % 3 != 2)
-        if i % 4 == 3:
-            print(tensorgc.growth(before, device).summary())
-    print()
-    print(tensorgc.growth(before, device))
-    print()
-    tensorgc.MemReporter(model, optimizer=opt).report(device=device)
+    if is_cuda(device):  # the allocator's history: growth() then also says where it was allocated
+        tensorgc.record_memory_history(max_entries=100_000)
+    try:
+        before = tensorgc.checkpoint(device)
+        for i in range(args.steps):
+            step(model, opt, x, y, train=i % 3 != 2)
+            if i % 4 == 3:
+                print(tensorgc.growth(before, device).summary())
+        print()
+        print(tensorgc.growth(before, device))
+        print()
+        tensorgc.MemReporter(model, optimizer=opt).report(device=device)
+    finally:
+        if is_cuda(device):
+            tensorgc.record_memory_history(enabled=None)
     return 0
 
 

@@ -113,6 +113,9 @@ def growth(before: Checkpoint, device: Optional[DeviceLike] = None, *,
     if not isinstance(before, Checkpoint):
         raise TypeError(f"tensorgc.growth: before must be a Checkpoint (tensorgc.checkpoint()), "
                         f"not {type(before).__name__}")
+    if device is not None and before.device is not None and str(device) != before.device:
+        raise ValueError(f"tensorgc.growth: the checkpoint was taken on {before.device}, not "
+                         f"{device}: compare on one device (or checkpoint every device)")
     dev = device if device is not None else before.device
     rows = _storages(dev, True, reporter)
     now = {_key(r) for r in rows}

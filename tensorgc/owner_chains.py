@@ -94,27 +94,26 @@ def _ours(f: Any) -> bool:
     return isinstance(name, str) and (name == _PKG or name.startswith(_PKG + "."))
 
 
-_CO_OPTIMIZED = 0x1  # a function's frame: its locals live in the frame, not in a dict
-
-
-def _locals_of(f: Any, snapshots: List[Dict[str, Any]], traced: bool) -> Dict[str, Any]:
-    """The frame's locals as a dict. A function's frame gives a snapshot: on 3.11 and 3.12 the
-    frame keeps it (frame.f_locals) and would hold every value in it after the variable is
-    gone, so the snapshot goes to ``snapshots``, which _chains empties when done (the next
-    f_locals or locals() refills it); 3.13's proxy gives a new dict. A class body's or a
-    module's frame gives its real namespace, which is never emptied. Nor is a traced frame's
-    (``traced``: a debugger's, say): its trace function writes the dict back into the frame
-    when it returns, and an emptied one would delete the frame's variables."""
+def _locals_of(f: Any) -> Optional[Dict[str, Any]]:
+    """The frame's locals as a dict that only we hold, or None when they cannot be read
+    without running the user's code. A function's frame is read from its slots (the C module:
+    frame.f_locals on 3.11 and 3.12 is a dict the frame keeps, which would pin what it holds, and
+    which a tracer's trampoline writes back into the frame); 3.13's frame.f_locals is a proxy
+    that keeps nothing, so a copy of it serves. A module's or class body's frame gives its
+    namespace: a dict as it is, a dict subclass copied at the C level, any other mapping is not
+    read (its methods are the user's code)."""
+    snap = _tensorgc._frame_locals(f)
+    if isinstance(snap, dict):
+        return snap
     loc = f.f_locals
-    if not f.f_code.co_flags & _CO_OPTIMIZED:
-        return loc if type(loc) is dict else dict(loc)
-    d = loc if type(loc) is dict else dict(loc)  # 3.13+: a proxy; the search needs a dict
-    if type(loc) is not dict or not (traced or f.f_trace is not None):
-        snapshots.append(d)
-    return d
+    if snap is None or not f.f_code.co_flags & 0x1:  # CO_OPTIMIZED: a function's frame
+        if type(loc) is dict:
+            return loc
+        return dict.copy(loc) if isinstance(loc, dict) else None
+    return dict(loc) if type(loc) is not dict else dict.copy(loc)
 
 
-def _roots(me: Any, snapshots: List[Dict[str, Any]]) -> Tuple[List[Any], List[str], List[Any]]:
+def _roots(me: Any) -> Tuple[List[Any], List[str], List[Any]]:
     """(roots, their labels, snapshots of our own frames' locals). A frame's root is a snapshot
     of its locals, so its edges read as local names; our frames are left out."""
     roots: List[Any] = []
@@ -127,16 +126,18 @@ def _roots(me: Any, snapshots: List[Dict[str, Any]]) -> Tuple[List[Any], List[st
     names = _thread_names()
     ours: List[Any] = []
     frames = sys._current_frames()
+    loc: Optional[Dict[str, Any]] = None
     for tid, top in frames.items():
         thread = names.get(tid, f"#{tid}")
         f: Optional[Any] = top
-        traced = tid == me and sys.gettrace() is not None
         while f is not None:
             if f.f_code is _ROOTS_CODE:  # this call: gone before the search runs
                 f = f.f_back
                 continue
-            loc = _locals_of(f, snapshots, traced)
-            if tid == me and _ours(f):
+            loc = _locals_of(f)
+            if loc is None:
+                pass  # a mapping whose methods are the user's: not read
+            elif tid == me and _ours(f):
                 ours.append(loc)
             elif loc is not f.f_globals:  # a module's code: its module is a root already
                 roots.append(loc)
@@ -170,16 +171,18 @@ def _tidy(label: str, edges: List[str], types: List[str], local: List[bool]) -> 
 
 
 def _type_name(o: Any) -> str:
-    return "…" if o is None else type(o).__name__
+    return type(o).__name__
 
 
 def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
+    if isinstance(max_objects, bool) or not isinstance(max_objects, int):
+        raise TypeError("tensorgc.owners: max_objects must be an int, not "
+                        f"{type(max_objects).__name__}")
     if max_objects < 1:
         raise ValueError(f"tensorgc.owners: max_objects must be at least 1, not {max_objects}")
     max_objects = min(max_objects, 0xFFFFFFFE)  # the engine's indices are 32-bit
     enabled = gc.isenabled()
     gc.disable()  # the snapshots and lists below must not be collected mid-search
-    snapshots: List[Dict[str, Any]] = []
     try:
         me = threading.get_ident()
         first: Dict[int, int] = {}  # an object listed twice is searched for once
@@ -190,13 +193,13 @@ def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
                 first[id(o)] = len(targets)
                 targets.append(o)
         o = None
-        roots, labels, ours = _roots(me, snapshots)
+        roots, labels, ours = _roots(me)
         tracked = gc.get_objects()
         # our own lists are never roots; the snapshots of our frames' locals come last
         # What our own frames hold (the reporter's lists of tensors, say) is ours too: never a
         # root, never entered, and its references do not make a target look held.
         mine = [v for d in ours for v in d.values() if id(v) not in first and gc.is_tracked(v)]
-        exclude = [objs, targets, roots, labels, ours, snapshots, mine] + mine + ours
+        exclude = [objs, targets, roots, labels, ours, mine] + mine + ours
         res = _tensorgc._owner_search(roots, targets, exclude, len(ours), tracked,
                                       max_objects)
         del tracked, exclude, ours, mine
@@ -214,8 +217,8 @@ def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
                     out.append(Chain("outside", "held outside Python by something the collector "
                                      "does not track", others=referrers[i]))
                 continue
-            kind, n, chain = item
-            edges_idx = _tensorgc._owner_labels(chain)
+            kind, n, chain, cut = item
+            edges_idx = _tensorgc._owner_labels(chain, cut)
             edges = [e for e, _ in edges_idx]
             along = [chain[0]] + [chain[j] for _, j in edges_idx]
             types = [_type_name(x) for x in along]
@@ -234,9 +237,6 @@ def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
             del chain, item
         return out
     finally:
-        for d in snapshots:
-            d.clear()  # no value stays pinned by a frame's stale locals dict
-        snapshots.clear()
         if enabled:
             gc.enable()
 

@@ -125,7 +125,7 @@ def owners_html(report: Report, title: Optional[str] = None, max_chains: int = 2
         picture = "<p class=note>No tensor here needs an owner: every one is named.</p>"
     more = (f"<p class=note>{left_out} smaller chain{'s' if left_out != 1 else ''} left out of "
             "the drawing; the table lists every one.</p>" if left_out else "")
-    t = html.escape(title or "tensorgc: what holds the memory")
+    t = html.escape(_cut(title or "tensorgc: what holds the memory", 200))
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<title>{t}</title><style>body{{font-family:sans-serif;margin:1.5em}}"
             "pre{font-size:12px;background:#f6f6f6;padding:1em;overflow:auto}"

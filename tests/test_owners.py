@@ -876,3 +876,158 @@ def test_a_search_from_a_finalizer_during_a_collection(mod):
     gc.collect()
     assert ref() is None
     assert got == [f"module {MOD_NAME} .kept [0]"]
+
+
+def test_the_why_alive_demo_names_the_leak(visited_set):
+    """demos/why_alive.py: the growth lines, the Held-by section and the plugin's failure all
+    name loss_history (run once: the demo is a script, not a path of the search)."""
+    pytest.importorskip("torch")
+    if visited_set != "marks":
+        pytest.skip("the demo runs in its own process, with the default search")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    demo = os.path.join(root, "demos", "why_alive.py")
+    env = dict(os.environ, PYTHONPATH=root)
+    r = subprocess.run([sys.executable, demo, "--device", "cpu", "--width", "128", "--steps", "6"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "storages born in the last" in r.stdout
+    assert "__main__.loss_history +" in r.stdout
+    assert "Held by (tensors that are not parameters" in r.stdout
+    assert "module __main__ .loss_history [" in r.stdout and " saved " in r.stdout
+    r = subprocess.run([sys.executable, demo, "--device", "cpu", "--pytest"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "tensorgc: the test left" in r.stdout and "why_alive.loss_history" in r.stdout
+
+
+# ---------------------------------------------------------------------- frames are never touched
+
+
+def test_a_profiler_in_this_thread_keeps_the_profiled_frames_locals():
+    """sys.setprofile's trampoline writes frame.f_locals back into the frame after each event:
+    the search must never have emptied or changed that dict."""
+    seen = []
+
+    def prof(frame, event, arg):
+        if event == "c_call" and frame.f_code.co_name == "victim" and not seen:
+            seen.append(str(owner(frame)))
+
+    def victim():
+        x = 41
+        sys.setprofile(prof)
+        try:
+            len("abc")  # a c_call event while victim runs
+        finally:
+            sys.setprofile(None)
+        return x + 1
+
+    assert victim() == 42
+    assert seen
+
+
+def test_another_threads_tracer_keeps_its_frames_locals():
+    """Another thread sits inside its trace function while this one searches: its frame's
+    locals survive the trampoline's write-back."""
+    inside, go, out = threading.Event(), threading.Event(), []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "traced":
+            inside.set()
+            go.wait(10)
+        return None
+
+    def traced(a):
+        b = a + 1
+        return a + b
+
+    def run():
+        sys.settrace(tracer)
+        try:
+            out.append(traced(20))
+        finally:
+            sys.settrace(None)
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert inside.wait(10)
+    owners([object()])
+    go.set()
+    t.join(10)
+    assert out == [41]
+
+
+def test_a_kept_locals_dict_is_not_changed(mod):
+    def f():
+        x, y = 1, "hello"
+        d = locals()
+        before = dict(d)
+        owner(x)
+        return before, dict(d)
+
+    before, after = f()
+    assert before == after and after["x"] == 1 and after["y"] == "hello"
+
+
+def test_a_custom_locals_mapping_runs_no_user_code(mod):
+    """exec with a mapping whose methods raise: the search does not read it (its methods are
+    the user's code) and still answers."""
+    ran = []
+
+    class Hostile(dict):
+        def keys(self):
+            ran.append("keys")
+            raise RuntimeError("keys ran")
+
+        def __getitem__(self, k):  # the exec'd code's own name lookups come here first
+            raise KeyError(k)
+
+        def __iter__(self):
+            ran.append("__iter__")
+            raise RuntimeError("__iter__ ran")
+
+        def items(self):
+            ran.append("items")
+            raise RuntimeError("items ran")
+
+    class NotADict:
+        def __getitem__(self, k):
+            raise KeyError(k)
+
+        def keys(self):
+            ran.append("keys")
+            raise RuntimeError("keys ran")
+
+    mod.target = [Payload()]
+    found = []
+    code = "found.append(str(owner(target[0])))"
+    for ns in (Hostile(), NotADict()):
+        exec(code, {"owner": owner, "target": mod.target, "found": found}, ns)
+    assert found == [f"module {MOD_NAME} .target [0]"] * 2
+    assert ran == []
+
+
+def test_a_cut_chain_keeps_the_holder(mod):
+    deep = x = []
+    for _ in range(1000):
+        y = []
+        x.append(y)
+        x = y
+    mod.deep = deep
+    del x, y, deep
+
+    def leaf():
+        t = mod.deep
+        for _ in range(1000):
+            t = t[0]
+        return t
+
+    c = owner(leaf())
+    assert c.holder == f"{MOD_NAME}.deep"
+    assert c.edges[:2] == (".deep", "\u2026") and c.edges[-1] == "[0]"
+    assert len(c.edges) == len(c.types) - 1 <= 256
+
+
+@pytest.mark.parametrize("bad", [True, 2.5, "3", None])
+def test_max_objects_of_another_type_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="max_objects must be an int"):
+        owners([Payload()], max_objects=bad)

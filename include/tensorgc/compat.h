@@ -155,6 +155,19 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
 #  endif
 #endif
 
+/* cycles/frames.c reads a frame's local slots (internal headers, Py_BUILD_CORE) so that the
+ * owner-chain search never materialises frame.f_locals: the _PyInterpreterFrame of 3.11 and
+ * 3.12. 3.13+ need it not (frame.f_locals is a proxy); 3.10's frames are another layout. */
+#define TGC_HAVE_FRAME_SLOTS 0
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
+#  if defined(__has_include)
+#    if __has_include("internal/pycore_frame.h")
+#      undef TGC_HAVE_FRAME_SLOTS
+#      define TGC_HAVE_FRAME_SLOTS 1
+#    endif
+#  endif
+#endif
+
 /* structmember.h's T_OBJECT_EX became Py_T_OBJECT_EX (Python.h) in 3.12. */
 #if PY_VERSION_HEX >= 0x030C0000
 #  define TGC_T_OBJECT_EX Py_T_OBJECT_EX

@@ -1,0 +1,68 @@
+/* frames.c: a running frame's local variables as a new dict, read from the frame's own slots.
+ *
+ * frame.f_locals on 3.11 and 3.12 materialises a dict that the frame keeps and that a trace or
+ * profile trampoline copies back into the frame (PyFrame_LocalsToFast): a search that read a
+ * frame through it would either pin every value in it after the variable is gone, or, emptying
+ * it, have the frame's variables deleted by the next trampoline (another thread's tracer, a
+ * profiler), and it is the same dict a user's locals() returned. So the owner-chain search
+ * reads the slots instead, as frame.f_locals does, and touches nothing of the frame. The slots
+ * are the interpreter's internals: this file is built with Py_BUILD_CORE (like young.c), where
+ * compat.h says the layout is known (TGC_HAVE_FRAME_SLOTS); elsewhere tgc_frame_snapshot says
+ * it cannot (3.13+ needs it not: its frame.f_locals is a proxy that keeps nothing). GIL. */
+#define Py_BUILD_CORE 1
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "tensorgc/compat.h"
+
+#if TGC_HAVE_FRAME_SLOTS
+#  include "internal/pycore_code.h"
+#  include "internal/pycore_frame.h"
+#endif
+
+#include "frames.h"
+
+#if TGC_HAVE_FRAME_SLOTS
+PyObject *
+tgc_frame_snapshot(PyObject *frame)
+{
+    if (!PyFrame_Check(frame)) {
+        PyErr_SetString(PyExc_TypeError, "tgc_frame_snapshot: not a frame");
+        return NULL;
+    }
+    _PyInterpreterFrame *fr = ((PyFrameObject *)frame)->f_frame;
+    PyCodeObject *co = fr->f_code;
+    if (!(co->co_flags & CO_OPTIMIZED)) {
+        return Py_NewRef(Py_None);  /* a module's or a class body's: its namespace is a mapping */
+    }
+    PyObject *d = PyDict_New();  /* new reference */
+    if (d == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < co->co_nlocalsplus; i++) {
+        _PyLocals_Kind kind = _PyLocals_GetKind(co->co_localspluskinds, i);
+#ifdef CO_FAST_HIDDEN
+        if (kind & CO_FAST_HIDDEN) {
+            continue;  /* an inlined comprehension's variable, not the function's */
+        }
+#endif
+        PyObject *value = fr->localsplus[i];  /* borrowed */
+        if (value != NULL && (kind & (CO_FAST_CELL | CO_FAST_FREE)) && PyCell_Check(value)) {
+            value = PyCell_GET(value);  /* before MAKE_CELL ran, the slot holds the value */
+        }
+        if (value != NULL &&
+            PyDict_SetItem(d, PyTuple_GET_ITEM(co->co_localsplusnames, i), value) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+#else
+PyObject *
+tgc_frame_snapshot(PyObject *frame)
+{
+    (void)frame;
+    return Py_NewRef(Py_NotImplemented);
+}
+#endif

@@ -8,8 +8,9 @@
  * once: when no object is a tensor and none references one, the collection cannot produce a report
  * and the collector runs alone.
  *
- * The generation lists are the collector's internals, so this is the one file built with
- * Py_BUILD_CORE, and only where compat.h says the layout is known (TGC_HAVE_YOUNG_SCAN). At module
+ * The generation lists are the collector's internals, so this file is built with Py_BUILD_CORE
+ * (as is frames.c, for a frame's slots), and only where compat.h says the layout is known
+ * (TGC_HAVE_YOUNG_SCAN). It also lends the owner-chain search its visited mark (young.h). At module
  * exec, tgc_young_selfcheck() confirms the layout on the running interpreter (a new object must be
  * the tail of generation 0); if it does not match, the detector arms every collection as before. */
 #define Py_BUILD_CORE 1

@@ -6,6 +6,7 @@ TORCH_VERSION ?= 2.13.0
 NVML_DEV_VERSION ?= 13.0.87
 MEMLAB_VERSION ?= 0.3.2
 MYPY_VERSION ?= 2.4.1
+PLAYWRIGHT_VERSION ?= 1.65.2
 EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 SO := tensorgc/_tensorgc$(EXT_SUFFIX)
 SO_TESTING := tensorgc/_tensorgc_testing$(EXT_SUFFIX)
@@ -31,7 +32,7 @@ REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build (TORCH_VERSION=none: no torch), pytest, IPython, mypy, nvml.h (pip)
+deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build (TORCH_VERSION=none: no torch), pytest, IPython, mypy, playwright, nvml.h (pip)
 	@if ! pkg-config --exists libgvc libcgraph 2>/dev/null; then \
 	  echo "tensorgc: installing Graphviz's C library (libgraphviz-dev, pkg-config)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libgraphviz-dev pkg-config; \
@@ -47,6 +48,9 @@ deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.
 	@# mypy: the typed API's tests (strict check of a user's script, stubtest of the C module)
 	@$(PYTHON) -c "import mypy.version, sys; sys.exit(mypy.version.__version__ != '$(MYPY_VERSION)')" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q "mypy==$(MYPY_VERSION)"
+	@# playwright: the timeline page's real-browser tests (it drives Debian's chromium; no browser download)
+	@$(PYTHON) -c "import importlib.metadata as m, sys; sys.exit(m.version('playwright') != '$(PLAYWRIGHT_VERSION)')" 2>/dev/null || \
+	  $(PYTHON) -m pip install -q "playwright==$(PLAYWRIGHT_VERSION)"
 	@$(PYTHON) -c "import setuptools, wheel" 2>/dev/null || $(PYTHON) -m pip install -q setuptools wheel
 	@# nvml.h for the device view (CUDA 13 toolkits do not ship it); headers only, 124 KB
 	@$(PYTHON) -c "import glob, sys; sys.exit(not any(glob.glob(p + '/nvidia/cu*/include/nvml.h') for p in sys.path if p))" || \

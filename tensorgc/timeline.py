@@ -127,6 +127,54 @@ def _frames_text(entry: object, limit: int = 8) -> str:
     return "\n".join(_frame_lines(entry, limit))
 
 
+STACK_MAX = 64  # frames kept per allocation for the side panel
+
+
+def _stack_lines(entry: object, limit: int) -> List[str]:
+    """Every recorded frame (Python and C++), 'file:line name', the first ``limit``."""
+    return [f"{_text(f.get('filename', '?'))}:{_text(f.get('line', '?'))} "
+            f"{_text(f.get('name', '?'))}" for f in _frame_list(entry)[:limit]]
+
+
+def _round_ticks(top: float) -> List[float]:
+    """Round values for the y axis: multiples of 1, 2 or 5 of a power of 1024's unit."""
+    if top <= 0:
+        return [0.0]
+    unit = 1.0
+    while top / unit >= 1024 and unit < 1024.0 ** 5:
+        unit *= 1024
+    span = top / unit
+    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500):
+        if span / step <= 6:
+            break
+    return [k * step * unit for k in range(int(span / step) + 1)]
+
+
+_TOOLBAR = ('<div class="bar"><button id="tgc-reset" type="button">Reset zoom</button> '
+            '<input id="tgc-search" type="search" placeholder="search stacks: file or function"> '
+            '<span id="tgc-hits"></span><span id="tgc-status"></span></div>')
+_UI: List[str] = []
+
+
+def _ui_script() -> str:
+    """The page's script (tensorgc/_timeline_ui.js), read once."""
+    if not _UI:
+        import os
+
+        with open(os.path.join(os.path.dirname(__file__), "_timeline_ui.js"), encoding="utf-8") as f:
+            _UI.append(f.read().replace("</", "<\\/"))
+    return _UI[0]
+
+
+def _json_for_html(obj: object) -> str:
+    """JSON that can sit inside a <script> element: no '<', '>' or '&' left as such."""
+    import json
+
+    return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
 def _color(key: str) -> str:
     h = int.from_bytes(hashlib.blake2s(key.encode("utf-8", "replace"), digest_size=4).digest(), "big")
     return f"hsl({h % 360},{55 + h // 360 % 30}%,{55 + h // 10800 % 15}%)"
@@ -250,6 +298,7 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
         return f"{LEFT + c * WIDTH / cols:.1f}"
 
     parts = []
+    allocs: List[Dict[str, Any]] = []  # the page's data of each band (data-i indexes it)
     # bands: top edge left to right, bottom edge back; only points where the offset changes
     legend = {}
     for alloc_ev, free_ev, size, c0, c1, offs, addr, cat, rule in tl["bands"]:
@@ -289,7 +338,11 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
             else:
                 fill = _color(_site(entry))
         tip = f"{R(size)} ({size:,} bytes), {when}\n{_frames_text(entry) or 'no stack recorded'}"
-        parts.append(f'<polygon class="b" fill="{fill}" points="'
+        cat_name = when.split("; ", 1)[1] if "; " in when else ""
+        allocs.append({"size": size, "addr": f"0x{addr:x}" if isinstance(addr, int) else "?",
+                       "alloc": alloc_ev, "free": free_ev, "cat": cat_name,
+                       "frames": _stack_lines(entry, STACK_MAX)})
+        parts.append(f'<polygon class="b" data-i="{len(allocs) - 1}" fill="{fill}" points="'
                      + " ".join(pts_top + pts_bot[::-1])
                      + f'"><title>{_html.escape(tip)}</title></polygon>')
     # the summarized rest, on top of the bands
@@ -309,27 +362,40 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
         # the column of an OOM: its position on the replay's clock (pre-existing events first)
         c = min(cols - 1, int(at * cols_per_event))
         tip = f"OOM at event {i}: device free {R(e.get('device_free', 0))}\n{_frames_text(e)}"
-        parts.append(f'<line class="oom" x1="{x(c)}" x2="{x(c)}" y1="{TOP}" y2="{TOP + HEIGHT}">'
-                     f"<title>{_html.escape(tip)}</title></line>")
+        parts.append(f'<line class="oom" data-col="{c}" x1="{x(c)}" x2="{x(c)}" y1="{TOP}" '
+                     f'y2="{TOP + HEIGHT}"><title>{_html.escape(tip)}</title></line>')
+    over = []  # drawn over the plot, not zoomed: legend, y ticks, axes, brush
     if legend:
         order = [k for k in names if k in legend] + [k for k in legend if k not in names]
-        parts.append(_legend(order, LEFT + 8, TOP + 6))
-    ticks = []
-    for k in range(5):
-        v = top * k / 4
-        ticks.append(f'<text x="{LEFT - 6}" y="{y(v)}" class="ax">{_html.escape(R(v))}</text>')
-    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LEFT + WIDTH + 10} '
+        over.append(_legend(order, LEFT + 8, TOP + 6))
+    for v in _round_ticks(top):
+        over.append(f'<text x="{LEFT - 6}" y="{y(v)}" class="ax">{_html.escape(R(v))}</text>'
+                    f'<line x1="{LEFT}" x2="{LEFT + WIDTH}" y1="{y(v)}" y2="{y(v)}" class="grid"/>')
+    svg = (f'<svg id="tgc-svg" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LEFT + WIDTH + 10} '
            f'{TOP + HEIGHT + 30}" width="100%">'
+           '<defs><clipPath id="tgc-clip"><rect x="' + str(LEFT) + '" y="0" width="' + str(WIDTH)
+           + '" height="' + str(TOP + HEIGHT) + '"/></clipPath>'
+           '<pattern id="tgc-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+           'patternTransform="rotate(45)"><rect width="6" height="6" fill="#d8dee6"/>'
+           '<line x1="0" y1="0" x2="0" y2="6" stroke="#9aa7b4" stroke-width="2"/></pattern></defs>'
            f'<rect x="{LEFT}" y="{TOP}" width="{WIDTH}" height="{HEIGHT}" class="bg"/>'
-           + "".join(parts) + "".join(ticks)
-           + f'<text x="{LEFT}" y="{TOP + HEIGHT + 20}" class="ax0">event 0</text>'
-           f'<text x="{LEFT + WIDTH}" y="{TOP + HEIGHT + 20}" class="ax1">event {len(trace):,}</text>'
+           '<g clip-path="url(#tgc-clip)"><g id="tgc-plot">' + "".join(parts) + "</g></g>"
+           + "".join(over)
+           + f'<rect id="tgc-brush" class="brush" x="{LEFT}" y="{TOP}" width="0" height="{HEIGHT}" '
+           'visibility="hidden"/>'
+           f'<g id="tgc-xaxis"><text x="{LEFT}" y="{TOP + HEIGHT + 20}" class="ax0">event 0</text>'
+           f'<text x="{LEFT + WIDTH}" y="{TOP + HEIGHT + 20}" class="ax1">event {len(trace):,}</text></g>'
            "</svg>")
+    times = [e.get("time_us") for e in trace[::max(1, len(trace) // 1000)]]
+    page_data = {"left": LEFT, "width": WIDTH, "top": TOP, "height": HEIGHT,
+                 "events": len(trace), "columns": cols, "allocs": allocs,
+                 "times": times if times and all(isinstance(t, int) for t in times) else []}
     head = title or f"Active memory timeline, cuda:{device}"
     summary = (f"{len(trace):,} trace entries; {tl['allocs']:,} allocations; peak {R(tl['max'])}; "
-               f"{len(tl['bands'])} largest drawn one by one, the rest summarized on top; "
-               f"{len(tl['ooms'])} OOM event(s) marked in red. Hover a band for its size and "
-               "allocation stack.")
+               f"{len(tl['bands'])} largest drawn one by one, the rest summarized on top "
+               f"(hatched); {len(tl['ooms'])} OOM event(s) marked in red (click one to zoom to "
+               "it). Wheel to zoom, drag to pan, shift-drag to zoom to a range; click an "
+               "allocation to pin its size and stack; search matches stacks.")
     breakdown = peak_breakdown(tl)
     areas = ""
     if tl["cat_active"] is not None:
@@ -344,8 +410,18 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
             + _html.escape(head) + "</title><style>"
             "body{font:14px sans-serif;margin:16px;color:#222}"
             ".bg{fill:#fafafa;stroke:#ccc}.b{stroke:#fff;stroke-width:.3}"
-            ".b:hover{stroke:#000;stroke-width:1.5}.s{fill:#bbb}.s:hover{fill:#999}"
-            ".pk{fill:none;stroke:#444;stroke-width:.6}.oom{stroke:#d00;stroke-width:2}"
+            ".b:hover{stroke:#000;stroke-width:1.5}.s{fill:url(#tgc-hatch)}.s:hover{opacity:.8}"
+            ".pk{fill:none;stroke:#444;stroke-width:.6}.oom{stroke:#d00;stroke-width:2;cursor:pointer}"
+            ".b,.pk,.oom{vector-effect:non-scaling-stroke}.b{cursor:pointer}"
+            ".pinned{stroke:#000;stroke-width:2.5}.searching .b{opacity:.25}.searching .hit{opacity:1;"
+            "stroke:#000;stroke-width:1.5}.grid{stroke:#e4e4e4;stroke-width:.5}"
+            ".brush{fill:#3a8fd9;fill-opacity:.15;stroke:#3a8fd9}"
+            ".tick{font-size:11px;text-anchor:middle}.tickl{stroke:#888}"
+            ".bar{margin:6px 0}.bar input{width:22em}.bar span{margin-left:1em;color:#555}"
+            ".wrap{display:flex;gap:12px;align-items:flex-start}.main{flex:1;min-width:0}"
+            "#tgc-panel{width:26em;max-height:520px;overflow:auto;border:1px solid #ccc;"
+            "padding:8px;font-size:12px}#tgc-panel pre{white-space:pre-wrap;font-size:11px}"
+            "#tgc-panel dt{font-weight:bold;float:left;width:6em}#tgc-panel dd{margin-left:6.5em}"
             ".a{stroke:none}.a:hover{opacity:.75}.pkl{stroke:#444;stroke-width:1;"
             "stroke-dasharray:3 3}"
             ".ax{font-size:11px;text-anchor:end;dominant-baseline:middle}"
@@ -353,4 +429,8 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
             "</style></head><body><h2>" + _html.escape(head) + "</h2><p>"
             + _html.escape(summary + (f" {breakdown[0].upper() + breakdown[1:]}."
                                       if breakdown else ""))
-            + "</p>" + svg + areas + "</body></html>")
+            + "</p>" + _TOOLBAR + '<div class="wrap"><div class="main">' + svg
+            + '</div><aside id="tgc-panel">Click an allocation to pin its size, address and '
+            "stack here.</aside></div>" + areas
+            + '<script type="application/json" id="tgc-data">' + _json_for_html(page_data)
+            + "</script><script>" + _ui_script() + "</script></body></html>")

@@ -206,3 +206,17 @@ def page_colors(tmp_path, html, size):
     r = screenshot(page, shot, size)
     assert shot.exists(), r.stderr[-2000:]
     return png_colors(shot)
+
+
+def markup(page):
+    """A timeline page without its own two script elements: the data block (checked here to
+    hold no '<', so nothing in it can end the element) and the interaction script, which is
+    tensorgc's. What the checks for hostile strings from a file read."""
+    import re
+
+    data = re.search(r'<script type="application/json" id="tgc-data">(.*?)</script>', page, re.S)
+    assert data is not None and "<" not in data.group(1)
+    out = page.replace(data.group(0), "")
+    ui = re.search(r"<script>.*?</script>", out, re.S)
+    assert ui is not None and ui.group(0).startswith("<script>// The timeline page's interaction")
+    return out.replace(ui.group(0), "")

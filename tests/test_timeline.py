@@ -2,6 +2,7 @@
 allocations, address reuse, detail, OOM), the page (self-contained, escaped), the CLI, and a
 headless Chromium screenshot that must not be blank."""
 import os
+import re
 
 import pytest
 
@@ -73,7 +74,11 @@ def test_page_is_self_contained_and_escaped():
     page = timeline_html(snap_of([ev("alloc", 0x1000, MB, frames=evil)]), detail=5)
     assert "<script>alert" not in page and "&lt;script&gt;" in page
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
-    assert "https://" not in page and "<script" not in page
+    assert "https://" not in page and "<script src" not in page
+    # the page's own scripts: the data block and the interaction, nothing from the file raw
+    assert page.count("<script") == 2
+    data = page[page.index('id="tgc-data">'):page.index("</script>")]
+    assert "<" not in data[len('id="tgc-data">'):] and "\\u003cscript\\u003e" in data
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page
 
 
@@ -94,7 +99,7 @@ def test_many_ooms_are_placed_in_one_pass():
     assert calls[0] < 20 * n  # was about n * n / 2
     # and still in the right column: the OOM after the alloc of a 2-event trace is at the end
     page = timeline_html(snap_of([ev("alloc", 0x1000, MB), ev("oom")]), detail=5, columns=2)
-    assert 'class="oom" x1="670.0"' in page
+    assert re.search(r'class="oom" data-col="\d+" x1="670.0"', page)
 
 
 def test_strings_from_the_file_are_cut_and_made_utf8():

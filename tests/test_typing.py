@@ -111,4 +111,5 @@ def test_a_build_ships_py_typed_and_the_stub(tmp_path):
     assert r.returncode == 0, r.stderr
     shipped = set(os.listdir(tmp_path / "tensorgc"))
     assert {"py.typed", "_tensorgc.pyi", "__init__.py"} <= shipped
+    assert "_timeline_ui.js" in shipped  # the timeline page's script, read at run time
     assert open(tmp_path / "tensorgc" / "py.typed").read() == ""  # a marker: the whole package

@@ -1,0 +1,178 @@
+"""The timeline page in a real browser: Debian's chromium driven by playwright (pinned by
+`make deps`; no browser download). Zoom with the wheel, pan by dragging, zoom to a brushed range,
+reset, click an allocation and read the pinned panel, search stacks, jump to an OOM, and check
+that hostile names from the file stay text. Skipped only where playwright or chromium is
+missing."""
+import os
+
+import pytest
+
+from _util import chromium, png_colors
+from tensorgc.timeline import timeline_html
+
+sync_api = pytest.importorskip("playwright.sync_api")
+if chromium() is None:
+    pytest.skip("needs Debian's chromium (make deps installs it)", allow_module_level=True)
+
+MB = 1 << 20
+
+
+def ev(action, addr, size, name="f", t=0):
+    return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
+            "frames": [{"filename": "/w/train.py", "line": 3, "name": name},
+                       {"filename": "??", "line": 0, "name": "c10::alloc_cpp_frame"}]}
+
+
+def training_trace(steps=20, acts=12):
+    """Steps of a small training loop: activations allocated in forward, freed in backward; a
+    leak of one block per step (`leaky`); an OOM near the end."""
+    trace, t, addr = [], 1_000_000, 0x10000000
+    for s in range(steps):
+        live = []
+        for k in range(acts):
+            addr += 0x100000
+            trace.append(ev("alloc", addr, (k + 1) * MB // 4, name=f"forward_{k}", t=t))
+            live.append(addr)
+            t += 100
+        addr += 0x100000
+        trace.append(ev("alloc", addr, 2 * MB, name="leaky", t=t))
+        for a in reversed(live):
+            trace.append(ev("free_completed", a, 0, name="backward", t=t))
+            t += 50
+    trace.append({"action": "oom", "addr": 0, "size": 0, "stream": 0, "time_us": t,
+                  "device_free": 123, "frames": []})
+    return trace
+
+
+def snap_of(trace):
+    seg = {"device": 0, "address": 0x1000, "total_size": 1 << 30, "stream": 0, "blocks": []}
+    return {"segments": [seg], "device_traces": [trace]}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    env_preload = os.environ.pop("LD_PRELOAD", None)  # chromium hangs under make asan's
+    try:
+        with sync_api.sync_playwright() as p:
+            b = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+            try:
+                yield b
+            finally:
+                b.close()
+    finally:
+        if env_preload is not None:
+            os.environ["LD_PRELOAD"] = env_preload
+
+
+def open_page(browser, tmp_path, html):
+    path = tmp_path / "timeline.html"
+    path.write_text(html)
+    page = browser.new_page(viewport={"width": 1500, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector("#tgc-svg[data-ready]")
+    return page, errors
+
+
+def shown(page):
+    """(first, last) event in view, from the status line."""
+    words = page.inner_text("#tgc-status").replace(",", "").split()
+    return int(words[1]), int(words[3])
+
+
+def plot_box(page):
+    box = page.locator("#tgc-svg rect.bg").bounding_box()
+    return box["x"], box["y"], box["width"], box["height"]
+
+
+def test_wheel_zooms_drag_pans_and_reset_restores(browser, tmp_path):
+    trace = training_trace()
+    page, errors = open_page(browser, tmp_path, timeline_html(snap_of(trace), detail=50))
+    n = len(trace)
+    assert shown(page) == (0, n)
+    x, y, w, h = plot_box(page)
+    page.mouse.move(x + w / 2, y + h / 2)
+    for _ in range(6):
+        page.mouse.wheel(0, -200)
+    a, b = shown(page)
+    assert 0 < a < n / 2 < b < n and b - a < n / 2
+    page.mouse.move(x + w / 2, y + h / 2)
+    page.mouse.down()
+    page.mouse.move(x + w / 4, y + h / 2, steps=5)
+    page.mouse.up()
+    a2, b2 = shown(page)
+    assert a2 > a and b2 - a2 == pytest.approx(b - a, abs=2)  # panned right, same span
+    page.click("#tgc-reset")
+    assert shown(page) == (0, n)
+    ticks = page.locator("#tgc-xaxis .tick").all_text_contents()
+    assert len(ticks) >= 3 and all(t.startswith("event ") and "(+" in t for t in ticks)
+    assert errors == []
+
+
+def test_shift_drag_zooms_to_the_brushed_range(browser, tmp_path):
+    trace = training_trace()
+    page, errors = open_page(browser, tmp_path, timeline_html(snap_of(trace), detail=50))
+    n = len(trace)
+    x, y, w, h = plot_box(page)
+    page.keyboard.down("Shift")
+    page.mouse.move(x + w * 0.25, y + h / 2)
+    page.mouse.down()
+    page.mouse.move(x + w * 0.5, y + h / 2, steps=5)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    a, b = shown(page)
+    assert a == pytest.approx(n * 0.25, abs=n * 0.02) and b == pytest.approx(n * 0.5, abs=n * 0.02)
+    assert float(page.get_attribute("#tgc-svg", "data-zoom-ms")) < 100
+    assert errors == []
+
+
+def test_click_pins_the_allocation_and_search_highlights(browser, tmp_path):
+    trace = training_trace()
+    page, errors = open_page(browser, tmp_path, timeline_html(snap_of(trace), detail=1000))
+    page.locator('#tgc-plot [data-i]').first.dispatch_event("click")
+    panel = page.inner_text("#tgc-panel")
+    assert "size" in panel and "bytes" in panel and "address" in panel and "0x" in panel
+    assert "/w/train.py:3" in panel and "c10::alloc_cpp_frame" in panel  # Python and C++ frames
+    assert page.locator("#tgc-plot .pinned").count() == 1
+    page.fill("#tgc-search", "leaky")
+    hits = int(page.inner_text("#tgc-hits").split()[0])
+    assert hits == 20  # one leaked block per step, each drawn on its own
+    assert page.locator("#tgc-plot .hit").count() == hits
+    page.fill("#tgc-search", "no such frame anywhere")
+    assert page.inner_text("#tgc-hits") == "0 matches"
+    page.fill("#tgc-search", "")
+    assert page.locator("#tgc-plot .hit").count() == 0
+    assert errors == []
+
+
+def test_an_oom_marker_zooms_to_the_oom(browser, tmp_path):
+    trace = training_trace()
+    page, errors = open_page(browser, tmp_path, timeline_html(snap_of(trace), detail=50))
+    page.locator(".oom").first.dispatch_event("click")
+    a, b = shown(page)
+    n = len(trace)
+    assert b - a < n / 10 and b >= n - n / 20
+    assert errors == []
+
+
+def test_hostile_names_stay_text(browser, tmp_path):
+    evil = "<img src=x onerror=window.__pwned=1></script><script>window.__pwned=2</script>"
+    trace = [ev("alloc", 0x1000, MB, name=evil), ev("alloc", 0x200000, 2 * MB, name="ok")]
+    page, errors = open_page(browser, tmp_path, timeline_html(snap_of(trace), detail=5))
+    page.locator('#tgc-plot [data-i]').first.dispatch_event("click")
+    page.fill("#tgc-search", "onerror")
+    assert page.evaluate("window.__pwned === undefined")
+    assert evil in page.inner_text("#tgc-panel")
+    assert errors == []
+
+
+def test_a_zoomed_screenshot_is_not_blank(browser, tmp_path):
+    page, _ = open_page(browser, tmp_path, timeline_html(snap_of(training_trace()), detail=50))
+    x, y, w, h = plot_box(page)
+    page.mouse.move(x + w / 3, y + h / 2)
+    for _ in range(4):
+        page.mouse.wheel(0, -200)
+    shot = tmp_path / "zoomed.png"
+    page.screenshot(path=str(shot))
+    assert len(png_colors(shot)) > 20

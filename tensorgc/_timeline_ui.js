@@ -15,11 +15,16 @@
   var search = document.getElementById("tgc-search");
   var status = document.getElementById("tgc-status");
   if (!svg || !plot) return;
+  var detailG = document.getElementById("tgc-detail");
   var data = JSON.parse(document.getElementById("tgc-data").textContent);
   var L = data.left, W = data.width, T = data.top, H = data.height;
   var EV = Math.max(data.events, 1), COLS = data.columns;
   var view = { a: 0, b: COLS };   // the columns in view
   var NS = "http://www.w3.org/2000/svg";
+  // The detail view: every allocation alive in the range is drawn on its own, stacked in the
+  // order of allocation (a free lets the ones above it drop), once at most LIMIT are in view.
+  var D = data.detail, N = D.A.length, LIMIT = 3000, detailOn = false;
+  var YS = H / Math.max(data.max, 1);
 
   function fmtBytes(v) {
     var u = ["B", "K", "M", "G", "T"], i = 0;
@@ -62,15 +67,102 @@
     status.textContent = "events " + Math.round(e0).toLocaleString("en-US") + " to " +
       Math.round(e1).toLocaleString("en-US") + " of " + EV.toLocaleString("en-US");
   }
+  function visible(e0, e1) {
+    var out = [];
+    for (var j = 0; j < N; j++) {
+      var f = D.F[j];
+      if (D.A[j] < e1 && (f < 0 || f > e0)) {
+        out.push(j);
+        if (out.length > LIMIT) return null;
+      }
+    }
+    return out;
+  }
+  function color(k) { return "hsl(" + ((k * 137) % 360) + ",55%," + (50 + (k * 7) % 20) + "%)"; }
+  function drawDetail(vis, e0, e1) {
+    var live = [], off = {}, pts = {}, cum = 0, evs = [], k, j, q;
+    for (k = 0; k < vis.length; k++) {
+      j = vis[k];
+      if (D.A[j] <= e0) { live.push(j); off[j] = cum; pts[j] = [e0, cum]; cum += D.S[j]; }
+      else evs.push([D.A[j], 0, j]);
+      if (D.F[j] >= 0 && D.F[j] < e1) evs.push([D.F[j], 1, j]);
+    }
+    evs.sort(function (x, y) { return x[0] - y[0] || x[1] - y[1]; });
+    var peakW = cum;
+    for (k = 0; k < evs.length; k++) {
+      var t = evs[k][0]; j = evs[k][2];
+      if (evs[k][1] === 0) {
+        off[j] = cum; pts[j] = [t, cum]; live.push(j); cum += D.S[j];
+        if (cum > peakW) peakW = cum;
+        continue;
+      }
+      var p = live.indexOf(j);
+      if (p < 0) continue;
+      pts[j].push(t, off[j]);
+      pts[j].end = t;
+      for (q = p + 1; q < live.length; q++) {
+        var u = live[q];
+        pts[u].push(t, off[u]);
+        off[u] -= D.S[j];
+        pts[u].push(t, off[u]);
+      }
+      live.splice(p, 1);
+      cum -= D.S[j];
+    }
+    for (k = 0; k < live.length; k++) { j = live[k]; pts[j].push(e1, off[j]); pts[j].end = e1; }
+    // the y axis fits the range in view (round ticks), so one step's allocations fill the plot
+    var ys = H / Math.max(peakW * 1.05, 1);
+    drawYAxis(peakW * 1.05);
+    var sx = W / Math.max(e1 - e0, 1e-9), q0 = search.value.trim().toLowerCase(), html = [];
+    for (k = 0; k < vis.length; k++) {
+      j = vis[k];
+      var P = pts[j];
+      if (!P || P.length < 4) continue;
+      var top = [], bot = [];
+      for (q = 0; q < P.length; q += 2) {
+        var x = (L + (P[q] - e0) * sx).toFixed(1);
+        top.push(x + "," + (T + H - (P[q + 1] + D.S[j]) * ys).toFixed(1));
+        bot.push(x + "," + (T + H - P[q + 1] * ys).toFixed(1));
+      }
+      var hit = q0 && stackText(D.K[j]).toLowerCase().indexOf(q0) >= 0;
+      html.push('<polygon class="b d' + (hit ? " hit" : "") + '" data-j="' + j + '" fill="' +
+                color(D.K[j]) + '" points="' + top.join(" ") + " " + bot.reverse().join(" ") + '"/>');
+    }
+    detailG.innerHTML = html.join("");
+  }
+  var yaxis = document.getElementById("tgc-yaxis"), yaxis0 = yaxis.innerHTML;
+  // round ticks for a y range: 1, 2 or 5 times a power of ten in the unit of the top value
+  function drawYAxis(top) {
+    var unit = 1, u = ["B", "K", "M", "G", "T"], ui = 0;
+    while (top / unit >= 1024 && ui < u.length - 1) { unit *= 1024; ui++; }
+    var step = niceStep(top / unit, 5) * unit, html = [];
+    for (var v = 0; v <= top; v += step) {
+      var y = (T + H - v * H / top).toFixed(1);
+      html.push('<text x="' + (L - 6) + '" y="' + y + '" class="ax">' + fmtBytes(v) + '</text>' +
+                '<line x1="' + L + '" x2="' + (L + W) + '" y1="' + y + '" y2="' + y + '" class="grid"/>');
+    }
+    yaxis.innerHTML = html.join("");
+  }
+  function stackText(k) { return (D.stacks[k] || []).join("\n"); }
   function apply() {
     var t0 = performance.now();
     var sx = COLS / (view.b - view.a);
     // plot coordinates: x = L + c * W / COLS; shown: L + (c - a) * W / (b - a)
     plot.setAttribute("transform", "translate(" + (L - L * sx - view.a * W / COLS * sx).toFixed(4) +
       ",0) scale(" + sx.toFixed(6) + ",1)");
+    var e0 = colToEvent(view.a), e1 = colToEvent(view.b);
+    var vis = view.b - view.a < COLS ? visible(e0, e1) : null;
+    detailOn = vis !== null;
+    if (detailOn) drawDetail(vis, e0, e1);
+    else { detailG.innerHTML = ""; yaxis.innerHTML = yaxis0; }
+    plot.style.display = detailOn ? "none" : "";
     drawAxis();
+    status.textContent += detailOn ? " \u2014 every allocation drawn (" + vis.length + ")" :
+      " \u2014 overview: the largest drawn, the rest summarized; zoom in to draw each";
     performance.mark("tgc-zoom");
     svg.setAttribute("data-zoom-ms", (performance.now() - t0).toFixed(2));
+    svg.setAttribute("data-mode", detailOn ? "detail" : "overview");
+    svg.setAttribute("data-range", e0 + " " + e1);
   }
   function setView(a, b) {
     var span = Math.max(b - a, Math.min(COLS, 2));
@@ -120,14 +212,21 @@
   });
   document.getElementById("tgc-reset").addEventListener("click", function () { setView(0, COLS); });
 
-  function show(i) {
-    var d = data.allocs[i];
+  function showDetail(j) {
+    show(-1, {size: D.S[j], addr: "0x" + D.X[j].toString(16),
+              alloc: D.E[j] >= 0 ? D.A[j] : -1, free: D.F[j], cat: "",
+              entry: D.E[j], frames: D.stacks[D.K[j]] || []}, '[data-j="' + j + '"]');
+  }
+  function show(i, d, sel) {
+    d = d || data.allocs[i];
+    sel = sel || '[data-i="' + i + '"]';
     var rows = [
       ["size", fmtBytes(d.size) + " (" + d.size.toLocaleString("en-US") + " bytes)"],
       ["address", d.addr],
       ["allocated", d.alloc >= 0 ? "event " + d.alloc.toLocaleString("en-US") : "before the trace"],
       ["freed", d.free >= 0 ? "event " + d.free.toLocaleString("en-US") : "alive at the end"],
       ["category", d.cat || "unknown"]];
+    if (d.entry !== undefined) rows.push(["trace entry", d.entry >= 0 ? "" + d.entry : "none"]);
     while (panel.firstChild) panel.removeChild(panel.firstChild);
     var h = document.createElement("h3"); h.textContent = "Allocation " + fmtBytes(d.size);
     panel.appendChild(h);
@@ -141,26 +240,32 @@
     var pre = document.createElement("pre");
     pre.textContent = d.frames.length ? d.frames.join("\n") : "no stack recorded";
     panel.appendChild(pre);
-    var old = plot.querySelector(".pinned");
+    var old = svg.querySelector(".pinned");
     if (old) old.classList.remove("pinned");
-    var el = plot.querySelector('[data-i="' + i + '"]');
+    var el = svg.querySelector(sel);
     if (el) el.classList.add("pinned");
   }
   plot.addEventListener("click", function (ev) {
     var i = ev.target.getAttribute && ev.target.getAttribute("data-i");
     if (i !== null && i !== undefined && !(drag && drag.moved)) show(+i);
   });
+  detailG.addEventListener("click", function (ev) {
+    var j = ev.target.getAttribute && ev.target.getAttribute("data-j");
+    if (j !== null && j !== undefined) showDetail(+j);
+  });
 
   search.addEventListener("input", function () {
     var q = search.value.trim().toLowerCase(), hits = 0;
-    var els = plot.querySelectorAll("[data-i]");
+    var els = (detailOn ? detailG : plot).querySelectorAll("[data-i],[data-j]");
     for (var k = 0; k < els.length; k++) {
-      var d = data.allocs[+els[k].getAttribute("data-i")];
-      var hit = q && d.frames.join("\n").toLowerCase().indexOf(q) >= 0;
+      var i = els[k].getAttribute("data-i");
+      var text = i !== null ? data.allocs[+i].frames.join("\n") : stackText(D.K[+els[k].getAttribute("data-j")]);
+      var hit = q && text.toLowerCase().indexOf(q) >= 0;
       els[k].classList.toggle("hit", !!hit);
       hits += hit ? 1 : 0;
     }
     plot.classList.toggle("searching", !!q);
+    detailG.classList.toggle("searching", !!q);
     document.getElementById("tgc-hits").textContent = q ? hits + " match" + (hits === 1 ? "" : "es") : "";
   });
   document.querySelectorAll(".oom").forEach(function (o) {

@@ -128,6 +128,63 @@ def _frames_text(entry: object, limit: int = 8) -> str:
 
 
 STACK_MAX = 64  # frames kept per allocation for the side panel
+DETAIL_STACKS = 20_000  # distinct stacks the page carries for its detail view (more: "?")
+
+
+def _detail_data(snap: Snapshot, trace: Trace, index: int) -> Dict[str, Any]:
+    """Every allocation of the trace on the replay's clock (the blocks alive before it first,
+    then one event per alloc, free and OOM entry, as allocator/trace.c counts them), for the
+    page's detail view: A (allocated at), F (freed at, -1: alive at the end), S (bytes), E (its
+    trace entry, -1: before the trace), K (its stack, an index into stacks), X (address), and
+    the distinct stacks."""
+    use_req = any(e.get("action") == "free_requested" for e in trace)
+    free_action = "free_requested" if use_req else "free_completed"
+    in_trace = {e.get("addr") for e in trace if e.get("action") == "alloc"}
+    pre = [(b["address"], b["size"])
+           for sg in snap.get("segments", []) if sg.get("device") == index
+           for b in sg.get("blocks", [])
+           if b.get("state") == "active_allocated" and "address" in b
+           and b["address"] not in in_trace]
+    A: List[int] = []
+    F: List[int] = []
+    S: List[int] = []
+    E: List[int] = []
+    K: List[int] = []
+    X: List[int] = []
+    stacks: List[List[str]] = [[]]
+    stack_of: Dict[Any, int] = {}
+    opened: Dict[Any, int] = {}
+    for addr, size in pre:
+        A.append(len(A)); F.append(-1); S.append(int(size)); E.append(-1); K.append(0)
+        X.append(int(addr))
+    clock = len(pre)
+    for i, e in enumerate(trace):
+        action = e.get("action")
+        if action == "alloc":
+            frames = e.get("frames")
+            key = id(frames) if isinstance(frames, list) else None
+            k = stack_of.get(key)
+            if k is None:
+                lines = _stack_lines(e, STACK_MAX)
+                k = stack_of.setdefault(tuple(lines), len(stacks)) if len(stacks) < DETAIL_STACKS \
+                    else 0
+                if k == len(stacks):
+                    stacks.append(lines)
+                if key is not None:
+                    stack_of[key] = k
+            addr = e.get("addr")
+            opened[addr] = len(A)
+            A.append(clock); F.append(-1); S.append(int(e.get("size") or 0)); E.append(i)
+            K.append(k); X.append(int(addr) if isinstance(addr, int) else 0)
+            clock += 1
+        elif action == free_action:
+            j = opened.pop(e.get("addr"), None)
+            if j is not None:
+                F[j] = clock
+            clock += 1
+        elif action == "oom":
+            clock += 1
+    return {"A": A, "F": F, "S": S, "E": E, "K": K, "X": X, "stacks": stacks, "events": clock}
 
 
 def _stack_lines(entry: object, limit: int) -> List[str]:
@@ -368,9 +425,11 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
     if legend:
         order = [k for k in names if k in legend] + [k for k in legend if k not in names]
         over.append(_legend(order, LEFT + 8, TOP + 6))
+    over.append('<g id="tgc-yaxis">')
     for v in _round_ticks(top):
         over.append(f'<text x="{LEFT - 6}" y="{y(v)}" class="ax">{_html.escape(R(v))}</text>'
                     f'<line x1="{LEFT}" x2="{LEFT + WIDTH}" y1="{y(v)}" y2="{y(v)}" class="grid"/>')
+    over.append("</g>")
     svg = (f'<svg id="tgc-svg" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LEFT + WIDTH + 10} '
            f'{TOP + HEIGHT + 30}" width="100%">'
            '<defs><clipPath id="tgc-clip"><rect x="' + str(LEFT) + '" y="0" width="' + str(WIDTH)
@@ -379,7 +438,8 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
            'patternTransform="rotate(45)"><rect width="6" height="6" fill="#d8dee6"/>'
            '<line x1="0" y1="0" x2="0" y2="6" stroke="#9aa7b4" stroke-width="2"/></pattern></defs>'
            f'<rect x="{LEFT}" y="{TOP}" width="{WIDTH}" height="{HEIGHT}" class="bg"/>'
-           '<g clip-path="url(#tgc-clip)"><g id="tgc-plot">' + "".join(parts) + "</g></g>"
+           '<g clip-path="url(#tgc-clip)"><g id="tgc-plot">' + "".join(parts) + "</g>"
+           '<g id="tgc-detail"></g></g>'
            + "".join(over)
            + f'<rect id="tgc-brush" class="brush" x="{LEFT}" y="{TOP}" width="0" height="{HEIGHT}" '
            'visibility="hidden"/>'
@@ -387,8 +447,10 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
            f'<text x="{LEFT + WIDTH}" y="{TOP + HEIGHT + 20}" class="ax1">event {len(trace):,}</text></g>'
            "</svg>")
     times = [e.get("time_us") for e in trace[::max(1, len(trace) // 1000)]]
+    detail_data = _detail_data(snap, trace, device)
     page_data = {"left": LEFT, "width": WIDTH, "top": TOP, "height": HEIGHT,
-                 "events": len(trace), "columns": cols, "allocs": allocs,
+                 "events": detail_data.pop("events"), "columns": cols, "allocs": allocs,
+                 "max": top, "detail": detail_data,
                  "times": times if times and all(isinstance(t, int) for t in times) else []}
     head = title or f"Active memory timeline, cuda:{device}"
     summary = (f"{len(trace):,} trace entries; {tl['allocs']:,} allocations; peak {R(tl['max'])}; "
@@ -413,7 +475,8 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
             ".b:hover{stroke:#000;stroke-width:1.5}.s{fill:url(#tgc-hatch)}.s:hover{opacity:.8}"
             ".pk{fill:none;stroke:#444;stroke-width:.6}.oom{stroke:#d00;stroke-width:2;cursor:pointer}"
             ".b,.pk,.oom{vector-effect:non-scaling-stroke}.b{cursor:pointer}"
-            ".pinned{stroke:#000;stroke-width:2.5}.searching .b{opacity:.25}.searching .hit{opacity:1;"
+            ".pinned{stroke:#000;stroke-width:2.5}.searching .b{opacity:.25}.d{stroke:#fff;stroke-width:.3}"
+            ".d:hover{stroke:#000;stroke-width:1.5}.searching .hit{opacity:1;"
             "stroke:#000;stroke-width:1.5}.grid{stroke:#e4e4e4;stroke-width:.5}"
             ".brush{fill:#3a8fd9;fill-opacity:.15;stroke:#3a8fd9}"
             ".tick{font-size:11px;text-anchor:middle}.tickl{stroke:#888}"

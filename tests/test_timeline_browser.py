@@ -176,3 +176,73 @@ def test_a_zoomed_screenshot_is_not_blank(browser, tmp_path):
     shot = tmp_path / "zoomed.png"
     page.screenshot(path=str(shot))
     assert len(png_colors(shot)) > 20
+
+
+def zoom_to(page, frac0, frac1):
+    """Shift-drag over [frac0, frac1] of the plot's width."""
+    x, y, w, h = plot_box(page)
+    page.keyboard.down("Shift")
+    page.mouse.move(x + w * frac0, y + h / 2)
+    page.mouse.down()
+    page.mouse.move(x + w * frac1, y + h / 2, steps=4)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+
+
+def test_zoomed_in_every_allocation_is_drawn_and_nothing_stays_summarized(browser, tmp_path):
+    trace = training_trace()
+    page, errors = open_page(browser, tmp_path, timeline_html(snap_of(trace), detail=5))
+    assert page.get_attribute("#tgc-svg", "data-mode") == "overview"
+    assert page.locator("#tgc-plot .s").count() == 1  # the summarized rest, zoomed out
+    zoom_to(page, 0.40, 0.45)
+    assert page.get_attribute("#tgc-svg", "data-mode") == "detail"
+    a, b = map(float, page.get_attribute("#tgc-svg", "data-range").split())
+    # the allocations alive somewhere in (a, b) on the replay's clock (here: trace positions)
+    born, alive = {}, set()
+    for i, e in enumerate(trace):
+        if e["action"] == "alloc":
+            born[e["addr"]] = i
+        elif e["action"] == "free_completed":
+            s = born.pop(e["addr"])
+            if i > a and s < b:
+                alive.add((e["addr"], s))
+    alive |= {(addr, s) for addr, s in born.items() if s < b}
+    drawn = page.locator("#tgc-detail polygon").count()
+    assert drawn == len(alive) > 5  # more than the overview's 5 bands: each on its own
+    page.locator("#tgc-detail polygon").first.dispatch_event("click")
+    panel = page.inner_text("#tgc-panel")
+    assert "trace entry" in panel and "/w/train.py:3" in panel
+    page.fill("#tgc-search", "leaky")
+    hits = int(page.inner_text("#tgc-hits").split()[0])
+    assert 0 < hits < drawn
+    page.click("#tgc-reset")
+    assert page.get_attribute("#tgc-svg", "data-mode") == "overview"
+    assert errors == []
+
+
+def test_the_detail_view_stacks_in_allocation_order(browser, tmp_path):
+    """alloc a (1M), alloc b (2M), free a: b drops from 1M to 0 at the free; c (1M) then goes
+    on top of b."""
+    trace = [ev("alloc", 0x1000, MB, name="a"), ev("alloc", 0x200000, 2 * MB, name="b"),
+             ev("free_completed", 0x1000, 0), ev("alloc", 0x400000, MB, name="c")]
+    trace += [ev("alloc", 0x800000 + k * 0x1000, 512, name="pad") for k in range(40)]
+    page, errors = open_page(browser, tmp_path, timeline_html(snap_of(trace), detail=50))
+    zoom_to(page, 0.0, 0.2)
+    assert page.get_attribute("#tgc-svg", "data-mode") == "detail"
+    floor = 10 + 420  # the plot's bottom: offset 0
+
+    def ys(name):
+        j = page.evaluate(
+            "(n) => { var D = JSON.parse(document.getElementById('tgc-data').textContent).detail;"
+            " for (var j = 0; j < D.A.length; j++) if (D.stacks[D.K[j]][0].endsWith(' ' + n))"
+            " return j; return -1; }", name)
+        pts = page.get_attribute(f'#tgc-detail [data-j="{j}"]', "points").split()
+        return sorted({round(floor - float(p.split(",")[1]), 1) for p in pts})
+
+    b = ys("b")  # heights above the floor: a's top (1M) and b's (3M), then 0 and 2M
+    assert b[0] == 0 and len(b) == 4
+    unit = b[1]  # one MB on this zoom's scale
+    assert [round(v / unit, 2) for v in b] == [0, 1, 2, 3]
+    c = ys("c")
+    assert [round(v / unit, 2) for v in c] == [2, 3]  # c sits on b
+    assert errors == []

@@ -13,7 +13,11 @@ Measured, each in a fresh process (``--repeat`` times, median):
 * with ``--categories``: the same trace with tensorgc_categories marks, so the
   replay classifies every allocation and the page draws the categories chart;
 * with ``--chromium``: wall time of ``chromium --headless --screenshot`` of each page, and of
-  an empty page as the browser's own start-up baseline.
+  an empty page as the browser's own start-up baseline;
+* with ``--interactive`` (playwright, driving the same chromium): tensorgc's page loaded in a
+  running browser, its own performance marks read: first paint (the "tgc-ready" mark: data
+  parsed, axes drawn) and each zoom step (the page's own time for one wheel step, as it writes
+  it to data-zoom-ms), over zoom levels from the whole trace down to the detail view.
 
     python bench/b4_timeline.py --events 1000000 --repeat 3 --chromium
 """
@@ -130,6 +134,8 @@ def main():
     p.add_argument("--record", action="store_true")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--chromium", action="store_true")
+    p.add_argument("--interactive", action="store_true",
+                   help="first paint and zoom steps of tensorgc's page (playwright)")
     p.add_argument("--categories", action="store_true",
                    help="add tensorgc_categories marks (spans, grad marks, names) to the trace")
     p.add_argument("--keep", help="directory to keep the snapshot and pages in")
@@ -198,7 +204,51 @@ def main():
                                "file://" + os.path.abspath(page)])
                 ts.append(dt)
             print(f"| {name} | {statistics.median(ts):.2f} | {', '.join(f'{x:.2f}' for x in ts)} |")
+    if args.interactive and chrome:
+        interactive(ours, chrome, args.repeat)
     print(f"\nfiles in {work}")
+
+
+def interactive(page, chrome, repeat):
+    """First paint and zoom steps of tensorgc's page in a running chromium (playwright)."""
+    from playwright.sync_api import sync_playwright
+
+    ready, steps, modes = [], [], {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chrome, args=["--no-sandbox"])
+        try:
+            for _ in range(repeat):
+                pg = browser.new_page(viewport={"width": 1500, "height": 900})
+                t0 = time.perf_counter()
+                pg.goto("file://" + os.path.abspath(page))
+                pg.wait_for_selector("#tgc-svg[data-ready]", timeout=120_000)
+                load = time.perf_counter() - t0
+                ready.append((pg.evaluate("performance.getEntriesByName('tgc-ready')[0].startTime")
+                              / 1000, load))
+                box = pg.locator("#tgc-svg rect.bg").bounding_box()
+                pg.mouse.move(box["x"] + box["width"] * 0.47, box["y"] + box["height"] / 2)
+                for _ in range(40):  # 0.8x per step: the whole trace down to a few events
+                    pg.mouse.wheel(0, -200)
+                    pg.wait_for_function("document.getElementById('tgc-svg')"
+                                         ".getAttribute('data-zoom-ms') !== null")
+                    ms = float(pg.get_attribute("#tgc-svg", "data-zoom-ms"))
+                    mode = pg.get_attribute("#tgc-svg", "data-mode")
+                    steps.append(ms)
+                    modes.setdefault(mode, []).append(ms)
+                pg.close()
+        finally:
+            browser.close()
+    print("\n| tensorgc page in chromium (playwright) | median | max | runs |")
+    print("| --- | ---: | ---: | --- |")
+    fp = [r for r, _ in ready]
+    print(f"| first paint: the page's tgc-ready mark (s) | {statistics.median(fp):.2f} | "
+          f"{max(fp):.2f} | {', '.join(f'{x:.2f}' for x in fp)} |")
+    ld = [w for _, w in ready]
+    print(f"| load to ready, wall (s) | {statistics.median(ld):.2f} | {max(ld):.2f} | "
+          f"{', '.join(f'{x:.2f}' for x in ld)} |")
+    for mode, ms in sorted(modes.items()):
+        print(f"| zoom step, {mode} view (ms; {len(ms)} steps) | {statistics.median(ms):.1f} | "
+              f"{max(ms):.1f} | |")
 
 
 if __name__ == "__main__":

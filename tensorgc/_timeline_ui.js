@@ -23,9 +23,21 @@
   var NS = "http://www.w3.org/2000/svg";
   // The detail view: every allocation alive in the range is drawn on its own, stacked in the
   // order of allocation (a free lets the ones above it drop), once at most LIMIT are in view.
-  var D = data.detail, N = D.A.length, LIMIT = 3000, detailOn = false;
+  var D = data.detail ? decode(data.detail) : null, N = D ? D.A.length : 0, LIMIT = 3000;
+  var detailOn = false;
   var YS = H / Math.max(data.max, 1);
 
+  // the page carries differences and durations (tensorgc/timeline.py's _compact)
+  function decode(c) {
+    var n = c.dA.length, A = new Float64Array(n), F = new Float64Array(n), E = new Float64Array(n),
+        X = new Float64Array(n), S = new Float64Array(n), a = 0, e = 0, x = 0;
+    for (var j = 0; j < n; j++) {
+      a += c.dA[j]; e += c.dE[j]; x += c.dX[j];
+      A[j] = a; E[j] = e; X[j] = x; S[j] = c.S[j] * c.unit;
+      F[j] = c.dur[j] < 0 ? -1 : a + c.dur[j];
+    }
+    return { A: A, F: F, E: E, X: X, S: S, K: c.K, stacks: c.stacks };
+  }
   function fmtBytes(v) {
     var u = ["B", "K", "M", "G", "T"], i = 0;
     while (Math.abs(v) >= 1024 && i < u.length - 1) { v /= 1024; i++; }
@@ -151,7 +163,7 @@
     plot.setAttribute("transform", "translate(" + (L - L * sx - view.a * W / COLS * sx).toFixed(4) +
       ",0) scale(" + sx.toFixed(6) + ",1)");
     var e0 = colToEvent(view.a), e1 = colToEvent(view.b);
-    var vis = view.b - view.a < COLS ? visible(e0, e1) : null;
+    var vis = D && view.b - view.a < COLS ? visible(e0, e1) : null;
     detailOn = vis !== null;
     if (detailOn) drawDetail(vis, e0, e1);
     else { detailG.innerHTML = ""; yaxis.innerHTML = yaxis0; }

@@ -129,6 +129,9 @@ def _frames_text(entry: object, limit: int = 8) -> str:
 
 STACK_MAX = 64  # frames kept per allocation for the side panel
 DETAIL_STACKS = 20_000  # distinct stacks the page carries for its detail view (more: "?")
+# Allocations the page carries for its detail view; a longer trace gets the overview only (its
+# page would pass about 5 MB and its build a second, in Python)
+DETAIL_MAX = 200_000
 
 
 def _detail_data(snap: Snapshot, trace: Trace, index: int) -> Dict[str, Any]:
@@ -185,6 +188,22 @@ def _detail_data(snap: Snapshot, trace: Trace, index: int) -> Dict[str, Any]:
         elif action == "oom":
             clock += 1
     return {"A": A, "F": F, "S": S, "E": E, "K": K, "X": X, "stacks": stacks, "events": clock}
+
+
+def _deltas(v: List[int]) -> List[int]:
+    return [b - a for a, b in zip([0] + v, v)]
+
+
+def _compact(d: Dict[str, Any]) -> Dict[str, Any]:
+    """The detail data as the page carries it: event, trace entry and address as differences
+    from the previous allocation's, the free event as a duration (-1: alive at the end), sizes
+    in 512-byte units when all are multiples of 512 (the caching allocator rounds to that):
+    about half the characters of the plain numbers. The page's script undoes it."""
+    unit = 512 if all(v % 512 == 0 for v in d["S"]) else 1
+    return {"dA": _deltas(d["A"]), "dE": _deltas(d["E"]), "dX": _deltas(d["X"]),
+            "dur": [f - a if f >= 0 else -1 for a, f in zip(d["A"], d["F"])],
+            "S": [v // unit for v in d["S"]] if unit > 1 else d["S"], "unit": unit,
+            "K": d["K"], "stacks": d["stacks"]}
 
 
 def _stack_lines(entry: object, limit: int) -> List[str]:
@@ -447,17 +466,21 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
            f'<text x="{LEFT + WIDTH}" y="{TOP + HEIGHT + 20}" class="ax1">event {len(trace):,}</text></g>'
            "</svg>")
     times = [e.get("time_us") for e in trace[::max(1, len(trace) // 1000)]]
-    detail_data = _detail_data(snap, trace, device)
+    detail_data = _detail_data(snap, trace, device) if tl["allocs"] <= DETAIL_MAX else None
     page_data = {"left": LEFT, "width": WIDTH, "top": TOP, "height": HEIGHT,
-                 "events": detail_data.pop("events"), "columns": cols, "allocs": allocs,
-                 "max": top, "detail": detail_data,
+                 "events": detail_data.pop("events") if detail_data else tl["events"],
+                 "columns": cols, "allocs": allocs, "max": top,
+                 "detail": _compact(detail_data) if detail_data else None,
                  "times": times if times and all(isinstance(t, int) for t in times) else []}
     head = title or f"Active memory timeline, cuda:{device}"
     summary = (f"{len(trace):,} trace entries; {tl['allocs']:,} allocations; peak {R(tl['max'])}; "
                f"{len(tl['bands'])} largest drawn one by one, the rest summarized on top "
                f"(hatched); {len(tl['ooms'])} OOM event(s) marked in red (click one to zoom to "
                "it). Wheel to zoom, drag to pan, shift-drag to zoom to a range; click an "
-               "allocation to pin its size and stack; search matches stacks.")
+               "allocation to pin its size and stack; search matches stacks."
+               + ("" if tl["allocs"] <= DETAIL_MAX else
+                  f" This trace has more than {DETAIL_MAX:,} allocations: zooming scales the "
+                  "overview, and allocations are not drawn one by one."))
     breakdown = peak_breakdown(tl)
     areas = ""
     if tl["cat_active"] is not None:

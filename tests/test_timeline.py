@@ -306,3 +306,18 @@ def test_headless_chromium_screenshot_of_the_categories(tmp_path):
     # activation, temporary
     for hexa in ("7b3fb5", "d93b3b", "f0a030", "3a8fd9", "9ccc65"):
         assert bytes.fromhex(hexa) in {c[:3] for c in colors}, hexa
+
+
+def test_a_trace_past_the_detail_bound_gets_the_overview_only(monkeypatch):
+    import json
+
+    import tensorgc.timeline as T
+
+    trace = [ev("alloc", 0x1000 * (k + 1), MB) for k in range(10)]
+    page = timeline_html(snap_of(trace), detail=5)
+    data = json.loads(page[page.index('id="tgc-data">') + 14:page.index("</script>")])
+    assert data["detail"] is not None and len(data["detail"]["dA"]) == 10
+    monkeypatch.setattr(T, "DETAIL_MAX", 9)
+    page = timeline_html(snap_of(trace), detail=5)
+    data = json.loads(page[page.index('id="tgc-data">') + 14:page.index("</script>")])
+    assert data["detail"] is None and "more than 9 allocations" in page

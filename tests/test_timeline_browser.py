@@ -234,7 +234,7 @@ def test_the_detail_view_stacks_in_allocation_order(browser, tmp_path):
     def ys(name):
         j = page.evaluate(
             "(n) => { var D = JSON.parse(document.getElementById('tgc-data').textContent).detail;"
-            " for (var j = 0; j < D.A.length; j++) if (D.stacks[D.K[j]][0].endsWith(' ' + n))"
+            " for (var j = 0; j < D.K.length; j++) if (D.stacks[D.K[j]][0].endsWith(' ' + n))"
             " return j; return -1; }", name)
         pts = page.get_attribute(f'#tgc-detail [data-j="{j}"]', "points").split()
         return sorted({round(floor - float(p.split(",")[1]), 1) for p in pts})

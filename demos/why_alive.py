@@ -101,7 +101,7 @@ def main(argv=None) -> int:
         print()
         print(tensorgc.growth(before, device))
         print()
-        tensorgc.MemReporter(model, optimizer=opt).report(device=device)
+        tensorgc.MemReporter(model, optimizer=opt).report(device=device, owners=True)
     finally:
         if is_cuda(device):
             tensorgc.record_memory_history(enabled=None)

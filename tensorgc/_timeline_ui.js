@@ -90,7 +90,15 @@
     }
     return out;
   }
-  function color(k) { return "hsl(" + ((k * 137) % 360) + ",55%," + (50 + (k * 7) % 20) + "%)"; }
+  // a band's own colour (its category, or its site's) where the overview drew it; else the
+  // allocation site's
+  var look = data.look || {};
+  function color(j) {
+    var b = look[D.E[j]];
+    if (b) return b[0];
+    var k = D.K[j];
+    return "hsl(" + ((k * 137) % 360) + ",55%," + (50 + (k * 7) % 20) + "%)";
+  }
   function drawDetail(vis, e0, e1) {
     var live = [], off = {}, pts = {}, cum = 0, evs = [], k, j, q;
     for (k = 0; k < vis.length; k++) {
@@ -138,7 +146,7 @@
       }
       var hit = q0 && stackText(D.K[j]).toLowerCase().indexOf(q0) >= 0;
       html.push('<polygon class="b d' + (hit ? " hit" : "") + '" data-j="' + j + '" fill="' +
-                color(D.K[j]) + '" points="' + top.join(" ") + " " + bot.reverse().join(" ") + '"/>');
+                color(j) + '" points="' + top.join(" ") + " " + bot.reverse().join(" ") + '"/>');
     }
     detailG.innerHTML = html.join("");
   }
@@ -226,7 +234,8 @@
 
   function showDetail(j) {
     show(-1, {size: D.S[j], addr: "0x" + D.X[j].toString(16),
-              alloc: D.E[j] >= 0 ? D.A[j] : -1, free: D.F[j], cat: "",
+              alloc: D.E[j] >= 0 ? D.A[j] : -1, free: D.F[j],
+              cat: look[D.E[j]] ? look[D.E[j]][1] : "",
               entry: D.E[j], frames: D.stacks[D.K[j]] || []}, '[data-j="' + j + '"]');
   }
   function show(i, d, sel) {

@@ -127,7 +127,7 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
 
     def report() -> None:
         # no warning of its own: the autopsy's notes say what failed
-        rep = MemReporter(model, optimizer=optimizer)._collect(str(dev), False)
+        rep = MemReporter(model, optimizer=optimizer)._collect(str(dev), False, True)
         kinds.update(rep.block_kinds.get(str(dev), {}))
         put("memreport.txt", rep.format(verbose=True) + "\n")
     step("the MemReporter table", report)

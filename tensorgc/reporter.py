@@ -280,16 +280,17 @@ class MemReporter:
     # ------------------------------------------------------------------ public
 
     def report(self, verbose: bool = False, device: Optional[DeviceLike] = None,
-               owners: bool = True) -> None:
+               owners: bool = False) -> None:
         """Print memlab's table for every device (or ``device``), with the explained footer and,
         with ``owners``, what holds each tensor that is not a parameter, grad, buffer or
         optimizer state (grouped by owner, with subtotals; ``verbose`` lists every chain)."""
         print(self.collect(device=device, owners=owners).format(verbose=verbose))
 
-    def collect(self, device: Optional[DeviceLike] = None, owners: bool = True) -> Report:
+    def collect(self, device: Optional[DeviceLike] = None, owners: bool = False) -> Report:
         """The report as data (see Report, Row). A CUDA ``device`` on a machine without CUDA
         gives an empty report and a WARNING on logger "tensorgc" that says why. ``owners``:
-        fill Row.owner and Row.holder (tensorgc.owners: one pass over the heap)."""
+        fill Row.owner and Row.holder (tensorgc.owners: one pass over the whole heap, about 1.5
+        full collections, so it is asked for, not the default of a report a job takes often)."""
         return self._collect(device, True, owners)
 
     def _collect(self, device: Optional[DeviceLike], warn: bool,

@@ -375,6 +375,7 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
 
     parts = []
     allocs: List[Dict[str, Any]] = []  # the page's data of each band (data-i indexes it)
+    band_look: Dict[int, List[str]] = {}  # trace entry -> the band's fill and category
     # bands: top edge left to right, bottom edge back; only points where the offset changes
     legend = {}
     for alloc_ev, free_ev, size, c0, c1, offs, addr, cat, rule in tl["bands"]:
@@ -418,6 +419,8 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
         allocs.append({"size": size, "addr": f"0x{addr:x}" if isinstance(addr, int) else "?",
                        "alloc": alloc_ev, "free": free_ev, "cat": cat_name,
                        "frames": _stack_lines(entry, STACK_MAX)})
+        if alloc_ev >= 0:
+            band_look[alloc_ev] = [fill, cat_name]
         parts.append(f'<polygon class="b" data-i="{len(allocs) - 1}" fill="{fill}" points="'
                      + " ".join(pts_top + pts_bot[::-1])
                      + f'"><title>{_html.escape(tip)}</title></polygon>')
@@ -470,7 +473,7 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
     page_data = {"left": LEFT, "width": WIDTH, "top": TOP, "height": HEIGHT,
                  "events": detail_data.pop("events") if detail_data else tl["events"],
                  "columns": cols, "allocs": allocs, "max": top,
-                 "detail": _compact(detail_data) if detail_data else None,
+                 "detail": _compact(detail_data) if detail_data else None, "look": band_look,
                  "times": times if times and all(isinstance(t, int) for t in times) else []}
     head = title or f"Active memory timeline, cuda:{device}"
     summary = (f"{len(trace):,} trace entries; {tl['allocs']:,} allocations; peak {R(tl['max'])}; "

@@ -370,7 +370,7 @@ def test_loss_history_keeps_each_steps_autograd_graph(mod):
 
     for _ in range(3):
         step()
-    rep = MemReporter(model).collect()
+    rep = MemReporter(model).collect(owners=True)
 
     held = [r for r in rep.rows if r.holder == f"{MOD_NAME}.loss_history"]
     saved = [r for r in held if r.kind == "saved_for_backward"]
@@ -699,7 +699,7 @@ def test_report_prints_held_by_grouped_by_holder(mod, capsys):
 
     model = torch.nn.Linear(2, 2)
     _other_tensors(mod, torch)
-    MemReporter(model).report()
+    MemReporter(model).report(owners=True)
     out = capsys.readouterr().out
     assert "Held by" in out
     section = out[out.index("Held by"):]
@@ -709,7 +709,7 @@ def test_report_prints_held_by_grouped_by_holder(mod, capsys):
     assert "192.00B" in group[0]  # 32 + 16 float32 values
     assert f"{ROOT} .cache ['batch']" in section or f"{ROOT} .cache [7]" in section
 
-    rows = {r.owner: r for r in MemReporter(model).collect().rows if r.holder == f"{MOD_NAME}.cache"}
+    rows = {r.owner: r for r in MemReporter(model).collect(owners=True).rows if r.holder == f"{MOD_NAME}.cache"}
     assert set(rows) == {f"{ROOT} .cache ['batch']", f"{ROOT} .cache [7]"}
     assert all(r.kind == "other" for r in rows.values())
 
@@ -724,7 +724,8 @@ def test_collect_without_owners_leaves_rows_unowned(mod):
     assert len(others) >= 2
     assert all(r.owner is None and r.holder is None for r in rep.rows)
     assert "Held by" not in rep.format()
-    with_owners = MemReporter().collect()
+    with_owners = MemReporter().collect(owners=True)
+    assert MemReporter().collect().chains == {}  # not asked for: the default
     assert {r.owner for r in with_owners.rows if r.holder == f"{MOD_NAME}.cache"} == {
         f"{ROOT} .cache ['batch']", f"{ROOT} .cache [7]"}
 
@@ -749,7 +750,7 @@ def test_long_row_name_keeps_the_columns_aligned():
     long_name = "w" * 60
     model.register_parameter(long_name, torch.nn.Parameter(torch.zeros(3, 5)))
     model.register_parameter("short", torch.nn.Parameter(torch.zeros(7)))
-    rep = MemReporter(model).collect()
+    rep = MemReporter(model).collect(owners=True)
     lines = rep.format().splitlines()
     header = lines[0]
     size_end = header.index("Size") + len("Size")
@@ -782,7 +783,7 @@ def test_owners_page_draws_each_owner_once_and_escapes_hostile_names(mod):
     hostile = '<script>alert(1)</script>" ] ; digraph x { \\n'
     mod.leaks = [torch.zeros(16) for _ in range(5)]
     mod.cache = {hostile: torch.ones(32)}
-    rep = tensorgc.MemReporter().collect(device="cpu")
+    rep = tensorgc.MemReporter().collect(device="cpu", owners=True)
     holders = {r.holder for r in rep.rows if r.holder}
     assert f"{MOD_NAME}.leaks" in holders and f"{MOD_NAME}.cache" in holders
     page = rep.html(title="leaks <b>")
@@ -800,7 +801,7 @@ def test_owners_page_is_bounded_and_says_what_it_left_out(mod):
     import tensorgc
 
     mod.many = {i: torch.zeros(1) for i in range(40)}
-    rep = tensorgc.MemReporter().collect(device="cpu")
+    rep = tensorgc.MemReporter().collect(device="cpu", owners=True)
     n = sum(1 for r in rep.rows if r.holder == f"{MOD_NAME}.many")
     assert n == 40
     page = rep.html(max_chains=10)
@@ -834,7 +835,7 @@ def test_owners_page_screenshot_is_not_blank(mod, tmp_path):
     model = torch.nn.Linear(8, 8)
     for _ in range(3):
         mod.loss_history.append((model(torch.randn(4, 8)) * 2).sum())
-    page = tensorgc.MemReporter(model).collect(device="cpu").html()
+    page = tensorgc.MemReporter(model).collect(device="cpu", owners=True).html()
     assert len(page_colors(tmp_path, page, "1200,700")) > 20
 
 

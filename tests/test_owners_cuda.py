@@ -70,7 +70,7 @@ def test_growth_names_the_owner_and_the_allocation_site_mid_training(mod):
     assert g.sites, "no allocation site with history recorded"
     assert any("test_owners_cuda.py" in s or "linear" in s.lower() or ".py:" in s
                for s, _, _ in g.sites)
-    rep = tensorgc.MemReporter(model, optimizer=opt).collect(device=device)
+    rep = tensorgc.MemReporter(model, optimizer=opt).collect(device=device, owners=True)
     held = {r.holder for r in rep.rows if r.holder}
     assert "tgc_cuda_leak.loss_history" in held
     assert "<svg" in rep.html()

@@ -16,6 +16,7 @@
   var status = document.getElementById("tgc-status");
   if (!svg || !plot) return;
   var detailG = document.getElementById("tgc-detail");
+  var areas = document.getElementById("tgc-areas");
   var data = JSON.parse(document.getElementById("tgc-data").textContent);
   var L = data.left, W = data.width, T = data.top, H = data.height;
   var EV = Math.max(data.events, 1), COLS = data.columns;
@@ -168,8 +169,10 @@
     var t0 = performance.now();
     var sx = COLS / (view.b - view.a);
     // plot coordinates: x = L + c * W / COLS; shown: L + (c - a) * W / (b - a)
-    plot.setAttribute("transform", "translate(" + (L - L * sx - view.a * W / COLS * sx).toFixed(4) +
-      ",0) scale(" + sx.toFixed(6) + ",1)");
+    var tf = "translate(" + (L - L * sx - view.a * W / COLS * sx).toFixed(4) + ",0) scale(" +
+      sx.toFixed(6) + ",1)";
+    plot.setAttribute("transform", tf);
+    if (areas) areas.setAttribute("transform", tf);  // the categories chart follows the zoom
     var e0 = colToEvent(view.a), e1 = colToEvent(view.b);
     var vis = D && view.b - view.a < COLS ? visible(e0, e1) : null;
     detailOn = vis !== null;

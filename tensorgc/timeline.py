@@ -338,10 +338,14 @@ def _areas_svg(tl: Replay, cols: int) -> str:
                      f"<title>{_html.escape(tip)}</title></line>")
     ticks = "".join(f'<text x="{LEFT - 6}" y="{ya(top * k / 2)}" class="ax">'
                     f"{_html.escape(R(top * k / 2))}</text>" for k in range(3))
+    # in a group of its own, which the page's script zooms and pans with the timeline above
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LEFT + WIDTH + 10} '
             f'{base + 8}" width="100%">'
+            f'<defs><clipPath id="tgc-aclip"><rect x="{LEFT}" y="0" width="{WIDTH}" '
+            f'height="{base}"/></clipPath></defs>'
             f'<rect x="{LEFT}" y="{AREA_TOP}" width="{WIDTH}" height="{AREA_HEIGHT}" class="bg"/>'
-            + "".join(parts) + ticks + _legend(names, LEFT, 6) + "</svg>")
+            '<g clip-path="url(#tgc-aclip)"><g id="tgc-areas">' + "".join(parts) + "</g></g>"
+            + ticks + _legend(names, LEFT, 6) + "</svg>")
 
 
 def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300,
@@ -500,7 +504,7 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
             ".bg{fill:#fafafa;stroke:#ccc}.b{stroke:#fff;stroke-width:.3}"
             ".b:hover{stroke:#000;stroke-width:1.5}.s{fill:url(#tgc-hatch)}.s:hover{opacity:.8}"
             ".pk{fill:none;stroke:#444;stroke-width:.6}.oom{stroke:#d00;stroke-width:2;cursor:pointer}"
-            ".b,.pk,.oom{vector-effect:non-scaling-stroke}.b{cursor:pointer}"
+            ".b,.pk,.oom,.pkl{vector-effect:non-scaling-stroke}.b{cursor:pointer}"
             ".pinned{stroke:#000;stroke-width:2.5}.searching .b{opacity:.25}.d{stroke:#fff;stroke-width:.3}"
             ".d:hover{stroke:#000;stroke-width:1.5}.searching .hit{opacity:1;"
             "stroke:#000;stroke-width:1.5}.grid{stroke:#e4e4e4;stroke-width:.5}"

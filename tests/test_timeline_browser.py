@@ -246,3 +246,15 @@ def test_the_detail_view_stacks_in_allocation_order(browser, tmp_path):
     c = ys("c")
     assert [round(v / unit, 2) for v in c] == [2, 3]  # c sits on b
     assert errors == []
+
+
+def test_the_categories_chart_follows_the_zoom(browser, tmp_path):
+    from test_categories import key, snap_of as categorized, step_trace
+
+    page, errors = open_page(browser, tmp_path,
+                             timeline_html(categorized(step_trace(), key=key()), detail=100))
+    assert page.locator("#tgc-areas polygon").count() > 0
+    zoom_to(page, 0.2, 0.6)
+    tf = page.get_attribute("#tgc-plot", "transform")
+    assert "scale(" in tf and page.get_attribute("#tgc-areas", "transform") == tf
+    assert errors == []

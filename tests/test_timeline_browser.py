@@ -249,10 +249,21 @@ def test_the_detail_view_stacks_in_allocation_order(browser, tmp_path):
 
 
 def test_the_categories_chart_follows_the_zoom(browser, tmp_path):
-    from test_categories import key, snap_of as categorized, step_trace
+    from tensorgc.categories import KEY
 
-    page, errors = open_page(browser, tmp_path,
-                             timeline_html(categorized(step_trace(), key=key()), detail=100))
+    # three steps' phases as tensorgc.categorize records them: forward, backward, optimizer
+    trace, spans, t = [], [], 100
+    for s in range(3):
+        spans.append(["forward", t, t + 100])
+        for k in range(6):
+            trace.append(ev("alloc", 0x100000 * (10 * s + k + 1), MB, t=t + 10 + k))
+        spans.append(["backward", t + 200, t + 300])
+        for k in range(6):
+            trace.append(ev("free_completed", 0x100000 * (10 * s + k + 1), MB, t=t + 210 + k))
+        t += 1000
+    snap = snap_of(trace)
+    snap[KEY] = {"version": 1, "spans": spans, "grads": [], "named": {}}
+    page, errors = open_page(browser, tmp_path, timeline_html(snap, detail=100))
     assert page.locator("#tgc-areas polygon").count() > 0
     zoom_to(page, 0.2, 0.6)
     tf = page.get_attribute("#tgc-plot", "transform")

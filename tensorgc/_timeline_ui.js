@@ -37,7 +37,7 @@
       A[j] = a; E[j] = e; X[j] = x; S[j] = c.S[j] * c.unit;
       F[j] = c.dur[j] < 0 ? -1 : a + c.dur[j];
     }
-    return { A: A, F: F, E: E, X: X, S: S, K: c.K, stacks: c.stacks };
+    return { A: A, F: F, E: E, X: X, S: S, K: c.K, stacks: c.stacks, segs: c.segments || [] };
   }
   function fmtBytes(v) {
     var u = ["B", "K", "M", "G", "T"], i = 0;
@@ -291,6 +291,56 @@
     plot.classList.toggle("searching", !!q);
     detailG.classList.toggle("searching", !!q);
     document.getElementById("tgc-hits").textContent = q ? hits + " match" + (hits === 1 ? "" : "es") : "";
+  });
+  // The allocator at one event: its segments side by side, each as wide as its share of the
+  // bytes reserved then, the blocks alive in it drawn where they sit.
+  var stateSvg = document.getElementById("tgc-state"), stateText = document.getElementById("tgc-state-text");
+  var statePending = null;
+  function drawState(e) {
+    if (!D || !stateSvg) return;
+    var segs = D.segs.filter(function (g) { return g[0] <= e && (g[1] < 0 || g[1] > e); });
+    var total = 0, k, j;
+    segs.forEach(function (g) { total += g[2]; });
+    var html = [], x = 0, gap = 2, width = 1280 - gap * segs.length, blocks = 0, used = 0;
+    var sorted = segs.slice().sort(function (a, b) { return a[3] - b[3]; }), left = [];
+    for (k = 0; k < sorted.length; k++) {
+      var g = sorted[k], w = total > 0 ? g[2] / total * width : 0;
+      left.push([x, w]);
+      html.push('<rect class="seg" x="' + x.toFixed(2) + '" y="4" width="' + w.toFixed(2) + '" height="32"/>');
+      x += w + gap;
+    }
+    // one pass over the allocations alive at e; each finds its segment by binary search
+    for (j = 0; j < N; j++) {
+      if (!(D.A[j] <= e && (D.F[j] < 0 || D.F[j] > e))) continue;
+      var lo = 0, hi = sorted.length - 1, at = -1, a = D.X[j];
+      while (lo <= hi) {
+        var mid = (lo + hi) >> 1;
+        if (sorted[mid][3] <= a) { at = mid; lo = mid + 1; } else hi = mid - 1;
+      }
+      if (at < 0 || a >= sorted[at][3] + sorted[at][2]) continue;
+      var sg = sorted[at], bx = left[at][0] + (a - sg[3]) / sg[2] * left[at][1];
+      var bw = Math.max(D.S[j] / sg[2] * left[at][1], 0.5);
+      html.push('<rect data-j="' + j + '" x="' + bx.toFixed(2) + '" y="5" width="' + bw.toFixed(2) +
+                '" height="30" fill="' + color(j) + '"/>');
+      blocks++; used += D.S[j];
+    }
+    stateSvg.innerHTML = html.join("");
+    stateText.textContent = "Allocator at event " + Math.round(e).toLocaleString("en-US") + ": " +
+      segs.length + " segment" + (segs.length === 1 ? "" : "s") + ", " + fmtBytes(total) +
+      " reserved, " + blocks + " block" + (blocks === 1 ? "" : "s") + " allocated (" +
+      fmtBytes(used) + ")";
+    stateSvg.setAttribute("data-event", "" + Math.round(e));
+  }
+  svg.addEventListener("mousemove", function (ev) {
+    if (drag || !D || !D.segs.length) return;
+    var e = colToEvent(Math.max(view.a, Math.min(view.b, colAt(ev.clientX))));
+    if (statePending === null) {
+      statePending = requestAnimationFrame(function () { statePending = null; drawState(e); });
+    }
+  });
+  stateSvg && stateSvg.addEventListener("click", function (ev) {
+    var j = ev.target.getAttribute && ev.target.getAttribute("data-j");
+    if (j !== null && j !== undefined) showDetail(+j);
   });
   document.querySelectorAll(".oom").forEach(function (o) {
     o.addEventListener("click", function () {

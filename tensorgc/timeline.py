@@ -132,6 +132,7 @@ DETAIL_STACKS = 20_000  # distinct stacks the page carries for its detail view (
 # Allocations the page carries for its detail view; a longer trace gets the overview only (its
 # page would pass about 5 MB and its build a second, in Python)
 DETAIL_MAX = 200_000
+SEGMENTS_MAX = 5_000  # segments the page's allocator-state strip knows
 
 
 def _detail_data(snap: Snapshot, trace: Trace, index: int) -> Dict[str, Any]:
@@ -161,8 +162,24 @@ def _detail_data(snap: Snapshot, trace: Trace, index: int) -> Dict[str, Any]:
         A.append(len(A)); F.append(-1); S.append(int(size)); E.append(-1); K.append(0)
         X.append(int(addr))
     clock = len(pre)
+    seg_open: Dict[Any, List[int]] = {}  # segment address -> [start, end, size, addr]
+    segs: List[List[int]] = []
     for i, e in enumerate(trace):
         action = e.get("action")
+        if action in ("segment_alloc", "segment_map"):
+            addr, size = e.get("addr"), e.get("size")
+            if isinstance(addr, int) and isinstance(size, int):
+                seg_open[addr] = [clock, -1, size, addr]
+                segs.append(seg_open[addr])
+            continue
+        if action in ("segment_free", "segment_unmap"):
+            addr = e.get("addr")
+            cur = seg_open.pop(addr, None)
+            if cur is not None:
+                cur[1] = clock
+            elif isinstance(addr, int) and isinstance(e.get("size"), int):
+                segs.append([0, clock, e["size"], addr])  # made before the trace
+            continue
         if action == "alloc":
             frames = e.get("frames")
             key = id(frames) if isinstance(frames, list) else None
@@ -187,7 +204,16 @@ def _detail_data(snap: Snapshot, trace: Trace, index: int) -> Dict[str, Any]:
             clock += 1
         elif action == "oom":
             clock += 1
-    return {"A": A, "F": F, "S": S, "E": E, "K": K, "X": X, "stacks": stacks, "events": clock}
+    # the segments alive at the end that the trace never made: there from the start
+    made = {sg[3] for sg in segs}
+    for sg in snap.get("segments", []):
+        addr, size = sg.get("address"), sg.get("total_size")
+        if sg.get("device") == index and isinstance(addr, int) and isinstance(size, int) \
+                and addr not in made:
+            segs.append([0, -1, size, addr])
+    segs.sort(key=lambda g: g[3])
+    return {"A": A, "F": F, "S": S, "E": E, "K": K, "X": X, "stacks": stacks, "events": clock,
+            "segments": segs[:SEGMENTS_MAX]}
 
 
 def _deltas(v: List[int]) -> List[int]:
@@ -203,7 +229,7 @@ def _compact(d: Dict[str, Any]) -> Dict[str, Any]:
     return {"dA": _deltas(d["A"]), "dE": _deltas(d["E"]), "dX": _deltas(d["X"]),
             "dur": [f - a if f >= 0 else -1 for a, f in zip(d["A"], d["F"])],
             "S": [v // unit for v in d["S"]] if unit > 1 else d["S"], "unit": unit,
-            "K": d["K"], "stacks": d["stacks"]}
+            "K": d["K"], "stacks": d["stacks"], "segments": d["segments"]}
 
 
 def _stack_lines(entry: object, limit: int) -> List[str]:
@@ -230,6 +256,12 @@ _TOOLBAR = ('<div class="bar"><button id="tgc-reset" type="button">Reset zoom</b
             '<input id="tgc-search" type="search" placeholder="search stacks: file or function"> '
             '<span id="tgc-hits"></span><span id="tgc-status"></span></div>')
 _UI: List[str] = []
+# The allocator's state at the event under the cursor: its segments to scale, blocks coloured
+# as in the timeline (drawn by the script; the detail data carries segments and blocks)
+_STATE = ('<p id="tgc-state-text" class="state">Hover the timeline to see the allocator\'s '
+          "segments at that event (zoomed-out pages of more than 200,000 allocations have none)."
+          '</p><svg id="tgc-state" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1280 40" '
+          'width="100%"></svg>')
 
 
 def _ui_script() -> str:
@@ -510,6 +542,8 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
             "stroke:#000;stroke-width:1.5}.grid{stroke:#e4e4e4;stroke-width:.5}"
             ".brush{fill:#3a8fd9;fill-opacity:.15;stroke:#3a8fd9}"
             ".tick{font-size:11px;text-anchor:middle}.tickl{stroke:#888}"
+            ".state{font-size:12px;color:#444;margin:4px 0}#tgc-state rect.seg{fill:#fff;"
+            "stroke:#999;stroke-width:.5}"
             ".bar{margin:6px 0}.bar input{width:22em}.bar span{margin-left:1em;color:#555}"
             ".wrap{display:flex;gap:12px;align-items:flex-start}.main{flex:1;min-width:0}"
             "#tgc-panel{width:26em;max-height:520px;overflow:auto;border:1px solid #ccc;"
@@ -522,7 +556,7 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
             "</style></head><body><h2>" + _html.escape(head) + "</h2><p>"
             + _html.escape(summary + (f" {breakdown[0].upper() + breakdown[1:]}."
                                       if breakdown else ""))
-            + "</p>" + _TOOLBAR + '<div class="wrap"><div class="main">' + svg
+            + "</p>" + _TOOLBAR + '<div class="wrap"><div class="main">' + svg + _STATE
             + '</div><aside id="tgc-panel">Click an allocation to pin its size, address and '
             "stack here.</aside></div>" + areas
             + '<script type="application/json" id="tgc-data">' + _json_for_html(page_data)

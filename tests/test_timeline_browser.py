@@ -269,3 +269,39 @@ def test_the_categories_chart_follows_the_zoom(browser, tmp_path):
     tf = page.get_attribute("#tgc-plot", "transform")
     assert "scale(" in tf and page.get_attribute("#tgc-areas", "transform") == tf
     assert errors == []
+
+
+def test_hovering_shows_the_allocator_state_at_that_event(browser, tmp_path):
+    """Three segments: one made at the start of the trace, one there before it (alive at the
+    end, never made in the trace), one made halfway. At the hovered event the strip draws the
+    segments alive then, to scale, and the blocks alive in them."""
+    def seg(addr, size):
+        return {"action": "segment_alloc", "addr": addr, "size": size, "stream": 0,
+                "time_us": 0, "frames": []}
+
+    trace = [seg(0x40000000, 8 * MB)]
+    trace += [ev("alloc", 0x40000000 + k * MB, MB, name=f"b{k}") for k in range(6)]
+    trace += [ev("free_completed", 0x40000000 + k * MB, 0) for k in range(3)]
+    trace += [ev("alloc", 0x80000000 + k * MB, MB, name=f"c{k}") for k in range(4)]
+    trace += [seg(0xC0000000, 2 * MB), ev("alloc", 0xC0000000, MB, name="d")]
+    trace += [ev("alloc", 0x40000000 + 7 * MB, MB // 2, name=f"e{k}") for k in range(1)]
+    snap = snap_of(trace)
+    snap["segments"] = [{"device": 0, "address": a, "total_size": n, "stream": 0, "blocks": []}
+                        for a, n in ((0x40000000, 8 * MB), (0x80000000, 4 * MB),
+                                     (0xC0000000, 2 * MB))]
+    page, errors = open_page(browser, tmp_path, timeline_html(snap, detail=50))
+    x, y, w, h = plot_box(page)
+    page.mouse.move(x + w * 0.999, y + h / 2)  # the last event: 3 + 4 + 1 + 1 blocks alive
+    page.wait_for_function("document.getElementById('tgc-state').getAttribute('data-event')")
+    text = page.inner_text("#tgc-state-text")
+    assert "3 segments, 14M reserved, 9 blocks allocated (8.5M)" in text
+    widths = [float(page.locator("#tgc-state rect.seg").nth(k).get_attribute("width"))
+              for k in range(3)]
+    assert widths[0] == pytest.approx(2 * widths[1], rel=0.01) == pytest.approx(4 * widths[2],
+                                                                                rel=0.01)
+    page.mouse.move(x + w * 0.25, y + h / 2)  # among the first allocations: two segments
+    page.wait_for_timeout(150)
+    assert "2 segments, 12M reserved" in page.inner_text("#tgc-state-text")
+    page.locator("#tgc-state rect[data-j]").first.dispatch_event("click")
+    assert "/w/train.py:3 b" in page.inner_text("#tgc-panel")
+    assert errors == []

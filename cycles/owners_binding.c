@@ -67,11 +67,11 @@ owners__results(const tgc_owners *o)
             continue;
         }
         chain = owners__chain(o, i);
-        /* where a cut chain's middle was left out (its slot holds None), 0 when whole */
-        Py_ssize_t cut = chain && PyTuple_GET_SIZE(chain) > TGC_CHAIN_MAX ? TGC_CHAIN_GAP : 0;
         if (chain == NULL) {
             goto error;
         }
+        /* where a cut chain's middle was left out (its slot holds None), 0 when whole */
+        Py_ssize_t cut = PyTuple_GET_SIZE(chain) > TGC_CHAIN_MAX ? TGC_CHAIN_GAP : 0;
         uint32_t root = i;
         while (o->parent[root] != TGC_OWNERS_NONE) {
             root = o->parent[root];

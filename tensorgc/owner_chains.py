@@ -23,6 +23,7 @@ references keep their root and their last 255.
 from __future__ import annotations
 
 import gc
+import inspect
 import sys
 import threading
 from dataclasses import dataclass
@@ -106,11 +107,11 @@ def _locals_of(f: Any) -> Optional[Dict[str, Any]]:
     if isinstance(snap, dict):
         return snap
     loc = f.f_locals
-    if snap is None or not f.f_code.co_flags & 0x1:  # CO_OPTIMIZED: a function's frame
+    if not f.f_code.co_flags & inspect.CO_OPTIMIZED:  # a namespace (snap is None)
         if type(loc) is dict:
             return loc
         return dict.copy(loc) if isinstance(loc, dict) else None
-    return dict(loc) if type(loc) is not dict else dict.copy(loc)
+    return dict(loc)  # 3.13's proxy, or 3.10's f_locals: a copy
 
 
 def _roots(me: Any) -> Tuple[List[Any], List[str], List[Any]]:
@@ -195,9 +196,9 @@ def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
         o = None
         roots, labels, ours = _roots(me)
         tracked = gc.get_objects()
-        # our own lists are never roots; the snapshots of our frames' locals come last
-        # What our own frames hold (the reporter's lists of tensors, say) is ours too: never a
-        # root, never entered, and its references do not make a target look held.
+        # Our own lists are never roots, and what our frames hold (the reporter's lists of
+        # tensors, say) is ours too: never entered, and its references do not make a target
+        # look held. The snapshots of our frames' locals come last (subtracted twice).
         mine = [v for d in ours for v in d.values() if id(v) not in first and gc.is_tracked(v)]
         exclude = [objs, targets, roots, labels, ours, mine] + mine + ours
         res = _tensorgc._owner_search(roots, targets, exclude, len(ours), tracked,

@@ -40,13 +40,10 @@ def replay(snap: Snapshot, device: DeviceLike = "cuda", columns: int = WIDTH, de
     traces = snap.get("device_traces") or []
     index = snapshot_device(snap, device, required=False)
     trace: Trace = traces[index] if index < len(traces) else []
-    use_req = any(e.get("action") == "free_requested" for e in trace)
+    use_req = _uses_free_requested(trace)
     # every block alive at the end; the replay keeps those whose address the trace never
     # allocates (they predate it)
-    pre = [(b["address"], b["size"])
-           for s in snap.get("segments", []) if s.get("device") == index
-           for b in s.get("blocks", [])
-           if b.get("state") == "active_allocated" and "address" in b]
+    pre = _alive_at_end(snap, index)
     classify, marks = replay_inputs(snap, index, categories)
     tl = _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req, classify)
     names = tl["categories"]
@@ -55,6 +52,19 @@ def replay(snap: Snapshot, device: DeviceLike = "cuda", columns: int = WIDTH, de
         tl["cat_active"] = dict(zip(names, tl["cat_active"]))
         tl["at_peak"] = dict(zip(names, tl["at_peak"]))
     return tl, trace
+
+
+def _uses_free_requested(trace: Trace) -> bool:
+    """Whether the trace's frees are "free_requested" entries (the replay's free then)."""
+    return any(e.get("action") == "free_requested" for e in trace)
+
+
+def _alive_at_end(snap: Snapshot, index: int) -> List[Tuple[Any, Any]]:
+    """(address, size) of every block of the device allocated at the snapshot."""
+    return [(b["address"], b["size"])
+            for s in snap.get("segments", []) if s.get("device") == index
+            for b in s.get("blocks", [])
+            if b.get("state") == "active_allocated" and "address" in b]
 
 
 def peak_breakdown(tl: Replay) -> Optional[str]:
@@ -141,14 +151,9 @@ def _detail_data(snap: Snapshot, trace: Trace, index: int) -> Dict[str, Any]:
     page's detail view: A (allocated at), F (freed at, -1: alive at the end), S (bytes), E (its
     trace entry, -1: before the trace), K (its stack, an index into stacks), X (address), and
     the distinct stacks."""
-    use_req = any(e.get("action") == "free_requested" for e in trace)
-    free_action = "free_requested" if use_req else "free_completed"
+    free_action = "free_requested" if _uses_free_requested(trace) else "free_completed"
     in_trace = {e.get("addr") for e in trace if e.get("action") == "alloc"}
-    pre = [(b["address"], b["size"])
-           for sg in snap.get("segments", []) if sg.get("device") == index
-           for b in sg.get("blocks", [])
-           if b.get("state") == "active_allocated" and "address" in b
-           and b["address"] not in in_trace]
+    pre = [(a, n) for a, n in _alive_at_end(snap, index) if a not in in_trace]  # as the replay
     A: List[int] = []
     F: List[int] = []
     S: List[int] = []
@@ -156,7 +161,8 @@ def _detail_data(snap: Snapshot, trace: Trace, index: int) -> Dict[str, Any]:
     K: List[int] = []
     X: List[int] = []
     stacks: List[List[str]] = [[]]
-    stack_of: Dict[Any, int] = {}
+    by_list: Dict[int, int] = {}                 # id(a frames list) -> its stack
+    by_text: Dict[Tuple[str, ...], int] = {}     # the stack's lines -> its index in stacks
     opened: Dict[Any, int] = {}
     for addr, size in pre:
         A.append(len(A)); F.append(-1); S.append(int(size)); E.append(-1); K.append(0)
@@ -182,16 +188,17 @@ def _detail_data(snap: Snapshot, trace: Trace, index: int) -> Dict[str, Any]:
             continue
         if action == "alloc":
             frames = e.get("frames")
-            key = id(frames) if isinstance(frames, list) else None
-            k = stack_of.get(key)
-            if k is None:
+            k = by_list.get(id(frames), -1) if isinstance(frames, list) else -1
+            if k < 0:  # frames lists are mostly one per entry: their lines tell equal stacks
                 lines = _stack_lines(e, STACK_MAX)
-                k = stack_of.setdefault(tuple(lines), len(stacks)) if len(stacks) < DETAIL_STACKS \
-                    else 0
-                if k == len(stacks):
-                    stacks.append(lines)
-                if key is not None:
-                    stack_of[key] = k
+                k = by_text.get(tuple(lines), -1)
+                if k < 0:
+                    k = len(stacks) if len(stacks) < DETAIL_STACKS else 0  # past the bound: none
+                    if k:
+                        by_text[tuple(lines)] = k
+                        stacks.append(lines)
+                if isinstance(frames, list):
+                    by_list[id(frames)] = k
             addr = e.get("addr")
             opened[addr] = len(A)
             A.append(clock); F.append(-1); S.append(int(e.get("size") or 0)); E.append(i)

@@ -879,28 +879,6 @@ def test_a_search_from_a_finalizer_during_a_collection(mod):
     assert got == [f"module {MOD_NAME} .kept [0]"]
 
 
-def test_the_why_alive_demo_names_the_leak(visited_set):
-    """demos/why_alive.py: the growth lines, the Held-by section and the plugin's failure all
-    name loss_history (run once: the demo is a script, not a path of the search)."""
-    pytest.importorskip("torch")
-    if visited_set != "marks":
-        pytest.skip("the demo runs in its own process, with the default search")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    demo = os.path.join(root, "demos", "why_alive.py")
-    env = dict(os.environ, PYTHONPATH=root)
-    r = subprocess.run([sys.executable, demo, "--device", "cpu", "--width", "128", "--steps", "6"],
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 0, r.stderr
-    assert "storages born in the last" in r.stdout
-    assert "__main__.loss_history +" in r.stdout
-    assert "Held by (tensors that are not parameters" in r.stdout
-    assert "module __main__ .loss_history [" in r.stdout and " saved " in r.stdout
-    r = subprocess.run([sys.executable, demo, "--device", "cpu", "--pytest"],
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "tensorgc: the test left" in r.stdout and "why_alive.loss_history" in r.stdout
-
-
 # ---------------------------------------------------------------------- frames are never touched
 
 

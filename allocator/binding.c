@@ -28,8 +28,8 @@ alloc_attribute(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
 }
 
 PyDoc_STRVAR(timeline_doc,
-"_timeline($module, trace, pre, columns, detail, use_free_requested, classify=None, /)\n--\n\n"
-"Replays one device's allocator trace into the Active Memory Timeline (allocator/timeline.c), a\n"
+"_timeline($module, cols, pre, columns, detail, use_free_requested, classify=None, /)\n--\n\n"
+"Replays one device's allocator trace (its columns, from _trace_columns) into the Active Memory Timeline (allocator/timeline.c), a\n"
 "dict; classify=(spans, grads, named) also gives each allocation a category.");
 
 static PyObject *
@@ -38,11 +38,44 @@ timeline(PyObject *Py_UNUSED(module), PyObject *args)
     PyObject *trace, *pre, *classify = Py_None;
     unsigned int columns, detail;
     int use_req;
-    if (!PyArg_ParseTuple(args, "O!O!IIp|O:_timeline", &PyList_Type, &trace, &PyList_Type, &pre,
+    if (!PyArg_ParseTuple(args, "O!O!IIp|O:_timeline", &PyTuple_Type, &trace, &PyList_Type, &pre,
                           &columns, &detail, &use_req, &classify)) {
         return NULL;
     }
     return tgc_alloc_timeline(trace, pre, columns, detail, use_req, classify);
+}
+
+PyDoc_STRVAR(trace_columns_doc,
+"_trace_columns($module, trace, /)\n--\n\n"
+"One device's trace (a list of entry dicts) as columns (allocator/columns.c): (kind, addr, size,\n"
+"time, stack, stacks, bad_time, bad_range).");
+
+static PyObject *
+trace_columns(PyObject *Py_UNUSED(module), PyObject *trace)
+{
+    if (!PyList_Check(trace)) {
+        PyErr_SetString(PyExc_TypeError, "_trace_columns() takes a list");
+        return NULL;
+    }
+    return tgc_alloc_columns(trace);
+}
+
+PyDoc_STRVAR(detail_doc,
+"_detail($module, cols, pre, use_free_requested, max_stacks, /)\n--\n\n"
+"Every allocation of a trace on the replay's clock, varint-encoded for the timeline page's\n"
+"detail view (allocator/detail.c), a dict.");
+
+static PyObject *
+detail(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *cols, *pre;
+    int use_req;
+    unsigned int max_stacks;
+    if (!PyArg_ParseTuple(args, "O!O!pI:_detail", &PyTuple_Type, &cols, &PyList_Type, &pre,
+                          &use_req, &max_stacks)) {
+        return NULL;
+    }
+    return tgc_alloc_detail(cols, pre, use_req, max_stacks);
 }
 
 PyDoc_STRVAR(segmap_doc,
@@ -139,6 +172,8 @@ PyMethodDef tgc_alloc_methods[] = {
     {"_device_memory", (PyCFunction)device_memory, METH_O, device_memory_doc},
     {"_timeline", (PyCFunction)timeline, METH_VARARGS, timeline_doc},
     {"_segmap", (PyCFunction)segmap, METH_VARARGS, segmap_doc},
+    {"_trace_columns", (PyCFunction)trace_columns, METH_O, trace_columns_doc},
+    {"_detail", (PyCFunction)detail, METH_VARARGS, detail_doc},
     {"_pickle_scan", (PyCFunction)pickle_scan, METH_O, pickle_scan_doc},
     {"_check_trace", (PyCFunction)check_trace, METH_VARARGS, check_trace_doc},
     {NULL, NULL, 0, NULL},

@@ -7,6 +7,7 @@
 #define TGC_ALLOC_CONVERT_H
 
 #include "tensorgc/alloc.h"
+#include "tensorgc/detail.h"
 
 /* snapshot.c */
 /* d[key] as an unsigned 64-bit int; `dflt` when missing and dflt_ok, else ValueError. 0 or -1. */
@@ -18,10 +19,22 @@ int tgc_alloc_load(PyObject *segments, tgc_alloc *a);
 /* (per_storage, totals, unseen): the blocks of storages, a list of (device, data_ptr, named). */
 PyObject *tgc_alloc_attribute(PyObject *segments, PyObject *storages);
 
+/* columns.c */
+/* A trace (a list of entry dicts) as columns: (kind, addr, size, time, stack: bytes, stacks: the
+ * distinct frames lists, stacks[0] = [], bad_time: the first entry whose time_us is no int64 or
+ * -1, bad_range: that one is an int out of range). Malformed alloc/free entries: ValueError. */
+PyObject *tgc_alloc_columns(PyObject *trace);
+/* Reads a columns tuple's first five bytes objects into *out (pointers into them: the tuple
+ * must outlive its use); 0, or -1 with TypeError/ValueError. */
+int tgc_alloc_cols(PyObject *cols, tgc_tcols *out);
+/* The detail data of the timeline page: {streams, unit, xunit, n, events, used, segments}. */
+PyObject *tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested,
+                           unsigned max_stacks);
+
 /* trace.c */
-/* The Active Memory Timeline of one device's trace (a list), with `pre` the blocks alive at the
- * end; classify None or (spans, grads, named). */
-PyObject *tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned detail,
+/* The Active Memory Timeline of one device's trace (its columns), with `pre` the blocks alive
+ * at the end; classify None or (spans, grads, named). */
+PyObject *tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned detail,
                              int use_free_requested, PyObject *classify);
 /* The segments and allocations of one device after trace[0:upto]. */
 PyObject *tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_ssize_t upto,

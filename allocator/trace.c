@@ -6,31 +6,11 @@
 #include <Python.h>
 
 #include "tensorgc/alloc.h"
+#include "tensorgc/detail.h"
 #include "tensorgc/ptrmap.h"
 #include "tensorgc/segmap.h"
 #include "tensorgc/timeline.h"
 #include "convert.h"
-
-/* One trace entry's action as an event kind; -1 for actions the timeline ignores. */
-static int
-conv__action(PyObject *e, int free_action_requested)
-{
-    PyObject *a = PyDict_GetItemString(e, "action");  /* borrowed */
-    if (a == NULL || !PyUnicode_Check(a)) {
-        return -2;
-    }
-    if (PyUnicode_CompareWithASCIIString(a, "alloc") == 0) {
-        return TGC_EV_ALLOC;
-    }
-    if (PyUnicode_CompareWithASCIIString(a, free_action_requested ? "free_requested"
-                                                                  : "free_completed") == 0) {
-        return TGC_EV_FREE;
-    }
-    if (PyUnicode_CompareWithASCIIString(a, "oom") == 0) {
-        return TGC_EV_OOM;
-    }
-    return -1;
-}
 
 static PyObject *
 conv__u64_list(const uint64_t *v, uint32_t n)
@@ -184,30 +164,6 @@ done:
     return rc;
 }
 
-/* A trace entry's time_us into *t; absent: *t is left alone (the previous entry's time). */
-static int
-conv__time(PyObject *e, Py_ssize_t i, int64_t *t)
-{
-    PyObject *v = PyDict_GetItemString(e, "time_us");  /* borrowed */
-    if (v == NULL) {
-        return 0;
-    }
-    if (!PyLong_Check(v)) {
-        PyErr_Format(PyExc_ValueError, "trace entry %zd: time_us must be an int, not %.50s", i,
-                     Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow || (x == -1 && PyErr_Occurred()) || x == TGC_TIME_NONE) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "trace entry %zd: time_us out of range", i);
-        return -1;
-    }
-    *t = x;
-    return 0;
-}
-
 static PyObject *
 conv__categories(const uint64_t *v, size_t stride, uint32_t n)
 {
@@ -241,19 +197,22 @@ conv__categories(const uint64_t *v, size_t stride, uint32_t n)
  *   with its category and rule, and cat_active (per category, per column), at_peak,
  *   peak_event (trace position, -1: before the trace) are filled. */
 PyObject *
-tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned detail,
+tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned detail,
                    int use_free_requested, PyObject *classify)
 {
-    if (!PyList_Check(trace) || !PyList_Check(pre)) {
-        PyErr_SetString(PyExc_TypeError, "_timeline(trace: list, pre: list, ...)");
+    if (!PyList_Check(pre)) {
+        PyErr_SetString(PyExc_TypeError, "_timeline(columns: tuple, pre: list, ...)");
         return NULL;
     }
     if (columns == 0 || columns > 100000 || detail > 100000) {
         PyErr_SetString(PyExc_ValueError, "columns must be 1..100000 and detail 0..100000");
         return NULL;
     }
-    PyObject *items = PyList_AsTuple(trace);  /* new: a fixed copy */
-    PyObject *pres = items ? PyList_AsTuple(pre) : NULL;
+    tgc_tcols c;
+    if (tgc_alloc_cols(cols, &c) < 0) {
+        return NULL;
+    }
+    PyObject *pres = PyList_AsTuple(pre);  /* new: a fixed copy */
     PyObject *result = NULL, *oom_at = NULL, *ooms = NULL, *bands = NULL;
     PyObject *names = NULL, *cats = NULL, *at_peak = NULL;
     tgc_event *ev = NULL;
@@ -261,18 +220,31 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
     tgc_classify cls = {0};
     tgc_ptrmap allocs = {0};  /* addresses the trace allocates (+1: 0 is the empty key) */
     int built = 0, with_cls = classify != NULL && classify != Py_None;
+    uint8_t free_kind = use_free_requested ? TGC_TK_FREE_REQUESTED : TGC_TK_FREE_COMPLETED;
     if (pres == NULL) {
         goto done;
     }
     if (with_cls && conv__classify(classify, &cls) < 0) {
         goto done;
     }
-    Py_ssize_t nt = PyTuple_GET_SIZE(items), np = PyTuple_GET_SIZE(pres);
-    if (nt + np >= (Py_ssize_t)UINT32_MAX) {
+    /* times are read only to classify: a bad one the columns noted is an error then */
+    Py_ssize_t bad = PyTuple_GET_SIZE(cols) >= 8 ? PyLong_AsSsize_t(PyTuple_GET_ITEM(cols, 6)) : -1;
+    if (bad == -1 && PyErr_Occurred()) {
+        goto done;
+    }
+    if (with_cls && bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "trace entry %zd: time_us %s", bad,
+                     PyObject_IsTrue(PyTuple_GET_ITEM(cols, 7)) ? "out of range"
+                                                                : "must be an int");
+        goto done;
+    }
+    size_t nt = c.n;
+    Py_ssize_t np = PyTuple_GET_SIZE(pres);
+    if (nt + (size_t)np >= (size_t)UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "trace too long");
         goto done;
     }
-    ev = malloc((size_t)(nt + np + 1) * sizeof(tgc_event));
+    ev = malloc((nt + (size_t)np + 1) * sizeof(tgc_event));
     oom_at = PyList_New(0);
     if (ev == NULL || oom_at == NULL) {
         if (ev == NULL) {
@@ -283,18 +255,13 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
     /* A block alive at the end was there before the trace only if the trace never allocates
      * its address: the trace's allocations first (a set of addresses; the caller may pass every
      * live block) */
-    if (np > 0 && tgc_ptrmap_init(&allocs, (size_t)nt + 1) < 0) {
+    if (np > 0 && tgc_ptrmap_init(&allocs, nt + 1) < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t i = 0; i < nt && np > 0; i++) {
-        PyObject *e = PyTuple_GET_ITEM(items, i);
-        uint64_t addr;
-        if (PyDict_Check(e) && conv__action(e, use_free_requested) == TGC_EV_ALLOC) {
-            if (tgc_alloc_u64(e, "addr", &addr, 0, 0) < 0) {
-                goto done;
-            }
-            (void)tgc_ptrmap_put(&allocs, (const void *)(uintptr_t)(addr + 1), 0);
+    for (size_t i = 0; i < nt && np > 0; i++) {
+        if (c.kind[i] == TGC_TK_ALLOC) {
+            (void)tgc_ptrmap_put(&allocs, (const void *)(uintptr_t)(c.addr[i] + 1), 0);
         }
     }
     size_t n = 0;
@@ -312,41 +279,29 @@ tgc_alloc_timeline(PyObject *trace, PyObject *pre, unsigned columns, unsigned de
         }
         ev[n++] = (tgc_event){addr, size, TGC_TIME_NONE, UINT32_MAX, TGC_EV_PRE};
     }
-    /* times only for categories (a lookup per entry); an entry without one takes the previous
-     * entry's */
+    /* an entry without a time takes the previous entry's */
     int64_t time = TGC_TIME_NONE;
-    for (Py_ssize_t i = 0; i < nt; i++) {
-        PyObject *e = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple keeps it */
-        if (!PyDict_Check(e)) {
-            PyErr_Format(PyExc_ValueError, "trace entry %zd is not a dict", i);
-            goto done;
+    for (size_t i = 0; i < nt; i++) {
+        uint8_t k = c.kind[i];
+        if (c.time[i] != INT64_MIN) {
+            time = c.time[i];
         }
-        int kind = conv__action(e, use_free_requested);
-        if (kind == -2) {
-            PyErr_Format(PyExc_ValueError, "trace entry %zd has no str 'action'", i);
-            goto done;
-        }
+        int kind = k == TGC_TK_ALLOC ? TGC_EV_ALLOC : k == free_kind ? TGC_EV_FREE
+                   : k == TGC_TK_OOM ? TGC_EV_OOM : -1;
         if (kind < 0) {
             continue;
         }
-        uint64_t addr = 0, size = 0;
-        if (kind != TGC_EV_OOM &&
-            (tgc_alloc_u64(e, "addr", &addr, 0, 0) < 0 || tgc_alloc_u64(e, "size", &size, 0, 0) < 0)) {
-            goto done;
-        }
-        if (with_cls && conv__time(e, i, &time) < 0) {
-            goto done;
-        }
         if (kind == TGC_EV_OOM) {
             /* (trace position, event position: the replay's column clock, pre-existing first) */
-            PyObject *ix = Py_BuildValue("(nn)", i, (Py_ssize_t)n);
+            PyObject *ix = Py_BuildValue("(nn)", (Py_ssize_t)i, (Py_ssize_t)n);
             int rc = ix ? PyList_Append(oom_at, ix) : -1;
             Py_XDECREF(ix);
             if (rc < 0) {
                 goto done;
             }
         }
-        ev[n++] = (tgc_event){addr, size, time, (uint32_t)i, (uint8_t)kind};
+        ev[n++] = (tgc_event){kind == TGC_EV_OOM ? 0 : c.addr[i], kind == TGC_EV_OOM ? 0 : c.size[i],
+                              time, (uint32_t)i, (uint8_t)kind};
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS  /* plain C over our own arrays */
@@ -424,7 +379,6 @@ done:
     free((void *)cls.grads);
     free((void *)cls.named);
     tgc_ptrmap_free(&allocs);
-    Py_XDECREF(items);
     Py_XDECREF(pres);
     Py_XDECREF(oom_at);
     Py_XDECREF(ooms);

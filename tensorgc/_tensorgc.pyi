@@ -7,7 +7,7 @@ modules call (the reporter's walk, the allocator's replays, the snapshot checks,
 profiler's core); they are no API. Test-only functions are left out.
 """
 from types import CodeType, FrameType, TracebackType
-from typing import Any, Callable, Literal, Sequence, TypedDict, TypeGuard, final, overload
+from typing import Any, Callable, Literal, Sequence, TypeAlias, TypedDict, TypeGuard, final, overload
 
 import torch
 
@@ -158,8 +158,13 @@ class _DeviceMemory(TypedDict):
 
 
 def _device_memory(ordinal: int, /) -> _DeviceMemory: ...
-def _timeline(trace: list[dict[str, Any]], pre: list[tuple[int, int]], columns: int, detail: int,
-              use_free_requested: bool, classify: object = None, /) -> dict[str, Any]: ...
+# (kind, addr, size, time, stack, stacks, bad_time, bad_range): allocator/columns.c
+_TraceColumns: TypeAlias = tuple[bytes, bytes, bytes, bytes, bytes, list[Any], int, int]
+def _trace_columns(trace: list[dict[str, Any]], /) -> _TraceColumns: ...
+def _timeline(cols: tuple[Any, ...], pre: list[tuple[int, int]], columns: int, detail: int,
+              use_free_requested: bool, classify: Any = None, /) -> dict[str, Any]: ...
+def _detail(cols: tuple[Any, ...], pre: list[tuple[int, int]], use_free_requested: bool,
+            max_stacks: int, /) -> dict[str, Any]: ...
 def _segmap(trace: list[dict[str, Any]], segments: list[dict[str, Any]], device: int, upto: int,
             use_free_requested: bool, /) -> list[tuple[int, int, int, int]]: ...
 def _pickle_scan(data: bytes, /) -> tuple[int, int, int, int, int]: ...

@@ -24,20 +24,68 @@
   var NS = "http://www.w3.org/2000/svg";
   // The detail view: every allocation alive in the range is drawn on its own, stacked in the
   // order of allocation (a free lets the ones above it drop), once at most LIMIT are in view.
-  var D = data.detail ? decode(data.detail) : null, N = D ? D.A.length : 0, LIMIT = 3000;
+  var DD = data.detail, D = null, N = DD ? DD.n : 0, LIMIT = 3000;
   var detailOn = false;
   var YS = H / Math.max(data.max, 1);
 
-  // the page carries differences and durations (tensorgc/timeline.py's _compact)
-  function decode(c) {
-    var n = c.dA.length, A = new Float64Array(n), F = new Float64Array(n), E = new Float64Array(n),
-        X = new Float64Array(n), S = new Float64Array(n), a = 0, e = 0, x = 0;
+  // The detail data: six varint streams in base64 (include/tensorgc/detail.h says how they are
+  // made), decoded once, on the first need or just after the first paint.
+  function varints(b64, n) {
+    var bin = atob(b64), out = new Float64Array(n), p = 0;
     for (var j = 0; j < n; j++) {
-      a += c.dA[j]; e += c.dE[j]; x += c.dX[j];
-      A[j] = a; E[j] = e; X[j] = x; S[j] = c.S[j] * c.unit;
-      F[j] = c.dur[j] < 0 ? -1 : a + c.dur[j];
+      var v = 0, m = 1, b;
+      do { b = bin.charCodeAt(p++); v += (b & 127) * m; m *= 128; } while (b & 128);
+      out[j] = v;
     }
-    return { A: A, F: F, E: E, X: X, S: S, K: c.K, stacks: c.stacks, segs: c.segments || [] };
+    return out;
+  }
+  function unzig(v) { return v % 2 ? -(v + 1) / 2 : v / 2; }
+  function detail() {
+    if (D || !DD) return D;
+    var t0 = performance.now(), s = DD.streams, n = N;
+    var A = varints(s[0], n), F = varints(s[1], n), S = varints(s[2], n), E = varints(s[3], n),
+        K = varints(s[4], n), X = varints(s[5], n), a = 0, e = -1, x = 0;
+    for (var j = 0; j < n; j++) {
+      a += A[j]; A[j] = a;
+      F[j] = F[j] ? a + F[j] - 1 : -1;
+      S[j] *= DD.unit;
+      e += unzig(E[j]); E[j] = e;
+      x += unzig(X[j]) * DD.xunit; X[j] = x;
+    }
+    D = { A: A, F: F, E: E, X: X, S: S, K: K, stacks: DD.stacks, segs: DD.segments || [],
+          tree: aliveTree(A, F, n) };
+    window.tgcDetail = D;  // for tests and the curious: the decoded allocations
+    svg.setAttribute("data-decode-ms", (performance.now() - t0).toFixed(2));
+    return D;
+  }
+  // A max-tree over the allocations' ends (alive at the end: +inf), in allocation order: the
+  // allocations alive in a range are found in O(k log n), not by a scan of all n.
+  function aliveTree(A, F, n) {
+    var P = 1;
+    while (P < n) P *= 2;
+    var t = new Float64Array(2 * P).fill(-1);
+    for (var j = 0; j < n; j++) t[P + j] = F[j] < 0 ? Infinity : F[j];
+    for (var i = P - 1; i >= 1; i--) t[i] = Math.max(t[2 * i], t[2 * i + 1]);
+    return { t: t, P: P };
+  }
+  // the allocations j with A[j] < e1 and (alive at the end or F[j] > e0), in allocation order;
+  // null once more than max are found
+  function aliveIn(e0, e1, max) {
+    var A = D.A, lo = 0, hi = N;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (A[mid] < e1) lo = mid + 1; else hi = mid; }
+    var t = D.tree.t, P = D.tree.P, out = [], stack = [1], spans = [[0, P]];
+    while (stack.length) {
+      var node = stack.pop(), sp = spans.pop();
+      if (sp[0] >= lo || t[node] <= e0) continue;
+      if (node >= P) {
+        out.push(node - P);
+        if (out.length > max) return null;
+        continue;
+      }
+      var m = (sp[0] + sp[1]) >> 1;
+      stack.push(2 * node + 1, 2 * node); spans.push([m, sp[1]], [sp[0], m]);
+    }
+    return out;
   }
   function fmtBytes(v) {
     var u = ["B", "K", "M", "G", "T"], i = 0;
@@ -80,17 +128,7 @@
     status.textContent = "events " + Math.round(e0).toLocaleString("en-US") + " to " +
       Math.round(e1).toLocaleString("en-US") + " of " + EV.toLocaleString("en-US");
   }
-  function visible(e0, e1) {
-    var out = [];
-    for (var j = 0; j < N; j++) {
-      var f = D.F[j];
-      if (D.A[j] < e1 && (f < 0 || f > e0)) {
-        out.push(j);
-        if (out.length > LIMIT) return null;
-      }
-    }
-    return out;
-  }
+  function visible(e0, e1) { return aliveIn(e0, e1, LIMIT); }
   // a band's own colour (its category, or its site's) where the overview drew it; else the
   // allocation site's
   var look = data.look || {};
@@ -109,6 +147,7 @@
       if (D.F[j] >= 0 && D.F[j] < e1) evs.push([D.F[j], 1, j]);
     }
     evs.sort(function (x, y) { return x[0] - y[0] || x[1] - y[1]; });
+    var hx = 2 * W / Math.max(e1 - e0, 1e-9);  // half pixels per event
     var peakW = cum;
     for (k = 0; k < evs.length; k++) {
       var t = evs[k][0]; j = evs[k][2];
@@ -121,11 +160,14 @@
       if (p < 0) continue;
       pts[j].push(t, off[j]);
       pts[j].end = t;
+      // the ones above drop; several drops within half a pixel are one step (the points of a
+      // crowded range would otherwise grow as allocations x frees)
+      var px = Math.round((t - e0) * hx);
       for (q = p + 1; q < live.length; q++) {
-        var u = live[q];
-        pts[u].push(t, off[u]);
+        var u = live[q], P = pts[u];
         off[u] -= D.S[j];
-        pts[u].push(t, off[u]);
+        if (P.px === px) P[P.length - 1] = off[u];
+        else { P.push(t, off[u] + D.S[j], t, off[u]); P.px = px; }
       }
       live.splice(p, 1);
       cum -= D.S[j];
@@ -139,15 +181,19 @@
       j = vis[k];
       var P = pts[j];
       if (!P || P.length < 4) continue;
-      var top = [], bot = [];
+      // the top edge left to right, then the bottom back, in tenths of a unit as integers (the
+      // group is scaled by 0.1: integers print faster than fractions)
+      var pts1 = "", yTop = (T + H - D.S[j] * ys) * 10, yBot = (T + H) * 10,
+          x0 = (L - e0 * sx) * 10, sx10 = sx * 10, ys10 = ys * 10;
       for (q = 0; q < P.length; q += 2) {
-        var x = (L + (P[q] - e0) * sx).toFixed(1);
-        top.push(x + "," + (T + H - (P[q + 1] + D.S[j]) * ys).toFixed(1));
-        bot.push(x + "," + (T + H - P[q + 1] * ys).toFixed(1));
+        pts1 += Math.round(x0 + P[q] * sx10) + "," + Math.round(yTop - P[q + 1] * ys10) + " ";
+      }
+      for (q = P.length - 2; q >= 0; q -= 2) {
+        pts1 += Math.round(x0 + P[q] * sx10) + "," + Math.round(yBot - P[q + 1] * ys10) + " ";
       }
       var hit = q0 && stackText(D.K[j]).toLowerCase().indexOf(q0) >= 0;
       html.push('<polygon class="b d' + (hit ? " hit" : "") + '" data-j="' + j + '" fill="' +
-                color(j) + '" points="' + top.join(" ") + " " + bot.reverse().join(" ") + '"/>');
+                color(j) + '" points="' + pts1 + '"/>');
     }
     detailG.innerHTML = html.join("");
   }
@@ -174,7 +220,7 @@
     plot.setAttribute("transform", tf);
     if (areas) areas.setAttribute("transform", tf);  // the categories chart follows the zoom
     var e0 = colToEvent(view.a), e1 = colToEvent(view.b);
-    var vis = D && view.b - view.a < COLS ? visible(e0, e1) : null;
+    var vis = DD && view.b - view.a < COLS && detail() ? visible(e0, e1) : null;
     detailOn = vis !== null;
     if (detailOn) drawDetail(vis, e0, e1);
     else { detailG.innerHTML = ""; yaxis.innerHTML = yaxis0; }
@@ -297,7 +343,7 @@
   var stateSvg = document.getElementById("tgc-state"), stateText = document.getElementById("tgc-state-text");
   var statePending = null;
   function drawState(e) {
-    if (!D || !stateSvg) return;
+    if (!DD || !stateSvg || !detail()) return;
     var segs = D.segs.filter(function (g) { return g[0] <= e && (g[1] < 0 || g[1] > e); });
     var total = 0, k, j;
     segs.forEach(function (g) { total += g[2]; });
@@ -309,9 +355,10 @@
       html.push('<rect class="seg" x="' + x.toFixed(2) + '" y="4" width="' + w.toFixed(2) + '" height="32"/>');
       x += w + gap;
     }
-    // one pass over the allocations alive at e; each finds its segment by binary search
-    for (j = 0; j < N; j++) {
-      if (!(D.A[j] <= e && (D.F[j] < 0 || D.F[j] > e))) continue;
+    // the allocations alive at e, each finds its segment by binary search
+    var alive = aliveIn(e, e + 1e-9, Infinity).filter(function (j) { return D.A[j] <= e; });
+    for (var q = 0; q < alive.length; q++) {
+      j = alive[q];
       var lo = 0, hi = sorted.length - 1, at = -1, a = D.X[j];
       while (lo <= hi) {
         var mid = (lo + hi) >> 1;
@@ -332,7 +379,7 @@
     stateSvg.setAttribute("data-event", "" + Math.round(e));
   }
   svg.addEventListener("mousemove", function (ev) {
-    if (drag || !D || !D.segs.length) return;
+    if (drag || !DD || !DD.segments.length) return;
     var e = colToEvent(Math.max(view.a, Math.min(view.b, colAt(ev.clientX))));
     if (statePending === null) {
       statePending = requestAnimationFrame(function () { statePending = null; drawState(e); });
@@ -351,4 +398,5 @@
   apply();
   performance.mark("tgc-ready");
   svg.setAttribute("data-ready", "1");
+  if (DD) setTimeout(detail, 0);  // decoded after the first paint, before the first zoom in
 })();

@@ -9,6 +9,7 @@ or a torch.device, as the command line's --device (tensorgc/_devices.py parses b
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import html as _html
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -37,26 +38,49 @@ def replay(snap: Snapshot, device: DeviceLike = "cuda", columns: int = WIDTH, de
     at_peak ({category: bytes}) and peak_event; "marks" says whether phase or grad marks took
     part (else only the named blocks are known). A device the snapshot does not hold replays
     an empty trace."""
+    tl, trace, _ = _replay(snap, device, columns, detail, categories)
+    return tl, trace
+
+
+Columns = Tuple[Any, ...]  # allocator/columns.c's (kind, addr, size, time, stack, stacks, ...)
+_KINDS = {"alloc": 1, "free_requested": 2, "free_completed": 3, "oom": 4, "segment_alloc": 5,
+          "segment_free": 6, "segment_map": 7, "segment_unmap": 8}  # include/tensorgc/detail.h
+_FREE_REQUESTED = 2
+
+
+def trace_columns(trace: Trace) -> Columns:
+    """One device's trace as the C readers' columns: read from a list of entry dicts (C), or
+    taken as they are from a streamed trace (tensorgc._lean.LeanTrace), its action codes
+    translated to the readers' kinds."""
+    if isinstance(trace, list):
+        return _tensorgc._trace_columns(trace)
+    lean: Any = trace  # a streamed trace: columns(), actions, stacks
+    cols = lean.columns()
+    table = bytes(_KINDS.get(a, 0) for a in lean.actions) + bytes(256 - len(lean.actions))
+    return (cols["action"].translate(table), cols["addr"], cols["size"], cols["time_us"],
+            cols["stack"], lean.stacks, -1, 0)
+
+
+def _replay(snap: Snapshot, device: DeviceLike, columns: int, detail: int,
+            categories: Optional[Mapping[int, str]]) -> Tuple[Replay, Trace, Columns]:
     traces = snap.get("device_traces") or []
     index = snapshot_device(snap, device, required=False)
     trace: Trace = traces[index] if index < len(traces) else []
-    use_req = _uses_free_requested(trace)
+    cols = trace_columns(trace)
+    use_req = bytes([_FREE_REQUESTED]) in cols[0]
     # every block alive at the end; the replay keeps those whose address the trace never
     # allocates (they predate it)
     pre = _alive_at_end(snap, index)
     classify, marks = replay_inputs(snap, index, categories)
-    tl = _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req, classify)
+    tl = _tensorgc._timeline(cols, pre, int(columns), int(detail), use_req, classify)
     names = tl["categories"]
     tl["marks"] = marks
+    tl["use_req"] = use_req
+    tl["pre"] = pre
     if tl["cat_active"] is not None:
         tl["cat_active"] = dict(zip(names, tl["cat_active"]))
         tl["at_peak"] = dict(zip(names, tl["at_peak"]))
-    return tl, trace
-
-
-def _uses_free_requested(trace: Trace) -> bool:
-    """Whether the trace's frees are "free_requested" entries (the replay's free then)."""
-    return any(e.get("action") == "free_requested" for e in trace)
+    return tl, trace, cols
 
 
 def _alive_at_end(snap: Snapshot, index: int) -> List[Tuple[Any, Any]]:
@@ -139,104 +163,32 @@ def _frames_text(entry: object, limit: int = 8) -> str:
 
 STACK_MAX = 64  # frames kept per allocation for the side panel
 DETAIL_STACKS = 20_000  # distinct stacks the page carries for its detail view (more: "?")
-# Allocations the page carries for its detail view; a longer trace gets the overview only (its
-# page would pass about 5 MB and its build a second, in Python)
-DETAIL_MAX = 200_000
+# Allocations the page carries for its detail view, about 15 bytes each; a longer trace gets the
+# overview only (its page would pass about 45 MB)
+DETAIL_MAX = 3_000_000
 SEGMENTS_MAX = 5_000  # segments the page's allocator-state strip knows
 
 
-def _detail_data(snap: Snapshot, trace: Trace, index: int) -> Dict[str, Any]:
-    """Every allocation of the trace on the replay's clock (the blocks alive before it first,
-    then one event per alloc, free and OOM entry, as allocator/trace.c counts them), for the
-    page's detail view: A (allocated at), F (freed at, -1: alive at the end), S (bytes), E (its
-    trace entry, -1: before the trace), K (its stack, an index into stacks), X (address), and
-    the distinct stacks."""
-    free_action = "free_requested" if _uses_free_requested(trace) else "free_completed"
-    in_trace = {e.get("addr") for e in trace if e.get("action") == "alloc"}
-    pre = [(a, n) for a, n in _alive_at_end(snap, index) if a not in in_trace]  # as the replay
-    A: List[int] = []
-    F: List[int] = []
-    S: List[int] = []
-    E: List[int] = []
-    K: List[int] = []
-    X: List[int] = []
-    stacks: List[List[str]] = [[]]
-    by_list: Dict[int, int] = {}                 # id(a frames list) -> its stack
-    by_text: Dict[Tuple[str, ...], int] = {}     # the stack's lines -> its index in stacks
-    opened: Dict[Any, int] = {}
-    for addr, size in pre:
-        A.append(len(A)); F.append(-1); S.append(int(size)); E.append(-1); K.append(0)
-        X.append(int(addr))
-    clock = len(pre)
-    seg_open: Dict[Any, List[int]] = {}  # segment address -> [start, end, size, addr]
-    segs: List[List[int]] = []
-    for i, e in enumerate(trace):
-        action = e.get("action")
-        if action in ("segment_alloc", "segment_map"):
-            addr, size = e.get("addr"), e.get("size")
-            if isinstance(addr, int) and isinstance(size, int):
-                seg_open[addr] = [clock, -1, size, addr]
-                segs.append(seg_open[addr])
-            continue
-        if action in ("segment_free", "segment_unmap"):
-            addr = e.get("addr")
-            cur = seg_open.pop(addr, None)
-            if cur is not None:
-                cur[1] = clock
-            elif isinstance(addr, int) and isinstance(e.get("size"), int):
-                segs.append([0, clock, e["size"], addr])  # made before the trace
-            continue
-        if action == "alloc":
-            frames = e.get("frames")
-            k = by_list.get(id(frames), -1) if isinstance(frames, list) else -1
-            if k < 0:  # frames lists are mostly one per entry: their lines tell equal stacks
-                lines = _stack_lines(e, STACK_MAX)
-                k = by_text.get(tuple(lines), -1)
-                if k < 0:
-                    k = len(stacks) if len(stacks) < DETAIL_STACKS else 0  # past the bound: none
-                    if k:
-                        by_text[tuple(lines)] = k
-                        stacks.append(lines)
-                if isinstance(frames, list):
-                    by_list[id(frames)] = k
-            addr = e.get("addr")
-            opened[addr] = len(A)
-            A.append(clock); F.append(-1); S.append(int(e.get("size") or 0)); E.append(i)
-            K.append(k); X.append(int(addr) if isinstance(addr, int) else 0)
-            clock += 1
-        elif action == free_action:
-            j = opened.pop(e.get("addr"), None)
-            if j is not None:
-                F[j] = clock
-            clock += 1
-        elif action == "oom":
-            clock += 1
-    # the segments alive at the end that the trace never made: there from the start
+def _detail_data(snap: Snapshot, tl: Replay, cols: Columns, index: int) -> Dict[str, Any]:
+    """Every allocation of the trace on the replay's clock, as the page's detail view reads it
+    (allocator/detail.c makes and encodes it, include/tensorgc/detail.h says how): six varint
+    streams in base64 (A allocated at, D duration, S size, E trace entry, K stack, X address),
+    the stacks they use as text, and the segments alive at some point (start, end or -1, size,
+    address), the trace's and the snapshot's, by address."""
+    d = _tensorgc._detail(cols, tl["pre"], tl["use_req"], DETAIL_STACKS)
+    stacks = cols[5]
+    segs = d["segments"]
     made = {sg[3] for sg in segs}
-    for sg in snap.get("segments", []):
+    for sg in snap.get("segments", []):  # alive at the end and never made by the trace
         addr, size = sg.get("address"), sg.get("total_size")
         if sg.get("device") == index and isinstance(addr, int) and isinstance(size, int) \
                 and addr not in made:
             segs.append([0, -1, size, addr])
     segs.sort(key=lambda g: g[3])
-    return {"A": A, "F": F, "S": S, "E": E, "K": K, "X": X, "stacks": stacks, "events": clock,
+    return {"n": d["n"], "events": d["events"], "unit": d["unit"], "xunit": d["xunit"],
+            "streams": [base64.b64encode(b).decode("ascii") for b in d["streams"]],
+            "stacks": [[]] + [_stack_lines({"frames": stacks[k]}, STACK_MAX) for k in d["used"]],
             "segments": segs[:SEGMENTS_MAX]}
-
-
-def _deltas(v: List[int]) -> List[int]:
-    return [b - a for a, b in zip([0] + v, v)]
-
-
-def _compact(d: Dict[str, Any]) -> Dict[str, Any]:
-    """The detail data as the page carries it: event, trace entry and address as differences
-    from the previous allocation's, the free event as a duration (-1: alive at the end), sizes
-    in 512-byte units when all are multiples of 512 (the caching allocator rounds to that):
-    about half the characters of the plain numbers. The page's script undoes it."""
-    unit = 512 if all(v % 512 == 0 for v in d["S"]) else 1
-    return {"dA": _deltas(d["A"]), "dE": _deltas(d["E"]), "dX": _deltas(d["X"]),
-            "dur": [f - a if f >= 0 else -1 for a, f in zip(d["A"], d["F"])],
-            "S": [v // unit for v in d["S"]] if unit > 1 else d["S"], "unit": unit,
-            "K": d["K"], "stacks": d["stacks"], "segments": d["segments"]}
 
 
 def _stack_lines(entry: object, limit: int) -> List[str]:
@@ -266,7 +218,7 @@ _UI: List[str] = []
 # The allocator's state at the event under the cursor: its segments to scale, blocks coloured
 # as in the timeline (drawn by the script; the detail data carries segments and blocks)
 _STATE = ('<p id="tgc-state-text" class="state">Hover the timeline to see the allocator\'s '
-          "segments at that event (zoomed-out pages of more than 200,000 allocations have none)."
+          "segments at that event (a trace past the detail bound has none)."
           '</p><svg id="tgc-state" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1280 40" '
           'width="100%"></svg>')
 
@@ -404,7 +356,7 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
     A device the snapshot does not hold is a ValueError (tensorgc.DeviceError) that lists the
     devices it holds: its page would be empty."""
     device = snapshot_device(snap, device)
-    tl, trace = replay(snap, device=device, columns=columns, detail=detail, categories=categories)
+    tl, trace, tcols = _replay(snap, device, columns, detail, categories)
     cols = len(tl["active"])
     top = max(tl["max"], 1)
     ys = HEIGHT / top
@@ -504,20 +456,21 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
            '<line x1="0" y1="0" x2="0" y2="6" stroke="#9aa7b4" stroke-width="2"/></pattern></defs>'
            f'<rect x="{LEFT}" y="{TOP}" width="{WIDTH}" height="{HEIGHT}" class="bg"/>'
            '<g clip-path="url(#tgc-clip)"><g id="tgc-plot">' + "".join(parts) + "</g>"
-           '<g id="tgc-detail"></g></g>'
+           '<g id="tgc-detail" transform="scale(0.1)"></g></g>'
            + "".join(over)
            + f'<rect id="tgc-brush" class="brush" x="{LEFT}" y="{TOP}" width="0" height="{HEIGHT}" '
            'visibility="hidden"/>'
            f'<g id="tgc-xaxis"><text x="{LEFT}" y="{TOP + HEIGHT + 20}" class="ax0">event 0</text>'
            f'<text x="{LEFT + WIDTH}" y="{TOP + HEIGHT + 20}" class="ax1">event {len(trace):,}</text></g>'
            "</svg>")
-    times = [e.get("time_us") for e in trace[::max(1, len(trace) // 1000)]]
-    detail_data = _detail_data(snap, trace, device) if tl["allocs"] <= DETAIL_MAX else None
+    # about 1,000 times along the trace for the axis's seconds (the time column: INT64_MIN where
+    # an entry has none)
+    times = list(memoryview(tcols[3]).cast("q")[::max(1, len(trace) // 1000)])
+    detail_data = _detail_data(snap, tl, tcols, device) if tl["allocs"] <= DETAIL_MAX else None
     page_data = {"left": LEFT, "width": WIDTH, "top": TOP, "height": HEIGHT,
-                 "events": detail_data.pop("events") if detail_data else tl["events"],
-                 "columns": cols, "allocs": allocs, "max": top,
-                 "detail": _compact(detail_data) if detail_data else None, "look": band_look,
-                 "times": times if times and all(isinstance(t, int) for t in times) else []}
+                 "events": tl["events"], "columns": cols, "allocs": allocs, "max": top,
+                 "detail": detail_data, "look": band_look,
+                 "times": times if times and min(times) > -2**63 else []}
     head = title or f"Active memory timeline, cuda:{device}"
     summary = (f"{len(trace):,} trace entries; {tl['allocs']:,} allocations; peak {R(tl['max'])}; "
                f"{len(tl['bands'])} largest drawn one by one, the rest summarized on top "

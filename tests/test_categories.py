@@ -226,18 +226,18 @@ def test_explicit_categories_win_over_the_file_and_other_names_nothing():
 def test_the_binding_checks_its_inputs(classify, err):
     trace = step_trace()
     with pytest.raises(err):
-        _tensorgc._timeline(trace, [], 10, 10, False, classify)
+        _tensorgc._timeline(_tensorgc._trace_columns(trace), [], 10, 10, False, classify)
 
 
 def test_bad_times_in_the_trace_are_value_errors():
     trace = step_trace()
     trace[2]["time_us"] = "soon"
     with pytest.raises(ValueError, match="time_us must be an int"):
-        _tensorgc._timeline(trace, [], 10, 10, False, ([], [], []))
+        _tensorgc._timeline(_tensorgc._trace_columns(trace), [], 10, 10, False, ([], [], []))
     trace[2]["time_us"] = 1 << 63
     with pytest.raises(ValueError, match="time_us out of range"):
-        _tensorgc._timeline(trace, [], 10, 10, False, ([], [], []))
-    _tensorgc._timeline(trace, [], 10, 10, False, None)  # times are not read without marks
+        _tensorgc._timeline(_tensorgc._trace_columns(trace), [], 10, 10, False, ([], [], []))
+    _tensorgc._timeline(_tensorgc._trace_columns(trace), [], 10, 10, False, None)  # times are not read without marks
 
 
 def test_many_marks_stay_linear():

@@ -124,13 +124,29 @@ def test_strings_from_the_file_are_cut_and_made_utf8():
     [{"action": "alloc", "addr": -1, "size": 1}],
 ])
 def test_malformed_traces_are_value_errors(bad):
+    with pytest.raises(ValueError):
+        _tensorgc._trace_columns(bad)
+    with pytest.raises(ValueError):
+        replay(snap_of(bad))
+
+
+@pytest.mark.parametrize("cols", [
+    (b"\x01", b"", b"", b"", b""),                      # lengths disagree
+    (b"\x01", b"\0" * 8, b"\0" * 8, b"\0" * 8, b"\0" * 3),
+    (b"\x63", b"\0" * 8, b"\0" * 8, b"\0" * 8, b"\0" * 4),  # no such kind
+    (b"", b"", b"", b""),                                # too short
+    ("x", b"", b"", b"", b""),                           # not bytes
+])
+def test_malformed_columns_are_refused(cols):
     with pytest.raises((ValueError, TypeError)):
-        _tensorgc._timeline(bad, [], 10, 10, True)
+        _tensorgc._timeline(cols, [], 10, 10, True)
+    with pytest.raises((ValueError, TypeError)):
+        _tensorgc._detail(cols, [], True, 10)
 
 
 def test_bad_arguments():
     with pytest.raises(ValueError):
-        _tensorgc._timeline([], [], 0, 10, True)
+        _tensorgc._timeline(_tensorgc._trace_columns([]), [], 0, 10, True)
     with pytest.raises(ValueError):
         replay(snap_of([]), device=-1)
     tl, _ = replay(snap_of([]), device=3)  # no trace for that device: an empty picture
@@ -316,7 +332,7 @@ def test_a_trace_past_the_detail_bound_gets_the_overview_only(monkeypatch):
     trace = [ev("alloc", 0x1000 * (k + 1), MB) for k in range(10)]
     page = timeline_html(snap_of(trace), detail=5)
     data = json.loads(page[page.index('id="tgc-data">') + 14:page.index("</script>")])
-    assert data["detail"] is not None and len(data["detail"]["dA"]) == 10
+    assert data["detail"] is not None and data["detail"]["n"] == 10
     monkeypatch.setattr(T, "DETAIL_MAX", 9)
     page = timeline_html(snap_of(trace), detail=5)
     data = json.loads(page[page.index('id="tgc-data">') + 14:page.index("</script>")])

@@ -233,11 +233,12 @@ def test_the_detail_view_stacks_in_allocation_order(browser, tmp_path):
 
     def ys(name):
         j = page.evaluate(
-            "(n) => { var D = JSON.parse(document.getElementById('tgc-data').textContent).detail;"
+            "(n) => { var D = window.tgcDetail;"
             " for (var j = 0; j < D.K.length; j++) if (D.stacks[D.K[j]][0].endsWith(' ' + n))"
             " return j; return -1; }", name)
         pts = page.get_attribute(f'#tgc-detail [data-j="{j}"]', "points").split()
-        return sorted({round(floor - float(p.split(",")[1]), 1) for p in pts})
+        # the detail group is drawn in tenths of a unit (scale(0.1))
+        return sorted({round(floor - float(p.split(",")[1]) / 10, 1) for p in pts})
 
     b = ys("b")  # heights above the floor: a's top (1M) and b's (3M), then 0 and 2M
     assert b[0] == 0 and len(b) == 4

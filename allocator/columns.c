@@ -1,0 +1,507 @@
+/* columns.c: a trace as columns (include/tensorgc/detail.h's tgc_tcols), read from a list of
+ * entry dicts or taken from the bytes the streaming loader made, and the two readers of columns
+ * that answer Python: the detail data of the timeline page (detail.c) and the columns' check.
+ * The replay (trace.c) reads the same columns. Contract in convert.h; GIL held throughout except
+ * around the plain-C engines. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "tensorgc/detail.h"
+#include "tensorgc/ptrmap.h"
+#include "convert.h"
+
+#define COL_STACK_FRAMES 64  /* frames compared when telling equal stacks apart */
+
+/* The keys an entry is read by, made once per call (a lookup by a C string would make one each
+ * time). New references. */
+typedef struct {
+    PyObject *action, *addr, *size, *time_us, *frames, *filename, *name, *line;
+} col_keys;
+
+static int
+col__keys(col_keys *k)
+{
+    k->action = PyUnicode_InternFromString("action");
+    k->addr = PyUnicode_InternFromString("addr");
+    k->size = PyUnicode_InternFromString("size");
+    k->time_us = PyUnicode_InternFromString("time_us");
+    k->frames = PyUnicode_InternFromString("frames");
+    k->filename = PyUnicode_InternFromString("filename");
+    k->name = PyUnicode_InternFromString("name");
+    k->line = PyUnicode_InternFromString("line");
+    return k->action && k->addr && k->size && k->time_us && k->frames && k->filename && k->name
+           && k->line ? 0 : -1;
+}
+
+static void
+col__keys_clear(col_keys *k)
+{
+    Py_CLEAR(k->action);
+    Py_CLEAR(k->addr);
+    Py_CLEAR(k->size);
+    Py_CLEAR(k->time_us);
+    Py_CLEAR(k->frames);
+    Py_CLEAR(k->filename);
+    Py_CLEAR(k->name);
+    Py_CLEAR(k->line);
+}
+
+/* d[key], borrowed, or NULL when absent; a failing lookup (a key's __eq__ raising) is absent */
+static inline PyObject *
+col__get(PyObject *d, PyObject *key)
+{
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL) {
+        PyErr_Clear();
+    }
+    return v;
+}
+
+/* An action string as a kind. */
+static int
+col__kind_of(PyObject *a)
+{
+    static const struct { const char *name; uint8_t kind; } kinds[] = {
+        {"alloc", TGC_TK_ALLOC}, {"free_requested", TGC_TK_FREE_REQUESTED},
+        {"free_completed", TGC_TK_FREE_COMPLETED}, {"oom", TGC_TK_OOM},
+        {"segment_alloc", TGC_TK_SEGMENT_ALLOC}, {"segment_free", TGC_TK_SEGMENT_FREE},
+        {"segment_map", TGC_TK_SEGMENT_MAP}, {"segment_unmap", TGC_TK_SEGMENT_UNMAP},
+    };
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        if (PyUnicode_CompareWithASCIIString(a, kinds[k].name) == 0) {
+            return kinds[k].kind;
+        }
+    }
+    return TGC_TK_OTHER;
+}
+
+/* A trace entry's action as a kind; -1 when there is no str action. Entries of one pickle share
+ * their action strings (the memo), so the last string's kind is kept. */
+static int
+col__kind(PyObject *e, const col_keys *keys, PyObject **last, int *last_kind)
+{
+    PyObject *a = col__get(e, keys->action);  /* borrowed */
+    if (a == NULL || !PyUnicode_Check(a)) {
+        return -1;
+    }
+    if (a != *last) {
+        *last = a;  /* compared by identity only; the caller's tuple keeps the entry alive */
+        *last_kind = col__kind_of(a);
+    }
+    return *last_kind;
+}
+
+/* d[key] (a required field) as an unsigned 64-bit int; ValueError otherwise. */
+static int
+col__req_u64(PyObject *d, PyObject *key, uint64_t *out)
+{
+    PyObject *v = col__get(d, key);  /* borrowed */
+    if (v == NULL) {
+        PyErr_Format(PyExc_ValueError, "allocator snapshot: a record has no '%U'", key);
+        return -1;
+    }
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_ValueError, "allocator snapshot: %U must be an int, not %.50s", key,
+                     Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "allocator snapshot: %U out of range", key);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* An exact int in [0, 2**64 - 2] at d[key]; 0 when it is one, else -1 (no exception). */
+static int
+col__u64(PyObject *d, PyObject *key, uint64_t *out)
+{
+    PyObject *v = col__get(d, key);  /* borrowed */
+    if (v == NULL || !PyLong_Check(v)) {
+        return -1;
+    }
+    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    if ((x == (unsigned long long)-1 && PyErr_Occurred()) || x == UINT64_MAX) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Equal stacks share an id: a frames list seen before (by identity, torch shares them), or one
+ * whose first COL_STACK_FRAMES frames have the same file, name and line (exact str and int
+ * fields only, so that no Python code runs; any other shape gets an id of its own). */
+typedef struct {
+    tgc_ptrmap by_list;     /* frames list -> id */
+    uint32_t *table;        /* open addressing over content hashes: ids, 0 empty */
+    size_t mask;
+    uint64_t *hash;         /* hash[id] */
+    PyObject *stacks;       /* list: stacks[id] is the first frames list with that id */
+    const col_keys *keys;
+} col_stacks;
+
+static int
+col__frame(const col_keys *k, PyObject *f, PyObject **file, PyObject **name, long long *line)
+{
+    if (!PyDict_CheckExact(f)) {
+        return -1;
+    }
+    *file = col__get(f, k->filename);  /* borrowed */
+    *name = col__get(f, k->name);
+    PyObject *l = col__get(f, k->line);
+    if (*file == NULL || *name == NULL || l == NULL || !PyUnicode_CheckExact(*file) ||
+        !PyUnicode_CheckExact(*name) || !PyLong_CheckExact(l)) {
+        return -1;
+    }
+    int overflow;
+    *line = PyLong_AsLongLongAndOverflow(l, &overflow);
+    if (overflow || (*line == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* The content hash of a frames list; 0 (and *plain = 0) when it is not of the plain shape. */
+static uint64_t
+col__hash(const col_keys *k, PyObject *frames, int *plain)
+{
+    Py_ssize_t n = PyList_GET_SIZE(frames);
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)(n > COL_STACK_FRAMES ? COL_STACK_FRAMES : n);
+    *plain = 0;
+    for (Py_ssize_t i = 0; i < n && i < COL_STACK_FRAMES; i++) {
+        PyObject *file, *name;
+        long long line;
+        if (col__frame(k, PyList_GET_ITEM(frames, i), &file, &name, &line) < 0) {
+            return 0;
+        }
+        Py_hash_t hf = PyObject_Hash(file), hn = PyObject_Hash(name);  /* exact str: cached */
+        h = (h ^ (uint64_t)hf) * 0x100000001b3ULL;
+        h = (h ^ (uint64_t)hn) * 0x100000001b3ULL;
+        h = (h ^ (uint64_t)line) * 0x100000001b3ULL;
+    }
+    *plain = 1;
+    return h;
+}
+
+static int
+col__same(const col_keys *k, PyObject *a, PyObject *b)
+{
+    Py_ssize_t na = PyList_GET_SIZE(a), nb = PyList_GET_SIZE(b);
+    if (na > COL_STACK_FRAMES) {
+        na = COL_STACK_FRAMES;
+    }
+    if (nb > COL_STACK_FRAMES) {
+        nb = COL_STACK_FRAMES;
+    }
+    if (na != nb) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < na; i++) {
+        PyObject *fa, *ma, *fb, *mb;
+        long long la, lb;
+        if (col__frame(k, PyList_GET_ITEM(a, i), &fa, &ma, &la) < 0 ||
+            col__frame(k, PyList_GET_ITEM(b, i), &fb, &mb, &lb) < 0 || la != lb ||
+            PyUnicode_Compare(fa, fb) != 0 || PyUnicode_Compare(ma, mb) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The id of a frames list (new ids from 1 on); 0 for none; UINT32_MAX with an exception. */
+static uint32_t
+col__stack_id(col_stacks *st, PyObject *frames)
+{
+    if (frames == NULL || !PyList_Check(frames) || PyList_GET_SIZE(frames) == 0) {
+        return 0;
+    }
+    uint32_t id = tgc_ptrmap_get(&st->by_list, frames);
+    if (id != UINT32_MAX) {
+        return id;
+    }
+    int plain;
+    uint64_t h = col__hash(st->keys, frames, &plain);
+    size_t slot = (size_t)(h ^ (h >> 29)) & st->mask;
+    if (plain) {
+        for (; st->table[slot] != 0; slot = (slot + 1) & st->mask) {
+            uint32_t c = st->table[slot];
+            if (st->hash[c] == h && col__same(st->keys, PyList_GET_ITEM(st->stacks, c), frames)) {
+                (void)tgc_ptrmap_put(&st->by_list, frames, c);
+                return c;
+            }
+        }
+    }
+    id = (uint32_t)PyList_GET_SIZE(st->stacks);
+    if (PyList_Append(st->stacks, frames) < 0) {
+        return UINT32_MAX;
+    }
+    st->hash[id] = h;
+    if (plain) {
+        st->table[slot] = id;
+    }
+    (void)tgc_ptrmap_put(&st->by_list, frames, id);
+    return id;
+}
+
+PyObject *
+tgc_alloc_columns(PyObject *trace)
+{
+    PyObject *items = PySequence_Tuple(trace);  /* new: a fixed copy of the list */
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(items), bad_time = -1;
+    int bad_range = 0;  /* the first bad time_us is an int out of range (else not an int) */
+    PyObject *result = NULL;
+    PyObject *kind = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *addr = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *size = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *time = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *stack = PyBytes_FromStringAndSize(NULL, n * 4);
+    col_stacks st = {{0}};
+    col_keys keys = {0};
+    PyObject *last = NULL;  /* the last action string and its kind */
+    int last_kind = 0;
+    st.keys = &keys;
+    size_t cap = 16;
+    while (cap < (size_t)n * 2 + 2) {
+        cap <<= 1;
+    }
+    st.stacks = PyList_New(0);
+    st.table = calloc(cap, sizeof(uint32_t));
+    st.hash = malloc(((size_t)n + 1) * sizeof(uint64_t));
+    st.mask = cap - 1;
+    if (kind == NULL || addr == NULL || size == NULL || time == NULL || stack == NULL ||
+        st.stacks == NULL || col__keys(&keys) < 0) {
+        goto done;
+    }
+    if (n >= (Py_ssize_t)UINT32_MAX - 16) {
+        PyErr_SetString(PyExc_ValueError, "trace too long");
+        goto done;
+    }
+    if (st.table == NULL || st.hash == NULL || tgc_ptrmap_init(&st.by_list, (size_t)n + 1) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *none = PyList_New(0);
+    if (none == NULL || PyList_Append(st.stacks, none) < 0) {  /* stacks[0]: no frames */
+        Py_XDECREF(none);
+        goto done;
+    }
+    Py_DECREF(none);
+    st.hash[0] = 0;
+    uint8_t *K = (uint8_t *)PyBytes_AS_STRING(kind);
+    uint64_t *A = (uint64_t *)PyBytes_AS_STRING(addr), *S = (uint64_t *)PyBytes_AS_STRING(size);
+    int64_t *T = (int64_t *)PyBytes_AS_STRING(time);
+    uint32_t *F = (uint32_t *)PyBytes_AS_STRING(stack);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple keeps it */
+        if (!PyDict_Check(e)) {
+            PyErr_Format(PyExc_ValueError, "trace entry %zd is not a dict", i);
+            goto done;
+        }
+        int k = col__kind(e, &keys, &last, &last_kind);
+        if (k < 0) {
+            PyErr_Format(PyExc_ValueError, "trace entry %zd has no str 'action'", i);
+            goto done;
+        }
+        A[i] = S[i] = 0;
+        F[i] = 0;
+        if (k == TGC_TK_ALLOC || k == TGC_TK_FREE_REQUESTED || k == TGC_TK_FREE_COMPLETED) {
+            /* the replay's own events: a malformed one is an error, as it always was */
+            if (col__req_u64(e, keys.addr, &A[i]) < 0 || col__req_u64(e, keys.size, &S[i]) < 0) {
+                goto done;
+            }
+        }
+        else if (k != TGC_TK_OOM && k != TGC_TK_OTHER &&
+                 (col__u64(e, keys.addr, &A[i]) < 0 || col__u64(e, keys.size, &S[i]) < 0)) {
+            k = TGC_TK_OTHER;  /* a segment event without its numbers: not drawn */
+        }
+        K[i] = (uint8_t)k;
+        T[i] = INT64_MIN;
+        PyObject *t = col__get(e, keys.time_us);  /* borrowed */
+        if (t != NULL) {
+            int overflow = 0;
+            long long x = PyLong_Check(t) ? PyLong_AsLongLongAndOverflow(t, &overflow) : 0;
+            if (!PyLong_Check(t) || overflow || (x == -1 && PyErr_Occurred()) || x == INT64_MIN) {
+                PyErr_Clear();
+                if (bad_time < 0) {
+                    bad_time = i;
+                    bad_range = PyLong_Check(t);
+                }
+            }
+            else {
+                T[i] = x;
+            }
+        }
+        if (k == TGC_TK_ALLOC) {
+            uint32_t id = col__stack_id(&st, col__get(e, keys.frames));
+            if (id == UINT32_MAX) {
+                goto done;
+            }
+            F[i] = id;
+        }
+    }
+    result = Py_BuildValue("(OOOOOOni)", kind, addr, size, time, stack, st.stacks, bad_time,
+                           bad_range);
+done:
+    col__keys_clear(&keys);
+    tgc_ptrmap_free(&st.by_list);
+    free(st.table);
+    free(st.hash);
+    Py_XDECREF(st.stacks);
+    Py_XDECREF(kind);
+    Py_XDECREF(addr);
+    Py_XDECREF(size);
+    Py_XDECREF(time);
+    Py_XDECREF(stack);
+    Py_DECREF(items);
+    return result;
+}
+
+int
+tgc_alloc_cols(PyObject *cols, tgc_tcols *out)
+{
+    PyObject *v[5];
+    if (!PyTuple_Check(cols) || PyTuple_GET_SIZE(cols) < 5) {
+        PyErr_SetString(PyExc_TypeError, "columns: expected (kind, addr, size, time, stack, ...)");
+        return -1;
+    }
+    static const size_t width[5] = {1, 8, 8, 8, 4};
+    for (int c = 0; c < 5; c++) {
+        v[c] = PyTuple_GET_ITEM(cols, c);
+        if (!PyBytes_Check(v[c])) {
+            PyErr_SetString(PyExc_TypeError, "columns: expected bytes");
+            return -1;
+        }
+    }
+    size_t n = (size_t)PyBytes_GET_SIZE(v[0]);
+    for (int c = 1; c < 5; c++) {
+        if ((size_t)PyBytes_GET_SIZE(v[c]) != n * width[c]) {
+            PyErr_SetString(PyExc_ValueError, "columns: lengths disagree");
+            return -1;
+        }
+    }
+    const uint8_t *k = (const uint8_t *)PyBytes_AS_STRING(v[0]);
+    for (size_t i = 0; i < n; i++) {
+        if (k[i] >= TGC_NTK) {
+            PyErr_Format(PyExc_ValueError, "columns: entry %zu has kind %d", i, (int)k[i]);
+            return -1;
+        }
+    }
+    out->n = n;
+    out->kind = k;
+    out->addr = (const uint64_t *)PyBytes_AS_STRING(v[1]);
+    out->size = (const uint64_t *)PyBytes_AS_STRING(v[2]);
+    out->time = (const int64_t *)PyBytes_AS_STRING(v[3]);
+    out->stack = (const uint32_t *)PyBytes_AS_STRING(v[4]);
+    return 0;
+}
+
+/* pre: a list of (addr, size) tuples, into two malloc'd arrays. */
+static int
+col__pre(PyObject *pre, uint64_t **addr, uint64_t **size, size_t *n)
+{
+    Py_ssize_t np = PyList_GET_SIZE(pre);
+    *addr = malloc(((size_t)np + 1) * sizeof(uint64_t));
+    *size = malloc(((size_t)np + 1) * sizeof(uint64_t));
+    if (*addr == NULL || *size == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < np; i++) {
+        unsigned long long a, s;
+        PyObject *t = PyList_GET_ITEM(pre, i);  /* borrowed */
+        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "KK", &a, &s)) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "pre: expected (addr, size) tuples");
+            }
+            return -1;
+        }
+        (*addr)[i] = a;
+        (*size)[i] = s;
+    }
+    *n = (size_t)np;
+    return 0;
+}
+
+PyObject *
+tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned max_stacks)
+{
+    tgc_tcols c;
+    tgc_detail d;
+    tgc_detail_enc enc = {{0}};
+    uint64_t *pa = NULL, *ps = NULL;
+    size_t np = 0;
+    PyObject *result = NULL, *streams = NULL, *used = NULL, *segs = NULL;
+    int built = 0, rc;
+    if (tgc_alloc_cols(cols, &c) < 0 || col__pre(pre, &pa, &ps, &np) < 0) {
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS  /* plain C over the bytes the caller's tuple keeps alive */
+    rc = tgc_detail_build(&c, pa, ps, np, use_free_requested ? TGC_TK_FREE_REQUESTED
+                                                             : TGC_TK_FREE_COMPLETED,
+                          max_stacks, &d);
+    if (rc == 0 && tgc_detail_encode(&d, &enc) < 0) {
+        tgc_detail_free(&d);
+        rc = -1;
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    built = 1;
+    streams = PyTuple_New(6);
+    used = PyList_New((Py_ssize_t)d.nused);
+    segs = PyList_New((Py_ssize_t)d.nsegs);
+    if (streams == NULL || used == NULL || segs == NULL) {
+        goto done;
+    }
+    for (int t = 0; t < 6; t++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)enc.stream[t],
+                                                (Py_ssize_t)enc.len[t]);
+        if (b == NULL) {
+            goto done;
+        }
+        PyTuple_SET_ITEM(streams, t, b);  /* stolen */
+    }
+    for (size_t i = 0; i < d.nused; i++) {
+        PyObject *x = PyLong_FromUnsignedLong(d.used[i]);
+        if (x == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(used, (Py_ssize_t)i, x);  /* stolen */
+    }
+    for (size_t g = 0; g < d.nsegs; g++) {
+        const uint64_t *r = &d.seg[g * 4];
+        PyObject *row = Py_BuildValue("[KLKK]", (unsigned long long)r[0],
+                                      r[1] == TGC_DETAIL_ALIVE ? -1LL : (long long)r[1],
+                                      (unsigned long long)r[2], (unsigned long long)r[3]);
+        if (row == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(segs, (Py_ssize_t)g, row);  /* stolen */
+    }
+    result = Py_BuildValue("{s:O,s:K,s:K,s:n,s:K,s:O,s:O}", "streams", streams,
+                           "unit", (unsigned long long)enc.unit,
+                           "xunit", (unsigned long long)enc.xunit, "n", (Py_ssize_t)d.n,
+                           "events", (unsigned long long)d.events, "used", used,
+                           "segments", segs);
+done:
+    if (built) {
+        tgc_detail_free(&d);
+        tgc_detail_enc_free(&enc);
+    }
+    free(pa);
+    free(ps);
+    Py_XDECREF(streams);
+    Py_XDECREF(used);
+    Py_XDECREF(segs);
+    return result;
+}

@@ -1,0 +1,198 @@
+"""The timeline page's detail data (allocator/columns.c, detail.c): a trace read into columns,
+every allocation on the replay's clock, and its varint encoding -- checked against a plain Python
+reading of the same trace, decoded here as the page's script decodes it."""
+import random
+
+import pytest
+
+from tensorgc import _tensorgc
+from tensorgc.timeline import trace_columns
+
+MB = 1 << 20
+
+
+def ev(action, addr=0, size=0, frames=None, **kw):
+    e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": 0,
+         "frames": [{"filename": "/w/train.py", "line": 3, "name": "f"}] if frames is None
+         else frames}
+    e.update(kw)
+    return e
+
+
+def varints(data, n):
+    out, v, shift = [], 0, 0
+    for b in data:
+        v |= (b & 127) << shift
+        shift += 7
+        if not b & 128:
+            out.append(v)
+            v, shift = 0, 0
+    assert len(out) == n and shift == 0
+    return out
+
+
+def unzig(v):
+    return -((v + 1) >> 1) if v & 1 else v >> 1
+
+
+def decode(d):
+    """The page script's decoding, in Python: (A, F, S, E, K, X) per allocation."""
+    n = d["n"]
+    dA, dD, S, dE, K, dX = (varints(s, n) for s in d["streams"])
+    A, F, E, X, a, e, x = [], [], [], [], 0, -1, 0
+    for j in range(n):
+        a += dA[j]
+        e += unzig(dE[j])
+        x = (x + unzig(dX[j]) * d["xunit"]) % 2**64
+        A.append(a)
+        F.append(a + dD[j] - 1 if dD[j] else -1)
+        E.append(e)
+        X.append(x)
+    return A, F, [s * d["unit"] for s in S], E, K, X
+
+
+def oracle(trace, pre, free_action):
+    """The clock and pairing of include/tensorgc/detail.h, in plain Python."""
+    in_trace = {e["addr"] for e in trace if e["action"] == "alloc"}
+    pre = [(a, s) for a, s in pre if a not in in_trace]
+    opened = {a: True for a, _ in pre}
+    first = []  # frees with no open allocation: alive from the start
+    for e in trace:
+        if e["action"] == "alloc":
+            opened[e["addr"]] = True
+        elif e["action"] == free_action:
+            if not opened.pop(e["addr"], False):
+                first.append([0, -1, e["size"], -1, e["addr"]])
+    rows = list(first)
+    opened, u, clock = {}, 0, 0
+    for a, s in pre:
+        opened[a] = len(rows)
+        rows.append([clock, -1, s, -1, a])
+        clock += 1
+    for i, e in enumerate(trace):
+        if e["action"] == "alloc":
+            opened[e["addr"]] = len(rows)
+            rows.append([clock, -1, e["size"], i, e["addr"]])
+            clock += 1
+        elif e["action"] == free_action:
+            j = opened.pop(e["addr"], None)
+            if j is None:
+                rows[u][1] = clock
+                u += 1
+            else:
+                rows[j][1] = clock
+            clock += 1
+        elif e["action"] == "oom":
+            clock += 1
+    return rows, clock
+
+
+def detail_of(trace, pre=(), use_req=True, max_stacks=100):
+    cols = _tensorgc._trace_columns(trace)
+    return cols, _tensorgc._detail(cols, list(pre), use_req, max_stacks)
+
+
+def check(trace, pre=(), use_req=True):
+    cols, d = detail_of(trace, pre, use_req)
+    A, F, S, E, K, X = decode(d)
+    rows, clock = oracle(trace, pre, "free_requested" if use_req else "free_completed")
+    assert [list(r) for r in zip(A, F, S, E, X)] == rows
+    assert d["events"] == clock and d["n"] == len(rows)
+    return cols, d, K
+
+
+def test_pairs_reuse_pre_and_unmatched_frees():
+    trace = [ev("free_requested", 0x9000, 3 * MB),       # freed, never allocated: from the start
+             ev("alloc", 0x1000, 4 * MB), ev("alloc", 0x2000, 2 * MB),
+             ev("free_requested", 0x1000, 4 * MB), ev("free_completed", 0x1000, 4 * MB),
+             ev("oom"), ev("alloc", 0x1000, MB),         # the address reused
+             ev("free_requested", 0x1000, MB), ev("free_requested", 0x1000, MB)]  # twice
+    pre = [(0x5000, MB), (0x2000, 2 * MB)]  # 0x2000 is the trace's own allocation
+    check(trace, pre)
+    check(trace, pre, use_req=False)
+
+
+def test_random_traces_match_the_oracle():
+    rnd = random.Random(7)
+    for _ in range(30):
+        live, trace = [], []
+        for _ in range(rnd.randrange(1, 300)):
+            r = rnd.random()
+            if live and r < 0.4:
+                a, s = live.pop(rnd.randrange(len(live)))
+                trace.append(ev(rnd.choice(("free_requested", "free_completed")), a, s))
+            elif r < 0.45:
+                trace.append(ev("free_requested", rnd.randrange(1, 50) * 512, 512))
+            elif r < 0.47:
+                trace.append(ev("oom"))
+            elif r < 0.5:
+                trace.append(ev("segment_alloc", rnd.randrange(1, 50) << 21, 2 * MB))
+            else:
+                a, s = rnd.randrange(1, 64) * 512, rnd.randrange(1, 9) * 512
+                live.append((a, s))
+                trace.append(ev("alloc", a, s))
+        pre = [(rnd.randrange(1, 64) * 512, 512) for _ in range(rnd.randrange(4))]
+        check(trace, pre, use_req=rnd.random() < 0.5)
+
+
+def test_units_and_addresses_at_the_edges():
+    # sizes and addresses not multiples of 512: unit 1; addresses near 2**64 and back down
+    top = 2**64 - 2
+    trace = [ev("alloc", top, 7), ev("alloc", 3, 5), ev("alloc", top - 1, 1), ev("alloc", 0, 2)]
+    _, d, _ = check(trace)
+    assert d["unit"] == 1 and d["xunit"] == 1
+    _, d, _ = check([ev("alloc", 512 * k, 1024) for k in (9, 1, 2**40)])
+    assert d["unit"] == 512 and d["xunit"] == 512
+
+
+def test_equal_stacks_share_one_id_and_the_bound_holds():
+    f = [{"filename": "/w/a.py", "line": 1, "name": "g"}, {"filename": "x.cpp", "line": 0,
+                                                           "name": "at::empty"}]
+    other = [{"filename": "/w/b.py", "line": 2, "name": "h"}]
+    trace = [ev("alloc", 0x1000, 512, frames=[dict(x) for x in f]),   # equal content,
+             ev("alloc", 0x2000, 512, frames=[dict(x) for x in f]),   # other lists
+             ev("alloc", 0x3000, 512, frames=other), ev("alloc", 0x4000, 512, frames=other),
+             ev("alloc", 0x5000, 512, frames=[]), ev("alloc", 0x6000, 512, frames="junk"),
+             ev("alloc", 0x7000, 512, frames=[{"filename": 1, "line": "x"}])]
+    cols, d, K = check(trace)
+    assert K[0] == K[1] != K[2] == K[3] and K[4] == K[5] == 0 and K[6] not in (0, K[0], K[2])
+    stacks = cols[5]
+    assert stacks[0] == [] and stacks[d["used"][K[0] - 1]] == f
+    assert stacks[d["used"][K[2] - 1]] is other
+    _, d = detail_of(trace, max_stacks=1)  # past the bound: no stack
+    K = decode(d)[4]
+    assert K[:4] == [1, 1, 0, 0] and d["used"] == [d["used"][0]]
+
+
+def test_segments_made_freed_and_from_before():
+    trace = [ev("segment_free", 0x100000, 2 * MB), ev("segment_alloc", 0x200000, 20 * MB),
+             ev("alloc", 0x200000, MB), ev("segment_map", 0x800000, 4 * MB),
+             ev("free_requested", 0x200000, MB), ev("segment_free", 0x200000, 20 * MB),
+             ev("segment_unmap", 0x800000, 4 * MB),
+             ev("segment_alloc", "x", 1)]  # no numbers: not a segment
+    _, d = detail_of(trace)
+    assert d["segments"] == [[0, 0, 2 * MB, 0x100000], [0, 2, 20 * MB, 0x200000],
+                             [1, 2, 4 * MB, 0x800000]]
+
+
+def test_columns_of_a_trace():
+    trace = [ev("alloc", 0x1000, 512, time_us=5), ev("free_completed", 0x1000, 512),
+             ev("weird_action", 1, 2), ev("oom", time_us=7)]
+    del trace[1]["time_us"]
+    kind, addr, size, time, stack, stacks, bad, rng = trace_columns(trace)
+    assert list(kind) == [1, 3, 0, 4]
+    assert list(memoryview(addr).cast("Q")) == [0x1000, 0x1000, 0, 0]
+    assert list(memoryview(time).cast("q")) == [5, -2**63, 0, 7]
+    assert list(memoryview(stack).cast("I"))[0] == 1 and bad == -1
+    trace[0]["time_us"] = "soon"
+    assert _tensorgc._trace_columns(trace)[6:] == (0, 0)
+    trace[0]["time_us"] = 1 << 63
+    assert _tensorgc._trace_columns(trace)[6:] == (0, 1)
+
+
+@pytest.mark.parametrize("bad", [[{"action": "alloc", "addr": 1}], [{"action": "alloc",
+                                 "addr": 1, "size": -1}], [{"action": "free_requested",
+                                 "addr": "a", "size": 1}]])
+def test_columns_refuse_a_malformed_event(bad):
+    with pytest.raises(ValueError, match="allocator snapshot"):
+        _tensorgc._trace_columns(bad)

@@ -39,6 +39,7 @@ from .lineprof import (  # noqa: E402  (memlab's line profiler)
     profile_every,
     set_target_gpu,
 )
+from .timeline import timeline  # noqa: E402  (the function shadows the module, as snapshot)
 from .snapshot import (  # noqa: E402
     SnapshotError,
     dump_snapshot,
@@ -79,6 +80,7 @@ __all__ = [
     "load_snapshot",
     "record_memory_history",
     "snapshot",
+    "timeline",
     "track_tensors",
     "observe_cycles",
     "observe_garbage",

@@ -12,7 +12,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import html as _html
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+import os
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _tensorgc
 from ._devices import DeviceLike, snapshot_device
@@ -20,12 +21,13 @@ from ._types import Frame, Snapshot, Trace
 from .categories import replay_inputs
 from .reporter import readable_size as R
 
-__all__ = ["timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
+__all__ = ["timeline", "timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
 
 WIDTH, HEIGHT, LEFT, TOP = 1200, 420, 70, 10
 
 
 Replay = Dict[str, Any]  # the C replay's dict (see replay)
+StrPath = Union[str, "os.PathLike[str]"]
 
 
 def replay(snap: Snapshot, device: DeviceLike = "cuda", columns: int = WIDTH, detail: int = 300,
@@ -521,3 +523,33 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
             "stack here.</aside></div>" + areas
             + '<script type="application/json" id="tgc-data">' + _json_for_html(page_data)
             + "</script><script>" + _ui_script() + "</script></body></html>")
+
+
+def timeline(snapshot: Union[Snapshot, StrPath, None] = None, path: Optional[StrPath] = None, *,
+             device: DeviceLike = "cuda", detail: int = 300, title: Optional[str] = None,
+             categories: Optional[Mapping[int, str]] = None,
+             max_bytes: Optional[int] = None) -> str:
+    """The Active Memory Timeline page (as ``tensorgc timeline``), from ``snapshot``: a snapshot
+    dict, the path of a snapshot file (read with load_snapshot, which never runs code from it;
+    ``max_bytes`` as there), or None for the allocator's history now (tensorgc.snapshot(): needs
+    CUDA and record_memory_history). Returns the page; with ``path``, writes it there whole or
+    not at all (a temp file, then a rename) and returns the path instead. Arguments as
+    timeline_html's; a device the snapshot does not hold is a DeviceError."""
+    from .snapshot import DEFAULT_MAX_BYTES, atomic_write, load_snapshot
+    from .snapshot import snapshot as take
+
+    if snapshot is None:
+        snap: Snapshot = take()
+    elif isinstance(snapshot, dict):
+        snap = snapshot
+    elif isinstance(snapshot, (str, os.PathLike)):
+        snap = load_snapshot(snapshot, max_bytes=DEFAULT_MAX_BYTES if max_bytes is None
+                             else max_bytes)
+    else:
+        raise TypeError("timeline(snapshot=...) takes a snapshot dict, a file path or None, "
+                        f"not {type(snapshot).__name__}")
+    page = timeline_html(snap, device=device, detail=detail, title=title,
+                         categories=categories)
+    if path is None:
+        return page
+    return atomic_write(path, lambda f: f.write(page))

@@ -327,7 +327,9 @@ def test_headless_chromium_screenshot_of_the_categories(tmp_path):
 def test_a_trace_past_the_detail_bound_gets_the_overview_only(monkeypatch):
     import json
 
-    import tensorgc.timeline as T
+    import sys
+
+    T = sys.modules["tensorgc.timeline"]  # tensorgc.timeline is the function
 
     trace = [ev("alloc", 0x1000 * (k + 1), MB) for k in range(10)]
     page = timeline_html(snap_of(trace), detail=5)
@@ -337,3 +339,26 @@ def test_a_trace_past_the_detail_bound_gets_the_overview_only(monkeypatch):
     page = timeline_html(snap_of(trace), detail=5)
     data = json.loads(page[page.index('id="tgc-data">') + 14:page.index("</script>")])
     assert data["detail"] is None and "more than 9 allocations" in page
+
+
+def test_the_timeline_function_takes_a_dict_a_path_or_now(tmp_path):
+    import tensorgc
+    from tensorgc._devices import cuda_available
+
+    trace = [ev("alloc", 0x1000, MB), ev("free_requested", 0x1000, MB)]
+    page = tensorgc.timeline(snap_of(trace), title="one <step>")
+    assert page.startswith("<!DOCTYPE html>") and "one &lt;step&gt;" in page
+    snap_path = dump_snapshot(str(tmp_path / "s.pickle"), snap_of(trace))
+    out = tmp_path / "t.html"
+    assert tensorgc.timeline(snap_path, out) == str(out)
+    assert out.read_text() == tensorgc.timeline(snap_path, title=None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.pickle", "t.html"]  # no temp left
+    with pytest.raises(TypeError, match="snapshot dict, a file path or None"):
+        tensorgc.timeline(42)
+    with pytest.raises(tensorgc.SnapshotError, match="over the limit"):
+        tensorgc.timeline(snap_path, max_bytes=10)
+    with pytest.raises(tensorgc.DeviceError):
+        tensorgc.timeline(snap_of(trace), device=3)
+    if not cuda_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            tensorgc.timeline()

@@ -175,6 +175,8 @@ def record_and_draw(model: Net, opt: torch.optim.Optimizer, x: torch.Tensor, out
     page = timeline_html(snap, device="cuda", detail=100)
     with open(os.path.join(out, "timeline.html"), "w", encoding="utf-8") as f:
         f.write(page)
+    written: str = tensorgc.timeline(path, os.path.join(out, "timeline-of-file.html"), detail=50)
+    log.info("timeline at %s", written)
     segments = segments_html(snap, device=0, at=len(snap["device_traces"][0]))
     assert segments.startswith("<!DOCTYPE html>")
     log.info("categories at the peak: %s", categories_at_peak(snap, "cuda:0"))

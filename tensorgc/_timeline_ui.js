@@ -131,7 +131,7 @@
   function visible(e0, e1) { return aliveIn(e0, e1, LIMIT); }
   // a band's own colour (its category, or its site's) where the overview drew it; else the
   // allocation site's
-  var look = data.look || {};
+  var look = data.look || {}, names = data.names || {};
   function color(j) {
     var b = look[D.E[j]];
     if (b) return b[0];
@@ -285,6 +285,7 @@
     show(-1, {size: D.S[j], addr: "0x" + D.X[j].toString(16),
               alloc: D.E[j] >= 0 ? D.A[j] : -1, free: D.F[j],
               cat: look[D.E[j]] ? look[D.E[j]][1] : "",
+              name: D.F[j] < 0 ? names[String(D.X[j])] || "" : "",
               entry: D.E[j], frames: D.stacks[D.K[j]] || []}, '[data-j="' + j + '"]');
   }
   function show(i, d, sel) {
@@ -296,6 +297,7 @@
       ["allocated", d.alloc >= 0 ? "event " + d.alloc.toLocaleString("en-US") : "before the trace"],
       ["freed", d.free >= 0 ? "event " + d.free.toLocaleString("en-US") : "alive at the end"],
       ["category", d.cat || "unknown"]];
+    if (d.name) rows.unshift(["name", d.name]);
     if (d.entry !== undefined) rows.push(["trace entry", d.entry >= 0 ? "" + d.entry : "none"]);
     while (panel.firstChild) panel.removeChild(panel.firstChild);
     var h = document.createElement("h3"); h.textContent = "Allocation " + fmtBytes(d.size);

@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from array import array
-from typing import (TYPE_CHECKING, Any, Dict, List, Literal, Mapping, Optional, Sequence,
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence,
                     Tuple, TypedDict, Union)
 
 from ._errors import SnapshotError
@@ -66,8 +66,13 @@ class Marks(TypedDict):
 
 
 class SnapshotKey(Marks, total=False):
-    """The value snapshot() stores under KEY: every active handle's marks, and the names."""
+    """The value snapshot() stores under KEY: every active handle's marks, the blocks' kinds
+    (named) and the tensors' names (names: {device: {block address: name}})."""
     named: Named
+    names: Dict[int, Dict[int, str]]
+
+
+NAME_MAX = 200  # characters of a tensor's name kept in the snapshot and shown on the page
 OPEN = (1 << 63) - 1  # the end of a span still open at the snapshot (INT64_MAX in the replay)
 
 
@@ -387,12 +392,14 @@ def active() -> List[Categorizer]:
 
 
 def snapshot_key(
-        named: Optional[Mapping[Union[int, str], Mapping[int, str]]] = None
+        named: Optional[Mapping[Union[int, str], Mapping[int, str]]] = None,
+        names: Optional[Mapping[Union[int, str], Mapping[int, str]]] = None
 ) -> Optional[SnapshotKey]:
     """The value ``snapshot()`` stores under KEY: every active handle's marks merged, and
-    ``named`` ({device index or "cuda:N": {addr: kind}}, as Report.block_kinds; default: a
-    MemReporter collect of the handles' models and optimizers, the blocks of the live tensors).
-    None without an active handle."""
+    ``named`` ({device index or "cuda:N": {addr: kind}}, as Report.block_kinds) and ``names``
+    ({device: {addr: tensor name}}, as Report.block_names; default for both: a MemReporter
+    collect of the handles' models and optimizers, the blocks of the live tensors). None
+    without an active handle."""
     handles = active()
     if not handles:
         return None
@@ -404,7 +411,9 @@ def snapshot_key(
         key["grads"] += m["grads"]
         key["dropped"]["spans"] += m["dropped"]["spans"]
         key["dropped"]["grads"] += m["dropped"]["grads"]
-    given: Mapping[Any, Mapping[int, str]] = _named_now(handles) if named is None else named
+    found: Tuple[Named, Dict[int, Dict[int, str]]] = (
+        _named_now(handles) if named is None or names is None else ({}, {}))
+    given: Mapping[Any, Mapping[int, str]] = found[0] if named is None else named
     out: Named = {}
     key["named"] = out
     for d, blocks in given.items():
@@ -414,6 +423,16 @@ def snapshot_key(
                 (a, ALIASES.get(k, k)) for a, k in blocks.items()
                 if _int(a, 0, (1 << 64) - 1)
                 and ALIASES.get(k, k) in CATEGORIES[:-1])  # "other" names nothing
+    given_names: Mapping[Any, Mapping[int, str]] = found[1] if names is None else names
+    out_names: Dict[int, Dict[int, str]] = {}
+    for d, blocks in given_names.items():
+        dev = _device_index(d)
+        if dev is not None and isinstance(blocks, Mapping):
+            out_names.setdefault(dev, {}).update(
+                (a, n[:NAME_MAX]) for a, n in blocks.items()
+                if _int(a, 0, (1 << 64) - 1) and isinstance(n, str))
+    if out_names:
+        key["names"] = out_names
     return key
 
 
@@ -426,11 +445,13 @@ def _device_index(d: object) -> Optional[int]:
     return None
 
 
-def _named_now(handles: Sequence[Categorizer]) -> Named:
-    """{device index: {block address: kind}} from the reporter, or {} when it fails (logged)."""
+def _named_now(handles: Sequence[Categorizer]) -> Tuple[Named, Dict[int, Dict[int, str]]]:
+    """({device index: {block address: kind}}, {device index: {block address: name}}) from the
+    reporter, or empty ones when it fails (logged)."""
     from .reporter import MemReporter
 
     named: Named = {}
+    names: Dict[int, Dict[int, str]] = {}
     for h in handles:
         try:
             model, opt = h.model(), h.optimizer()
@@ -446,7 +467,10 @@ def _named_now(handles: Sequence[Categorizer]) -> Named:
             blocks = named.setdefault(index, {})
             for addr, kind in kinds.items():
                 blocks.setdefault(addr, kind)
-    return named
+            called = names.setdefault(index, {})
+            for addr, name in rep.block_names.get(dev, {}).items():
+                called.setdefault(addr, name)
+    return named, names
 
 
 # ---------------------------------------------------------------------- reading (untrusted)
@@ -518,7 +542,42 @@ def parse(value: object, where: str = "snapshot",
     for k, v in dropped.items():
         if not _int(v, 0):
             raise bad(f"'dropped' counts must be ints >= 0 ({_cut(k)}: {_cut(v)})")
+    _parse_names(value.get("names", {}), bad, nbytes)
     return out_spans, out_grads, out_named, dropped
+
+
+def _parse_names(names: object, bad: Callable[[str], SnapshotError],
+                 nbytes: Optional[int]) -> Dict[int, Dict[int, str]]:
+    """KEY's "names", checked: {device: {block address: name}}, each name cut to NAME_MAX."""
+    if not isinstance(names, dict):
+        raise bad(f"'names' must be a dict, not {type(names).__name__}")
+    out: Dict[int, Dict[int, str]] = {}
+    for dev, blocks in names.items():
+        if not _int(dev, -1, 128) or not isinstance(blocks, dict):
+            raise bad(f"'names' must map device indices to dicts (key {_cut(dev)})")
+    count = sum(len(b) for b in names.values())
+    if nbytes is not None and count > nbytes:
+        raise bad(f"{count:,} names in {nbytes:,} bytes: the file repeats dicts through the memo")
+    for dev, blocks in names.items():
+        d = out[dev] = {}
+        for addr, name in blocks.items():
+            if not _int(addr, 0, (1 << 64) - 1) or not isinstance(name, str):
+                raise bad(f"name of block {_cut(addr)} of device {dev}: an int address and a "
+                          f"str, not {_cut(name)}")
+            d[addr] = name[:NAME_MAX]
+    return out
+
+
+def names_of(snap: object, device: int) -> Dict[int, str]:
+    """{block address: tensor name} of one device from the snapshot's KEY ({} without any; a
+    malformed KEY is load_snapshot's to refuse, and gives {} here)."""
+    value = snap.get(KEY) if isinstance(snap, dict) else None
+    if not isinstance(value, dict) or value.get("version") != VERSION:
+        return {}
+    try:
+        return _parse_names(value.get("names", {}), SnapshotError, None).get(device, {})
+    except SnapshotError:
+        return {}
 
 
 OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch's record_function name of every step

@@ -124,11 +124,13 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
             notes.append(f"{what} failed:\n{traceback.format_exc(limit=4)}")
 
     kinds: Dict[int, str] = {}
+    names: Dict[int, str] = {}
 
     def report() -> None:
         # no warning of its own: the autopsy's notes say what failed
         rep = MemReporter(model, optimizer=optimizer)._collect(str(dev), False, True)
         kinds.update(rep.block_kinds.get(str(dev), {}))
+        names.update(rep.block_names.get(str(dev), {}))
         put("memreport.txt", rep.format(verbose=True) + "\n")
     step("the MemReporter table", report)
 
@@ -141,14 +143,15 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
 
             # the marks of tensorgc.categorize, if one is active, and the reporter's names
             # taken above travel in the file, so its timeline is coloured by category anywhere
-            snap = snapshot(named={index: kinds})
+            snap = snapshot(named={index: kinds}, names={index: names})
             try:
                 dump_snapshot(os.path.join(path, "snapshot.pickle"), snap)
             except OSError as exc:
                 lost("snapshot.pickle", exc)
             traces = snap.get("device_traces") or []
             if index < len(traces) and traces[index]:
-                put("timeline.html", timeline_html(snap, device=index, categories=kinds))
+                put("timeline.html", timeline_html(snap, device=index, categories=kinds,
+                                                   names=names))
                 line = categories_at_peak(snap, index)
                 if line:
                     notes.append(f"categories {line}")

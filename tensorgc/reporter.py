@@ -87,6 +87,9 @@ class Report:
     # CUDA: {device: {block address: kind}} of the blocks holding found storages (the first,
     # i.e. named, row's kind; saved_for_backward is reported as "activation")
     block_kinds: Dict[str, Dict[int, str]] = field(default_factory=dict)
+    # CUDA: {device: {block address: name}} of the same blocks (the first row's name), for the
+    # timeline's side panel
+    block_names: Dict[str, Dict[int, str]] = field(default_factory=dict)
 
     def devices(self) -> List[str]:
         return list(self.totals)
@@ -428,6 +431,7 @@ class MemReporter:
         block = {}  # row index -> block bytes
         site_of: Dict[int, str] = {}  # row index -> allocation site (CUDA, history recorded)
         block_kinds: Dict[str, Dict[int, str]] = {}
+        block_names: Dict[str, Dict[int, str]] = {}
         totals: Dict[str, Totals] = {}
         sites: Dict[str, List[Site]] = {}
         cuda_idx = sorted({(r[6] if r[6] is not None else 0) for r in rows_raw if r[5] == "cuda"})
@@ -458,6 +462,7 @@ class MemReporter:
                     kinds = block_kinds.setdefault(rows_raw[i][4], {})
                     kind = rows_raw[i][1]
                     kinds.setdefault(p[1], "activation" if kind == "saved_for_backward" else kind)
+                    block_names.setdefault(rows_raw[i][4], {}).setdefault(p[1], rows_raw[i][0])
             for i, r in enumerate(rows_raw):
                 if r[5] == "cuda" and i not in block:
                     block[i] = 0
@@ -506,7 +511,7 @@ class MemReporter:
         ordered = {d: totals[d] for d in devices if d in totals}
         ordered.update({d: v for d, v in totals.items() if d not in ordered})
         return Report(rows=rows, totals=ordered, sites=sites, block_kinds=block_kinds,
-                      chains=chains)
+                      block_names=block_names, chains=chains)
 
 
 def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],

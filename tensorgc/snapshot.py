@@ -86,12 +86,14 @@ def record_memory_history(enabled: Optional[Literal["all", "state"]] = "all",
 
 
 def snapshot(*, categories: bool = True,
-             named: Optional[Mapping[Union[int, str], Mapping[int, str]]] = None) -> Snapshot:
+             named: Optional[Mapping[Union[int, str], Mapping[int, str]]] = None,
+             names: Optional[Mapping[Union[int, str], Mapping[int, str]]] = None) -> Snapshot:
     """The allocator's state and history (torch's ``_snapshot()`` dict). With ``categories``
     and an active ``tensorgc.categorize`` handle, the handles' phase and grad marks are attached
-    under ``"tensorgc_categories"``, with ``named`` ({device index: {block address: kind}};
-    default: a MemReporter collect of the handles' models and optimizers) for the blocks alive
-    now, so the timeline of the dumped file is coloured by category anywhere. memory_viz
+    under ``"tensorgc_categories"``, with ``named`` ({device index: {block address: kind}}) and
+    ``names`` ({device index: {block address: tensor name}}, shown in the timeline's panel;
+    default for both: a MemReporter collect of the handles' models and optimizers) for the
+    blocks alive now, so the timeline of the dumped file is coloured by category anywhere. memory_viz
     ignores the key. Without CUDA, RuntimeError (the snapshot is the CUDA caching allocator's
     state)."""
     require_cuda("snapshot", "it is the CUDA caching allocator's state; load_snapshot reads a "
@@ -101,7 +103,7 @@ def snapshot(*, categories: bool = True,
     snap: Snapshot = dict(torch.cuda.memory._snapshot())
     if categories:
         try:
-            key = snapshot_key(named)
+            key = snapshot_key(named, names)
         except Exception:  # noqa: BLE001 -- the snapshot matters more than its categories
             logging.getLogger("tensorgc").warning("tensorgc: the categories could not be "
                                                   "attached to the snapshot", exc_info=True)

@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from . import _tensorgc
 from ._devices import DeviceLike, snapshot_device
 from ._types import Frame, Snapshot, Trace
-from .categories import replay_inputs
+from .categories import NAME_MAX, names_of, replay_inputs
 from .reporter import readable_size as R
 
 __all__ = ["timeline", "timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
@@ -169,6 +169,7 @@ DETAIL_STACKS = 20_000  # distinct stacks the page carries for its detail view (
 # overview only (its page would pass about 45 MB)
 DETAIL_MAX = 3_000_000
 SEGMENTS_MAX = 5_000  # segments the page's allocator-state strip knows
+NAMES_MAX = 20_000  # tensor names the page carries (of blocks alive at the end)
 
 
 def _detail_data(snap: Snapshot, tl: Replay, cols: Columns, index: int) -> Dict[str, Any]:
@@ -343,7 +344,8 @@ def _areas_svg(tl: Replay, cols: int) -> str:
 
 def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300,
                   title: Optional[str] = None, columns: int = WIDTH,
-                  categories: Optional[Mapping[int, str]] = None) -> str:
+                  categories: Optional[Mapping[int, str]] = None,
+                  names: Optional[Mapping[int, str]] = None) -> str:
     """The page (str). ``detail``: how many of the largest allocations get their own band (the
     rest is one summarized band), as memory_viz's slider.
 
@@ -355,10 +357,21 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
     {block address: kind} from the MemReporter taken with it, Report.block_kinds[device]) are
     coloured by kind, the others by allocation site.
 
+    Names: the side panel names an allocation alive at the end whose block the MemReporter
+    named: ``names`` ({block address: tensor name}, Report.block_names[device]) or the
+    snapshot's own (taken with tensorgc.categorize active); each cut to NAME_MAX characters,
+    at most NAMES_MAX of them.
+
     A device the snapshot does not hold is a ValueError (tensorgc.DeviceError) that lists the
     devices it holds: its page would be empty."""
     device = snapshot_device(snap, device)
     tl, trace, tcols = _replay(snap, device, columns, detail, categories)
+    # the tensors' names of blocks alive at the end (the given ones win), cut and bounded; the
+    # page shows one for an allocation alive at the end at that address
+    called = dict(names_of(snap, device))
+    called.update((a, n) for a, n in (names or {}).items() if isinstance(a, int)
+                  and isinstance(n, str))
+    called = {a: _text(n[:NAME_MAX]) for a, n in list(called.items())[:NAMES_MAX]}
     cols = len(tl["active"])
     top = max(tl["max"], 1)
     ys = HEIGHT / top
@@ -415,6 +428,7 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
         cat_name = when.split("; ", 1)[1] if "; " in when else ""
         allocs.append({"size": size, "addr": f"0x{addr:x}" if isinstance(addr, int) else "?",
                        "alloc": alloc_ev, "free": free_ev, "cat": cat_name,
+                       "name": called.get(addr, "") if free_ev < 0 else "",
                        "frames": _stack_lines(entry, STACK_MAX)})
         if alloc_ev >= 0:
             band_look[alloc_ev] = [fill, cat_name]
@@ -472,6 +486,7 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
     page_data = {"left": LEFT, "width": WIDTH, "top": TOP, "height": HEIGHT,
                  "events": tl["events"], "columns": cols, "allocs": allocs, "max": top,
                  "detail": detail_data, "look": band_look,
+                 "names": {str(a): n for a, n in called.items()},
                  "times": times if times and min(times) > -2**63 else []}
     head = title or f"Active memory timeline, cuda:{device}"
     summary = (f"{len(trace):,} trace entries; {tl['allocs']:,} allocations; peak {R(tl['max'])}; "
@@ -528,7 +543,7 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
 def timeline(snapshot: Union[Snapshot, StrPath, None] = None, path: Optional[StrPath] = None, *,
              device: DeviceLike = "cuda", detail: int = 300, title: Optional[str] = None,
              categories: Optional[Mapping[int, str]] = None,
-             max_bytes: Optional[int] = None) -> str:
+             names: Optional[Mapping[int, str]] = None, max_bytes: Optional[int] = None) -> str:
     """The Active Memory Timeline page (as ``tensorgc timeline``), from ``snapshot``: a snapshot
     dict, the path of a snapshot file (read with load_snapshot, which never runs code from it;
     ``max_bytes`` as there), or None for the allocator's history now (tensorgc.snapshot(): needs
@@ -549,7 +564,7 @@ def timeline(snapshot: Union[Snapshot, StrPath, None] = None, path: Optional[Str
         raise TypeError("timeline(snapshot=...) takes a snapshot dict, a file path or None, "
                         f"not {type(snapshot).__name__}")
     page = timeline_html(snap, device=device, detail=detail, title=title,
-                         categories=categories)
+                         categories=categories, names=names)
     if path is None:
         return page
     return atomic_write(path, lambda f: f.write(page))

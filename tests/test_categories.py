@@ -351,6 +351,10 @@ BAD_KEYS = [
     ({"version": 1, "named": {0: {5: "<script>"}}}, "named block 5 of device 0"),
     ({"version": 1, "named": {0: {"5": "grad"}}}, "named block '5' of device 0"),
     ({"version": 1, "dropped": {"grads": -1}}, "'dropped' counts"),
+    ({"version": 1, "names": []}, "'names' must be a dict, not list"),
+    ({"version": 1, "names": {"0": {}}}, "'names' must map device indices"),
+    ({"version": 1, "names": {0: {5: b"w"}}}, "name of block 5 of device 0"),
+    ({"version": 1, "names": {0: {-5: "w"}}}, "name of block -5 of device 0"),
 ]
 
 
@@ -394,6 +398,20 @@ def test_long_lists_are_fine_and_memo_repetition_is_refused(tmp_path):
     blocks = {0x1000 + i: "grad" for i in range(50_000)}
     with pytest.raises(SnapshotError, match="repeats lists through the memo"):
         _load(tmp_path, {"version": 1, "named": {d: blocks for d in range(128)}})
+
+
+def test_names_travel_in_the_key_cut_and_bounded(tmp_path):
+    from tensorgc.categories import NAME_MAX, names_of
+
+    long = "m." + "x" * (NAME_MAX * 3)
+    snap = _load(tmp_path, {"version": 1, "names": {0: {0x1000: "fc.weight", 0x2000: long},
+                                                    1: {0x3000: "<b>"}}})
+    assert names_of(snap, 0) == {0x1000: "fc.weight", 0x2000: long[:NAME_MAX]}
+    assert names_of(snap, 1) == {0x3000: "<b>"} and names_of(snap, 2) == {}
+    assert names_of({"segments": []}, 0) == {}
+    blocks = {0x1000 + i: "w" for i in range(50_000)}
+    with pytest.raises(SnapshotError, match="repeats dicts through the memo"):
+        _load(tmp_path, {"version": 1, "names": {d: blocks for d in range(128)}})
 
 
 def test_memory_viz_ignores_the_key():
@@ -564,8 +582,11 @@ def test_snapshot_attaches_the_marks(monkeypatch, tmp_path):
         named = snapshot_key({0: {0x1000: "parameter", 0x2000: "other", 0x3000: "grad"},
                               "cuda:1": {0x4000: "activation", "x": "grad", 5: "<b>"},
                               "cpu": {0x5000: "parameter"}, 2: []})["named"]
+        names = snapshot_key({}, {0: {0x1000: "fc.weight", 0x2000: "x" * 999, "a": "b"},
+                                  "cuda:1": {0x4000: 7}, "cpu": {1: "c"}})["names"]
     # "other" names nothing; Report.block_kinds' "cuda:N" keys are taken; the rest is left out
     assert named == {0: {0x1000: "parameter", 0x3000: "grad"}, 1: {0x4000: "activation"}}
+    assert names == {0: {0x1000: "fc.weight", 0x2000: "x" * 200}, 1: {}}
     assert snapshot_key() is None
     k = snap[KEY]
     assert k["version"] == 1 and [s[0] for s in k["spans"]] == ["forward", "backward", "optimizer"]

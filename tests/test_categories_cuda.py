@@ -131,7 +131,14 @@ def test_three_steps_of_an_mlp_with_adam(tmp_path):
         assert inside, "no allocation inside a forward"
         assert series["activation"][inside[-1]] > 0
 
+    # the reporter's names travel in the file: every parameter's block is named
+    from tensorgc.categories import names_of
+    called = names_of(snap, index)
+    for name, p in model.named_parameters():
+        assert called[storage_ptr(p)] == name
+
     # the page and the breakdown
     page = timeline_html(snap, device=index)
+    assert '"0.weight"' in page  # the names of the blocks alive at the end, for the panel
     assert "Categories over time" in page and ">optimizer state</text>" in page
     assert categories_at_peak(snap, index).startswith("at the peak")

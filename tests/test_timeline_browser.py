@@ -306,3 +306,33 @@ def test_hovering_shows_the_allocator_state_at_that_event(browser, tmp_path):
     page.locator("#tgc-state rect[data-j]").first.dispatch_event("click")
     assert "/w/train.py:3 b" in page.inner_text("#tgc-panel")
     assert errors == []
+
+
+def test_the_panel_names_a_block_the_reporter_named(browser, tmp_path):
+    trace = training_trace(steps=4)
+    leaks = [e["addr"] for e in trace if e["action"] == "alloc" and e["frames"][0]["name"] == "leaky"]
+    names = {leaks[0]: "model.cache[0] <i>", leaks[-1]: "opt.state['w']"}
+    html = timeline_html(snap_of(trace), detail=50, names=names)
+    assert "<i>" not in html
+    page, errors = open_page(browser, tmp_path, html)
+    # the overview's band of the first leak
+    i = page.evaluate("(a) => JSON.parse(document.getElementById('tgc-data').textContent)"
+                      ".allocs.findIndex(function (d) { return d.addr === a; })", f"0x{leaks[0]:x}")
+    page.locator(f'#tgc-plot [data-i="{i}"]').dispatch_event("click")
+    assert "name\nmodel.cache[0] <i>" in page.inner_text("#tgc-panel")
+    # the detail view's polygon of the last leak: named too; a freed allocation is not
+    zoom_to(page, 0.9, 1.0)
+    assert page.get_attribute("#tgc-svg", "data-mode") == "detail"
+    j = page.evaluate("(a) => { var D = window.tgcDetail; for (var j = 0; j < D.X.length; j++)"
+                      " if (D.X[j] === a) return j; return -1; }", leaks[-1])
+    page.locator(f'#tgc-detail [data-j="{j}"]').dispatch_event("click")
+    assert "name\nopt.state['w']" in page.inner_text("#tgc-panel")
+    freed = page.evaluate("() => { var D = window.tgcDetail, els = document.querySelectorAll("
+                          "'#tgc-detail [data-j]'); for (var k = 0; k < els.length; k++) {"
+                          " var j = +els[k].getAttribute('data-j'); if (D.F[j] >= 0) return j; }"
+                          " return -1; }")
+    assert freed >= 0
+    page.locator(f'#tgc-detail [data-j="{freed}"]').dispatch_event("click")
+    text = page.inner_text("#tgc-panel")
+    assert "freed\nevent" in text and "name\n" not in text
+    assert errors == []

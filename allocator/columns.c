@@ -443,6 +443,19 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
     if (tgc_alloc_cols(cols, &c) < 0 || col__pre(pre, &pa, &ps, &np) < 0) {
         goto done;
     }
+    /* the stack ids index the columns' stacks (and size the engine's table of them) */
+    PyObject *stacks = PyTuple_GET_SIZE(cols) > 5 ? PyTuple_GET_ITEM(cols, 5) : NULL;
+    if (stacks == NULL || !PyList_Check(stacks)) {
+        PyErr_SetString(PyExc_TypeError, "columns: expected the stacks list after the stack ids");
+        goto done;
+    }
+    for (size_t i = 0; i < c.n; i++) {
+        if (c.stack[i] >= (uint64_t)PyList_GET_SIZE(stacks)) {
+            PyErr_Format(PyExc_ValueError, "columns: entry %zu has stack %u of %zd", i,
+                         (unsigned)c.stack[i], PyList_GET_SIZE(stacks));
+            goto done;
+        }
+    }
     Py_BEGIN_ALLOW_THREADS  /* plain C over the bytes the caller's tuple keeps alive */
     rc = tgc_detail_build(&c, pa, ps, np, use_free_requested ? TGC_TK_FREE_REQUESTED
                                                              : TGC_TK_FREE_COMPLETED,

@@ -136,10 +136,13 @@ def test_malformed_traces_are_value_errors(bad):
     (b"\x63", b"\0" * 8, b"\0" * 8, b"\0" * 8, b"\0" * 4),  # no such kind
     (b"", b"", b"", b""),                                # too short
     ("x", b"", b"", b"", b""),                           # not bytes
+    (b"\x01", b"\0" * 8, b"\0" * 8, b"\0" * 8, b"\xff" * 4),  # a stack past the list
 ])
 def test_malformed_columns_are_refused(cols):
-    with pytest.raises((ValueError, TypeError)):
-        _tensorgc._timeline(cols, [], 10, 10, True)
+    cols = cols + ([[]],)
+    if cols[4] != b"\xff" * 4:  # the replay reads no stacks
+        with pytest.raises((ValueError, TypeError)):
+            _tensorgc._timeline(cols, [], 10, 10, True)
     with pytest.raises((ValueError, TypeError)):
         _tensorgc._detail(cols, [], True, 10)
 

@@ -279,11 +279,37 @@ dt__zigzag(int64_t v)
     return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
 }
 
+/* The six values of allocation j (see detail.h), from the previous one's a, e and x. */
+static inline void
+dt__values(const tgc_detail *d, size_t j, uint64_t unit, uint64_t xunit, uint64_t v[6])
+{
+    uint64_t pa = j ? d->a[j - 1] : 0, px = j ? d->x[j - 1] : 0;
+    int64_t pe = j ? d->e[j - 1] : -1;
+    v[0] = d->a[j] - pa;
+    v[1] = d->f[j] == TGC_DETAIL_ALIVE ? 0 : d->f[j] - d->a[j] + 1;
+    v[2] = d->s[j] / unit;
+    v[3] = dt__zigzag((int64_t)((uint64_t)d->e[j] - (uint64_t)pe));
+    v[4] = d->k[j];
+    /* a two's-complement difference, divided as a signed number: exact, xunit divides both */
+    v[5] = dt__zigzag((int64_t)(d->x[j] - px) / (int64_t)xunit);
+}
+
+static inline size_t
+dt__varlen(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
 int
 tgc_detail_encode(const tgc_detail *d, tgc_detail_enc *out)
 {
     memset(out, 0, sizeof(*out));
-    uint64_t unit = 512, xunit = 512;
+    uint64_t unit = 512, xunit = 512, v[6];
     for (size_t j = 0; j < d->n; j++) {
         if (d->s[j] % 512) {
             unit = 1;
@@ -294,27 +320,22 @@ tgc_detail_encode(const tgc_detail *d, tgc_detail_enc *out)
     }
     out->unit = unit;
     out->xunit = xunit;
+    size_t need[6] = {0};  /* a first pass sizes each stream exactly */
+    for (size_t j = 0; j < d->n; j++) {
+        dt__values(d, j, unit, xunit, v);
+        for (int t = 0; t < 6; t++) {
+            need[t] += dt__varlen(v[t]);
+        }
+    }
     for (int t = 0; t < 6; t++) {
-        out->stream[t] = malloc(d->n * 10 + 1);  /* 10 bytes: the longest varint of 64 bits */
+        out->stream[t] = malloc(need[t] + 1);
         if (out->stream[t] == NULL) {
             tgc_detail_enc_free(out);
             return -1;
         }
     }
-    uint64_t pa = 0, px = 0;
-    int64_t pe = -1;
     for (size_t j = 0; j < d->n; j++) {
-        uint64_t v[6];
-        v[0] = d->a[j] - pa;
-        v[1] = d->f[j] == TGC_DETAIL_ALIVE ? 0 : d->f[j] - d->a[j] + 1;
-        v[2] = d->s[j] / unit;
-        v[3] = dt__zigzag((int64_t)((uint64_t)d->e[j] - (uint64_t)pe));
-        v[4] = d->k[j];
-        /* a two's-complement difference, divided as a signed number: exact, xunit divides both */
-        v[5] = dt__zigzag((int64_t)(d->x[j] - px) / (int64_t)xunit);
-        pa = d->a[j];
-        pe = d->e[j];
-        px = d->x[j];
+        dt__values(d, j, unit, xunit, v);
         for (int t = 0; t < 6; t++) {
             out->len[t] += dt__varint(out->stream[t] + out->len[t], v[t]);
         }

@@ -111,7 +111,7 @@ class _Sig:
     """One signature's counts in one CycleDedup."""
 
     __slots__ = ("key", "number", "cycle", "page", "no_page", "seen", "nbytes", "pending_seen",
-                 "pending_bytes")
+                 "pending_bytes", "repeat")
 
     def __init__(self, key: str, number: int, cycle: str) -> None:
         self.key = key                    # the signature
@@ -123,6 +123,7 @@ class _Sig:
         self.nbytes = 0                   # their tensor bytes
         self.pending_seen = 0             # not yet in a summary line nor a full report
         self.pending_bytes = 0
+        self.repeat = Verdict(False, (number,), (), "seen before", ())  # a report of it alone
 
 
 Item = Tuple[str, int, int, str]  # (signature, cycles, bytes, cycle text) of one group
@@ -204,6 +205,19 @@ class CycleDedup:
                 _busy = False
 
     def _admit(self, items: List[Item], now: float) -> Verdict:
+        if len(items) == 1 and self.dedup and not self._deferred:
+            # the steady state of a long job: one shape, reported already
+            key, n, b, _ = items[0]
+            s = self._sigs.get(key)
+            if s is not None and s.page is not None:
+                _totals["seen"] += n
+                _totals["bytes"] += b
+                s.seen += n
+                s.nbytes += b
+                s.pending_seen += n
+                s.pending_bytes += b
+                self._pending[key] = s
+                return s.repeat
         if self._deferred:
             deferred, self._deferred = self._deferred, []
             for its in deferred:  # counted, never reported: told by the next summary

@@ -228,6 +228,15 @@ _counters: List[Tuple[CycleDedup, Handle]] = []
 _counters_lock = threading.Lock()  # guards _counters (warn_tensor_cycles from several threads)
 
 
+def _new_counters_lock() -> None:
+    global _counters_lock
+    _counters_lock = threading.Lock()  # a forked child's: the parent's may be held by a thread
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_counters_lock)
+
+
 def _keep_until_told(counter: CycleDedup, handle: Handle) -> None:
     from .dedup import tell_at_exit
 

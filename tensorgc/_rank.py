@@ -78,8 +78,8 @@ class RankFilter(logging.Filter):
     """On logger "tensorgc": gives every record ``record.rank`` (this process's rank, an int, or
     None outside a distributed job) and, inside a job, starts its message with ``[rank N] `` so
     that any handler's default format shows it (``%(rank)s`` in a format of your own). The rank
-    is looked up for each record (current_rank: a few dict and attribute reads, about a
-    microsecond), never cached, so a process group made after import is seen at the next
+    is looked up for each record (current_rank: torch.distributed's state and the environment,
+    a few microseconds), never cached, so a process group made after import is seen at the next
     record; after destroy_process_group the group's rank stays. Never raises and never drops a
     record; a record that passes twice is changed once."""
 

@@ -11,7 +11,8 @@ process. Everything here is bounded: at most MAX_SIGNATURES signatures are track
 and numbered per process (the rest go to one "other" bucket), and a summary has at most
 SUMMARY_LINES lines about single signatures.
 
-Thread safety: one re-entrant lock guards every CycleDedup and the process totals. A gc callback
+Thread safety: one re-entrant lock guards every CycleDedup and the process totals (a forked
+child makes a new one). A gc callback
 may run in any thread, and also inside a locked section of the same thread (an allocation there
 can start a collection); such a nested call does not touch the tables mid-update: it leaves its
 counts in a short list that the next call takes in. Nothing here raises into the collector for a
@@ -22,6 +23,7 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import os
 import threading
 import time
 import weakref
@@ -412,6 +414,18 @@ def _items(report: CycleReport) -> List[Item]:
     except Exception:  # noqa: BLE001
         nbytes = 0
     return [("?", 1, nbytes, "")]
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) gets a lock of its own: the parent's may have been
+    held by another thread at the fork, and nobody in the child would ever release it."""
+    global _LOCK, _busy
+    _LOCK = threading.RLock()
+    _busy = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def tell_at_exit(dedup: CycleDedup) -> None:

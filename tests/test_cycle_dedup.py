@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -545,3 +546,41 @@ def test_pending_counts_are_told_at_exit():
                      r"report \(first at .*tensorgc-cycle-\w{8}\.html\); 5 times \(80 B\) since "
                      r"the last summary: Node -\.other-> Node", proc.stderr), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_counts_though_a_thread_held_the_lock_at_the_fork():
+    # a DataLoader worker forked while another thread of the trainer was inside a locked section
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with dedup._LOCK:
+            held.set()
+            release.wait()
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the lock's holder does not exist here
+            try:
+                d = CycleDedup()
+                ok = d.admit(FakeReport(("a", 1, 1))).full and d.totals()["seen"] == 1
+            finally:
+                os._exit(0 if ok else 1)
+        deadline = time.monotonic() + 60  # a safety net against a hung child, not a timing
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung on the lock")
+            time.sleep(0.01)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        release.set()
+        t.join()

@@ -3,9 +3,9 @@
  * leaks, what to draw, the text), drawn as DOT by report_dot.c (on first use, or when the hook
  * lets go of a report someone kept), its text and hints written by report_text.c, and rendered to
  * SVG and an HTML page by report_page.c (on first use); each group's signature, the shape of its
- * leak that tensorgc/dedup.py counts repeats by, by report_sig.c. cycles/binding.c exposes it as the
- * tensorgc.CycleReport heap type; the hook builds, delivers and settles reports. Python.h comes
- * first; everything here needs the GIL. */
+ * leak that tensorgc/dedup.py counts repeats by, by report_sig.c. cycles/binding.c exposes it as
+ * the tensorgc.CycleReport heap type; the hook builds, delivers and settles reports. Python.h
+ * comes first; everything here needs the GIL. */
 #ifndef TGC_REPORT_H
 #define TGC_REPORT_H
 

@@ -51,7 +51,8 @@ sig__label(PyObject *label)
         return sig__bytes(h, s, (size_t)n);
     }
     for (Py_ssize_t i = 0; i < n;) {
-        if (s[i] == '0' && i + 2 < n && (s[i + 1] == 'x' || s[i + 1] == 'X') && sig__hex(s[i + 2])) {
+        if (s[i] == '0' && i + 2 < n && (s[i + 1] == 'x' || s[i + 1] == 'X') &&
+            sig__hex(s[i + 2])) {
             i += 2;
             while (i < n && sig__hex(s[i])) {
                 i++;

@@ -2,9 +2,9 @@
 
 ``tensorgc.on_oom(directory)`` attaches an observer to PyTorch's caching allocator (it runs
 after the allocator gave up and released its lock, before OutOfMemoryError is raised). Each OOM
-writes, into a new private subdirectory ``oom-<time>-<pid>-cuda<N>/`` (``oom-<time>-rank<R>-<pid>-cuda<N>/``
-in a distributed job) of the directory given, else the output directory (set_output_dir,
-$TENSORGC_OUTPUT_DIR), else the temporary directory:
+writes, into a new private subdirectory ``oom-<time>-<pid>-cuda<N>/``
+(``oom-<time>-rank<R>-<pid>-cuda<N>/`` in a distributed job) of the directory given, else the
+output directory (set_output_dir, $TENSORGC_OUTPUT_DIR), else the temporary directory:
 
 * ``snapshot.pickle``: the allocator's state and history (protocol 4; memory_viz reads it too);
 * ``timeline.html`` and ``segments.html``: the Active Memory Timeline and the segment map just

@@ -59,6 +59,8 @@ def _ddp_worker(rank, world, port, out):
     for name in RANK_VARS + (_output.ENV,):
         os.environ.pop(name, None)  # the rank comes from the group alone
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    if os.path.exists("/sys/class/net/lo"):  # gloo on loopback, whatever the host name says
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
     log = logging.getLogger("tensorgc")

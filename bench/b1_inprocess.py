@@ -14,7 +14,10 @@ reports each mode's median loop time and the median of its per-round difference 
   call), which no detector registered there can avoid;
 * ``tensorgc`` -- ``tensorgc.observe_cycles(cb, device=...)``, ``cb`` reads ``.tensors``,
   ``.nbytes`` and ``.text`` as B1's does;
-* ``tensorgc-noisland`` -- the same with islands off.
+* ``tensorgc-noisland`` -- the same with islands off;
+* ``tensorgc-warn`` -- ``tensorgc.warn_tensor_cycles(device=...)`` as a long job leaves it on:
+  repeats counted by cycle signature (one CycleDedup shared by every loop, its page written
+  before the first round), so every report of the loop is a repeat: counted, no page, no text.
 
 With ``--variant NAME=PATH`` (repeatable) a built copy of the extension joins as mode NAME (loaded
 as in ab_variants.py), for an A/B of builds on B1's own loop:
@@ -39,15 +42,17 @@ import gc
 import importlib
 import operator
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 from b1_overhead import TensorCycle, make_pair  # noqa: E402
 
-MODES = ("plain", "floor", "tensorgc", "tensorgc-noisland")
+MODES = ("plain", "floor", "tensorgc", "tensorgc-noisland", "tensorgc-warn")
 
 
 def main(argv=None) -> int:
@@ -107,6 +112,13 @@ def main(argv=None) -> int:
 
     testing = importlib.import_module("tensorgc._tensorgc_testing")
     island = testing._young_island()["enabled"]
+    pages = tempfile.mkdtemp(prefix="tensorgc-b1-")
+    counter = tensorgc.CycleDedup()  # the steady state: one page, then repeats only
+    if "tensorgc-warn" in modes:
+        with tensorgc.warn_tensor_cycles(device=device, directory=pages, dedup=counter):
+            TensorCycle(torch.ones(4, device=device))
+            gc.collect()
+        assert counter.totals()["reports"] == 1, counter.totals()
 
     def module_of(m):
         """The module holding the phase timers of the build a mode runs, when that build has them
@@ -132,6 +144,10 @@ def main(argv=None) -> int:
                 testing._young_island(m != "tensorgc-noisland" and island)
                 if m == "floor":
                     gc.callbacks.append(operator.is_)
+                elif m == "tensorgc-warn":
+                    remove = tensorgc.warn_tensor_cycles(device=device, directory=pages,
+                                                         dedup=counter)
+                    before = counter.totals()["seen"]
                 elif m.startswith("tensorgc"):
                     remove = tensorgc.observe_cycles(cb, device=device)
                 elif m in variants:
@@ -150,10 +166,15 @@ def main(argv=None) -> int:
                     if remove is not None:
                         remove()
                 reports[m] = stats["reports"]
+                if m == "tensorgc-warn":
+                    reports[m] = counter.totals()["seen"] - before  # cycles counted
                 C.log(f"[B1-inprocess] round {r + 1}/{args.rounds} {m:18s} {times[m][-1]:.4f} s")
     finally:
         testing._young_island(island)
+        shutil.rmtree(pages, ignore_errors=True)
     del heap
+    if "tensorgc-warn" in modes:
+        assert counter.totals()["reports"] == 1, counter.totals()  # no page after the first
 
     plain = times["plain"]
     med_plain = statistics.median(plain)

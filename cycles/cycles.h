@@ -52,10 +52,11 @@ tgc_phase_now(void)
 enum {
     TGC_KEY_SHAPE, TGC_KEY_DTYPE, TGC_KEY_DEVICE, TGC_KEY_NBYTES, TGC_KEY_DATA_PTR, TGC_KEY_STACK,
     TGC_KEY_TYPE, TGC_KEY_STORAGE, TGC_KEY_COUNT_, TGC_KEY_OBJECTS, TGC_KEY_TENSORS, TGC_KEY_HINT,
-    TGC_KEY_CYCLE, TGC_KEY_DRAWN, TGC_KEY_COUNT
+    TGC_KEY_CYCLE, TGC_KEY_DRAWN, TGC_KEY_SIGNATURE, TGC_KEY_COUNT
 };
 #define TGC_KEY_NAMES {"shape", "dtype", "device", "nbytes", "data_ptr", "stack", "type", \
-                       "storage", "count", "objects", "tensors", "hint", "cycle", "drawn"}
+                       "storage", "count", "objects", "tensors", "hint", "cycle", "drawn", \
+                       "signature"}
 
 struct tgc_cycles {
     tgc_tensor_state *tensor;  /* borrowed: the module state's tensor part (module.c) */

@@ -2,9 +2,10 @@
  * report_build.c (the analysis: tensors of interest, the reference graph, groups of identical
  * leaks, what to draw, the text), drawn as DOT by report_dot.c (on first use, or when the hook
  * lets go of a report someone kept), its text and hints written by report_text.c, and rendered to
- * SVG and an HTML page by report_page.c (on first use). cycles/binding.c exposes it as the
- * tensorgc.CycleReport heap type; the hook builds, delivers and settles reports. Python.h comes
- * first; everything here needs the GIL. */
+ * SVG and an HTML page by report_page.c (on first use); each group's signature, the shape of its
+ * leak that tensorgc/dedup.py counts repeats by, by report_sig.c. cycles/binding.c exposes it as
+ * the tensorgc.CycleReport heap type; the hook builds, delivers and settles reports. Python.h
+ * comes first; everything here needs the GIL. */
 #ifndef TGC_REPORT_H
 #define TGC_REPORT_H
 
@@ -22,7 +23,10 @@ typedef struct tgc_pending tgc_pending;  /* report_int.h */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *text, *tensors, *groups, *edges, *hints;  /* new references, set at build */
+    /* New references, set at build. groups: a dict per group of identical leaks (count, objects,
+     * tensors, nbytes, hint, cycle, drawn, and signature: 16 hex digits, report_int.h's
+     * tgc_report_signatures), so a repeated leak is told by reading it, without the page. */
+    PyObject *text, *tensors, *groups, *edges, *hints;
     /* Made on first use: most reports are read for their text and never drawn. */
     PyObject *dot;         /* new reference, decoded from dot_src by tgc_report_dot */
     tgc_buf dot_src;       /* the DOT as drawn (UTF-8); freed once decoded */

@@ -138,6 +138,20 @@ void tgc_report_add_cut(tgc_buf *o, const char *s, size_t n, size_t max);
 int tgc_report_text(tgc_builder *b, int generation, uint32_t ntensors, unsigned long long total,
                     tgc_buf *text, tgc_report_row *rows, PyObject *groups, PyObject *hints);
 
+/* report_sig.c */
+/* The signature of each group b->groups[k], into sig[k] (b->ngroups of them): the shape of its
+ * leak, independent of addresses, ids, tensor sizes, the number of instances and the order the
+ * collector found them in. It hashes the set of distinct references between the objects of the
+ * group's representative, each as (referrer's type name, label, referent's type name): for a
+ * drawn group the references drawn (containers folded into their owner; in keys and indices
+ * every run of digits and every 0x-number counts as one '#'), for a group not drawn every
+ * reference, labelled "?" (so a shape has another signature on the rare report that does not
+ * draw it). Type names are tp_name (a class's __name__), never addresses. Costs one pass over the
+ * drawn edges, and over the edges of groups not drawn, and a sort. 0, or -1 with MemoryError. */
+int tgc_report_signatures(tgc_builder *b, uint64_t *sig);
+/* A signature as CycleReport.groups shows it: 16 lowercase hex digits (new reference). */
+PyObject *tgc_report_signature_str(uint64_t sig);
+
 /* report_dot.c */
 /* Draws the report's DOT from its builder into dot. Runs no Python code; leaves no exception
  * set (running out of memory shows in dot->oom). */

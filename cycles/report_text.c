@@ -330,11 +330,16 @@ tgc_report_text(tgc_builder *b, int generation, uint32_t ntensors, unsigned long
     tgc_buf cyc = {0}, hint = {0};  /* reused: a group's cycle and hint */
     tgc_buf spare = {0};            /* the lines of shapes past TGC_TEXT_GROUPS, not kept */
     uint32_t *best_of = NULL;       /* per group: its largest tensor (one pass, not one a group) */
+    uint64_t *sigs = NULL;          /* per b->groups[k]: its signature (report_sig.c) */
     uint64_t unlisted_bytes = 0, unlisted_tensors = 0;
     int rc = -1;
     best_of = malloc((b->a.ngroups ? b->a.ngroups : 1) * sizeof(uint32_t));
-    if (best_of == NULL) {
+    sigs = malloc((b->ngroups ? b->ngroups : 1) * sizeof(uint64_t));
+    if (best_of == NULL || sigs == NULL) {
         PyErr_NoMemory();
+        goto done;
+    }
+    if (tgc_report_signatures(b, sigs) < 0) {
         goto done;
     }
     for (uint32_t g = 0; g < b->a.ngroups; g++) {
@@ -417,13 +422,14 @@ tgc_report_text(tgc_builder *b, int generation, uint32_t ntensors, unsigned long
             PyObject *const keys[] = {c->keys[TGC_KEY_COUNT_], c->keys[TGC_KEY_OBJECTS],
                                       c->keys[TGC_KEY_TENSORS], c->keys[TGC_KEY_NBYTES],
                                       c->keys[TGC_KEY_HINT], c->keys[TGC_KEY_CYCLE],
-                                      c->keys[TGC_KEY_DRAWN]};
+                                      c->keys[TGC_KEY_DRAWN], c->keys[TGC_KEY_SIGNATURE]};
             PyObject *vals[] = {PyLong_FromUnsignedLong(gi->count),
                                 PyLong_FromUnsignedLong(gi->nodes),
                                 PyLong_FromUnsignedLong(gi->total_targets),
                                 PyLong_FromUnsignedLongLong(gi->total_bytes), Py_NewRef(hint_s),
-                                Py_NewRef(cyc_s), Py_NewRef(gi->drawn ? Py_True : Py_False)};
-            gd = tgc_report_dict(keys, vals, 7);
+                                Py_NewRef(cyc_s), Py_NewRef(gi->drawn ? Py_True : Py_False),
+                                tgc_report_signature_str(sigs[k])};
+            gd = tgc_report_dict(keys, vals, 8);
         }
         if (gd == NULL || PyList_Append(groups, gd) < 0 || PyList_Append(hints, hint_s) < 0) {
             Py_XDECREF(gd);
@@ -460,6 +466,7 @@ tgc_report_text(tgc_builder *b, int generation, uint32_t ntensors, unsigned long
     rc = 0;
 done:
     free(best_of);
+    free(sigs);
     tgc_buf_free(&spare);
     tgc_buf_free(&cyc);
     tgc_buf_free(&hint);

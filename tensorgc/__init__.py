@@ -1,8 +1,9 @@
 """tensorgc: where your GPU memory is and why it was not freed.
 
 The cycle detector and the reporter's walk are C (tensorgc._tensorgc); this package adds the
-file-writing warning, the reporter's naming (reporter.py) and the allocator helpers
-(allocator.py), and re-exports the API. See docs/api.md.
+file-writing warning (with its deduplication, dedup.py), the reporter's naming (reporter.py) and
+the allocator helpers (allocator.py), the output directory and the rank in file names and log
+records (_output.py, _rank.py), and re-exports the API. See docs/api.md.
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import atexit
 import logging
 import os
 import tempfile
-from typing import TYPE_CHECKING, Callable, Optional, Union
+import threading
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple, Union
 
 from . import _tensorgc
 from ._errors import DeviceError
@@ -47,12 +49,16 @@ from .snapshot import (  # noqa: E402
     record_memory_history,
     snapshot,
 )
+from ._output import get_output_dir, set_output_dir  # noqa: E402
+from .dedup import CycleDedup, cycle_totals  # noqa: E402  (repeated leaks in long jobs)
+from ._rank import install_filter as _install_rank_filter  # noqa: E402
 
 __all__ = [
     "Categorizer",
     "Chain",
     "Checkpoint",
     "Courtesy",
+    "CycleDedup",
     "CycleReport",
     "DeviceError",
     "GraphvizError",
@@ -66,6 +72,8 @@ __all__ = [
     "SnapshotError",
     "categorize",
     "checkpoint",
+    "cycle_totals",
+    "get_output_dir",
     "growth",
     "owner",
     "owners",
@@ -74,6 +82,7 @@ __all__ = [
     "on_oom",
     "profile",
     "profile_every",
+    "set_output_dir",
     "set_target_gpu",
     "write_autopsy",
     "dump_snapshot",
@@ -92,6 +101,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("tensorgc")
+# Every record of logger "tensorgc" carries record.rank, and "[rank N] " inside a distributed job.
+_install_rank_filter(logger)
 
 # Collections during interpreter exit must not call back into a half-torn-down world.
 atexit.register(_tensorgc._shutdown)
@@ -104,8 +115,12 @@ if TYPE_CHECKING:
 
 def warn_tensor_cycles(
         *, device: Union[str, torch.device, Callable[[torch.Tensor], bool], None] = None,
-        directory: Union[str, os.PathLike[str], None] = None) -> Handle:
-    """Write each cycle report to a new HTML file and log a WARNING with its path and summary.
+        directory: Union[str, os.PathLike[str], None] = None,
+        max_pages: Optional[int] = 20, min_interval: float = 0.0,
+        summary_every: Optional[float] = 600.0,
+        dedup: Union[bool, CycleDedup] = True) -> Handle:
+    """Write each new cycle's report to an HTML file and log a WARNING with its path and summary;
+    count the repeats.
 
     ``device``: whose tensors to watch, as observe_cycles takes it ("cuda", "cpu", "any", a
     device string, a torch.device or a predicate). The default watches what this machine has:
@@ -113,17 +128,42 @@ def warn_tensor_cycles(
     "tensorgc" says which and why. Asking for CUDA on a machine without it logs a WARNING (the
     watch would never report anything).
 
+    Repeats (dedup.py's CycleDedup): a report is made in full (a page and a WARNING) only when it
+    holds a cycle signature (the shape of a leak: CycleReport.groups[i]["signature"]) that has
+    no page yet, at most ``max_pages`` times (None: no cap) and at least ``min_interval``
+    seconds apart; other reports are counted by signature, and every ``summary_every`` seconds
+    (None: only at exit) a WARNING line per signature seen since says how often, how many bytes
+    and where its first page is; pending counts are also logged at interpreter exit. Reading a
+    repeat never makes its page. ``dedup=False`` makes a full report of every reporting
+    collection (still within the caps); a CycleDedup instance is used as it is (share one
+    between handles, or give it a clock), and the three limits must then be left alone. At most
+    1,000 signatures are tracked per handle; cycle_totals() has the process's counts.
+
     Each page is written whole or not at all (snapshot.atomic_write): to a private temp file
-    (mkstemp: O_EXCL, mode 0600) in ``directory`` or the temporary directory, fsynced, then
-    given a new unpredictable name ``tensorgc-cycle-XXXXXXXX.html`` that nothing had (no file
-    is ever overwritten). When the page cannot be written (a full disk, a read-only file
-    system, no permission, any OSError; or the page itself cannot be made), the one WARNING
-    still carries the summary and says why there is no page; no file is left behind, and
-    nothing is raised into the garbage collector. Returns the Handle; call it to unregister.
+    (mkstemp: O_EXCL, mode 0600) in ``directory``, else the output directory (set_output_dir,
+    $TENSORGC_OUTPUT_DIR), else the temporary directory, fsynced, then given a new
+    unpredictable name ``tensorgc-cycle-XXXXXXXX.html`` (``tensorgc-cycle-rank3-XXXXXXXX.html``
+    in a distributed job) that nothing had (no file is ever overwritten). When the page cannot
+    be written (a full disk, a read-only file system, no permission, any OSError; or the page
+    itself cannot be made), the one WARNING still carries the summary and says why there is no
+    page; no file is left behind, and nothing is raised into the garbage collector; that
+    signature may get its page at a later report. Returns the Handle; call it to unregister.
     """
     from ._devices import NO_CUDA, cuda_available, parse_device
+    from ._output import output_dir, ranked
     from .snapshot import atomic_write, write_failure
 
+    if isinstance(dedup, CycleDedup):
+        if (max_pages, min_interval, summary_every) != (20, 0.0, 600.0):
+            raise ValueError("tensorgc: warn_tensor_cycles: give max_pages, min_interval and "
+                             "summary_every to the CycleDedup passed as dedup=, not here")
+        counter = dedup
+    elif isinstance(dedup, bool):
+        counter = CycleDedup(max_pages=max_pages, min_interval=min_interval,
+                             summary_every=summary_every, dedup=dedup)
+    else:
+        raise TypeError(f"tensorgc: warn_tensor_cycles: dedup must be a bool or a CycleDedup, "
+                        f"not {type(dedup).__name__}")
     where: Optional[str] = None
     if directory is not None:
         where = os.fspath(directory)
@@ -145,28 +185,68 @@ def warn_tensor_cycles(
             pass  # observe_cycles says what is wrong with it
 
     def write_and_log(report: CycleReport) -> None:
-        try:
-            text = report.text.rstrip()
-        except Exception as exc:  # noqa: BLE001 -- the warning comes anyway
-            text = f"tensorgc: no summary: {write_failure(exc)}"
-        try:
-            html = report.html  # may raise (MemoryError): then no file is even started
-            path = atomic_write(tempfile.gettempdir() if where is None else where,
-                                lambda f: f.write(html), unique=("tensorgc-cycle-", ".html"))
-        except Exception as exc:  # noqa: BLE001 -- a missing page must not lose the summary
-            logger.warning("reference cycles kept tensors alive until gc ran; no page written: "
-                           "%s\n%s", write_failure(exc), text)
-            return
-        logger.warning("reference cycles kept tensors alive until gc ran; picture: %s\n%s",
-                       path, text)
+        verdict = counter.admit(report)  # reads the signatures only: no text, no page
+        if verdict.full:
+            try:
+                text = report.text.rstrip()
+            except Exception as exc:  # noqa: BLE001 -- the warning comes anyway
+                text = f"tensorgc: no summary: {write_failure(exc)}"
+            sigs = ", ".join(f"#{n}" if n else "other" for n in verdict.numbers)
+            sigs = f"cycle signature{'s' if len(verdict.numbers) > 1 else ''} {sigs}"
+            path: Optional[str] = None
+            try:
+                html = report.html  # may raise (MemoryError): then no file is even started
+                path = atomic_write(where if where is not None else
+                                    output_dir(tempfile.gettempdir()),
+                                    lambda f: f.write(html),
+                                    unique=(ranked("tensorgc-cycle-"), ".html"))
+            except Exception as exc:  # noqa: BLE001 -- a missing page must not lose the summary
+                counter.reported(verdict, None)
+                logger.warning("reference cycles kept tensors alive until gc ran; no page "
+                               "written: %s (%s)\n%s", write_failure(exc), sigs, text)
+            else:
+                counter.reported(verdict, path)
+                logger.warning("reference cycles kept tensors alive until gc ran; picture: "
+                               "%s (%s)\n%s", path, sigs, text)
+        for line in counter.summaries():
+            logger.warning("%s", line)
 
     handle = observe_cycles(write_and_log, device=device)  # raises for a device it refuses
+    _keep_until_told(counter, handle)
     if asks_cuda and not cuda_available():
         logger.warning("tensorgc: warn_tensor_cycles(device=%r) watches CUDA tensors, and "
                        "there are none: %s; device='cpu' (or no device) watches the CPU's",
                        device, NO_CUDA)
     logger.info("tensorgc: watching reference cycles that hold %s tensors%s", device, why)
     return handle
+
+
+# warn_tensor_cycles' counters and their handles. A removed handle drops its callback, and with
+# it its counter; what the counter has not told yet must still be logged at exit. So each is
+# kept here, and at the next warn_tensor_cycles call those of removed handles leave, their
+# untold counts turned into the lines logged at exit (dedup.tell_at_exit, bounded). Holds the
+# active handles and those removed since the last call.
+_counters: List[Tuple[CycleDedup, Handle]] = []
+_counters_lock = threading.Lock()  # guards _counters (warn_tensor_cycles from several threads)
+
+
+def _new_counters_lock() -> None:
+    global _counters_lock
+    _counters_lock = threading.Lock()  # a forked child's: the parent's may be held by a thread
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_counters_lock)
+
+
+def _keep_until_told(counter: CycleDedup, handle: Handle) -> None:
+    from .dedup import tell_at_exit
+
+    with _counters_lock:
+        gone = [c for c, h in _counters if not h.active]
+        _counters[:] = [(c, h) for c, h in _counters if h.active] + [(counter, handle)]
+    for c in gone:
+        tell_at_exit(c)
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:

@@ -39,6 +39,7 @@ class _GroupInfo(TypedDict):
     hint: str
     cycle: str
     drawn: bool
+    signature: str  # the leak's shape, 16 hex digits (tensorgc.dedup)
 
 
 @final

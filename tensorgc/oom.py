@@ -2,7 +2,9 @@
 
 ``tensorgc.on_oom(directory)`` attaches an observer to PyTorch's caching allocator (it runs
 after the allocator gave up and released its lock, before OutOfMemoryError is raised). Each OOM
-writes, into a new private subdirectory ``oom-<time>-<pid>-cuda<N>/``:
+writes, into a new private subdirectory ``oom-<time>-<pid>-cuda<N>/``
+(``oom-<time>-rank<R>-<pid>-cuda<N>/`` in a distributed job) of the directory given, else the
+output directory (set_output_dir, $TENSORGC_OUTPUT_DIR), else the temporary directory:
 
 * ``snapshot.pickle``: the allocator's state and history (protocol 4; memory_viz reads it too);
 * ``timeline.html`` and ``segments.html``: the Active Memory Timeline and the segment map just
@@ -51,12 +53,14 @@ logger = logging.getLogger("tensorgc")
 _AUTOPSY = threading.Lock()
 
 
-def write_autopsy(directory: StrPath, device: DeviceLike = "cuda:0", *,
+def write_autopsy(directory: Optional[StrPath] = None, device: DeviceLike = "cuda:0", *,
                   model: Optional[torch.nn.Module] = None,
                   optimizer: Optional[torch.optim.Optimizer] = None,
                   reason: Optional[str] = None) -> Tuple[str, str]:
-    """Write the autopsy files for ``device`` into a new subdirectory of ``directory`` and return
-    (path, verdict). Usable by hand too (``device="cpu"`` writes the report and the gc check).
+    """Write the autopsy files for ``device`` into a new subdirectory of ``directory`` (None: the
+    output directory, set_output_dir or $TENSORGC_OUTPUT_DIR, else the temporary directory) and
+    return (path, verdict). Usable by hand too (``device="cpu"`` writes the report and the gc
+    check).
 
     A file that cannot be written is left out (no partial file): README.txt notes it, and one
     WARNING on logger "tensorgc" lists the missing files and why. A directory that cannot be
@@ -65,11 +69,22 @@ def write_autopsy(directory: StrPath, device: DeviceLike = "cuda:0", *,
         require_cuda(f"write_autopsy(device={device!r})", "give device='cpu' for the report and "
                      "the gc check of the CPU's tensors")
     missing: Missing = []
-    path, verdict = _write_autopsy(os.fspath(directory), device, model, optimizer, reason,
+    path, verdict = _write_autopsy(_where(directory), device, model, optimizer, reason,
                                    missing)
     if missing:
         logger.warning("tensorgc: the OOM autopsy in %s is missing %s", path, _listed(missing))
     return path, verdict
+
+
+def _where(directory: Optional[StrPath]) -> str:
+    """The directory an autopsy goes under: the one given, else the output directory (made when
+    missing), else the temporary directory."""
+    if directory is not None:
+        return os.fspath(directory)
+    import tempfile
+
+    from ._output import output_dir
+    return output_dir(tempfile.gettempdir())
 
 
 def _listed(missing: Missing) -> str:
@@ -94,8 +109,10 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
     if is_cuda:
         dev = torch.device("cuda", index)
     os.makedirs(directory, 0o700, exist_ok=True)  # a new one private too (mode: the last part)
+    from ._output import ranked
+
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(directory, f"oom-{stamp}-{os.getpid()}-{dev.type}{index}")
+    path = os.path.join(directory, f"{ranked(f'oom-{stamp}-')}{os.getpid()}-{dev.type}{index}")
     n = 0
     while True:
         try:
@@ -206,10 +223,10 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
 class _Observer:
     """The callable torch keeps. Inactive after remove(); never raises."""
 
-    def __init__(self, directory: str,
+    def __init__(self, directory: Optional[str],
                  model: Optional[weakref.ref[torch.nn.Module]],
                  optimizer: Optional[weakref.ref[torch.optim.Optimizer]]) -> None:
-        self.directory = directory
+        self.directory = directory  # None: the output directory at each OOM
         self.model = model
         self.optimizer = optimizer
         self.active = True
@@ -230,8 +247,8 @@ class _Observer:
             opt = self.optimizer() if self.optimizer is not None else None
             missing: Missing = []
             try:
-                path, verdict = _write_autopsy(self.directory, f"cuda:{device}", model, opt,
-                                               reason, missing)
+                path, verdict = _write_autopsy(_where(self.directory), f"cuda:{device}", model,
+                                               opt, reason, missing)
             except OSError as exc:  # its directory: each file's failure is in `missing`
                 logger.warning("tensorgc: CUDA out of memory on cuda:%s (%s); no autopsy "
                                "written, its directory could not be created: %s",
@@ -256,11 +273,10 @@ class _Observer:
 
 def on_oom(directory: Optional[StrPath] = None, *, model: Optional[torch.nn.Module] = None,
            optimizer: Optional[torch.optim.Optimizer] = None) -> Callable[[], None]:
-    """Write an autopsy (see the module doc) into ``directory`` (default: the temp dir) at every
-    CUDA out-of-memory error from now on. Returns a function that turns it off. ``model`` and
-    ``optimizer`` (weakly held) name the tensors in the MemReporter table."""
-    import tempfile
-
+    """Write an autopsy (see the module doc) into ``directory`` at every CUDA out-of-memory error
+    from now on; without one, into the output directory as it is at that error (set_output_dir,
+    $TENSORGC_OUTPUT_DIR), else the temporary directory. Returns a function that turns it off.
+    ``model`` and ``optimizer`` (weakly held) name the tensors in the MemReporter table."""
     import torch
 
     require_cuda("on_oom", "it watches the CUDA caching allocator's out-of-memory errors; "
@@ -269,10 +285,13 @@ def on_oom(directory: Optional[StrPath] = None, *, model: Optional[torch.nn.Modu
     if attach is None:
         raise RuntimeError("tensorgc: on_oom needs a torch with "
                            "torch._C._cuda_attach_out_of_memory_observer (PyTorch 2.0 or later)")
-    where = tempfile.gettempdir() if directory is None else os.fspath(directory)
-    if not os.path.isdir(where):
-        raise NotADirectoryError(f"{where!r} is not a directory")
-    obs = _Observer(os.path.abspath(where),
+    where: Optional[str] = None
+    if directory is not None:
+        where = os.fspath(directory)
+        if not os.path.isdir(where):
+            raise NotADirectoryError(f"{where!r} is not a directory")
+        where = os.path.abspath(where)
+    obs = _Observer(where,
                     weakref.ref(model) if model is not None else None,
                     weakref.ref(optimizer) if optimizer is not None else None)
     attach(obs)

@@ -116,12 +116,18 @@ def snapshot(*, categories: bool = True,
 def dump_snapshot(path: StrPath, snap: Optional[Snapshot] = None) -> str:
     """Write ``snap`` (default: a fresh ``snapshot()``, which needs CUDA) to ``path`` with pickle
     protocol 4, atomically (a private temp file in the same directory, then a rename), mode
-    0600. Without CUDA and without ``snap``, RuntimeError before anything is written."""
+    0600, and return the path written. A bare file name (no directory part: "run.pickle") goes
+    into the output directory when one is set (set_output_dir, $TENSORGC_OUTPUT_DIR), else the
+    current directory. Without CUDA and without ``snap``, RuntimeError before anything is
+    written."""
     if snap is None:
         require_cuda("dump_snapshot", "without snap= it takes a snapshot of the CUDA caching "
                      "allocator; pass snap= to write one you have")
         snap = snapshot()
     where = os.fspath(path)
+    if isinstance(where, str) and where and not os.path.dirname(where):
+        from ._output import output_dir
+        where = os.path.join(output_dir(""), where)
     atomic_write(where, lambda f: pickle.dump(snap, f, protocol=4), binary=True)
     return where
 

@@ -19,6 +19,9 @@ tensorgc.record_memory_history(enabled="yes")  # E: arg-type
 tensorgc.Courtesy("cpu", pin_memory="yes")  # E: arg-type
 tensorgc.LineProfiler(len, target_gpu=1.5)  # E: arg-type
 tensorgc.categorize(optimizer=torch.nn.Linear(2, 2))  # E: arg-type
+tensorgc.set_output_dir(3)  # E: arg-type
+tensorgc.warn_tensor_cycles(max_pages="20")  # E: arg-type
+pages: str = tensorgc.cycle_totals()["reports"]  # E: assignment
 
 
 def on_report(r: CycleReport) -> str:

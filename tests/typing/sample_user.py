@@ -92,10 +92,23 @@ def watch_cycles(out: str) -> List[CycleReport]:
         garbage.remove()
         pages_handle()
     assert not handle.active and reports and pages and pages[0].startswith("<!DOCTYPE html>")
-    warn = tensorgc.warn_tensor_cycles(directory=out)  # CUDA if there is one, else the CPU
-    leak_a_cycle()
-    gc.collect()
-    warn.remove()
+    # CUDA if there is one, else the CPU; pages go to the output directory, repeats are counted
+    counter = tensorgc.CycleDedup(max_pages=5, min_interval=0.0, summary_every=None)
+    before = tensorgc.set_output_dir(out)
+    try:
+        assert tensorgc.get_output_dir() == os.path.abspath(out)
+        warn = tensorgc.warn_tensor_cycles(dedup=counter)
+        for _ in range(2):
+            leak_a_cycle()
+            gc.collect()
+        warn.remove()
+    finally:
+        tensorgc.set_output_dir(before)
+    signature: str = reports[0].groups[0]["signature"]
+    mine: Dict[str, int] = counter.totals()
+    totals: Dict[str, int] = tensorgc.cycle_totals()
+    assert mine["reports"] == 1 and mine["seen"] == 2 and totals["seen"] >= 2
+    log.info("cycle signature %s: #%d", signature, counter.number(signature))
     page = reports[0].html
     svg: str = reports[0].svg
     assert page and svg and reports[0].generation >= 0

@@ -33,8 +33,8 @@ def rank_info() -> Optional[RankInfo]:
     local = _env_int("LOCAL_RANK")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
-            rank, world = int(dist.get_rank()), int(dist.get_world_size())
-            return RankInfo(rank, rank if local is None else local, world, "torch.distributed")
+            r, w = int(dist.get_rank()), int(dist.get_world_size())
+            return RankInfo(r, r if local is None else local, w, "torch.distributed")
     except Exception:  # noqa: BLE001 -- a group torn down meanwhile: the environment decides
         pass
     rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")

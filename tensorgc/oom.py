@@ -11,7 +11,11 @@ writes, into a new private subdirectory ``oom-<time>-<pid>-cuda<N>/``:
   the peak's breakdown;
 * ``memreport.txt``: the MemReporter's verbose table for the device;
 * ``gc.txt`` (and ``cycles-<i>.html``): whether a garbage collection right now frees device
-  memory, and the cycle reports of the tensors it frees.
+  memory, and the cycle reports of the tensors it frees;
+* ``ranks.txt`` (in a distributed job): which rank this is, its own summary and the latest
+  summaries the other ranks published to the job's store (tensorgc/ranks.py: an OOM happens on
+  one rank, so no collective can ask them; the store is read without waiting for a missing key,
+  for at most ``peers_wait`` seconds in all).
 
 and logs a WARNING on logger "tensorgc" with the directory and the one-line verdict. The observer
 never raises (a failure is logged), and an OOM inside the autopsy does not start another.
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
     import torch
 
     from ._tensorgc import CycleReport
+    from .reporter import Report
 
 StrPath = Union[str, "os.PathLike[str]"]
 Missing = List[Tuple[str, str]]  # (file name, why it was not written)
@@ -54,31 +59,53 @@ _AUTOPSY = threading.Lock()
 def write_autopsy(directory: StrPath, device: DeviceLike = "cuda:0", *,
                   model: Optional[torch.nn.Module] = None,
                   optimizer: Optional[torch.optim.Optimizer] = None,
-                  reason: Optional[str] = None) -> Tuple[str, str]:
+                  reason: Optional[str] = None, peers_wait: float = 2.0) -> Tuple[str, str]:
     """Write the autopsy files for ``device`` into a new subdirectory of ``directory`` and return
     (path, verdict). Usable by hand too (``device="cpu"`` writes the report and the gc check).
+    In a distributed job the files say which rank wrote them, and ranks.txt holds the other
+    ranks' published summaries, read from the job's store for at most ``peers_wait`` seconds.
 
     A file that cannot be written is left out (no partial file): README.txt notes it, and one
     WARNING on logger "tensorgc" lists the missing files and why. A directory that cannot be
     created raises the OSError (naming it)."""
+    _check_wait(peers_wait)
     if parse_device(device, "device")[0] == "cuda":
         require_cuda(f"write_autopsy(device={device!r})", "give device='cpu' for the report and "
                      "the gc check of the CPU's tensors")
     missing: Missing = []
     path, verdict = _write_autopsy(os.fspath(directory), device, model, optimizer, reason,
-                                   missing)
+                                   missing, peers_wait)
     if missing:
         logger.warning("tensorgc: the OOM autopsy in %s is missing %s", path, _listed(missing))
     return path, verdict
+
+
+def _check_wait(peers_wait: object) -> float:
+    if isinstance(peers_wait, bool) or not isinstance(peers_wait, (int, float)) \
+            or not 0 <= peers_wait <= 60:
+        raise ValueError(f"peers_wait must be a number of seconds from 0 to 60, not "
+                         f"{peers_wait!r}")
+    return float(peers_wait)
 
 
 def _listed(missing: Missing) -> str:
     return ", ".join(f"{name} ({why})" for name, why in missing)
 
 
+def _rank_words() -> str:
+    """' on rank 3 of 8' inside a distributed job, '' outside."""
+    from ._rank import rank_info
+
+    try:
+        info = rank_info()
+    except Exception:  # noqa: BLE001
+        return ""
+    return "" if info is None else f" on rank {info.rank} of {info.world_size}"
+
+
 def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.Module],
                    optimizer: Optional[torch.optim.Optimizer], reason: Optional[str],
-                   missing: Missing) -> Tuple[str, str]:
+                   missing: Missing, peers_wait: float = 2.0) -> Tuple[str, str]:
     """write_autopsy's work; appends (file name, why) to ``missing`` for each file it could not
     write. Raises an OSError only where the autopsy's directory cannot be created."""
     import torch
@@ -104,7 +131,8 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
             break
         except FileExistsError:
             n += 1
-    notes = [f"tensorgc OOM autopsy for {dev}" + (f": {reason}" if reason else "")]
+    on_rank = _rank_words()
+    notes = [f"tensorgc OOM autopsy for {dev}{on_rank}" + (f": {reason}" if reason else "")]
 
     def lost(name: str, exc: BaseException) -> None:
         why = write_failure(exc)
@@ -124,13 +152,23 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
             notes.append(f"{what} failed:\n{traceback.format_exc(limit=4)}")
 
     kinds: Dict[int, str] = {}
+    reports: List[Report] = []
 
     def report() -> None:
         # no warning of its own: the autopsy's notes say what failed
         rep = MemReporter(model, optimizer=optimizer)._collect(str(dev), False, True)
+        reports.append(rep)
         kinds.update(rep.block_kinds.get(str(dev), {}))
-        put("memreport.txt", rep.format(verbose=True) + "\n")
+        head = f"MemReporter of {dev}{on_rank}\n" if on_rank else ""
+        put("memreport.txt", head + rep.format(verbose=True) + "\n")
     step("the MemReporter table", report)
+
+    if on_rank:
+        def other_ranks() -> None:
+            text, line = _ranks_text(reports[0] if reports else None, str(dev), peers_wait)
+            notes.append(line)
+            put("ranks.txt", text)
+        step("the other ranks' summaries", other_ranks)
 
     if is_cuda:
         def snap_files() -> None:
@@ -200,13 +238,43 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
     return path, verdict[0]
 
 
+def _ranks_text(rep: Optional[Report], device: str, wait: float) -> Tuple[str, str]:
+    """ranks.txt (which rank this is, its summary, the other ranks' latest published ones) and
+    README.txt's line about it. Reads the job's store for at most ``wait`` seconds."""
+    import socket
+
+    from ._rank import rank_info
+    from .ranks import GatheredReport, peer_summaries, summary_of
+
+    info = rank_info()
+    assert info is not None
+    own = summary_of(rep, device) if rep is not None else {
+        "rank": info.rank, "device": device, "error": "the MemReporter table failed"}
+    own["age"] = 0.0
+    peers, absent, note = peer_summaries(wait=wait)
+    table = GatheredReport([own] + peers, missing=absent).format()
+    text = (f"This autopsy is rank {info.rank}'s (of {info.world_size}; local rank "
+            f"{info.local_rank}; host {socket.gethostname()[:64]}, pid {os.getpid()}; rank from "
+            f"{info.source}).\n"
+            "An OOM happens on one rank, so the other ranks cannot be asked through a collective: "
+            "their latest summaries were read from the job's store, where each rank that calls "
+            "tensorgc.gather_report or tensorgc.publish_reports keeps one (age: seconds since "
+            "it was made, by this host's clock).\n"
+            f"{note}.\n\n{table}\n")
+    line = (f"ranks.txt: this is rank {info.rank} of {info.world_size}; {len(peers)} other "
+            f"rank(s) had published a summary")
+    return text, line
+
+
 class _Observer:
     """The callable torch keeps. Inactive after remove(); never raises."""
 
     def __init__(self, directory: str,
                  model: Optional[weakref.ref[torch.nn.Module]],
-                 optimizer: Optional[weakref.ref[torch.optim.Optimizer]]) -> None:
+                 optimizer: Optional[weakref.ref[torch.optim.Optimizer]],
+                 peers_wait: float = 2.0) -> None:
         self.directory = directory
+        self.peers_wait = peers_wait
         self.model = model
         self.optimizer = optimizer
         self.active = True
@@ -228,15 +296,15 @@ class _Observer:
             missing: Missing = []
             try:
                 path, verdict = _write_autopsy(self.directory, f"cuda:{device}", model, opt,
-                                               reason, missing)
+                                               reason, missing, self.peers_wait)
             except OSError as exc:  # its directory: each file's failure is in `missing`
-                logger.warning("tensorgc: CUDA out of memory on cuda:%s (%s); no autopsy "
+                logger.warning("tensorgc: CUDA out of memory on cuda:%s%s (%s); no autopsy "
                                "written, its directory could not be created: %s",
-                               device, reason, exc)
+                               device, _rank_words(), reason, exc)
                 return
             self.count += 1
-            logger.warning("tensorgc: CUDA out of memory on cuda:%s (%s); autopsy in %s%s: %s",
-                           device, reason, path,
+            logger.warning("tensorgc: CUDA out of memory on cuda:%s%s (%s); autopsy in %s%s: %s",
+                           device, _rank_words(), reason, path,
                            f" (not written: {_listed(missing)})" if missing else "", verdict)
         except BaseException:  # noqa: BLE001 -- raising into the allocator is not an option
             try:  # a logging filter or handler may raise too
@@ -252,10 +320,12 @@ class _Observer:
 
 
 def on_oom(directory: Optional[StrPath] = None, *, model: Optional[torch.nn.Module] = None,
-           optimizer: Optional[torch.optim.Optimizer] = None) -> Callable[[], None]:
+           optimizer: Optional[torch.optim.Optimizer] = None,
+           peers_wait: float = 2.0) -> Callable[[], None]:
     """Write an autopsy (see the module doc) into ``directory`` (default: the temp dir) at every
     CUDA out-of-memory error from now on. Returns a function that turns it off. ``model`` and
-    ``optimizer`` (weakly held) name the tensors in the MemReporter table."""
+    ``optimizer`` (weakly held) name the tensors in the MemReporter table. ``peers_wait``: the
+    most seconds an autopsy in a distributed job waits for the job's store (ranks.txt)."""
     import tempfile
 
     import torch
@@ -271,6 +341,7 @@ def on_oom(directory: Optional[StrPath] = None, *, model: Optional[torch.nn.Modu
         raise NotADirectoryError(f"{where!r} is not a directory")
     obs = _Observer(os.path.abspath(where),
                     weakref.ref(model) if model is not None else None,
-                    weakref.ref(optimizer) if optimizer is not None else None)
+                    weakref.ref(optimizer) if optimizer is not None else None,
+                    _check_wait(peers_wait))
     attach(obs)
     return obs.remove

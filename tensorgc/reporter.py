@@ -28,6 +28,8 @@ from ._devices import NO_CUDA, DeviceLike, cuda_available, parse_device
 if TYPE_CHECKING:
     import torch
 
+    from .ranks import Publisher
+
 Shape = Tuple[Optional[int], ...]
 Totals = Dict[str, Any]  # bytes and counts by name (int); on CUDA also the driver's view
 Site = Tuple[str, int, int]  # (allocation site, bytes, blocks)
@@ -280,11 +282,33 @@ class MemReporter:
     # ------------------------------------------------------------------ public
 
     def report(self, verbose: bool = False, device: Optional[DeviceLike] = None,
-               owners: bool = False) -> None:
+               owners: bool = False, *, gather: bool = False, group: Any = None,
+               dst: int = 0) -> None:
         """Print memlab's table for every device (or ``device``), with the explained footer and,
         with ``owners``, what holds each tensor that is not a parameter, grad, buffer or
-        optimizer state (grouped by owner, with subtotals; ``verbose`` lists every chain)."""
+        optimizer state (grouped by owner, with subtotals; ``verbose`` lists every chain).
+
+        ``gather=True``: a collective instead (every rank of ``group`` calls it): each rank's
+        summary of ``device`` from this reporter's names, gathered to rank ``dst``, which
+        prints one table of every rank (tensorgc.gather_report; the others print nothing)."""
+        if gather:
+            from .ranks import gather_report
+
+            rep = gather_report(device, group=group, dst=dst, reporter=self, owners=owners,
+                                show=False)
+            if rep is not None:
+                print(rep.format(verbose=verbose))
+            return
         print(self.collect(device=device, owners=owners).format(verbose=verbose))
+
+    def publish(self, every: float = 60.0, device: Optional[DeviceLike] = None,
+                top: int = 20) -> Publisher:
+        """Publish this rank's summary (this reporter's names) to the job's store after
+        optimizer steps, at most once every ``every`` seconds, for the OOM autopsy of another
+        rank to read (tensorgc.publish_reports). Returns the Publisher; ``remove()`` stops it."""
+        from .ranks import Publisher
+
+        return Publisher(self, every, device, top)
 
     def collect(self, device: Optional[DeviceLike] = None, owners: bool = False) -> Report:
         """The report as data (see Report, Row). A CUDA ``device`` on a machine without CUDA

@@ -252,7 +252,8 @@ def _ranks_text(rep: Optional[Report], device: str, wait: float) -> Tuple[str, s
         "rank": info.rank, "device": device, "error": "the MemReporter table failed"}
     own["age"] = 0.0
     peers, absent, note = peer_summaries(wait=wait)
-    table = GatheredReport([own] + peers, missing=absent).format()
+    table = GatheredReport(sorted([own] + peers, key=lambda r: r["rank"]),
+                           missing=absent).format()
     text = (f"This autopsy is rank {info.rank}'s (of {info.world_size}; local rank "
             f"{info.local_rank}; host {socket.gethostname()[:64]}, pid {os.getpid()}; rank from "
             f"{info.source}).\n"

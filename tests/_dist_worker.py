@@ -25,9 +25,6 @@ def error_of(fn):
     return None
 
 
-T0 = __import__("time").perf_counter()
-
-
 def main():
     rank, world, init, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     how, _, where = init.partition(":")
@@ -45,11 +42,7 @@ def main():
                             timeout=datetime.timedelta(seconds=60))
     import tensorgc
 
-    res = {"rank": rank, "times": []}
-    import time
-
-    def mark(what):
-        res["times"].append((what, round(time.perf_counter() - T0, 3)))
+    res = {"rank": rank}
     base = tensorgc.MemReporter().collect("cpu").totals.get("cpu", {})
     res["baseline"] = base.get("storage", 0)
     model = torch.nn.Linear(32, 32)
@@ -57,7 +50,6 @@ def main():
     res["made"] = sum(t.numel() * t.element_size() for t in held)
     res["model"] = sum(p.numel() * p.element_size() for p in model.parameters())
 
-    mark('setup')
     # the autopsy first, before any rank calls gather_report: rank 1 alone publishes
     if rank == 1:
         pub = tensorgc.publish_reports(every=3600, model=model)
@@ -73,7 +65,6 @@ def main():
                 res[name] = f.read()
     dist.barrier()
 
-    mark('autopsy')
     # the gathered table, on rank 0 only
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -90,7 +81,6 @@ def main():
         tensorgc.MemReporter(model).report(device="cpu", gather=True, dst=world - 1)
     res["report_gather"] = buf.getvalue()
 
-    mark('gathers')
     # bad arguments: raised on every rank before the collective (no rank is left waiting)
     res["bad_dst"] = error_of(lambda: tensorgc.gather_report("cpu", dst=world))
     res["bad_group"] = error_of(lambda: tensorgc.gather_report("cpu", group="world"))
@@ -112,7 +102,6 @@ def main():
         else:
             res["subgroup_error"] = error_of(lambda: tensorgc.gather_report("cpu", group=sub))
 
-    mark('bad')
     # every rank's snapshot into one directory
     snaps = os.path.join(out, "snaps")
     os.makedirs(snaps, exist_ok=True)
@@ -120,7 +109,6 @@ def main():
     made = {"segments": [], "device_traces": [[{"action": "alloc", "addr": 4096, "size": 512,
                                                 "time_us": 1}]]}
     res["snapshot_path"] = tensorgc.dump_snapshot(snaps, made)
-    mark('end')
     dist.barrier()
     dist.destroy_process_group()
     del held

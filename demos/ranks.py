@@ -2,8 +2,8 @@
 """ranks: a distributed job's memory, rank by rank.
 
 The story: two ranks train the same model with DistributedDataParallel, but rank 1 also runs a
-forward pass "for logging" each step, outside torch.no_grad(), and keeps its result -- and with
-it the graph and the activations it saved. Every rank publishes its
+larger validation batch each step "for the log", outside torch.no_grad(), and keeps its loss --
+and with it the graph and the activations it saved. Every rank publishes its
 memory summary to the job's store after each step (tensorgc.publish_reports); then every rank
 calls tensorgc.gather_report, and rank 0 prints one table with the ranks side by side and the
 rank that is highest over the median. Rank 1 then runs out of memory (on CUDA, under a cap: the
@@ -102,8 +102,9 @@ def run(rank: int, world: int, local: int, use_cuda: bool, args) -> None:
         y.square().mean().backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if rank == 1:  # a "logging" forward outside no_grad, kept: its graph holds the
-            kept.append(model(x).mean())  # activations of every layer
+        if rank == 1:  # a validation batch for the log, outside no_grad, its result kept:
+            val = torch.randn(6 * args.batch, width, device=device)  # its graph holds the
+            kept.append(model(val).mean())                           # activations
         if history is not None:
             history.step()
 
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
     p.add_argument("--ranks", type=int, default=2, help="with --spawn: how many (default 2)")
     p.add_argument("--device", choices=["auto", "cpu"], default="auto",
                    help="auto: one GPU a rank where there are enough, else the CPU")
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=4)
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--out", default=None, help="the directory for the snapshots and autopsies "

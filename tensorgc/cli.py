@@ -178,7 +178,7 @@ def _many(args: argparse.Namespace) -> Optional[List[str]]:
     directory contributes its regular files named *.pickle (not hidden ones: atomic_write's
     temp files). SnapshotError for a directory without snapshots; UsageError for standard input
     among several, or more than MAX_FILES files."""
-    from .ranks_page import MAX_FILES, order_files
+    from .ranks_page import MAX_FILES, SCAN_MAX, order_files
 
     given: List[str] = args.snapshot
     if len(given) == 1 and (given[0] == STDIN or not os.path.isdir(given[0])):
@@ -193,7 +193,10 @@ def _many(args: argparse.Namespace) -> Optional[List[str]]:
             found = []
             try:
                 with os.scandir(path) as it:
-                    for entry in it:
+                    for n, entry in enumerate(it):
+                        if n >= SCAN_MAX:
+                            raise UsageError(f"{path} holds more than {SCAN_MAX:,} entries: give "
+                                             "the snapshot files, or a directory of them")
                         if entry.name.endswith(".pickle") and not entry.name.startswith(".") \
                                 and entry.is_file():
                             found.append(os.path.join(path, entry.name))

@@ -28,6 +28,7 @@ __all__ = ["RankSnapshot", "rank_of", "order_files", "rank_snapshots", "common_c
            "pointers", "stats_text", "ranks_html", "MAX_FILES"]
 
 MAX_FILES = 512      # snapshot files one command reads (each is read and dropped in turn)
+SCAN_MAX = 100_000   # entries of a directory looked at for them
 COLUMNS = 400        # columns of each rank's chart (200 past 64 files: the page stays small)
 MARKS_MAX = 50       # OOM markers drawn per rank (the first ones; the table counts them all)
 NAME_MAX = 200       # characters of a file name shown
@@ -111,7 +112,7 @@ def _reduce(snap: Snapshot, path: str, label: str, rank: Optional[int], index: i
         out.times = (first, last)
         # the time of each column's edge: the last event the column holds (blocks alive
         # before the trace are at its first entry's time)
-        npre = n - sum(1 for e in trace if e.get("action") in counted)
+        npre = max(0, n - sum(1 for e in trace if e.get("action") in counted))
         edges = [float(first)] * (cols + 1)
         k, c, now = npre, 0, float(first)
         stops = [((c + 1) * n) // cols for c in range(cols)]
@@ -271,8 +272,8 @@ def _chart(r: RankSnapshot, clock: Optional[Tuple[int, int]], max_events: int,
     base = clock[0] if clock else 0
     edges = r.bounds if clock else r.bounds_events
 
-    def X(v: float) -> str:
-        return _num(LEFT + WIDTH * (v - base) / span)
+    def X(v: float) -> str:  # inside the plot, whatever a file's times say
+        return _num(LEFT + WIDTH * min(1.0, max(0.0, (v - base) / span)))
 
     def Y(v: float) -> str:
         return _num(TOP + HEIGHT - HEIGHT * v / max(top, 1))

@@ -215,6 +215,22 @@ def test_bad_sets_of_files_are_refused(tmp_path, capsys, monkeypatch):
     assert code == 2 and "more than 3 snapshot files: give fewer (one a rank)" in err
     code, _, err = run(capsys, "stats", p, p.replace("rank0", "rank1"))
     assert code == 0, err
+    monkeypatch.setattr(ranks_page, "SCAN_MAX", 2)
+    code, _, err = run(capsys, "stats", tmp_path)
+    assert code == 2 and f"{tmp_path} holds more than 2 entries" in err
+
+
+def test_times_out_of_order_stay_inside_the_chart(tmp_path, capsys):
+    snap = rank_snap(0, [1, 2, 3], 5_000, 1)
+    for e, t in zip(snap["device_traces"][0], (9_000, 1_000, 7_000, 3_000)):
+        e["time_us"] = t  # the OOM (the third entry) comes "before" the first
+    write(tmp_path, "snapshot-rank0.pickle", snap)
+    write(tmp_path, "snapshot-rank1.pickle", rank_snap(1, [1], 2_000))
+    page = tmp_path / "p.html"
+    code, _, err = run(capsys, "timeline", tmp_path, "-o", page)
+    assert code == 0, err
+    xs = [float(x) for x in re.findall(r'(?:x1|cx)="([\d.]+)"', page.read_text())]
+    assert xs and all(LEFT <= x <= LEFT + WIDTH for x in xs)
 
 
 def test_one_file_is_read_as_before(tmp_path, capsys):

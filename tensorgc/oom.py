@@ -244,7 +244,7 @@ def _ranks_text(rep: Optional[Report], device: str, wait: float) -> Tuple[str, s
     import socket
 
     from ._rank import rank_info
-    from .ranks import GatheredReport, peer_summaries, summary_of
+    from ._summaries import GatheredReport, peer_summaries, summary_of
 
     info = rank_info()
     assert info is not None

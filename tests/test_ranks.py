@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")  # the torch-free run (Python versions without a CPU build) skips these
 
 import tensorgc
-from tensorgc import ranks
+from tensorgc import _summaries
 from tensorgc.ranks import GatheredReport, peer_summaries
 from tensorgc.reporter import readable_size as R
 
@@ -275,8 +275,8 @@ def test_a_publisher_publishes_after_optimizer_steps_until_removed(monkeypatch):
 
     store = Store()
     store.set = lambda key, value: store.values.__setitem__(key, value)
-    monkeypatch.setattr(ranks, "_dist", lambda: Dist())
-    monkeypatch.setattr(ranks, "_default_store", lambda: store)
+    monkeypatch.setattr(_summaries, "_dist", lambda: Dist())
+    monkeypatch.setattr(_summaries, "_default_store", lambda: store)
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
@@ -302,8 +302,8 @@ def test_a_publisher_publishes_after_optimizer_steps_until_removed(monkeypatch):
 
 
 def test_a_failing_publication_never_reaches_the_optimizer_step(monkeypatch, caplog):
-    monkeypatch.setattr(ranks, "_dist", lambda: object())  # no get_rank: publishing fails
-    monkeypatch.setattr(ranks, "_default_store", lambda: Store())
+    monkeypatch.setattr(_summaries, "_dist", lambda: object())  # no get_rank: publishing fails
+    monkeypatch.setattr(_summaries, "_default_store", lambda: Store())
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with tensorgc.publish_reports(every=0, device="cuda:9") as pub:
@@ -325,12 +325,12 @@ def test_a_summary_is_bounded():
     big = [torch.zeros(1) for _ in range(300)]  # more tensors than any summary carries
     rep = tensorgc.gather_report("cpu", top=100, show=False)
     assert len(rep.ranks[0]["top"]) == 100
-    data = ranks._encode(rep.ranks[0])
-    assert len(data) <= ranks.MAX_SUMMARY_BYTES
+    data = _summaries._encode(rep.ranks[0])
+    assert len(data) <= _summaries.MAX_SUMMARY_BYTES
     long = summary(0, MB)
     long["top"] = [dict(long["top"][0], name="x" * 5000) for _ in range(100)]
-    data = ranks._encode(long)  # rows dropped until it fits
-    assert len(data) <= ranks.MAX_SUMMARY_BYTES and json.loads(data)["top"]
+    data = _summaries._encode(long)  # rows dropped until it fits
+    assert len(data) <= _summaries.MAX_SUMMARY_BYTES and json.loads(data)["top"]
     del big
 
 
@@ -362,14 +362,14 @@ def test_the_store_is_read_without_waiting_for_a_missing_key():
     store = Store({"tensorgc/summary/rank2": good,
                    "tensorgc/summary/rank0": b"\xff not json",
                    "tensorgc/summary/rank4": json.dumps({"rank": "x"}).encode(),
-                   "tensorgc/summary/rank3": b" " * (ranks.MAX_SUMMARY_BYTES + 1)})
+                   "tensorgc/summary/rank3": b" " * (_summaries.MAX_SUMMARY_BYTES + 1)})
     got, missing, note = peer_summaries(store=store, rank=1, world_size=6, wait=30)
     assert [s["rank"] for s in got] == [2] and got[0]["allocated"] == 5 * MB
     assert got[0]["age"] > 0
     assert missing[5].startswith("nothing published")
     assert missing[0].startswith("unreadable: ")
     assert missing[4] == "unreadable: 'rank' is not an int"
-    assert missing[3] == f"unreadable: {ranks.MAX_SUMMARY_BYTES + 1:,} bytes, over 65,536"
+    assert missing[3] == f"unreadable: {_summaries.MAX_SUMMARY_BYTES + 1:,} bytes, over 65,536"
     # nearest ranks first; get() only for keys check() found
     assert [c for c in store.calls if c[0] == "check"] == [
         ("check", f"tensorgc/summary/rank{r}") for r in (0, 2, 3, 4, 5)]
@@ -389,7 +389,7 @@ def test_a_store_that_stops_answering_is_left_after_the_wait():
         assert got == [] and note.startswith("the other ranks were not asked: an earlier read")
     finally:
         store.hang.set()
-    for t in list(ranks._STUCK):
+    for t in list(_summaries._STUCK):
         t.join(10)
     got, missing, _ = peer_summaries(store=Store(), rank=0, world_size=3, wait=5)
     assert missing == {1: missing[1], 2: missing[2]} and missing[1].startswith("nothing published")

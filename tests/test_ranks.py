@@ -314,6 +314,21 @@ def test_a_failing_publication_never_reaches_the_optimizer_step(monkeypatch, cap
                for r in caplog.records) == 1
 
 
+def test_cycles_held_come_from_cycle_totals_where_the_package_has_it(monkeypatch):
+    monkeypatch.setattr(tensorgc, "cycle_totals", lambda: {"bytes": 3 * MB, "cycles": 2},
+                        raising=False)
+    rep = tensorgc.gather_report("cpu", show=False)
+    assert rep.ranks[0]["cycles_held"] == 3 * MB and rep.ranks[0]["cycles_known"] is True
+    assert "cycles held" in rep.text and "no cycle_totals()" not in rep.text
+
+    def broken():
+        raise RuntimeError("no")
+
+    monkeypatch.setattr(tensorgc, "cycle_totals", broken)
+    rep = tensorgc.gather_report("cpu", show=False)
+    assert rep.ranks[0]["cycles_held"] == 0 and rep.ranks[0]["cycles_known"] is False
+
+
 def test_publish_reports_checks_its_arguments():
     with pytest.raises(ValueError, match="every must be a number of seconds >= 0, not -1"):
         tensorgc.publish_reports(every=-1)

@@ -5,7 +5,7 @@
 # repository root:
 #   bash bench/gpu_steps.sh tests demos bench
 # Steps: tests, demos, bench, quickbench, reporter, b1, inproc, pages, b1torch, b2, young, units,
-# profile, index, lineprof, ab, phases (see the case below, or CONTRIBUTING.md).
+# profile, index, lineprof, ab, phases, ranks (see the case below, or CONTRIBUTING.md).
 #
 # Optional settings (environment):
 #   OUT=DIR          where logs go (default /tmp/tensorgc-gpu)
@@ -118,6 +118,16 @@ for step in "$@"; do
         || { echo "phases: no timed build"; continue; }
       "${PIN[@]}" python3 bench/b1_inprocess.py --rounds 20 --modes plain,floor \
         --variant timed=/tmp/tgc-phases-lib/tensorgc/_tensorgc$EXT 2>/dev/null | tee "$OUT/phases.md" ;;
+    ranks)
+      # two GPUs, one a rank, NCCL: B8 (gather_report per call), the demo under torchrun, the
+      # page of its per-rank snapshots, and the distributed tests (gloo, CPU)
+      python3 bench/b8_gather.py --backend nccl --device cuda --repeat 7 --json "$OUT/b8-nccl.json" \
+        2>"$OUT/b8.err" | tee "$OUT/b8-nccl.md"
+      rm -rf "$OUT/ranks" && timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
+        demos/ranks.py --out "$OUT/ranks" 2>&1 | tee "$OUT/ranks-demo.log"
+      python3 -m tensorgc timeline "$OUT/ranks" -o "$OUT/ranks.html"
+      python3 -m pytest tests/test_ranks.py tests/test_ranks_cli.py -q -p no:cacheprovider 2>&1 \
+        | tee "$OUT/tests-ranks.log" | tail -3 ;;
     quickbench)
       python3 bench/run_all.py --quick --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
   esac

@@ -30,6 +30,7 @@ from ._tensorgc import (
 )
 from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
 from .oom import on_oom, write_autopsy  # noqa: E402
+from .ranks import GatheredReport, Publisher, gather_report, publish_reports  # noqa: E402
 from .owner_chains import Chain, owner, owners  # noqa: E402  (why is it still alive)
 from .growth import Checkpoint, Growth, checkpoint, growth  # noqa: E402  (what grows)
 from .categories import Categorizer, categorize  # noqa: E402  (categories over time)
@@ -61,12 +62,14 @@ __all__ = [
     "CycleDedup",
     "CycleReport",
     "DeviceError",
+    "GatheredReport",
     "GraphvizError",
     "Growth",
     "Handle",
     "LineProfiler",
     "MemReporter",
     "Moved",
+    "Publisher",
     "Report",
     "Row",
     "SnapshotError",
@@ -74,6 +77,7 @@ __all__ = [
     "checkpoint",
     "cycle_totals",
     "get_output_dir",
+    "gather_report",
     "growth",
     "owner",
     "owners",
@@ -83,6 +87,7 @@ __all__ = [
     "profile",
     "profile_every",
     "set_output_dir",
+    "publish_reports",
     "set_target_gpu",
     "write_autopsy",
     "dump_snapshot",

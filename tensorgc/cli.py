@@ -2,7 +2,10 @@
 
     tensorgc stats SNAP                      what a snapshot file holds, per device (and by
                                              category at the peak, with categorize's marks)
+    tensorgc stats DIR | SNAP SNAP...        the ranks of a job side by side: peak, reserved,
+                                             allocations, OOMs; who peaks highest, who OOMs first
     tensorgc timeline SNAP -o out.html       the Active Memory Timeline, self-contained HTML
+    tensorgc timeline DIR -o out.html        one page with every rank's curve on the same axes
     tensorgc segments SNAP -o out.html       the segment map at an event (--at N) or OOM (--oom)
     tensorgc trace SNAP                      the allocator trace as text, with stacks
     tensorgc compare A B                     segments and blocks only in A or only in B
@@ -166,10 +169,87 @@ def _write_page(path: str, page: str) -> int:
 # ---------------------------------------------------------------------- commands
 
 
+# ---------------------------------------------------------------------- many ranks
+
+
+def _many(args: argparse.Namespace) -> Optional[List[str]]:
+    """The snapshot files of a multi-rank command (several files, or a directory of them),
+    ordered by the rank in their names; None for one file (the single-file command). A
+    directory contributes its regular files named *.pickle (not hidden ones: atomic_write's
+    temp files). SnapshotError for a directory without snapshots; UsageError for standard input
+    among several, or more than MAX_FILES files."""
+    from .ranks_page import MAX_FILES, SCAN_MAX, order_files
+
+    given: List[str] = args.snapshot
+    if len(given) == 1 and (given[0] == STDIN or not os.path.isdir(given[0])):
+        args.snapshot = given[0]
+        return None
+    if STDIN in given:
+        raise UsageError("standard input (-) is read alone, not among several snapshots")
+    files: List[str] = []
+    seen = set()
+    for path in given:
+        if os.path.isdir(path):
+            found = []
+            try:
+                with os.scandir(path) as it:
+                    for n, entry in enumerate(it):
+                        if n >= SCAN_MAX:
+                            raise UsageError(f"{path} holds more than {SCAN_MAX:,} entries: give "
+                                             "the snapshot files, or a directory of them")
+                        if entry.name.endswith(".pickle") and not entry.name.startswith(".") \
+                                and entry.is_file():
+                            found.append(os.path.join(path, entry.name))
+                        if len(found) > MAX_FILES:
+                            break
+            except OSError as exc:
+                raise UsageError(f"cannot list {path}: {exc.strerror or exc}") from None
+            if not found:  # exit code 1, as for any input that cannot be read
+                raise SnapshotError(f"{path}: is a directory, not a regular file, and holds no "
+                                    "snapshot files (*.pickle) to read side by side")
+        else:
+            found = [path]  # a missing or unreadable file is the loader's to report
+        for f in found:
+            key = os.path.realpath(f)
+            if key not in seen:
+                seen.add(key)
+                files.append(f)
+        if len(files) > MAX_FILES:
+            raise UsageError(f"more than {MAX_FILES} snapshot files: give fewer (one a rank)")
+    return order_files(files)
+
+
+def _rank_rows(args: argparse.Namespace, files: List[str], device: Optional[int],
+               columns: int, first: bool = False) -> List[Any]:
+    """Each file loaded, reduced to its rows (tensorgc.ranks_page.RankSnapshot) and dropped."""
+    from .ranks_page import rank_snapshots
+
+    rows = []
+    for path in files:
+        args.snapshot = path  # for the progress line
+        snap = _load(args, path)
+        rows.extend(rank_snapshots(snap, path, device, columns, first))
+        del snap
+    return rows
+
+
+def _many_what(given: List[str]) -> str:
+    from .ranks_page import _label_text
+
+    return ", ".join(_label_text(g) for g in given[:4]) + (" ..." if len(given) > 4 else "")
+
+
 def _stats(args: argparse.Namespace) -> int:
     from . import allocator
     from .timeline import _text, categories_at_peak
 
+    given = list(args.snapshot)
+    files = _many(args)
+    if files is not None:
+        from .ranks_page import stats_text
+
+        print(stats_text(_rank_rows(args, files, None, 1), _many_what(given)))
+        return 0
     snap = _load(args, args.snapshot)
     segs = snap["segments"]
     _, totals, unseen = allocator.attribute(segs, [])
@@ -201,6 +281,18 @@ def _timeline(args: argparse.Namespace) -> int:
     from .timeline import _text, timeline_html
 
     _output(args.output)  # before reading what may be gigabytes
+    given = list(args.snapshot)
+    files = _many(args)
+    if files is not None:
+        from .ranks_page import COLUMNS, ranks_html
+
+        # "cuda" (the default): each file's first device; an index: that device in every file
+        index = cuda_index(args.device, "--device", SNAPSHOT_WHY)
+        rows = _rank_rows(args, files, index, COLUMNS if len(files) <= 64 else COLUMNS // 2,
+                          first=True)
+        live = len({r.path for r in rows})
+        page = ranks_html(rows, f"Active memory of {live} rank snapshot(s): {_many_what(given)}")
+        return _write_page(args.output, page)
     snap = _load(args, args.snapshot)
     index = _device(args, snap)
     _progress(args, "replaying the trace and drawing ...")
@@ -329,6 +421,9 @@ COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
 # ---------------------------------------------------------------------- parser
 
 SNAPSHOT_HELP = "the snapshot file (a pickle; read without running code); - for standard input"
+SNAPSHOTS_HELP = ("the snapshot file (a pickle; read without running code; - for standard "
+                  "input); or several, or a directory of them (its *.pickle files), one a rank: "
+                  "the ranks side by side, ordered by the rank in the file names")
 DEVICE_HELP = ("the CUDA device: an index (0), cuda:N, or cuda for the first device the "
                "snapshot holds (default)")
 MAX_BYTES_HELP = "refuse larger files; bytes, or with a unit: 16G (default 8G)"
@@ -355,16 +450,25 @@ def _parser() -> argparse.ArgumentParser:
                                    "bytes by category (parameter, grad, optimizer state, "
                                    "activation, temporary, other) when the snapshot has "
                                    "tensorgc.categorize's marks or torch's optimizer "
-                                   "annotations.")
-    s.add_argument("snapshot", help=SNAPSHOT_HELP)
+                                   "annotations. Given several files or a directory of them "
+                                   "(one a rank): one table of the ranks side by side (peak, "
+                                   "reserved, allocations, OOMs, the first OOM's time) that "
+                                   "points at the rank that peaks highest and the one that "
+                                   "runs out of memory first.")
+    s.add_argument("snapshot", nargs="+", metavar="SNAPSHOT", help=SNAPSHOTS_HELP)
     max_bytes(s)
     t = sub.add_parser("timeline", help="the Active Memory Timeline as a self-contained HTML page",
                        description="Replay a snapshot's allocator trace into the Active Memory "
                                    "Timeline: the largest allocations as bands (hover: size and "
                                    "stack), the rest summarized, OOMs marked; with "
                                    "tensorgc.categorize's marks in the file, bands coloured by "
-                                   "category and the categories over time. Opens offline.")
-    t.add_argument("snapshot", help=SNAPSHOT_HELP)
+                                   "category and the categories over time. Opens offline. "
+                                   "Given several files or a directory of them (one a rank): "
+                                   "one page with each rank's active memory on the same axes "
+                                   "(wall clock where every trace has times), its peak and "
+                                   "OOMs, and a table that points at the rank that peaks "
+                                   "highest and the one that runs out of memory first.")
+    t.add_argument("snapshot", nargs="+", metavar="SNAPSHOT", help=SNAPSHOTS_HELP)
     t.add_argument("-o", "--output", required=True, help="the HTML file to write")
     device(t)
     t.add_argument("--detail", type=_count("--detail"), default=300, metavar="N",

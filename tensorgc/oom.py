@@ -13,7 +13,11 @@ output directory (set_output_dir, $TENSORGC_OUTPUT_DIR), else the temporary dire
   the peak's breakdown;
 * ``memreport.txt``: the MemReporter's verbose table for the device;
 * ``gc.txt`` (and ``cycles-<i>.html``): whether a garbage collection right now frees device
-  memory, and the cycle reports of the tensors it frees.
+  memory, and the cycle reports of the tensors it frees;
+* ``ranks.txt`` (in a distributed job): which rank this is, its own summary and the latest
+  summaries the other ranks published to the job's store (tensorgc/ranks.py: an OOM happens on
+  one rank, so no collective can ask them; the store is read without waiting for a missing key,
+  for at most ``peers_wait`` seconds in all).
 
 and logs a WARNING on logger "tensorgc" with the directory and the one-line verdict. The observer
 never raises (a failure is logged), and an OOM inside the autopsy does not start another.
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     import torch
 
     from ._tensorgc import CycleReport
+    from .reporter import Report
 
 StrPath = Union[str, "os.PathLike[str]"]
 Missing = List[Tuple[str, str]]  # (file name, why it was not written)
@@ -56,21 +61,24 @@ _AUTOPSY = threading.Lock()
 def write_autopsy(directory: Optional[StrPath] = None, device: DeviceLike = "cuda:0", *,
                   model: Optional[torch.nn.Module] = None,
                   optimizer: Optional[torch.optim.Optimizer] = None,
-                  reason: Optional[str] = None) -> Tuple[str, str]:
+                  reason: Optional[str] = None, peers_wait: float = 2.0) -> Tuple[str, str]:
     """Write the autopsy files for ``device`` into a new subdirectory of ``directory`` (None: the
     output directory, set_output_dir or $TENSORGC_OUTPUT_DIR, else the temporary directory) and
     return (path, verdict). Usable by hand too (``device="cpu"`` writes the report and the gc
-    check).
+    check). In a distributed job the files say which rank wrote them, and ranks.txt holds the
+    other ranks' published summaries, read from the job's store for at most ``peers_wait``
+    seconds.
 
     A file that cannot be written is left out (no partial file): README.txt notes it, and one
     WARNING on logger "tensorgc" lists the missing files and why. A directory that cannot be
     created raises the OSError (naming it)."""
+    _check_wait(peers_wait)
     if parse_device(device, "device")[0] == "cuda":
         require_cuda(f"write_autopsy(device={device!r})", "give device='cpu' for the report and "
                      "the gc check of the CPU's tensors")
     missing: Missing = []
     path, verdict = _write_autopsy(_where(directory), device, model, optimizer, reason,
-                                   missing)
+                                   missing, peers_wait)
     if missing:
         logger.warning("tensorgc: the OOM autopsy in %s is missing %s", path, _listed(missing))
     return path, verdict
@@ -87,13 +95,32 @@ def _where(directory: Optional[StrPath]) -> str:
     return output_dir(tempfile.gettempdir())
 
 
+def _check_wait(peers_wait: object) -> float:
+    if isinstance(peers_wait, bool) or not isinstance(peers_wait, (int, float)) \
+            or not 0 <= peers_wait <= 60:
+        raise ValueError(f"peers_wait must be a number of seconds from 0 to 60, not "
+                         f"{peers_wait!r}")
+    return float(peers_wait)
+
+
 def _listed(missing: Missing) -> str:
     return ", ".join(f"{name} ({why})" for name, why in missing)
 
 
+def _rank_words() -> str:
+    """' on rank 3 of 8' inside a distributed job, '' outside."""
+    from ._rank import rank_info
+
+    try:
+        info = rank_info()
+    except Exception:  # noqa: BLE001
+        return ""
+    return "" if info is None else f" on rank {info.rank} of {info.world_size}"
+
+
 def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.Module],
                    optimizer: Optional[torch.optim.Optimizer], reason: Optional[str],
-                   missing: Missing) -> Tuple[str, str]:
+                   missing: Missing, peers_wait: float = 2.0) -> Tuple[str, str]:
     """write_autopsy's work; appends (file name, why) to ``missing`` for each file it could not
     write. Raises an OSError only where the autopsy's directory cannot be created."""
     import torch
@@ -121,7 +148,8 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
             break
         except FileExistsError:
             n += 1
-    notes = [f"tensorgc OOM autopsy for {dev}" + (f": {reason}" if reason else "")]
+    on_rank = _rank_words()
+    notes = [f"tensorgc OOM autopsy for {dev}{on_rank}" + (f": {reason}" if reason else "")]
 
     def lost(name: str, exc: BaseException) -> None:
         why = write_failure(exc)
@@ -142,14 +170,24 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
 
     kinds: Dict[int, str] = {}
     names: Dict[int, str] = {}
+    reports: List[Report] = []
 
     def report() -> None:
         # no warning of its own: the autopsy's notes say what failed
         rep = MemReporter(model, optimizer=optimizer)._collect(str(dev), False, True)
+        reports.append(rep)
         kinds.update(rep.block_kinds.get(str(dev), {}))
         names.update(rep.block_names.get(str(dev), {}))
-        put("memreport.txt", rep.format(verbose=True) + "\n")
+        head = f"MemReporter of {dev}{on_rank}\n" if on_rank else ""
+        put("memreport.txt", head + rep.format(verbose=True) + "\n")
     step("the MemReporter table", report)
+
+    if on_rank:
+        def other_ranks() -> None:
+            text, line = _ranks_text(reports[0] if reports else None, str(dev), peers_wait)
+            notes.append(line)
+            put("ranks.txt", text)
+        step("the other ranks' summaries", other_ranks)
 
     if is_cuda:
         def snap_files() -> None:
@@ -220,13 +258,44 @@ def _write_autopsy(directory: str, device: DeviceLike, model: Optional[torch.nn.
     return path, verdict[0]
 
 
+def _ranks_text(rep: Optional[Report], device: str, wait: float) -> Tuple[str, str]:
+    """ranks.txt (which rank this is, its summary, the other ranks' latest published ones) and
+    README.txt's line about it. Reads the job's store for at most ``wait`` seconds."""
+    import socket
+
+    from ._rank import rank_info
+    from ._summaries import GatheredReport, peer_summaries, summary_of
+
+    info = rank_info()
+    assert info is not None
+    own = summary_of(rep, device) if rep is not None else {
+        "rank": info.rank, "device": device, "error": "the MemReporter table failed"}
+    own["age"] = 0.0
+    peers, absent, note = peer_summaries(wait=wait)
+    table = GatheredReport(sorted([own] + peers, key=lambda r: r["rank"]),
+                           missing=absent).format()
+    text = (f"This autopsy is rank {info.rank}'s (of {info.world_size}; local rank "
+            f"{info.local_rank}; host {socket.gethostname()[:64]}, pid {os.getpid()}; rank from "
+            f"{info.source}).\n"
+            "An OOM happens on one rank, so the other ranks cannot be asked through a collective: "
+            "their latest summaries were read from the job's store, where each rank that calls "
+            "tensorgc.gather_report or tensorgc.publish_reports keeps one (age: seconds since "
+            "it was made, by this host's clock).\n"
+            f"{note}.\n\n{table}\n")
+    line = (f"ranks.txt: this is rank {info.rank} of {info.world_size}; {len(peers)} other "
+            f"rank(s) had published a summary")
+    return text, line
+
+
 class _Observer:
     """The callable torch keeps. Inactive after remove(); never raises."""
 
     def __init__(self, directory: Optional[str],
                  model: Optional[weakref.ref[torch.nn.Module]],
-                 optimizer: Optional[weakref.ref[torch.optim.Optimizer]]) -> None:
+                 optimizer: Optional[weakref.ref[torch.optim.Optimizer]],
+                 peers_wait: float = 2.0) -> None:
         self.directory = directory  # None: the output directory at each OOM
+        self.peers_wait = peers_wait
         self.model = model
         self.optimizer = optimizer
         self.active = True
@@ -248,15 +317,15 @@ class _Observer:
             missing: Missing = []
             try:
                 path, verdict = _write_autopsy(_where(self.directory), f"cuda:{device}", model,
-                                               opt, reason, missing)
+                                               opt, reason, missing, self.peers_wait)
             except OSError as exc:  # its directory: each file's failure is in `missing`
-                logger.warning("tensorgc: CUDA out of memory on cuda:%s (%s); no autopsy "
+                logger.warning("tensorgc: CUDA out of memory on cuda:%s%s (%s); no autopsy "
                                "written, its directory could not be created: %s",
-                               device, reason, exc)
+                               device, _rank_words(), reason, exc)
                 return
             self.count += 1
-            logger.warning("tensorgc: CUDA out of memory on cuda:%s (%s); autopsy in %s%s: %s",
-                           device, reason, path,
+            logger.warning("tensorgc: CUDA out of memory on cuda:%s%s (%s); autopsy in %s%s: %s",
+                           device, _rank_words(), reason, path,
                            f" (not written: {_listed(missing)})" if missing else "", verdict)
         except BaseException:  # noqa: BLE001 -- raising into the allocator is not an option
             try:  # a logging filter or handler may raise too
@@ -272,11 +341,14 @@ class _Observer:
 
 
 def on_oom(directory: Optional[StrPath] = None, *, model: Optional[torch.nn.Module] = None,
-           optimizer: Optional[torch.optim.Optimizer] = None) -> Callable[[], None]:
+           optimizer: Optional[torch.optim.Optimizer] = None,
+           peers_wait: float = 2.0) -> Callable[[], None]:
     """Write an autopsy (see the module doc) into ``directory`` at every CUDA out-of-memory error
     from now on; without one, into the output directory as it is at that error (set_output_dir,
     $TENSORGC_OUTPUT_DIR), else the temporary directory. Returns a function that turns it off.
-    ``model`` and ``optimizer`` (weakly held) name the tensors in the MemReporter table."""
+    ``model`` and ``optimizer`` (weakly held) name the tensors in the MemReporter table.
+    ``peers_wait``: the most seconds an autopsy in a distributed job waits for the job's store
+    (ranks.txt)."""
     import torch
 
     require_cuda("on_oom", "it watches the CUDA caching allocator's out-of-memory errors; "
@@ -293,6 +365,7 @@ def on_oom(directory: Optional[StrPath] = None, *, model: Optional[torch.nn.Modu
         where = os.path.abspath(where)
     obs = _Observer(where,
                     weakref.ref(model) if model is not None else None,
-                    weakref.ref(optimizer) if optimizer is not None else None)
+                    weakref.ref(optimizer) if optimizer is not None else None,
+                    _check_wait(peers_wait))
     attach(obs)
     return obs.remove

@@ -22,11 +22,14 @@ from typing import (TYPE_CHECKING, Any, Deque, Dict, Iterable, List, NamedTuple,
 
 from . import _tensorgc
 from . import allocator as _alloc
-from ._units import readable_size  # re-exported: memlab's name
+from ._units import LEN, ROW_TEMPLATE as _TEMPLATE, readable_size  # readable_size: memlab's name
+from ._units import table_row as _table_row
 from ._devices import NO_CUDA, DeviceLike, cuda_available, parse_device
 
 if TYPE_CHECKING:
     import torch
+
+    from ._summaries import Publisher
 
 Shape = Tuple[Optional[int], ...]
 Totals = Dict[str, Any]  # bytes and counts by name (int); on CUDA also the driver's view
@@ -39,8 +42,6 @@ __all__ = ["MemReporter", "Report", "Row", "KINDS", "readable_size", "track_tens
 logger = logging.getLogger("tensorgc")
 
 KINDS = ("parameter", "grad", "buffer", "optimizer_state", "saved_for_backward", "other")
-LEN = 79
-_TEMPLATE = "{:<40s}{:>20s}{:>10s}"
 
 
 class Row(NamedTuple):
@@ -144,14 +145,6 @@ class Report:
             "totals": {d: dict(t) for d, t in self.totals.items()},
             "sites": {d: [list(s) for s in v] for d, v in self.sites.items()},
         }
-
-
-def _table_row(name: str, shape: str, used: str) -> List[str]:
-    """memlab's row; a name too long for its column goes on a line of its own, so the size
-    columns stay aligned."""
-    if len(name) < 40 and len(shape) < 20:
-        return [_TEMPLATE.format(name, shape, used)]
-    return [name, _TEMPLATE.format("", shape, used)]
 
 
 def _held_by(rows: Sequence[Row], verbose: bool) -> List[str]:
@@ -283,11 +276,33 @@ class MemReporter:
     # ------------------------------------------------------------------ public
 
     def report(self, verbose: bool = False, device: Optional[DeviceLike] = None,
-               owners: bool = False) -> None:
+               owners: bool = False, *, gather: bool = False, group: Any = None,
+               dst: int = 0) -> None:
         """Print memlab's table for every device (or ``device``), with the explained footer and,
         with ``owners``, what holds each tensor that is not a parameter, grad, buffer or
-        optimizer state (grouped by owner, with subtotals; ``verbose`` lists every chain)."""
+        optimizer state (grouped by owner, with subtotals; ``verbose`` lists every chain).
+
+        ``gather=True``: a collective instead (every rank of ``group`` calls it): each rank's
+        summary of ``device`` from this reporter's names, gathered to rank ``dst``, which
+        prints one table of every rank (tensorgc.gather_report; the others print nothing)."""
+        if gather:
+            from ._summaries import TOP_DEFAULT, gather_summaries, summary_now
+
+            rep = gather_summaries(lambda: summary_now(self, device, TOP_DEFAULT, owners),
+                                   group=group, dst=dst, show=False)
+            if rep is not None:
+                print(rep.format(verbose=verbose))
+            return
         print(self.collect(device=device, owners=owners).format(verbose=verbose))
+
+    def publish(self, every: float = 60.0, device: Optional[DeviceLike] = None,
+                top: int = 20) -> Publisher:
+        """Publish this rank's summary (this reporter's names) to the job's store after
+        optimizer steps, at most once every ``every`` seconds, for the OOM autopsy of another
+        rank to read (tensorgc.publish_reports). Returns the Publisher; ``remove()`` stops it."""
+        from ._summaries import Publisher
+
+        return Publisher(self, every, device, top)
 
     def collect(self, device: Optional[DeviceLike] = None, owners: bool = False) -> Report:
         """The report as data (see Report, Row). A CUDA ``device`` on a machine without CUDA

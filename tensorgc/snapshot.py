@@ -116,18 +116,28 @@ def snapshot(*, categories: bool = True,
 def dump_snapshot(path: StrPath, snap: Optional[Snapshot] = None) -> str:
     """Write ``snap`` (default: a fresh ``snapshot()``, which needs CUDA) to ``path`` with pickle
     protocol 4, atomically (a private temp file in the same directory, then a rename), mode
-    0600, and return the path written. A bare file name (no directory part: "run.pickle") goes
-    into the output directory when one is set (set_output_dir, $TENSORGC_OUTPUT_DIR), else the
-    current directory. Without CUDA and without ``snap``, RuntimeError before anything is
-    written."""
+    0600, and return the file's path. Where ``path`` is an existing directory, the file is
+    ``snapshot-rank<N>.pickle`` in it inside a distributed job (the rank as tensorgc._rank finds
+    it: every rank can dump into one directory), ``snapshot.pickle`` outside one. A bare file
+    name (no directory part: "run.pickle") goes into the output directory when one is set
+    (set_output_dir, $TENSORGC_OUTPUT_DIR), else the current directory. A ``path`` that ends
+    with a separator and is no directory is a FileNotFoundError. Without CUDA and without
+    ``snap``, RuntimeError before anything is written."""
+    from ._rank import rank_tag
+
+    where = os.fspath(path)
+    if os.path.isdir(where):
+        tag = rank_tag()
+        where = os.path.join(where, f"snapshot-{tag}.pickle" if tag else "snapshot.pickle")
+    elif where.endswith((os.sep, "/")):
+        raise FileNotFoundError(errno.ENOENT, "no such directory", where)
+    elif where and not os.path.dirname(where):
+        from ._output import output_dir
+        where = os.path.join(output_dir(""), where)
     if snap is None:
         require_cuda("dump_snapshot", "without snap= it takes a snapshot of the CUDA caching "
                      "allocator; pass snap= to write one you have")
         snap = snapshot()
-    where = os.fspath(path)
-    if isinstance(where, str) and where and not os.path.dirname(where):
-        from ._output import output_dir
-        where = os.path.join(output_dir(""), where)
     atomic_write(where, lambda f: pickle.dump(snap, f, protocol=4), binary=True)
     return where
 

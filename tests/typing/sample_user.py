@@ -19,8 +19,9 @@ import torch
 from IPython.core.interactiveshell import InteractiveShell
 
 import tensorgc
-from tensorgc import (Categorizer, Courtesy, CycleReport, DeviceError, GraphvizError, Handle,
-                      LineProfiler, MemReporter, Moved, Report, Row, SnapshotError)
+from tensorgc import (Categorizer, Courtesy, CycleReport, DeviceError, GatheredReport,
+                      GraphvizError, Handle, LineProfiler, MemReporter, Moved, Publisher, Report,
+                      Row, SnapshotError)
 from tensorgc.cli import main as tensorgc_command
 from tensorgc.lineprof import LineStats
 from tensorgc.segments import segments_html
@@ -218,6 +219,24 @@ def after_an_oom(model: Net, opt: torch.optim.Optimizer, out: str) -> str:
     return path
 
 
+def across_ranks(model: Net, opt: torch.optim.Optimizer, snap_path: str, out: str) -> int:
+    """Every rank of a torchrun job calls this; alone, this process is the only rank."""
+    gathered: Optional[GatheredReport] = tensorgc.gather_report(
+        DEVICE, reporter=MemReporter(model, optimizer=opt), top=5, show=False)
+    assert gathered is not None  # on dst (rank 0), and alone
+    log.info("%s; spread %s", gathered.highest_line(), gathered.spread()["allocated"])
+    assert gathered.to_dict()["ranks"][0]["rank"] == gathered.ranks[0]["rank"]
+    MemReporter(model, optimizer=opt).report(device=DEVICE, gather=True, dst=0)
+    with tensorgc.publish_reports(every=60.0, model=model, optimizer=opt) as pub:
+        publisher: Publisher = pub
+        log.info("published: %s", publisher.publish())  # False alone: no job, no store
+    ranks_dir = os.path.join(out, "ranks")
+    os.makedirs(ranks_dir, exist_ok=True)
+    mine = tensorgc.dump_snapshot(ranks_dir, tensorgc.load_snapshot(snap_path))
+    assert os.path.basename(mine) in ("snapshot.pickle", "snapshot-rank0.pickle")
+    return tensorgc_command(["stats", ranks_dir, snap_path])
+
+
 def in_a_notebook(shell: InteractiveShell) -> None:
     """%load_ext tensorgc does this: the %mlrun and %%mlrun magics."""
     tensorgc.load_ipython_extension(shell)
@@ -240,6 +259,7 @@ def main(argv: List[str]) -> int:
     snapshot_path = record_and_draw(model, opt, x, out)
     restored = lend_the_device()
     autopsy = after_an_oom(model, opt, out)
+    assert across_ranks(model, opt, snapshot_path, out) == 0
     print(f"sample: {len(reports)} cycle report(s); {len(rep.rows)} rows; "
           f"{len(stats.functions)} profiled function(s); snapshot {snapshot_path}; "
           f"restored {restored.nbytes} bytes; autopsy {autopsy}")

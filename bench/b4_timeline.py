@@ -4,7 +4,8 @@
 Input: ``--snapshot PATH``, or a synthetic trace of ``--events`` entries (default 1M: allocations
 of 0.25-16 MB from a few call sites, about half of them freed, a few OOM events, one distinct
 frame dict per entry as in real dumps), or with ``--record`` (CUDA) a real one recorded from a
-synthetic workload with tensorgc.record_memory_history(max_entries=events).
+synthetic workload with tensorgc.record_memory_history(max_entries=events). ``--free-completed``
+follows each synthetic free_requested with its free_completed, as CUDA's caching allocator does.
 
 Measured, each in a fresh process (``--repeat`` times, median):
 * ``tensorgc timeline SNAP -o out.html`` (load with the restricted unpickler, C replay, SVG);
@@ -17,9 +18,52 @@ Measured, each in a fresh process (``--repeat`` times, median):
 * with ``--interactive`` (playwright, driving the same chromium): tensorgc's page loaded in a
   running browser, its own performance marks read: first paint (the "tgc-ready" mark: data
   parsed, axes drawn) and each zoom step (the page's own time for one wheel step, as it writes
-  it to data-zoom-ms), over zoom levels from the whole trace down to the detail view.
+  it to data-zoom-ms), over zoom levels from the whole trace down to the detail view; and the
+  same two things measured from outside the page's code, by one method for both pages (below);
+* with ``--interactive --memory-viz-js PATH --d3 PATH``: memory_viz's page in the same chromium,
+  timed by that method, side by side with tensorgc's.
 
     python bench/b4_timeline.py --events 1000000 --repeat 3 --chromium
+
+The method for both pages (an init script, installed before the page's own scripts; times are
+``performance.now()`` in the page, from navigation start):
+* first paint: a MutationObserver notes when the timeline is in the DOM (memory_viz: the first
+  ``svg polygon``, which its trace view appends in the same task as all the others; tensorgc:
+  ``#tgc-svg[data-ready]``); from there, a ``requestAnimationFrame`` callback posts a message,
+  and the message's arrival (the end of that frame's style, layout and paint on the main thread;
+  rasterization runs on other threads and is not counted) is the first paint;
+* zoom step: 40 wheel events (playwright's mouse, deltaY -200, at 47% of the plot's width;
+  tensorgc zooms x alone, 1.25x a step, at mid-height; memory_viz's d3 zoom scales both axes,
+  1.32x a step, so there at 97% of the height, to stay in what is drawn). A capture listener on
+  window takes t0 as the event arrives and watches the DOM; the step ends at the end of the last
+  frame (rAF, then a message) that followed a DOM change, once two frames in a row have passed
+  without one. "handler" is t0 to the observer's first callback: the page's own JavaScript for
+  the event (the span tensorgc's data-zoom-ms times from inside).
+
+memory_viz's page imports MemoryViz.js from a CDN, which imports d3 from another; offline it is
+blank. ``--memory-viz-js`` and ``--d3`` serve those imports from local files through
+playwright's ``route`` (every other request off the machine is aborted and reported). Neither
+file belongs to this repository; get them with::
+
+    # MemoryViz.js of PyTorch's repository (github.com/pytorch/pytorch) at commit c4b5ac72: it
+    # imports d3@5, d3-axis@1, d3-scale@1, d3-zoom@1 and d3-brush@1 and reads d3.event (d3 v5)
+    git -C pytorch show c4b5ac720f8359f20813826d66b5e880bfdf07ca:torch/utils/viz/MemoryViz.js > MemoryViz.js
+    # d3 5.16.0, Debian 12's node-d3 5.16.0-10: /usr/share/nodejs/d3/dist/d3.min.js
+    apt-get install node-d3
+    # or, without installing it: apt-get download node-d3 && dpkg-deb -x node-d3_*.deb d3
+    # for a MemoryViz.js that imports d3@7: d3.v7.min.js of PyPI's d3blocks wheel
+    pip download --no-deps d3blocks && unzip -j d3blocks-*.whl d3blocks/_shared/d3js/d3.v7.min.js
+
+Synthetic traces have no free_completed unless ``--free-completed``: memory_viz then counts
+nothing freed and draws every allocation alive to the end (tensorgc frees at free_requested).
+
+d3's bundle is UMD; the bench serves it as an ES module that it writes at run time: the
+bundle's text, run through an AMD ``define`` that hands it an object, then one named export for
+each key the bundle makes (listed by running the bundle in a blank page first; each through a
+local name of the bench's, so that an export named ``window`` does not shadow the global inside
+the bundle), with ``event`` a live binding (d3 up to v5 assigns ``exports.event`` around each
+listener). The first d3 URL that MemoryViz.js imports gets that module, the others a re-export
+of it, so that d3.event, zoom and brush share one d3-selection as they do from the CDN.
 """
 from __future__ import annotations
 
@@ -64,12 +108,17 @@ def with_categories(snap, seed=0):
     return snap
 
 
-def synthetic(n, seed=0):
+def synthetic(n, seed=0, free_completed=False):
+    """n trace entries; with free_completed, each free_requested is followed by its
+    free_completed (as CUDA's caching allocator records a free with no stream use pending), the
+    pair counting as two of the n."""
     rnd = random.Random(seed)
     sites = [("/w/model.py", 10, "forward"), ("/w/train.py", 42, "step"),
              ("/w/data.py", 7, "load"), ("/w/opt.py", 88, "adam_step"), ("/w/loss.py", 3, "ce")]
     trace, live, addr = [], [], 0x7F0000000000
     for i in range(n):
+        if free_completed and len(trace) >= n:
+            break
         if i and i % (n // 4 + 1) == 0:
             trace.append({"action": "oom", "addr": 0, "size": 0, "stream": 0, "time_us": i,
                           "device_free": 0, "frames": []})
@@ -79,6 +128,10 @@ def synthetic(n, seed=0):
             f = rnd.choice(sites)
             trace.append({"action": "free_requested", "addr": a, "size": s, "stream": 0,
                           "time_us": i, "frames": [{"filename": f[0], "line": f[1], "name": f[2]}]})
+            if free_completed:
+                trace.append({"action": "free_completed", "addr": a, "size": s, "stream": 0,
+                              "time_us": i, "frames": [{"filename": f[0], "line": f[1],
+                                                        "name": f[2]}]})
         else:
             s = rnd.choice((1, 2, 4, 8, 16, 64)) * MB // 4
             addr += 0x4000000
@@ -138,19 +191,37 @@ def main():
                    help="first paint and zoom steps of tensorgc's page (playwright)")
     p.add_argument("--categories", action="store_true",
                    help="add tensorgc_categories marks (spans, grad marks, names) to the trace")
+    p.add_argument("--free-completed", action="store_true",
+                   help="synthetic trace: follow each free_requested with its free_completed "
+                        "(memory_viz counts a block freed only there: without it, its page draws "
+                        "every allocation alive to the end)")
     p.add_argument("--keep", help="directory to keep the snapshot and pages in")
+    p.add_argument("--memory-viz-js", metavar="PATH",
+                   help="a local copy of torch/utils/viz/MemoryViz.js: with --interactive and "
+                        "--d3, memory_viz's page is timed too (its CDN imports served from these "
+                        "files)")
+    p.add_argument("--d3", metavar="PATH",
+                   help="a local d3 bundle (UMD, the version MemoryViz.js imports: d3.min.js)")
+    p.add_argument("--page-timeout", type=float, default=120, metavar="S",
+                   help="how long to wait for a page's first paint (default 120 s)")
     args = p.parse_args()
+    if bool(args.memory_viz_js) != bool(args.d3):
+        p.error("--memory-viz-js and --d3 go together")
+    if args.memory_viz_js and not args.interactive:
+        p.error("--memory-viz-js and --d3 time memory_viz's page: they need --interactive")
     work = args.keep or tempfile.mkdtemp(prefix="tensorgc-b4-")
     os.makedirs(work, exist_ok=True)
     snap_path = args.snapshot
     source = f"file {args.snapshot}"
     if snap_path is None:
         t0 = time.perf_counter()
-        snap = record(args.events) if args.record else synthetic(args.events)
+        snap = (record(args.events) if args.record else
+                synthetic(args.events, free_completed=args.free_completed))
         if args.categories:
             snap = with_categories(snap)
         source = ("recorded on CUDA" if args.record else "synthetic") + \
             (" with categories" if args.categories else "") + \
+            (" with free_completed" if args.free_completed and not args.record else "") + \
             f" ({sum(len(t) for t in snap['device_traces']):,} trace entries, made in " \
             f"{time.perf_counter() - t0:.1f} s)"
         snap_path = os.path.join(work, "snapshot.pickle")
@@ -205,50 +276,284 @@ def main():
                 ts.append(dt)
             print(f"| {name} | {statistics.median(ts):.2f} | {', '.join(f'{x:.2f}' for x in ts)} |")
     if args.interactive and chrome:
-        interactive(ours, chrome, args.repeat)
+        interactive(ours, chrome, args.repeat, theirs if os.path.exists(theirs) else None,
+                    args.memory_viz_js, args.d3,
+                    args.page_timeout, work)
     print(f"\nfiles in {work}")
 
 
-def interactive(page, chrome, repeat):
-    """First paint and zoom steps of tensorgc's page in a running chromium (playwright)."""
+# The in-page half of the method described at the top: installed before the page's own scripts.
+PROBE = r"""
+(() => {
+  const SEL = %(sel)s, QUIET_FRAMES = 2;
+  const b4 = window.__b4 = {};
+  function afterFrame(cb) {  // the end of the next frame's main-thread work
+    requestAnimationFrame(() => {
+      const ch = new MessageChannel();
+      ch.port1.onmessage = () => cb(performance.now());
+      ch.port2.postMessage(0);
+    });
+  }
+  const ready = new MutationObserver(() => {
+    if (b4.built === undefined && document.querySelector(SEL)) {
+      b4.built = performance.now();
+      ready.disconnect();
+      afterFrame(t => { b4.painted = t; });
+    }
+  });
+  ready.observe(document, {childList: true, subtree: true, attributes: true,
+                           attributeFilter: ["data-ready"]});
+  window.addEventListener("wheel", () => {
+    const st = b4.step;
+    if (!st || st.t0 !== undefined) return;
+    st.t0 = performance.now();
+    let dirty = false, quiet = 0, first;
+    const mo = new MutationObserver(() => {
+      if (st.handler === undefined) st.handler = performance.now() - st.t0;
+      dirty = true;
+    });
+    mo.observe(document, {childList: true, subtree: true, attributes: true, characterData: true});
+    const frame = () => afterFrame(t => {
+      if (first === undefined) first = t;
+      if (dirty) { st.last = t; dirty = false; quiet = 0; frame(); }
+      else if (++quiet < QUIET_FRAMES) frame();
+      else { mo.disconnect(); st.done = (st.last === undefined ? first : st.last) - st.t0; }
+    });
+    frame();
+  }, {capture: true, passive: true});
+})();
+"""
+
+D3_MODULE = """// written by tensorgc's bench/b4_timeline.py: %(name)s (UMD) served as an ES module
+let __b4_event = null;
+const __b4_d3 = {};
+Object.defineProperty(__b4_d3, "event", {configurable: true, enumerable: true,
+  get() { return __b4_event; }, set(v) { __b4_event = v; }});
+const define = (deps, factory) => factory(__b4_d3);
+define.amd = true;
+%(bundle)s
+;
+%(exports)s
+export {__b4_event as event};
+export default __b4_d3;
+"""
+
+
+def module_urls(text):
+    """The URLs of a script's ES-module imports from the network, in order."""
+    return list(dict.fromkeys(re.findall(r"""\b(?:from|import)\s*\(?\s*["'](https?://[^"']+)["']""",
+                                         text)))
+
+
+def d3_modules(browser, bundle_path, urls):
+    """{url: ES module source} for d3's URLs: the bundle wrapped for the first, re-exports of it
+    for the rest. The export list is the keys the bundle makes, read by running it in a blank
+    page first."""
+    with open(bundle_path, encoding="utf-8") as f:
+        bundle = f.read()
+    pg = browser.new_page()
+    try:
+        pg.set_content("<!DOCTYPE html><html><body></body></html>")
+        pg.add_script_tag(content=bundle)
+        keys = pg.evaluate("Object.keys(window.d3 || {})")
+        version = pg.evaluate("window.d3 && window.d3.version")
+    finally:
+        pg.close()
+    names = [k for k in keys
+             if re.fullmatch(r"[A-Za-z_$][\w$]*", k) and k not in ("event", "default")]
+    if not names:
+        raise SystemExit(f"{bundle_path}: not a d3 bundle (no window.d3 after running it)")
+    main, *rest = urls
+    out = {main: D3_MODULE % {"name": os.path.basename(bundle_path), "bundle": bundle,
+                              "exports": "\n".join(
+                                  f"const __b4_{i} = __b4_d3.{k}; export {{__b4_{i} as {k}}};"
+                                  for i, k in enumerate(names))}}
+    for u in rest:
+        out[u] = f'export * from "{main}";\nexport {{default}} from "{main}";\n'
+    return out, version
+
+
+def serve(context, files):
+    """Answers the page's requests off the machine from `files` ({url: text}); aborts the rest
+    and returns the list of what it aborted."""
+    blocked = []
+
+    def handler(route):
+        url = route.request.url
+        if url in files:
+            route.fulfill(status=200, body=files[url],
+                          headers={"Content-Type": "text/javascript; charset=utf-8",
+                                   "Access-Control-Allow-Origin": "*"})
+        elif url.startswith(("http:", "https:")):
+            blocked.append(url)
+            route.abort()
+        else:
+            route.continue_()
+
+    context.route("**/*", handler)
+    return blocked
+
+
+def open_page(context, path, sel, timeout_s):
+    """Loads a page with the probe; returns (page, marks in s, wall s) or (page, None, wall)
+    when the timeline was not painted within timeout_s."""
+    pg = context.new_page()
+    pg.add_init_script(PROBE % {"sel": repr(sel)})
+    t0 = time.perf_counter()
+    pg.goto("file://" + os.path.abspath(path), wait_until="commit", timeout=timeout_s * 1000)
+    try:
+        pg.wait_for_function("window.__b4 && window.__b4.painted !== undefined",
+                             timeout=timeout_s * 1000, polling=50)
+    except Exception:  # noqa: BLE001 (playwright's TimeoutError, or the page crashed)
+        return pg, None, time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    m = pg.evaluate("""() => {
+        const nav = performance.getEntriesByType('navigation')[0];
+        return {parsed: nav ? nav.domInteractive : null, built: window.__b4.built,
+                painted: window.__b4.painted};
+    }""")
+    return pg, {k: (v / 1000 if v is not None else None) for k, v in m.items()}, wall
+
+
+def wheel_steps(pg, box, steps, on_step=None, height=0.5):
+    """`steps` wheel steps at 47% of box's width and `height` of its height; the probe's figures
+    for each (ms)."""
+    pg.mouse.move(box["x"] + box["width"] * 0.47, box["y"] + box["height"] * height)
+    out = []
+    for _ in range(steps):
+        pg.evaluate("window.__b4.step = {}")
+        pg.mouse.wheel(0, -200)
+        pg.wait_for_function("window.__b4.step.done !== undefined", timeout=120_000, polling=20)
+        st = pg.evaluate("window.__b4.step")
+        out.append((st["done"], st.get("handler")))
+        if on_step:
+            on_step()
+    return out
+
+
+def _row(label, xs, fmt):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return f"| {label} | – | – | |"
+    return (f"| {label} | {statistics.median(xs):{fmt}} | {max(xs):{fmt}} | "
+            f"{', '.join(f'{x:{fmt}}' for x in xs) if len(xs) <= 10 else ''} |")
+
+
+def interactive(page, chrome, repeat, theirs=None, viz_js=None, d3=None, timeout_s=120, work=None):
+    """First paint and zoom steps of tensorgc's page in a running chromium (playwright), by its
+    own marks and by the probe; with viz_js and d3, memory_viz's page by the probe too."""
     from playwright.sync_api import sync_playwright
 
-    ready, steps, modes = [], [], {}
+    steps_n = 40  # 0.8x per step on tensorgc's page: the whole trace down to a few events
+    ready, steps, modes, ext, ext_steps, ext_modes = [], [], {}, [], [], {}
+    mv, mv_steps, mv_note, blocked, d3_version = [], [], None, [], None
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chrome, args=["--no-sandbox"])
+        version = browser.version
         try:
-            for _ in range(repeat):
-                pg = browser.new_page(viewport={"width": 1500, "height": 900})
-                t0 = time.perf_counter()
-                pg.goto("file://" + os.path.abspath(page))
-                pg.wait_for_selector("#tgc-svg[data-ready]", timeout=120_000)
-                load = time.perf_counter() - t0
+            ctx = browser.new_context(viewport={"width": 1500, "height": 900})
+            blocked = serve(ctx, {})
+            for i in range(repeat):
+                pg, marks, load = open_page(ctx, page, "#tgc-svg[data-ready]", timeout_s)
+                if marks is None:
+                    raise SystemExit(f"tensorgc's page did not paint within {timeout_s} s")
                 ready.append((pg.evaluate("performance.getEntriesByName('tgc-ready')[0].startTime")
                               / 1000, load))
+                ext.append(marks)
+                if i == 0 and work:
+                    pg.screenshot(path=os.path.join(work, "tensorgc-timeline.png"))
                 box = pg.locator("#tgc-svg rect.bg").bounding_box()
-                pg.mouse.move(box["x"] + box["width"] * 0.47, box["y"] + box["height"] / 2)
-                for _ in range(40):  # 0.8x per step: the whole trace down to a few events
-                    pg.mouse.wheel(0, -200)
-                    pg.wait_for_function("document.getElementById('tgc-svg')"
-                                         ".getAttribute('data-zoom-ms') !== null")
+
+                step_modes = []
+
+                def own():
                     ms = float(pg.get_attribute("#tgc-svg", "data-zoom-ms"))
                     mode = pg.get_attribute("#tgc-svg", "data-mode")
                     steps.append(ms)
                     modes.setdefault(mode, []).append(ms)
+                    step_modes.append(mode)
+
+                for mode, st in zip(step_modes, wheel_steps(pg, box, steps_n, own)):
+                    ext_steps.append(st)
+                    ext_modes.setdefault(mode, []).append(st)
+                if i == 0 and work:
+                    pg.screenshot(path=os.path.join(work, "tensorgc-timeline-zoomed.png"))
                 pg.close()
+            ctx.close()
+            if theirs and viz_js and d3:
+                with open(theirs, encoding="utf-8", errors="replace") as f:
+                    head = f.read(4096)
+                viz_url = module_urls(head)
+                with open(viz_js, encoding="utf-8") as f:
+                    viz_text = f.read()
+                d3_urls = module_urls(viz_text)
+                if not viz_url or not d3_urls:
+                    raise SystemExit("memory_viz's page or MemoryViz.js imports nothing from "
+                                     "the network")
+                files, d3_version = d3_modules(browser, d3, d3_urls)
+                files[viz_url[0]] = viz_text
+                ctx = browser.new_context(viewport={"width": 1500, "height": 900})
+                blocked = serve(ctx, files)
+                for i in range(repeat):
+                    pg, marks, load = open_page(ctx, theirs, "svg polygon", timeout_s)
+                    if marks is None:
+                        mv_note = f"did not paint within {timeout_s} s"
+                        if work:
+                            pg.screenshot(path=os.path.join(work, "memory_viz-trace_plot.png"))
+                        pg.close()
+                        break
+                    mv.append((marks, load))
+                    if i == 0 and work:
+                        pg.screenshot(path=os.path.join(work, "memory_viz-trace_plot.png"))
+                    box = pg.locator("svg g[clip-path] > rect").first.bounding_box()
+                    # its zoom scales both axes: near the bottom, it stays in what is drawn
+                    mv_steps += wheel_steps(pg, box, steps_n, height=0.97)
+                    if i == 0 and work:
+                        pg.screenshot(path=os.path.join(work, "memory_viz-trace_plot-zoomed.png"))
+                    pg.close()
+                ctx.close()
         finally:
             browser.close()
-    print("\n| tensorgc page in chromium (playwright) | median | max | runs |")
+    print(f"\n| tensorgc page in chromium {version} (playwright) | median | max | runs |")
     print("| --- | ---: | ---: | --- |")
-    fp = [r for r, _ in ready]
-    print(f"| first paint: the page's tgc-ready mark (s) | {statistics.median(fp):.2f} | "
-          f"{max(fp):.2f} | {', '.join(f'{x:.2f}' for x in fp)} |")
-    ld = [w for _, w in ready]
-    print(f"| load to ready, wall (s) | {statistics.median(ld):.2f} | {max(ld):.2f} | "
-          f"{', '.join(f'{x:.2f}' for x in ld)} |")
+    print(_row("first paint: the page's tgc-ready mark (s)", [r for r, _ in ready], ".2f"))
+    print(_row("load to first paint (probe), wall (s)", [w for _, w in ready], ".2f"))
     for mode, ms in sorted(modes.items()):
         print(f"| zoom step, {mode} view (ms; {len(ms)} steps) | {statistics.median(ms):.1f} | "
               f"{max(ms):.1f} | |")
+    print(_row("first paint, probe: end of the first frame with the timeline (s)",
+               [m["painted"] for m in ext], ".2f"))
+    for mode, st in sorted(ext_modes.items()):
+        print(_row(f"zoom step, {mode} view, probe: wheel to the last frame that changed the "
+                   f"DOM (ms; {len(st)} steps)", [d for d, _ in st], ".1f"))
+        print(_row(f"zoom step, {mode} view, probe: the page's handler (ms)",
+                   [h for _, h in st], ".1f"))
+    if not (theirs and viz_js and d3):
+        return
+    print(f"\nmemory_viz's page: {os.path.basename(viz_js)} and d3 {d3_version} "
+          f"({os.path.basename(d3)}) served locally; requests aborted: "
+          f"{', '.join(sorted(set(blocked))) or 'none'}\n")
+    print("| the probe, both pages (chromium, playwright) | tensorgc median | max | "
+          "memory_viz median | max |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+
+    def both(label, a, b, fmt):
+        a = [x for x in a if x is not None]
+        b = [x for x in b if x is not None]
+        fa = f"{statistics.median(a):{fmt}} | {max(a):{fmt}}" if a else "– | –"
+        fb = f"{statistics.median(b):{fmt}} | {max(b):{fmt}}" if b else f"{mv_note or '–'} | –"
+        print(f"| {label} | {fa} | {fb} |")
+
+    both("HTML parsed: domInteractive (s)", [m["parsed"] for m in ext],
+         [m["parsed"] for m, _ in mv], ".2f")
+    both("timeline in the DOM (s)", [m["built"] for m in ext], [m["built"] for m, _ in mv], ".2f")
+    both("first paint: end of the frame after it (s)", [m["painted"] for m in ext],
+         [m["painted"] for m, _ in mv], ".2f")
+    both("load to first paint, wall (s)", [w for _, w in ready], [w for _, w in mv], ".2f")
+    both(f"zoom step: wheel to the last frame that changed the DOM (ms; {steps_n} steps x runs)",
+         [d for d, _ in ext_steps], [d for d, _ in mv_steps], ".1f")
+    both("zoom step: the page's handler (ms)", [h for _, h in ext_steps],
+         [h for _, h in mv_steps], ".1f")
 
 
 if __name__ == "__main__":

@@ -138,62 +138,88 @@
     var k = D.K[j];
     return "hsl(" + ((k * 137) % 360) + ",55%," + (50 + (k * 7) % 20) + "%)";
   }
+  // one step of a path: across (H), down or up (V), or both (L)
+  function seg(dx, dy, x, y) {
+    return dx && dy ? "L" + Math.round(x) + " " + Math.round(y) : dy ? "V" + Math.round(y)
+      : dx ? "H" + Math.round(x) : "";
+  }
   function drawDetail(vis, e0, e1) {
-    var live = [], off = {}, pts = {}, cum = 0, evs = [], k, j, q;
-    for (k = 0; k < vis.length; k++) {
-      j = vis[k];
-      if (D.A[j] <= e0) { live.push(j); off[j] = cum; pts[j] = [e0, cum]; cum += D.S[j]; }
-      else evs.push([D.A[j], 0, j]);
-      if (D.F[j] >= 0 && D.F[j] < e1) evs.push([D.F[j], 1, j]);
+    // local index i of vis[i]; typed arrays: the inner loop below runs allocations x frees times
+    var V = vis.length, off = new Float64Array(V), shown = new Float64Array(V),
+        lastPx = new Int32Array(V).fill(-1), size = new Float64Array(V), pts = new Array(V),
+        live = new Int32Array(V), nLive = 0, cum = 0, evs = [], k, i, q;
+    for (i = 0; i < V; i++) {
+      var j = vis[i];
+      size[i] = D.S[j];
+      if (D.A[j] <= e0) { live[nLive++] = i; cum += size[i]; }
+      else evs.push([D.A[j], 0, i]);
+      if (D.F[j] >= 0 && D.F[j] < e1) evs.push([D.F[j], 1, i]);
     }
     evs.sort(function (x, y) { return x[0] - y[0] || x[1] - y[1]; });
-    var hx = 2 * W / Math.max(e1 - e0, 1e-9);  // half pixels per event
-    var peakW = cum;
+    // the peak in range first: the y axis fits it (round ticks), so one step's allocations fill
+    // the plot, and a drop too small to see on that scale can wait to be drawn
+    var peakW = cum, c = cum;
     for (k = 0; k < evs.length; k++) {
-      var t = evs[k][0]; j = evs[k][2];
+      c += evs[k][1] === 0 ? size[evs[k][2]] : -size[evs[k][2]];
+      if (c > peakW) peakW = c;
+    }
+    // The quantum: half a pixel, coarser in proportion once hundreds of allocations share the
+    // plot's 420 pixels (each is then a fraction of a pixel tall: the steps of a crowded range
+    // are texture, and their points would grow as allocations x frees).
+    var quantum = 0.5 * Math.max(1, V / 400);
+    var ys = H / Math.max(peakW * 1.05, 1), minDrop = quantum / ys;  // bytes in one quantum
+    var hx = W / quantum / Math.max(e1 - e0, 1e-9);  // quanta per event
+    cum = 0;
+    for (k = 0; k < nLive; k++) {
+      i = live[k]; off[i] = shown[i] = cum; pts[i] = [e0, cum]; cum += size[i];
+    }
+    for (k = 0; k < evs.length; k++) {
+      var t = evs[k][0];
+      i = evs[k][2];
       if (evs[k][1] === 0) {
-        off[j] = cum; pts[j] = [t, cum]; live.push(j); cum += D.S[j];
-        if (cum > peakW) peakW = cum;
+        off[i] = shown[i] = cum; pts[i] = [t, cum]; live[nLive++] = i; cum += size[i];
         continue;
       }
-      var p = live.indexOf(j);
+      var p = -1;
+      for (q = 0; q < nLive; q++) if (live[q] === i) { p = q; break; }
       if (p < 0) continue;
-      pts[j].push(t, off[j]);
-      pts[j].end = t;
-      // the ones above drop; several drops within half a pixel are one step (the points of a
-      // crowded range would otherwise grow as allocations x frees)
-      var px = Math.round((t - e0) * hx);
-      for (q = p + 1; q < live.length; q++) {
-        var u = live[q], P = pts[u];
-        off[u] -= D.S[j];
-        if (P.px === px) P[P.length - 1] = off[u];
-        else { P.push(t, off[u] + D.S[j], t, off[u]); P.px = px; }
+      pts[i].push(t, off[i]);
+      // The ones above drop. Drops within one quantum of x are one step, and a drop is drawn
+      // once it adds up to one quantum of y: nothing is ever more than a quantum off.
+      var px = Math.round((t - e0) * hx), s = size[i];
+      for (q = p + 1; q < nLive; q++) {
+        var u = live[q], o = off[u] - s;
+        off[u] = o;
+        if (lastPx[u] === px) { pts[u][pts[u].length - 1] = o; shown[u] = o; }
+        else if (shown[u] - o >= minDrop) {
+          pts[u].push(t, shown[u], t, o); lastPx[u] = px; shown[u] = o;
+        }
       }
-      live.splice(p, 1);
-      cum -= D.S[j];
+      live.copyWithin(p, p + 1, nLive);
+      nLive--;
+      cum -= s;
     }
-    for (k = 0; k < live.length; k++) { j = live[k]; pts[j].push(e1, off[j]); pts[j].end = e1; }
-    // the y axis fits the range in view (round ticks), so one step's allocations fill the plot
-    var ys = H / Math.max(peakW * 1.05, 1);
+    for (k = 0; k < nLive; k++) { i = live[k]; pts[i].push(e1, off[i]); }
     drawYAxis(peakW * 1.05);
     var sx = W / Math.max(e1 - e0, 1e-9), q0 = search.value.trim().toLowerCase(), html = [];
-    for (k = 0; k < vis.length; k++) {
-      j = vis[k];
-      var P = pts[j];
+    for (i = 0; i < V; i++) {
+      j = vis[i];
+      var P = pts[i];
       if (!P || P.length < 4) continue;
-      // the top edge left to right, then the bottom back, in tenths of a unit as integers (the
-      // group is scaled by 0.1: integers print faster than fractions)
-      var pts1 = "", yTop = (T + H - D.S[j] * ys) * 10, yBot = (T + H) * 10,
-          x0 = (L - e0 * sx) * 10, sx10 = sx * 10, ys10 = ys * 10;
-      for (q = 0; q < P.length; q += 2) {
-        pts1 += Math.round(x0 + P[q] * sx10) + "," + Math.round(yTop - P[q + 1] * ys10) + " ";
-      }
-      for (q = P.length - 2; q >= 0; q -= 2) {
-        pts1 += Math.round(x0 + P[q] * sx10) + "," + Math.round(yBot - P[q + 1] * ys10) + " ";
-      }
+      // A path in tenths of a unit as integers (the group is scaled by 0.1: integers print
+      // faster than fractions): the top edge left to right, each step as H x V y, then the
+      // bottom edge back; about half the numbers of a polygon's points.
+      var yTop = (T + H - size[i] * ys) * 10, yBot = (T + H) * 10,
+          x0 = (L - e0 * sx) * 10, sx10 = sx * 10, ys10 = ys * 10, n = P.length;
+      var d = "M" + Math.round(x0 + P[0] * sx10) + " " + Math.round(yTop - P[1] * ys10);
+      for (q = 2; q < n; q += 2) d += seg(P[q] !== P[q - 2], P[q + 1] !== P[q - 1],
+                                          x0 + P[q] * sx10, yTop - P[q + 1] * ys10);
+      d += "V" + Math.round(yBot - P[n - 1] * ys10);
+      for (q = n - 4; q >= 0; q -= 2) d += seg(P[q] !== P[q + 2], P[q + 1] !== P[q + 3],
+                                               x0 + P[q] * sx10, yBot - P[q + 1] * ys10);
       var hit = q0 && stackText(D.K[j]).toLowerCase().indexOf(q0) >= 0;
-      html.push('<polygon class="b d' + (hit ? " hit" : "") + '" data-j="' + j + '" fill="' +
-                color(j) + '" points="' + pts1 + '"/>');
+      html.push('<path class="b d' + (hit ? " hit" : "") + '" data-j="' + j + '" fill="' +
+                color(j) + '" d="' + d + 'Z"/>');
     }
     detailG.innerHTML = html.join("");
   }

@@ -4,6 +4,7 @@ reset, click an allocation and read the pinned panel, search stacks, jump to an 
 that hostile names from the file stay text. Skipped only where playwright or chromium is
 missing."""
 import os
+import re
 
 import pytest
 
@@ -207,9 +208,9 @@ def test_zoomed_in_every_allocation_is_drawn_and_nothing_stays_summarized(browse
             if i > a and s < b:
                 alive.add((e["addr"], s))
     alive |= {(addr, s) for addr, s in born.items() if s < b}
-    drawn = page.locator("#tgc-detail polygon").count()
+    drawn = page.locator("#tgc-detail [data-j]").count()
     assert drawn == len(alive) > 5  # more than the overview's 5 bands: each on its own
-    page.locator("#tgc-detail polygon").first.dispatch_event("click")
+    page.locator("#tgc-detail [data-j]").first.dispatch_event("click")
     panel = page.inner_text("#tgc-panel")
     assert "trace entry" in panel and "/w/train.py:3" in panel
     page.fill("#tgc-search", "leaky")
@@ -236,9 +237,11 @@ def test_the_detail_view_stacks_in_allocation_order(browser, tmp_path):
             "(n) => { var D = window.tgcDetail;"
             " for (var j = 0; j < D.K.length; j++) if (D.stacks[D.K[j]][0].endsWith(' ' + n))"
             " return j; return -1; }", name)
-        pts = page.get_attribute(f'#tgc-detail [data-j="{j}"]', "points").split()
-        # the detail group is drawn in tenths of a unit (scale(0.1))
-        return sorted({round(floor - float(p.split(",")[1]) / 10, 1) for p in pts})
+        # the path's y values: M's, V's and L's (H keeps y); the detail group is drawn in
+        # tenths of a unit (scale(0.1))
+        d = page.get_attribute(f'#tgc-detail [data-j="{j}"]', "d")
+        ys = [float(m[1:].split()[-1]) for m in re.findall(r"[MVL][-\d. ]+", d)]
+        return sorted({round(floor - y / 10, 1) for y in ys})
 
     b = ys("b")  # heights above the floor: a's top (1M) and b's (3M), then 0 and 2M
     assert b[0] == 0 and len(b) == 4

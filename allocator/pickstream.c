@@ -86,6 +86,7 @@ typedef struct {
     int64_t line;
     uint8_t line_kind, bad, bad_range;
     const char *bad_type;
+    uint32_t extra;              /* the set of its other keys */
     uint32_t hash;
 } frame_rec;
 
@@ -127,6 +128,10 @@ typedef struct {
     uint32_t fsid[2];
     int64_t line;
     uint8_t line_kind;
+    pair *x;                     /* frame dict: its other keys */
+    size_t nx, xcap;
+    void **xrefs;                /* boxed values among them (new references) */
+    size_t nxrefs, xrefcap;
 } open_rec;
 
 typedef struct {
@@ -558,8 +563,8 @@ frame_hash(const S *s, const frame_rec *f)
 {
     uint64_t h = mix64(s->seed ^ ((uint64_t)f->filename << 32 | f->name));
     h = mix64(h ^ (uint64_t)f->line);
-    h = mix64(h ^ ((uint64_t)f->line_kind | (uint64_t)f->bad << 8 | (uint64_t)f->bad_range << 16)
-              ^ (uint64_t)(uintptr_t)f->bad_type);
+    h = mix64(h ^ ((uint64_t)f->line_kind | (uint64_t)f->bad << 8 | (uint64_t)f->bad_range << 16 |
+                   (uint64_t)f->extra << 24) ^ (uint64_t)(uintptr_t)f->bad_type);
     return (uint32_t)h;
 }
 
@@ -569,7 +574,7 @@ frame_eq(const S *s, uint32_t id, const void *key)
     const frame_rec *a = &s->frames[id], *b = key;
     return a->hash == b->hash && a->filename == b->filename && a->name == b->name &&
            a->line == b->line && a->line_kind == b->line_kind && a->bad == b->bad &&
-           a->bad_range == b->bad_range && a->bad_type == b->bad_type;
+           a->bad_range == b->bad_range && a->bad_type == b->bad_type && a->extra == b->extra;
 }
 
 static uint32_t
@@ -607,7 +612,7 @@ intern_frame(S *s, frame_rec *f, uint32_t *id)
 static int
 notdict_frame(S *s, const char *type, uint32_t *id)
 {
-    frame_rec f = {TGC_PS_ABSENT, TGC_PS_ABSENT, 0, 0, BAD_NOTDICT, 0, type, 0};
+    frame_rec f = {TGC_PS_ABSENT, TGC_PS_ABSENT, 0, 0, BAD_NOTDICT, 0, type, 0, 0};
     return intern_frame(s, &f, id);
 }
 
@@ -840,11 +845,14 @@ open_new(S *s, int fdict, uint32_t *idx)
         *idx = (uint32_t)s->nopens++;
     }
     open_rec *r = &s->opens[*idx];
-    uint32_t *ids = r->ids;
-    size_t cap = r->cap;
+    open_rec keep = *r;
     memset(r, 0, sizeof(*r));
-    r->ids = ids;  /* the id buffer is kept for the next list */
-    r->cap = cap;
+    r->ids = keep.ids;  /* the buffers are kept for the next record */
+    r->cap = keep.cap;
+    r->x = keep.x;
+    r->xcap = keep.xcap;
+    r->xrefs = keep.xrefs;
+    r->xrefcap = keep.xrefcap;
     r->used = 1;
     r->fdict = (uint8_t)fdict;
     r->memo = NO_MEMO;
@@ -854,7 +862,13 @@ open_new(S *s, int fdict, uint32_t *idx)
 static int
 open_release(S *s, uint32_t idx)
 {
-    s->opens[idx].used = 0;
+    open_rec *r = &s->opens[idx];
+    for (size_t i = 0; i < r->nxrefs; i++) {
+        s->b.decref(s->b.ctx, r->xrefs[i]);
+    }
+    r->nxrefs = 0;
+    r->nx = 0;
+    r->used = 0;
     if (grow(&s->free_opens, &s->fcap, s->nfree + 1, sizeof(uint32_t)) < 0) {
         return nomem(s);
     }
@@ -914,7 +928,11 @@ static int
 close_fdict(S *s, uint32_t idx, uint32_t *id)
 {
     open_rec *r = &s->opens[idx];
-    frame_rec f = {TGC_PS_ABSENT, TGC_PS_ABSENT, 0, 0, BAD_NONE, 0, NULL, 0};
+    frame_rec f = {TGC_PS_ABSENT, TGC_PS_ABSENT, 0, 0, BAD_NONE, 0, NULL, 0, 0};
+    if (intern_extras(s, r->x, r->nx, &f.extra) < 0) {
+        return -1;
+    }
+    r = &s->opens[idx];
     for (int i = 0; i < 3; i++) {
         if (r->fst[i] == FS_TYPE || r->fst[i] == FS_RANGE) {
             f.bad = (uint8_t)(BAD_FILENAME + i);
@@ -1154,21 +1172,56 @@ from_obj(S *s, void *o, val *out)
 /* ------------------------------------------------------------------------------------------ */
 /* Frame dicts and frames lists on the trace's path                                            */
 
-/* Sets one key of a frame dict: filename and name are str, line an int in [-2**63, 2**64);
- * other keys are dropped (torch writes only these three). */
+static int extras_val(S *s, val *v, val *out, void **boxed);
+
+/* Sets one key of an open frame dict: filename and name are str, line an int in
+ * [-2**63, 2**64) (checked as check_snapshot checks them); other keys are kept as a set. */
 static int
-frame_set(S *s, open_rec *r, const char *key, size_t keylen, val *v)
+frame_set(S *s, uint32_t idx, val *k, val *v)
 {
-    int which = keylen == 8 && memcmp(key, "filename", 8) == 0 ? 0
-              : keylen == 4 && memcmp(key, "name", 4) == 0 ? 1
-              : keylen == 4 && memcmp(key, "line", 4) == 0 ? 2 : -1;
+    int which = k->kind != V_STR ? -1 : k->b == K_FILENAME ? 0 : k->b == K_NAME ? 1
+              : k->b == K_LINE ? 2 : -1;
+    look_t l;
     if (which < 0) {
+        val kx, vx;
+        void *kb = NULL, *vb = NULL;
+        if (extras_val(s, k, &kx, &kb) < 0 || extras_val(s, v, &vx, &vb) < 0) {
+            if (kb) {
+                s->b.decref(s->b.ctx, kb);
+            }
+            return -1;
+        }
+        open_rec *r = &s->opens[idx];
+        size_t j = 0;
+        for (size_t i = 0; i < r->nx; i++) {  /* the last setting of a key stands */
+            if (memcmp(&r->x[i].k, &kx, sizeof(val)) != 0) {
+                r->x[j++] = r->x[i];
+            }
+        }
+        r->nx = j;
+        if (grow(&r->x, &r->xcap, r->nx + 1, sizeof(pair)) < 0 ||
+            grow(&r->xrefs, &r->xrefcap, r->nxrefs + 2, sizeof(void *)) < 0) {
+            if (kb) {
+                s->b.decref(s->b.ctx, kb);
+            }
+            if (vb) {
+                s->b.decref(s->b.ctx, vb);
+            }
+            return nomem(s);
+        }
+        if (kb) {
+            r->xrefs[r->nxrefs++] = kb;
+        }
+        if (vb) {
+            r->xrefs[r->nxrefs++] = vb;
+        }
+        r->x[r->nx++] = (pair){kx, vx};
         return 0;
     }
-    look_t l;
     if (look(s, v, &l) < 0) {
         return -1;
     }
+    open_rec *r = &s->opens[idx];
     r->ftype[which] = l.type;
     if (which < 2) {
         r->fst[which] = l.kind == L_STR ? FS_OK : FS_TYPE;
@@ -1185,19 +1238,6 @@ frame_set(S *s, open_rec *r, const char *key, size_t keylen, val *v)
     return 0;
 }
 
-/* The key's text when it is a str (else *p = NULL). */
-static int
-key_text(S *s, const val *k, const char **p, size_t *n)
-{
-    *p = NULL;
-    *n = 0;
-    if (k->kind == V_STR) {
-        *p = s->sb + s->strs[k->b].off;
-        *n = s->strs[k->b].len;
-    }
-    return 0;
-}
-
 /* A frame read from a builder dict (a frame shared with another part of the file). */
 static int
 frame_from_dict(S *s, void *dict, uint32_t *id)
@@ -1210,23 +1250,17 @@ frame_from_dict(S *s, void *dict, uint32_t *id)
     void *k, *v;
     int rc;
     while ((rc = s->b.dict_next(s->b.ctx, dict, &pos, &k, &v)) == 1) {
-        tgc_ps_scalar ks;
-        memset(&ks, 0, sizeof(ks));
-        if (s->b.unbox(s->b.ctx, k, &ks) < 0) {
-            return builder_failed(s);
-        }
-        if (ks.kind != TGC_PSS_STR || ks.n > 8) {
-            continue;
-        }
-        char key[8];
-        size_t kn = ks.n;
-        memcpy(key, ks.p, kn);
-        val vv;
-        if (from_obj(s, v, &vv) < 0) {
+        val kv, vv;
+        if (from_obj(s, k, &kv) < 0) {
             return -1;
         }
-        rc = frame_set(s, &s->opens[idx], key, kn, &vv);
-        if (drop(s, &vv) < 0 || rc < 0) {
+        if (from_obj(s, v, &vv) < 0) {
+            drop(s, &kv);
+            return -1;
+        }
+        rc = frame_set(s, idx, &kv, &vv);
+        int rc2 = drop(s, &kv);
+        if (drop(s, &vv) < 0 || rc2 < 0 || rc < 0) {
             return -1;
         }
     }
@@ -2089,12 +2123,7 @@ extend(S *s, int op, size_t from)
             goto wrong;
         }
         for (size_t i = from; i + 1 < s->n && rc == 0; i += 2) {
-            const char *k;
-            size_t kn;
-            key_text(s, &s->st[i], &k, &kn);
-            if (k != NULL) {
-                rc = frame_set(s, &s->opens[t->a], k, kn, &s->st[i + 1]);
-            }
+            rc = frame_set(s, t->a, &s->st[i], &s->st[i + 1]);
         }
         if (rc == 0) {
             rc = settle(s, t);  /* read now: the memo hands out the frame from here on */
@@ -2957,7 +2986,12 @@ tgc_ps_free(tgc_ps_stream *s)
         }
     }
     for (size_t i = 0; i < s->nopens; i++) {
+        for (size_t j = 0; j < s->opens[i].nxrefs; j++) {
+            s->b.decref(s->b.ctx, s->opens[i].xrefs[j]);
+        }
         free(s->opens[i].ids);
+        free(s->opens[i].x);
+        free(s->opens[i].xrefs);
     }
     for (size_t d = 0; d < s->ndevs; d++) {
         for (int c = 0; c < TGC_PS_NCOLS; c++) {
@@ -3027,6 +3061,7 @@ tgc_ps_get_frame(const tgc_ps_stream *s, uint32_t id, tgc_ps_frame *out)
     out->name = f->name;
     out->line_kind = f->line_kind;
     out->line = f->line;
+    out->extra = f->extra;
     return 0;
 }
 

@@ -261,7 +261,8 @@ pb_string(pb *b, uint32_t sid)
     return pb_scalar(b, &sc);
 }
 
-/* A frame as torch writes it: {"name", "filename", "line"}, the absent ones left out. */
+/* A frame as torch writes it: {"name", "filename", "line"}, the absent ones left out, then
+ * the other keys it had. */
 static void *
 pb_frame(void *ctx, uint32_t id)
 {
@@ -295,6 +296,16 @@ pb_frame(void *ctx, uint32_t id)
         line = f.line_kind == 1 ? PyLong_FromLongLong(f.line)
                                 : PyLong_FromUnsignedLongLong((uint64_t)f.line);
         if (line == NULL || PyDict_SetItemString(d, "line", line) < 0) {
+            goto error;
+        }
+    }
+    for (uint32_t k = 0; k < tgc_ps_extras_len(b->s, f.extra); k++) {  /* its other keys */
+        PyObject *key = tgc_ps_extras_item(b->s, f.extra, k, 0);  /* new */
+        PyObject *value = key ? tgc_ps_extras_item(b->s, f.extra, k, 1) : NULL;  /* new */
+        int rc = value ? PyDict_SetItem(d, key, value) : -1;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (rc < 0) {
             goto error;
         }
     }

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import _tensorgc
 from ._devices import DeviceLike, snapshot_device
+from ._lean import LeanTrace, action_counts, as_list
 from ._types import Frame, Snapshot, Trace
 from .categories import replay_inputs
 from .reporter import readable_size as R
@@ -45,7 +46,8 @@ def replay(snap: Snapshot, device: DeviceLike = "cuda", columns: int = WIDTH, de
     # allocates (they predate it)
     pre = _alive_at_end(snap, index)
     classify, marks = replay_inputs(snap, index, categories)
-    tl = _tensorgc._timeline(trace, pre, int(columns), int(detail), use_req, classify)
+    # the replay reads a list of dicts: a LeanTrace's entries are made for it (as_list)
+    tl = _tensorgc._timeline(as_list(trace), pre, int(columns), int(detail), use_req, classify)
     names = tl["categories"]
     tl["marks"] = marks
     if tl["cat_active"] is not None:
@@ -56,6 +58,8 @@ def replay(snap: Snapshot, device: DeviceLike = "cuda", columns: int = WIDTH, de
 
 def _uses_free_requested(trace: Trace) -> bool:
     """Whether the trace's frees are "free_requested" entries (the replay's free then)."""
+    if isinstance(trace, LeanTrace):
+        return action_counts(trace).get("free_requested", 0) > 0
     return any(e.get("action") == "free_requested" for e in trace)
 
 

@@ -23,7 +23,7 @@
  * a fault the pre-scan would find later in the file is reported first, as the plain loader does.
  * An entry keeps every field: those the columns do not hold (compile_context, user_metadata, a
  * stream that is not an int64, ...) are interned as sets of (key, value) pairs, one id per
- * entry. A frame keeps filename, name and line; other keys of a frame dict are dropped.
+ * entry; a frame's keys other than filename, name and line likewise.
  *
  * What it refuses with TGC_PS_UNSUPPORTED (the plain loader reads it): a trace entry referred to
  * from outside its device's list through the memo, a frame dict or frames list changed after it
@@ -150,6 +150,7 @@ typedef struct {
     uint32_t filename, name;  /* string ids, or TGC_PS_ABSENT */
     int line_kind;            /* 0 absent, 1 line is an int64, 2 line holds a uint64's bits */
     int64_t line;
+    uint32_t extra;           /* the set of its other keys (tgc_ps_extras_*) */
 } tgc_ps_frame;
 
 int tgc_ps_string(const tgc_ps_stream *s, uint32_t sid, const char **p, size_t *n);

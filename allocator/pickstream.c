@@ -21,7 +21,8 @@ enum {
     V_INT,      /* b: int64 bits, or a uint64 >= 2**63 with F_UNSIGNED */
     V_FLOAT,    /* b: the double's bits */
     V_STR,      /* b: string id */
-    V_OBJ,      /* b: builder object (the stack slot owns a reference); role */
+    V_OBJ,      /* b: builder object (the stack slot owns a reference); role; a: the memo
+                   index + 1 it was got from (0: none) */
     V_ENTRY,    /* a trace entry: a = device, b = row */
     V_DEVICE,   /* a device's trace list: b = device */
     V_FRAMES,   /* an open frames list: a = open record */
@@ -200,8 +201,9 @@ struct tgc_ps_stream {
     extras_rec *xs;
     size_t nxs, xcap;
     index_t xidx;
-    map64 listcache;             /* builder list (a frames list read elsewhere) -> stack id + 1;
-                                    the machine holds a reference to each key */
+    map64 listcache;             /* builder list (a frames list read elsewhere) -> stack id + 1 */
+    map64 dictcache;             /* builder dict (a frame read elsewhere) -> frame id + 1; the
+                                    machine holds a reference to each key of both */
     /* devices and their faulty entries */
     device *devs;
     size_t ndevs, devcap;
@@ -910,6 +912,24 @@ memo_slot(S *s, uint64_t idx, int create)
     return &s->memo[page][idx & (MEMO_PAGE - 1)];
 }
 
+/* A builder dict (list) got from memo slot a - 1 was read as frame (stack) id: the slot holds
+ * that handle from now on, and the builder takes the object as the one standing for it, so a
+ * BINGET of it no longer costs an object's reference, reading and lookup. */
+static void
+memo_adopt(S *s, uint32_t a, int tag, uint32_t id, void *obj)
+{
+    if (a == 0) {
+        return;
+    }
+    uint64_t *slot = memo_slot(s, (uint64_t)a - 1, 0);
+    if (slot == NULL || *slot != (uint64_t)(uintptr_t)obj) {
+        return;  /* overwritten since */
+    }
+    s->b.adopt(s->b.ctx, tag == M_FRAME ? TGC_PSB_DICT : TGC_PSB_LIST, id, obj);
+    *slot = M_MAKE(tag, id);
+    s->b.decref(s->b.ctx, obj);  /* the memo's reference */
+}
+
 /* A read record's memo slot, if it still holds the open record, now holds what it became. */
 static void
 open_settle_memo(S *s, uint32_t idx, uint64_t became)
@@ -1238,10 +1258,18 @@ frame_set(S *s, uint32_t idx, val *k, val *v)
     return 0;
 }
 
-/* A frame read from a builder dict (a frame shared with another part of the file). */
+/* A frame read from a builder dict (a frame shared with another part of the file): read once
+ * per dict (the machine keeps it alive, so its address stays its own; a SETITEMS onto it later
+ * is refused). */
 static int
 frame_from_dict(S *s, void *dict, uint32_t *id)
 {
+    int nm = 0;
+    uint32_t *hit = map_get(&s->dictcache, s->seed, (uint64_t)(uintptr_t)dict, 0, &nm);
+    if (hit != NULL && *hit != 0) {
+        *id = *hit - 1;
+        return 0;
+    }
     uint32_t idx;
     if (open_new(s, 1, &idx) < 0) {
         return -1;
@@ -1267,7 +1295,18 @@ frame_from_dict(S *s, void *dict, uint32_t *id)
     if (rc < 0) {
         return builder_failed(s);
     }
-    return close_fdict(s, idx, id);
+    if (close_fdict(s, idx, id) < 0) {
+        return -1;
+    }
+    uint32_t *slot = map_get(&s->dictcache, s->seed, (uint64_t)(uintptr_t)dict, 1, &nm);
+    if (slot == NULL) {
+        return nomem(s);
+    }
+    if (*slot == 0) {
+        s->b.incref(s->b.ctx, dict);
+    }
+    *slot = *id + 1;
+    return 0;
 }
 
 /* One item of a frames list as a frame id (a faulty frame has an id too: its entry says why). */
@@ -1289,7 +1328,11 @@ frame_of(S *s, val *item, uint32_t *id)
             return builder_failed(s);
         }
         if (sc.kind == TGC_PSS_DICT) {
-            return frame_from_dict(s, (void *)(uintptr_t)item->b, id);
+            if (frame_from_dict(s, (void *)(uintptr_t)item->b, id) < 0) {
+                return -1;
+            }
+            memo_adopt(s, item->a, M_FRAME, *id, (void *)(uintptr_t)item->b);
+            return 0;
         }
         return notdict_frame(s, sc.type_name ? sc.type_name : "object", id);
     }
@@ -1698,6 +1741,7 @@ row_frames(S *s, uint32_t d, uint32_t row, val *v)
         if (stack_from_list(s, (void *)(uintptr_t)v->b, &id) < 0) {
             return -1;
         }
+        memo_adopt(s, v->a, M_STACK, id, (void *)(uintptr_t)v->b);
     }
     else if (v->kind == V_DEVICE) {
         return fail_text(s, TGC_PS_UNSUPPORTED, "a device's trace used as an entry's frames");
@@ -1984,8 +2028,20 @@ device_fault(S *s, uint32_t d)
 /* ------------------------------------------------------------------------------------------ */
 /* The machine                                                                                 */
 
-static int
+static int push_slow(S *s, val v);
+
+static inline int
 push(S *s, val v)
+{
+    if (s->n < s->cap) {
+        s->st[s->n++] = v;
+        return 0;
+    }
+    return push_slow(s, v);
+}
+
+static int
+push_slow(S *s, val v)
 {
     if (s->n == s->cap) {
         if (s->n >= TGC_PS_MAX_STACK) {
@@ -2089,12 +2145,13 @@ extend(S *s, int op, size_t from)
     }
     switch (t->kind) {
     case V_OBJ:
-        if (op == TGC_PSB_APPENDS && s->listcache.n) {
+        if ((op == TGC_PSB_APPENDS && s->listcache.n) || (op == TGC_PSB_SETITEMS && s->dictcache.n)) {
             int nm = 0;
-            uint32_t *hit = map_get(&s->listcache, s->seed, t->b, 0, &nm);
+            uint32_t *hit = map_get(op == TGC_PSB_APPENDS ? &s->listcache : &s->dictcache,
+                                    s->seed, t->b, 0, &nm);
             if (hit != NULL && *hit != 0) {
-                return fail_text(s, TGC_PS_UNSUPPORTED, "a frames list changed after an "
-                                 "entry used it");
+                return fail_text(s, TGC_PS_UNSUPPORTED, "a %s changed after an entry used it",
+                                 op == TGC_PSB_APPENDS ? "frames list" : "frame dict");
             }
         }
         if (box_items(s, from, n) < 0) {
@@ -2165,42 +2222,53 @@ extend(S *s, int op, size_t from)
     }
     return drop_range(s, from);
 wrong:
-    return fail_text(s, TGC_PS_CORRUPT, "%s onto a %s",
+    return fail_text(s, TGC_PS_CORRUPT, "%s onto a value of type %s",
                      op == TGC_PSB_APPENDS ? "APPENDS" : op == TGC_PSB_SETITEMS ? "SETITEMS"
                                                                                  : "ADDITEMS",
                      kind_type(t->kind));
 }
 
-/* The container a value pushed now goes into (its stack index, or SIZE_MAX) and, for a dict
- * receiving a value, the key's index (else SIZE_MAX): the single-item forms (APPEND, SETITEM:
- * the container right below) before the batched ones (the container below the top mark). */
-static size_t
-parent_of(const S *s, size_t *key)
+/* Where a value pushed now may go: up to two (container, key) candidates, nearest first. The
+ * single-item forms (APPEND, SETITEM: the container right below) and the batched ones (the
+ * container below the top mark) look alike on the stack: [traces, MARK, device 0] and a new
+ * value may be device 0's one item or the batch's next device. So the opcode that makes the
+ * value picks the first candidate its rule takes (a list under traces is a device, a dict
+ * under a device an entry); a wrong pick is caught where the value is consumed. key: the key's
+ * index for a dict receiving a value, else SIZE_MAX. */
+typedef struct {
+    size_t parent[2], key[2];
+    int n;
+} where_t;
+
+static void
+where_of(const S *s, where_t *w)
 {
     size_t n = s->n, m = s->nmarks ? s->marks[s->nmarks - 1] : SIZE_MAX;
     int marked = s->nmarks > 0;
-    *key = SIZE_MAX;
+    w->n = 0;
     if (n >= 1 && (!marked || m < n)) {
         const val *t = &s->st[n - 1];
         if (t->kind == V_DEVICE || t->kind == V_FRAMES || (t->kind == V_OBJ && t->role == R_TRACES)) {
-            return n - 1;
+            w->parent[w->n] = n - 1;
+            w->key[w->n++] = SIZE_MAX;
         }
     }
     if (n >= 2 && (!marked || m <= n - 2)) {
         const val *t = &s->st[n - 2];
         if (t->kind == V_ENTRY || (t->kind == V_OBJ && t->role == R_ROOT)) {
-            *key = n - 1;
-            return n - 2;
+            w->parent[w->n] = n - 2;
+            w->key[w->n++] = n - 1;
         }
     }
     if (marked && m >= 1) {
         const val *t = &s->st[m - 1];
+        w->parent[w->n] = m - 1;
+        w->key[w->n] = SIZE_MAX;
         if ((t->kind == V_ENTRY || (t->kind == V_OBJ && t->role == R_ROOT)) && (n - m) % 2 == 1) {
-            *key = n - 1;
+            w->key[w->n] = n - 1;
         }
-        return m - 1;
+        w->n++;
     }
-    return SIZE_MAX;
 }
 
 static int
@@ -2213,20 +2281,24 @@ empty_dict(S *s)
         }
         return push(s, (val){V_OBJ, R_ROOT, 0, 0, (uint64_t)(uintptr_t)o});
     }
-    size_t key, p = parent_of(s, &key);
-    if (p != SIZE_MAX && s->st[p].kind == V_DEVICE) {
-        uint32_t d = (uint32_t)s->st[p].b, row;
-        if (new_row(s, d, &row) < 0) {
-            return -1;
+    where_t w;
+    where_of(s, &w);
+    for (int c = 0; c < w.n; c++) {
+        const val *pv = &s->st[w.parent[c]];
+        if (pv->kind == V_DEVICE) {  /* an entry */
+            uint32_t d = (uint32_t)pv->b, row;
+            if (new_row(s, d, &row) < 0) {
+                return -1;
+            }
+            return push(s, (val){V_ENTRY, 0, 0, d, row});
         }
-        return push(s, (val){V_ENTRY, 0, 0, d, row});
-    }
-    if (p != SIZE_MAX && s->st[p].kind == V_FRAMES) {
-        uint32_t idx;
-        if (open_new(s, 1, &idx) < 0) {
-            return -1;
+        if (pv->kind == V_FRAMES) {  /* a frame */
+            uint32_t idx;
+            if (open_new(s, 1, &idx) < 0) {
+                return -1;
+            }
+            return push(s, (val){V_FDICT, 0, 0, idx, 0});
         }
-        return push(s, (val){V_FDICT, 0, 0, idx, 0});
     }
     return push_obj(s, s->b.make(s->b.ctx, TGC_PSB_DICT, NULL, 0), 0);
 }
@@ -2234,30 +2306,33 @@ empty_dict(S *s)
 static int
 empty_list(S *s)
 {
-    size_t key, p = parent_of(s, &key);
-    const val *pv = p != SIZE_MAX ? &s->st[p] : NULL;
-    const val *kv = key != SIZE_MAX ? &s->st[key] : NULL;
-    if (pv && pv->kind == V_OBJ && pv->role == R_ROOT && kv && kv->kind == V_STR &&
-        kv->b == K_DEVICE_TRACES) {
-        void *o = s->b.make(s->b.ctx, TGC_PSB_LIST, NULL, 0);
-        if (o == NULL) {
-            return builder_failed(s);
+    where_t w;
+    where_of(s, &w);
+    for (int c = 0; c < w.n; c++) {
+        const val *pv = &s->st[w.parent[c]];
+        const val *kv = w.key[c] != SIZE_MAX ? &s->st[w.key[c]] : NULL;
+        if (pv->kind == V_OBJ && pv->role == R_ROOT && kv && kv->kind == V_STR &&
+            kv->b == K_DEVICE_TRACES) {  /* snap["device_traces"] */
+            void *o = s->b.make(s->b.ctx, TGC_PSB_LIST, NULL, 0);
+            if (o == NULL) {
+                return builder_failed(s);
+            }
+            return push(s, (val){V_OBJ, R_TRACES, 0, 0, (uint64_t)(uintptr_t)o});
         }
-        return push(s, (val){V_OBJ, R_TRACES, 0, 0, (uint64_t)(uintptr_t)o});
-    }
-    if (pv && pv->kind == V_OBJ && pv->role == R_TRACES) {
-        uint32_t d = 0;
-        if (new_device(s, &d) < 0) {
-            return -1;
+        if (pv->kind == V_OBJ && pv->role == R_TRACES) {  /* a device's list */
+            uint32_t d = 0;
+            if (new_device(s, &d) < 0) {
+                return -1;
+            }
+            return push(s, (val){V_DEVICE, 0, 0, 0, d});
         }
-        return push(s, (val){V_DEVICE, 0, 0, 0, d});
-    }
-    if (pv && pv->kind == V_ENTRY && kv && kv->kind == V_STR && kv->b == K_FRAMES) {
-        uint32_t idx;
-        if (open_new(s, 0, &idx) < 0) {
-            return -1;
+        if (pv->kind == V_ENTRY && kv && kv->kind == V_STR && kv->b == K_FRAMES) {  /* frames */
+            uint32_t idx;
+            if (open_new(s, 0, &idx) < 0) {
+                return -1;
+            }
+            return push(s, (val){V_FRAMES, 0, 0, idx, 0});
         }
-        return push(s, (val){V_FRAMES, 0, 0, idx, 0});
     }
     return push_obj(s, s->b.make(s->b.ctx, TGC_PSB_LIST, NULL, 0), 0);
 }
@@ -2274,7 +2349,7 @@ memo_get(S *s, uint64_t idx)
     switch (M_TAG(x)) {
     case M_OBJ:
         s->b.incref(s->b.ctx, (void *)(uintptr_t)x);
-        return push(s, (val){V_OBJ, R_NONE, 0, 0, x});
+        return push(s, (val){V_OBJ, R_NONE, 0, idx < UINT32_MAX - 1 ? (uint32_t)idx + 1 : 0, x});
     case M_STR: return push(s, (val){V_STR, 0, 0, 0, p});
     case M_INT: return push(s, (val){V_INT, 0, 0, 0, (uint64_t)((int64_t)x >> 3)});
     case M_ENTRY: return push(s, (val){V_ENTRY, 0, 0, (uint32_t)(p >> 32), p & 0xFFFFFFFFu});
@@ -2568,11 +2643,13 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
         switch (op) {
         case 0x80:  /* PROTO */
             NEED(1);
-            if (*HERE > 5) {
-                fail_text(s, TGC_PS_CORRUPT, "unsupported pickle protocol: %u", *HERE);
+            k = *HERE;
+            ADV(1);
+            if (k > 5) {
+                s->op_end = s->off;
+                fail_text(s, TGC_PS_CORRUPT, "unsupported pickle protocol: %u", (unsigned)k);
                 goto failed;
             }
-            ADV(1);
             break;
         case 0x95:  /* FRAME: a length the opcodes inside need not respect; checked, no more */
             NEED(8);
@@ -2985,6 +3062,11 @@ tgc_ps_free(tgc_ps_stream *s)
             s->b.decref(s->b.ctx, (void *)(uintptr_t)(s->listcache.keys[i] - 1));
         }
     }
+    for (size_t i = 0; i < s->dictcache.cap; i++) {
+        if (s->dictcache.keys[i] != 0) {
+            s->b.decref(s->b.ctx, (void *)(uintptr_t)(s->dictcache.keys[i] - 1));
+        }
+    }
     for (size_t i = 0; i < s->nopens; i++) {
         for (size_t j = 0; j < s->opens[i].nxrefs; j++) {
             s->b.decref(s->b.ctx, s->opens[i].xrefs[j]);
@@ -3002,6 +3084,8 @@ tgc_ps_free(tgc_ps_stream *s)
     }
     free(s->listcache.keys);
     free(s->listcache.vals);
+    free(s->dictcache.keys);
+    free(s->dictcache.vals);
     free(s->errmap.keys);
     free(s->errmap.vals);
     free(s->errs);

@@ -488,6 +488,21 @@ pb_list_item(void *ctx, void *list, size_t i, void **item)
     return 1;
 }
 
+static void
+pb_adopt(void *ctx, int kind, uint32_t id, void *obj)
+{
+    pb *b = ctx;
+    PyObject **slot = kind == TGC_PSB_DICT ? pb_cache(&b->frames, &b->nframes, id)
+                                           : pb_cache(&b->stacks, &b->nstacks, id);
+    if (slot == NULL) {
+        PyErr_Clear();  /* no memory for the cache: the object is made again when asked */
+        return;
+    }
+    if (*slot == NULL) {
+        *slot = Py_NewRef((PyObject *)obj);
+    }
+}
+
 /* The source: read() with the GIL released; a pending signal (Ctrl-C) is seen once per
  * chunk. */
 static long long
@@ -648,7 +663,7 @@ tgc_alloc_pickle_stream(int fd, unsigned long long size, unsigned long long max_
     b.make_trace = make_trace;
     tgc_ps_builder vt = {&b, pb_scalar, pb_text, pb_make, pb_extend, pb_device, pb_frame,
                          pb_stack, pb_incref, pb_decref, pb_classify, pb_unbox, pb_dict_next,
-                         pb_list_item};
+                         pb_list_item, pb_adopt};
     PyObject *result = NULL, *payload = NULL;
     void *root = NULL;
     b.s = tgc_ps_new(&vt, pb_read, &b, size, max_bytes, seed);

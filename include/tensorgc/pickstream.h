@@ -126,6 +126,9 @@ typedef struct {
     int (*dict_next)(void *ctx, void *dict, size_t *pos, void **key, void **value);
     /* a list's item i, borrowed: 1, or 0 past its end */
     int (*list_item)(void *ctx, void *list, size_t i, void **item);
+    /* obj (a dict: TGC_PSB_DICT, or a list) was read as frame (stack) id: from now on it is
+     * what frame(id) (stack(id)) returns, unless one was made already */
+    void (*adopt)(void *ctx, int kind, uint32_t id, void *obj);
 } tgc_ps_builder;
 
 /* The source: up to n bytes into buf; the count, 0 at the end, -1 on failure (its error). */

@@ -447,7 +447,7 @@ str_eq(const S *s, uint32_t id, const void *key)
 {
     const str_key *k = key;
     const str_rec *r = &s->strs[id];
-    return r->hash == k->h && r->len == k->n && memcmp(s->sb + r->off, k->p, k->n) == 0;
+    return r->hash == k->h && r->len == k->n && (k->n == 0 || memcmp(s->sb + r->off, k->p, k->n) == 0);
 }
 
 static uint32_t
@@ -479,7 +479,9 @@ intern_str(S *s, const char *p, size_t n, uint32_t *sid)
         grow(&s->sb, &s->sbcap, s->sblen + n + 1, 1) < 0) {
         return nomem(s);
     }
-    memcpy(s->sb + s->sblen, p, n);
+    if (n > 0) {
+        memcpy(s->sb + s->sblen, p, n);
+    }
     s->strs[s->nstr] = (str_rec){s->sblen, (uint32_t)n, k.h};
     s->sblen += n;
     *slot = (uint32_t)s->nstr + 1;
@@ -630,7 +632,7 @@ stack_eq(const S *s, uint32_t id, const void *key)
     const stack_key *k = key;
     const stack_rec *r = &s->stacks[id];
     return r->hash == k->h && r->len == k->n &&
-           memcmp(s->spool + r->off, k->ids, k->n * sizeof(uint32_t)) == 0;
+           (k->n == 0 || memcmp(s->spool + r->off, k->ids, k->n * sizeof(uint32_t)) == 0);
 }
 
 static uint32_t
@@ -669,7 +671,9 @@ intern_stack(S *s, const uint32_t *ids, size_t n, uint32_t *id)
             break;
         }
     }
-    memcpy(s->spool + s->spool_n, ids, n * sizeof(uint32_t));
+    if (n > 0) {
+        memcpy(s->spool + s->spool_n, ids, n * sizeof(uint32_t));
+    }
     s->stacks[s->nstacks] = (stack_rec){s->spool_n, (uint32_t)n, k.h, bad};
     s->spool_n += n;
     *slot = (uint32_t)s->nstacks + 1;
@@ -690,7 +694,7 @@ extras_eq(const S *s, uint32_t id, const void *key)
     const extras_key *k = key;
     const extras_rec *r = &s->xs[id];
     return r->hash == k->h && r->len == k->n &&
-           memcmp(s->xpool + r->off, k->items, k->n * sizeof(pair)) == 0;
+           (k->n == 0 || memcmp(s->xpool + r->off, k->items, k->n * sizeof(pair)) == 0);
 }
 
 static uint32_t
@@ -730,7 +734,9 @@ intern_extras(S *s, const pair *items, size_t n, uint32_t *id)
             s->b.incref(s->b.ctx, (void *)(uintptr_t)items[i].v.b);
         }
     }
-    memcpy(s->xpool + s->xpool_n, items, n * sizeof(pair));
+    if (n > 0) {
+        memcpy(s->xpool + s->xpool_n, items, n * sizeof(pair));
+    }
     s->xs[s->nxs] = (extras_rec){s->xpool_n, (uint32_t)n, k.h};
     s->xpool_n += n;
     *slot = (uint32_t)s->nxs + 1;
@@ -782,7 +788,9 @@ rd_big(S *s, size_t k)
         return NULL;
     }
     size_t have = s->hi - s->lo;
-    memcpy(p, s->buf + s->lo, have);
+    if (have > 0) {
+        memcpy(p, s->buf + s->lo, have);
+    }
     s->lo = s->hi = 0;
     while (have < k) {
         long long got = s->eof ? 0 : s->read(s->read_ctx, p + have, k - have);
@@ -1596,7 +1604,9 @@ pend_begin(S *s, uint32_t d, uint32_t row)
     if (grow(&s->pend, &s->pendcap, r->len + 1, sizeof(pair)) < 0) {
         return nomem(s);
     }
-    memcpy(s->pend, s->xpool + r->off, r->len * sizeof(pair));
+    if (r->len > 0) {
+        memcpy(s->pend, s->xpool + r->off, r->len * sizeof(pair));
+    }
     s->npend = r->len;
     s->pending = 1;
     s->pend_dev = d;

@@ -39,6 +39,7 @@ from .lineprof import (  # noqa: E402  (memlab's line profiler)
     profile_every,
     set_target_gpu,
 )
+from ._lean import LeanTrace  # noqa: E402  (a streamed snapshot's device trace)
 from .snapshot import (  # noqa: E402
     SnapshotError,
     dump_snapshot,
@@ -57,6 +58,7 @@ __all__ = [
     "GraphvizError",
     "Growth",
     "Handle",
+    "LeanTrace",
     "LineProfiler",
     "MemReporter",
     "Moved",

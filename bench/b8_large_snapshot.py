@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """B8 -- loading a large allocator snapshot: the streaming loader's time and peak memory.
 
-Input: ``--snapshot PATH``, or a synthetic snapshot written here (default: 5,000,000 trace
-entries, about 1 GB). It looks like torch's: entries {action, addr, size, stream, time_us,
+Input: ``--snapshot PATH``, or a synthetic snapshot written here (default: 6,000,000 trace
+entries, about 1.06 GB). It looks like torch's: entries {action, addr, size, stream, time_us,
 compile_context, user_metadata, frames} from an allocation/free simulation (alloc,
 free_requested, free_completed, segment_alloc, segment_free, a few oom entries with
 device_free), each entry's frames a list of frame dicts shared through the pickle's memo, drawn
@@ -305,7 +305,7 @@ def worker(config: dict) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--entries", type=int, default=5_000_000, help="trace entries to write")
+    p.add_argument("--entries", type=int, default=6_000_000, help="trace entries to write")
     p.add_argument("--stacks", type=int, default=3000, help="distinct stacks")
     p.add_argument("--devices", type=int, default=1, help="devices the entries are spread over")
     p.add_argument("--snapshot", help="load this file instead of writing one")
@@ -338,7 +338,7 @@ def main() -> None:
         for m in modes:  # interleaved run by run
             res = C.run_worker(os.path.abspath(__file__), {"path": path, "mode": m}, args.timeout)
             C.log(f"run {r + 1} {m}: {C.fmt_run(res, args.timeout)} s, peak "
-                  f"{(res.get('peak_rss') or 0) / MB:,.0f} MB")
+                  f"{(res.get('peak_rss') or 0) / MB:,.0f} MiB")
             runs[m].append(res)
     print(f"### B8 large snapshot: {os.path.basename(path)}, {size / 1e9:.2f} GB, "
           f"{runs['lean'][0].get('entries', 0):,} trace entries\n")
@@ -353,11 +353,11 @@ def main() -> None:
         summary[m] = {"median_s": med, "peak_rss_median": peak}
         print(f"| {names[m]} | {C.fmt_seconds(med, args.timeout)} | "
               f"{', '.join(C.fmt_run(x, args.timeout) for x in runs[m])} | "
-              f"{peak / MB:,.0f} MB |" if peak else "| {names[m]} | failed | | | | |",
+              f"{peak / MB:,.0f} MiB |" if peak else "| {names[m]} | failed | | | | |",
               end="" if peak else "\n")
         if peak:
-            print(f" {statistics.median(x['rss_before'] for x in ok) / MB:,.0f} MB | "
-                  f"{statistics.median(x['rss_after'] for x in ok) / MB:,.0f} MB |")
+            print(f" {statistics.median(x['rss_before'] for x in ok) / MB:,.0f} MiB | "
+                  f"{statistics.median(x['rss_after'] for x in ok) / MB:,.0f} MiB |")
     if "plain" in summary and summary["plain"]["peak_rss_median"] and summary["lean"]["peak_rss_median"]:
         print(f"\npeak RSS plain / lean: "
               f"{summary['plain']['peak_rss_median'] / summary['lean']['peak_rss_median']:.1f}x")

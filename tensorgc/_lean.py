@@ -2,7 +2,7 @@
 (``load_snapshot(path, lean=True)``, allocator/pickstream.c) reads it.
 
 A trace of millions of entries as Python dicts costs about 460 bytes an entry. A LeanTrace holds
-46: one element per entry in each column (native-endian arrays in bytes objects), the actions as
+50: one element per entry in each column (native-endian arrays in bytes objects), the actions as
 a small table, and the frames lists interned, one list per distinct stack, shared by every entry
 that has that stack. It is a ``Sequence`` of entry dicts: ``len()``, ``trace[i]``, slices and
 iteration make the dicts on access (``{"action", "addr", "size", "stream", "time_us",

@@ -14,9 +14,14 @@
  * value's list opens), that list's lists, their dicts. Each entry dict becomes a row of columns
  * (tgc_ps_take_column); its "frames" list is interned: frames by (filename, name, line) into a
  * table of frames, frames lists (sequences of frame ids) into a table of stacks. So memory grows
- * with the distinct strings, frames and stacks, not with the entries: per entry it is 46 bytes
+ * with the distinct strings, frames and stacks, not with the entries: per entry it is 50 bytes
  * of columns, and 8 bytes per memo slot the file fills (pickle memoizes each entry dict and
- * each frames list). The memo holds handles (row, stack, frame, string id), not objects.
+ * each frames list). The memo holds handles (row, stack, frame, string id), not objects. A
+ * handle used off the trace's path is made into an object: a stack into its list, a frame into
+ * its dict (the same object each time, from the builder), a device's list into the object that
+ * stands for it; a trace entry is refused (below). A builder dict or list used as a frame or an
+ * entry's frames (a file sharing them with a block) is read once, its memo slot rewritten to
+ * the handle. Strings up to TGC_PS_STR_INTERN bytes are interned (one copy, one object each).
  *
  * An entry's fields are checked as snapshot.check_snapshot checks them, and the first faulty
  * entry of each device is kept as a message (tgc_ps_device_error) rather than stopping the load:
@@ -27,7 +32,8 @@
  *
  * What it refuses with TGC_PS_UNSUPPORTED (the plain loader reads it): a trace entry referred to
  * from outside its device's list through the memo, a frame dict or frames list changed after it
- * was read, or referred to before it is complete. Bounds (TGC_PS_BOUND beyond): the TGC_PS_MAX_*
+ * was read (or after an entry used it), or referred to before it is complete; none of these is
+ * in a file pickle.dump writes. Bounds (TGC_PS_BOUND beyond): the TGC_PS_MAX_*
  * below, a text argument (protocol 0 opcodes) longer than a chunk, 256 distinct actions per
  * device. Time: O(bytes + entries + frames read); hash tables are seeded by the caller. */
 #ifndef TENSORGC_PICKSTREAM_H

@@ -179,6 +179,19 @@ def test_a_trace_referred_to_twice_and_odd_layouts(tmp_path):
     assert isinstance(lean, str) and "lean=False" in lean and "trace entry 0 of device 0" in lean
 
 
+def test_a_trace_list_made_under_another_key_is_converted(tmp_path):
+    # the machine follows snap["device_traces"] as pickle writes it; a list made first under
+    # another key and referred to through the memo is built as dicts, checked, then converted
+    snap = synthetic()
+    ordered = {"segments": snap["segments"], "earlier": snap["device_traces"],
+               "device_traces": snap["device_traces"]}
+    lean, plain = both(write(tmp_path, pickle.dumps(ordered, protocol=4)))
+    assert lean == plain == ordered
+    assert all(isinstance(t, LeanTrace) for t in lean["device_traces"])
+    t = lean["device_traces"][0]
+    assert t[0]["frames"] is t[1]["frames"] and t.stacks[0] == []  # shared within a device
+
+
 def test_segments_only_and_empty_traces(tmp_path):
     segs = synthetic()["segments"]
     lean, plain = both(write(tmp_path, pickle.dumps(segs, protocol=4)))

@@ -447,7 +447,8 @@ str_eq(const S *s, uint32_t id, const void *key)
 {
     const str_key *k = key;
     const str_rec *r = &s->strs[id];
-    return r->hash == k->h && r->len == k->n && (k->n == 0 || memcmp(s->sb + r->off, k->p, k->n) == 0);
+    return r->hash == k->h && r->len == k->n &&
+           (k->n == 0 || memcmp(s->sb + r->off, k->p, k->n) == 0);
 }
 
 static uint32_t
@@ -848,7 +849,8 @@ open_new(S *s, int fdict, uint32_t *idx)
         *idx = s->free_opens[--s->nfree];
     }
     else {
-        if (s->nopens >= UINT32_MAX || grow(&s->opens, &s->ocap, s->nopens + 1, sizeof(open_rec)) < 0) {
+        if (s->nopens >= UINT32_MAX ||
+            grow(&s->opens, &s->ocap, s->nopens + 1, sizeof(open_rec)) < 0) {
             return nomem(s);
         }
         memset(&s->opens[s->nopens], 0, sizeof(open_rec));
@@ -1150,7 +1152,10 @@ look(S *s, val *v, look_t *out)
     out->type = sc.type_name ? sc.type_name : "object";
     switch (sc.kind) {
     case TGC_PSS_NONE: out->kind = L_NONE; break;
-    case TGC_PSS_TRUE: case TGC_PSS_FALSE: out->kind = L_INT; out->i = sc.kind == TGC_PSS_TRUE; break;
+    case TGC_PSS_TRUE: case TGC_PSS_FALSE:
+        out->kind = L_INT;
+        out->i = sc.kind == TGC_PSS_TRUE;
+        break;
     case TGC_PSS_INT: out->kind = L_INT; out->i = sc.i; break;
     case TGC_PSS_UINT: out->kind = L_UINT; out->u = sc.u; break;
     case TGC_PSS_BIGINT: out->kind = L_BIG; break;
@@ -2155,7 +2160,8 @@ extend(S *s, int op, size_t from)
     }
     switch (t->kind) {
     case V_OBJ:
-        if ((op == TGC_PSB_APPENDS && s->listcache.n) || (op == TGC_PSB_SETITEMS && s->dictcache.n)) {
+        if ((op == TGC_PSB_APPENDS && s->listcache.n) ||
+            (op == TGC_PSB_SETITEMS && s->dictcache.n)) {
             int nm = 0;
             uint32_t *hit = map_get(op == TGC_PSB_APPENDS ? &s->listcache : &s->dictcache,
                                     s->seed, t->b, 0, &nm);
@@ -2258,7 +2264,8 @@ where_of(const S *s, where_t *w)
     w->n = 0;
     if (n >= 1 && (!marked || m < n)) {
         const val *t = &s->st[n - 1];
-        if (t->kind == V_DEVICE || t->kind == V_FRAMES || (t->kind == V_OBJ && t->role == R_TRACES)) {
+        if (t->kind == V_DEVICE || t->kind == V_FRAMES ||
+            (t->kind == V_OBJ && t->role == R_TRACES)) {
             w->parent[w->n] = n - 1;
             w->key[w->n++] = SIZE_MAX;
         }
@@ -2633,10 +2640,12 @@ lookup(S *s, const unsigned char *mod, size_t nmod, const unsigned char *name, s
                          if (r_ < 0) { goto failed; } \
                          if (r_ > 0) { FAIL(TGC_PS_TRUNCATED, 0, 0, 0); } } } while (0)
 #define POPMARK(m) do { if (s->nmarks == 0 || s->marks[s->nmarks - 1] > s->n) { \
-                            FAIL(TGC_PS_UNDERFLOW, 0, 0, 0); } (m) = s->marks[--s->nmarks]; } while (0)
-#define KEYS_CHEAP(from, step, code) do { for (size_t i_ = (from); i_ < s->n; i_ += (step)) { \
-                            if (klass(s, &s->st[i_]) != TGC_PSK_CHEAP) { FAIL((code), 0, 0, 0); } } \
-                        } while (0)
+                            FAIL(TGC_PS_UNDERFLOW, 0, 0, 0); } \
+                        (m) = s->marks[--s->nmarks]; } while (0)
+#define KEYS_CHEAP(from, step, code) do { \
+        for (size_t i_ = (from); i_ < s->n; i_ += (step)) { \
+            if (klass(s, &s->st[i_]) != TGC_PSK_CHEAP) { FAIL((code), 0, 0, 0); } } \
+    } while (0)
 
 int
 tgc_ps_run(tgc_ps_stream *s, void **result)

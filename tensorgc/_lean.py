@@ -48,7 +48,7 @@ class LeanTrace(Sequence[TraceEntry]):
     and device_free on "oom" entries); ``LeanTrace.from_entries(entries)`` from entry dicts."""
 
     __slots__ = ("_cols", "_views", "actions", "stacks", "_present", "_extra", "_extras",
-                 "_fault_text", "_n")
+                 "_fault_text", "_checked", "_n")
 
     _cols: Dict[str, bytes]
     _views: Dict[str, "memoryview[int]"]
@@ -58,6 +58,7 @@ class LeanTrace(Sequence[TraceEntry]):
     _extra: Optional["memoryview[int]"]
     _extras: List[Dict[Any, Any]]
     _fault_text: Optional[str]
+    _checked: bool
     _n: int
 
     def __init__(self, columns: Optional[Mapping[str, bytes]] = None,
@@ -72,7 +73,9 @@ class LeanTrace(Sequence[TraceEntry]):
 
     def _fill(self, columns: Mapping[str, bytes], actions: Tuple[str, ...],
               stacks: List[List[Frame]], present: Optional[bytes], extra: Optional[bytes],
-              extras: List[Dict[Any, Any]], fault: Optional[str]) -> None:
+              extras: List[Dict[Any, Any]], fault: Optional[str], checked: bool = False) -> None:
+        """Sets the columns and tables. checked: the loader checked every entry as it read it
+        (fault: the first faulty one's message, or None), so _fault need not look again."""
         missing = [name for name, _ in COLUMNS if name not in columns]
         if missing:
             raise ValueError(f"LeanTrace: columns {missing} are missing")
@@ -96,6 +99,7 @@ class LeanTrace(Sequence[TraceEntry]):
         self._extra = memoryview(extra).cast("I") if extra is not None else None
         self._extras = extras
         self._fault_text = fault
+        self._checked = checked
         self._n = n
 
     @classmethod
@@ -313,7 +317,7 @@ class LeanTrace(Sequence[TraceEntry]):
     def _fault(self) -> Optional[str]:
         """The first faulty entry in check_snapshot's words (as the loader found it), or for a
         trace made by hand a fault of its tables (actions, frames); None when all is well."""
-        if self._fault_text is not None:
+        if self._checked or self._fault_text is not None:
             return self._fault_text
         for a in self.actions:
             if not isinstance(a, str):

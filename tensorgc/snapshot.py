@@ -511,7 +511,7 @@ def _stream(fd: int, path: str, size: int, max_bytes: int, hint: str = LIMIT_HIN
                               payload, max_bytes, hint) from None
     root, traces, stacks, extras = payload
     for shell, columns, actions, present, extra, fault in traces:
-        shell._fill(columns, actions, stacks, present, extra, extras, fault)
+        shell._fill(columns, actions, stacks, present, extra, extras, fault, checked=True)
     if isinstance(root, LeanTrace):  # a device's list at the top: a list of segments, then
         root = list(root)
     snap = check_snapshot(root, path, nbytes=pos)

@@ -199,7 +199,8 @@ fk_extend(void *ctx, void *target, int op, void *const *items, size_t n)
     if (fake_step(ctx)) {
         return -1;
     }
-    if ((op == TGC_PSB_APPENDS && t->kind != N_LIST) || (op == TGC_PSB_SETITEMS && t->kind != N_DICT) ||
+    if ((op == TGC_PSB_APPENDS && t->kind != N_LIST) ||
+        (op == TGC_PSB_SETITEMS && t->kind != N_DICT) ||
         (op == TGC_PSB_ADDITEMS && t->kind != N_SET)) {
         return -1;  /* the unpickler's AttributeError */
     }

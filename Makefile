@@ -81,18 +81,25 @@ build/test_units: tests/c/test_units.c $(UNIT_SOURCES) $(wildcard cycles/*.h inc
 	@mkdir -p build
 	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c $(UNIT_SOURCES) -o $@ $(UNIT_LIBS)
 
+build/test_pickstream: tests/c/test_pickstream.c allocator/pickstream.c include/tensorgc/pickstream.h include/tensorgc/pickscan.h
+	@mkdir -p build
+	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude \
+	  tests/c/test_pickstream.c allocator/pickstream.c -o $@
+
 build/test_device: tests/c/test_device.c allocator/device.c include/tensorgc/device.h
 	@mkdir -p build
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -Iinclude $(DEVICE_CFLAGS) \
 	  tests/c/test_device.c allocator/device.c -o $@ -ldl -lpthread
 
-units: build/test_units build/test_device ## Build and run the plain-C unit tests (graph engine, escapers, Graphviz, line-profiler engine, device query)
+units: build/test_units build/test_device build/test_pickstream ## Build and run the plain-C unit tests (graph engine, escapers, Graphviz, line-profiler engine, device query, streaming snapshot loader)
 	./build/test_units
 	./build/test_device
+	./build/test_pickstream
 
-valgrind: deps build/test_units build/test_device ## Run the plain-C units under valgrind memcheck (errors and definite leaks fail)
+valgrind: deps build/test_units build/test_device build/test_pickstream ## Run the plain-C units under valgrind memcheck (errors and definite leaks fail)
 	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet ./build/test_units
 	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet ./build/test_device
+	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet ./build/test_pickstream
 
 asan: deps ## Build the extension with AddressSanitizer+UBSan and run the Python tests
 	rm -f $(SO) $(SO_TESTING); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \

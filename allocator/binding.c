@@ -1,9 +1,10 @@
 /* binding.c: the Python binding of allocator/: block attribution over a snapshot, the Active
  * Memory Timeline and the segment map of a trace, the field check of an untrusted trace and the
- * opcode pre-scan of an untrusted pickle, and the device's own view (driver, NVML). It only parses
- * arguments: reading snapshots and traces into the engines is snapshot.c's and trace.c's
- * (convert.h), the engines are plain C (include/tensorgc/alloc.h, timeline.h, segmap.h,
- * pickscan.h, device.h). The allocator keeps no state. */
+ * opcode pre-scan of an untrusted pickle, its streaming load, and the device's own view (driver,
+ * NVML). It only parses arguments: reading snapshots and traces into the engines is snapshot.c's
+ * and trace.c's, the streaming loader's Python objects pickstream_py.c's (convert.h), the engines
+ * are plain C (include/tensorgc/alloc.h, timeline.h, segmap.h, pickscan.h, pickstream.h,
+ * device.h). The allocator keeps no state. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -166,6 +167,29 @@ pickle_scan(PyObject *Py_UNUSED(module), PyObject *data)
                          (unsigned long long)r.c);
 }
 
+PyDoc_STRVAR(pickle_stream_doc,
+"_pickle_stream($module, fd, size, max_bytes, make_trace, seed, /)\n--\n\n"
+"Loads an untrusted snapshot pickle from the file descriptor in chunks, its trace entries as\n"
+"columns (allocator/pickstream.c): (code, pos, a, b, c, size, text, payload).");
+
+static PyObject *
+pickle_stream(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    int fd;
+    unsigned long long size, max_bytes, seed;
+    PyObject *make_trace;
+    if (!PyArg_ParseTuple(args, "iKKOK:_pickle_stream", &fd, &size, &max_bytes, &make_trace,
+                          &seed)) {
+        return NULL;
+    }
+    if (fd < 0 || !PyCallable_Check(make_trace)) {
+        PyErr_SetString(PyExc_TypeError, "_pickle_stream() takes a file descriptor >= 0 and a "
+                        "callable make_trace");
+        return NULL;
+    }
+    return tgc_alloc_pickle_stream(fd, size, max_bytes, make_trace, seed);
+}
+
 PyMethodDef tgc_alloc_methods[] = {
     {"_alloc_attribute", (PyCFunction)(void (*)(void))alloc_attribute, METH_FASTCALL,
      alloc_attribute_doc},
@@ -176,5 +200,6 @@ PyMethodDef tgc_alloc_methods[] = {
     {"_detail", (PyCFunction)detail, METH_VARARGS, detail_doc},
     {"_pickle_scan", (PyCFunction)pickle_scan, METH_O, pickle_scan_doc},
     {"_check_trace", (PyCFunction)check_trace, METH_VARARGS, check_trace_doc},
+    {"_pickle_stream", (PyCFunction)pickle_stream, METH_VARARGS, pickle_stream_doc},
     {NULL, NULL, 0, NULL},
 };

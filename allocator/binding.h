@@ -3,7 +3,8 @@
 #ifndef TGC_ALLOC_BINDING_H
 #define TGC_ALLOC_BINDING_H
 
-/* _alloc_attribute, _device_memory, _timeline, _segmap, _pickle_scan, _check_trace. */
+/* _alloc_attribute, _device_memory, _timeline, _segmap, _pickle_scan, _check_trace,
+ * _pickle_stream. */
 extern PyMethodDef tgc_alloc_methods[];
 
 #endif /* TGC_ALLOC_BINDING_H */

@@ -42,4 +42,10 @@ PyObject *tgc_alloc_segmap(PyObject *trace, PyObject *segments, int device, Py_s
 /* The first index >= start of trace whose entry is not of torch's plain shape; seen: a set. */
 PyObject *tgc_alloc_check_trace(PyObject *trace, Py_ssize_t start, PyObject *seen);
 
+/* pickstream_py.c */
+/* The streaming load of an untrusted snapshot file from fd (pickstream.h): (code, pos, a, b, c,
+ * size, text, payload); see the function's comment. */
+PyObject *tgc_alloc_pickle_stream(int fd, unsigned long long size, unsigned long long max_bytes,
+                                  PyObject *make_trace, unsigned long long seed);
+
 #endif /* TGC_ALLOC_CONVERT_H */

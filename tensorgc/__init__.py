@@ -43,6 +43,7 @@ from .lineprof import (  # noqa: E402  (memlab's line profiler)
     set_target_gpu,
 )
 from .timeline import timeline  # noqa: E402  (the function shadows the module, as snapshot)
+from ._lean import LeanTrace  # noqa: E402  (a streamed snapshot's device trace)
 from .snapshot import (  # noqa: E402
     SnapshotError,
     dump_snapshot,
@@ -66,6 +67,7 @@ __all__ = [
     "GraphvizError",
     "Growth",
     "Handle",
+    "LeanTrace",
     "LineProfiler",
     "MemReporter",
     "Moved",

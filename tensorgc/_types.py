@@ -2,12 +2,13 @@
 
 A snapshot is torch's dict (``torch.cuda.memory._snapshot()``; ``load_snapshot`` checks its
 shape): "segments" (a list of segment dicts, each with a list of block dicts), "device_traces"
-(a list per device of trace entry dicts) and other keys. Its values are only as typed as the
-file was, so the dicts stay ``dict[str, Any]``.
+(per device, a sequence of trace entry dicts: a list, or a LeanTrace from the streaming loader)
+and other keys. Its values are only as typed as the file was, so the dicts stay
+``dict[str, Any]``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, Sequence
 
 __all__ = ["Snapshot", "Segment", "Block", "TraceEntry", "Frame", "Trace"]
 
@@ -16,4 +17,4 @@ Segment = Dict[str, Any]
 Block = Dict[str, Any]
 TraceEntry = Dict[str, Any]
 Frame = Dict[str, Any]
-Trace = List[TraceEntry]
+Trace = Sequence[TraceEntry]  # a list, or a LeanTrace (tensorgc/_lean.py)

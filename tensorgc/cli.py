@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._devices import SNAPSHOT_WHY, DeviceError, cuda_index, snapshot_device
 from ._errors import SnapshotError
+from ._lean import action_counts
 from .reporter import readable_size as R
 
 __all__ = ["main"]
@@ -268,7 +269,9 @@ def _stats(args: argparse.Namespace) -> int:
         out.append(f"  with a stack    {R(t['stack_attributed']):>10s} of the allocated bytes")
     for dev, trace in enumerate(snap["device_traces"]):
         if trace:
-            actions = Counter(_text(e.get("action")) for e in trace)
+            actions: Counter[str] = Counter()
+            for action, n in action_counts(trace).items():  # a LeanTrace counts its column
+                actions[_text(action)] += n
             out.append(f"trace cuda:{dev}: " + ", ".join(f"{a} {n}" for a, n in actions.most_common()))
             line = categories_at_peak(snap, dev)
             if line:
@@ -317,7 +320,7 @@ def _segments(args: argparse.Namespace) -> int:
         raise UsageError(f"--at {args.at} is outside the trace of cuda:{index}, which has "
                          f"{len(trace):,} entries (give 0 to {len(trace):,})")
     if args.oom is not None:
-        n = sum(1 for e in trace if e.get("action") == "oom")
+        n = action_counts(trace).get("oom", 0)
         if not n:
             raise UsageError(f"--oom: the trace of cuda:{index} has no OOM event")
         if not -n <= args.oom < n:

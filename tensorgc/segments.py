@@ -13,6 +13,7 @@ from typing import List, Optional, Tuple
 
 from . import _tensorgc
 from ._devices import DeviceLike, snapshot_device
+from ._lean import LeanTrace, action_counts, as_list, positions
 from ._types import Snapshot, Trace
 from .reporter import readable_size as R
 from .timeline import _color, _frames_text, _site
@@ -35,7 +36,7 @@ def segment_map(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int] =
     traces = snap.get("device_traces") or []
     trace = traces[device] if device < len(traces) else []
     if oom is not None:
-        ooms = [i for i, e in enumerate(trace) if e.get("action") == "oom"]
+        ooms = positions(trace, "oom")
         if not ooms:
             raise ValueError(f"oom={oom!r}: no OOM event in the trace of cuda:{device}")
         if not isinstance(oom, int) or isinstance(oom, bool) or not -len(ooms) <= oom < len(ooms):
@@ -49,8 +50,10 @@ def segment_map(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int] =
         upto = at
     else:
         upto = len(trace)
-    use_req = any(e.get("action") == "free_requested" for e in trace)
-    items = _tensorgc._segmap(trace, snap.get("segments", []), device, upto, use_req)
+    use_req = (action_counts(trace).get("free_requested", 0) > 0 if isinstance(trace, LeanTrace)
+               else any(e.get("action") == "free_requested" for e in trace))
+    # the reconstruction reads a list of dicts: a LeanTrace's entries are made for it (as_list)
+    items = _tensorgc._segmap(as_list(trace), snap.get("segments", []), device, upto, use_req)
     segs = [(a, s, e) for k, a, s, e in items if k == 0]
     allocs = [(a, s, e) for k, a, s, e in items if k == 1]
     return upto, segs, allocs, trace

@@ -12,6 +12,11 @@
   that dict keys and set members are cheap to hash (a tuple nested a million deep, or a tuple
   that repeats itself through the memo, crashes or hangs hash()). Snapshot files are untrusted
   input.
+* ``load_snapshot(path, lean=True)`` (the default for files of LEAN_BYTES and more) streams the
+  file instead (allocator/pickstream.c: the same opcodes refused, the same checks, the file read
+  a chunk at a time) and keeps each device's trace as a LeanTrace (tensorgc/_lean.py): columns,
+  and one frames list per distinct stack, so memory grows with the distinct stacks, not with the
+  entries.
 """
 from __future__ import annotations
 
@@ -31,15 +36,17 @@ from typing import (IO, TYPE_CHECKING, Any, BinaryIO, Callable, Dict, FrozenSet,
 from . import _tensorgc
 from ._devices import DeviceLike, cuda_available, require_cuda
 from ._errors import SnapshotError
+from ._lean import LeanTrace
 from ._types import Snapshot, Trace, TraceEntry
 from .categories import KEY, parse, snapshot_key
 
 StrPath = Union[str, "os.PathLike[str]"]
 
 __all__ = ["record_memory_history", "snapshot", "dump_snapshot", "load_snapshot",
-           "SnapshotError", "DEFAULT_MAX_BYTES"]
+           "SnapshotError", "DEFAULT_MAX_BYTES", "LEAN_BYTES", "LeanTrace"]
 
 DEFAULT_MAX_BYTES = 8 << 30  # 8 GiB: larger files need max_bytes= explicitly
+LEAN_BYTES = 256 << 20  # load_snapshot(lean=None) streams files from this size on
 
 
 def record_memory_history(enabled: Optional[Literal["all", "state"]] = "all",
@@ -138,6 +145,11 @@ def dump_snapshot(path: StrPath, snap: Optional[Snapshot] = None) -> str:
         require_cuda("dump_snapshot", "without snap= it takes a snapshot of the CUDA caching "
                      "allocator; pass snap= to write one you have")
         snap = snapshot()
+    traces = snap.get("device_traces")
+    if isinstance(traces, list) and any(isinstance(t, LeanTrace) for t in traces):
+        # written as the lists they read as (memory_viz, and load_snapshot, read no classes)
+        snap = dict(snap, device_traces=[list(t) if isinstance(t, LeanTrace) else t
+                                         for t in traces])
     atomic_write(where, lambda f: pickle.dump(snap, f, protocol=4), binary=True)
     return where
 
@@ -341,14 +353,18 @@ def _scan(data: bytes) -> Optional[int]:
     or None where GLOBAL/STACK_GLOBAL/INST comes first (the unpickler's find_class refuses it by
     name); raises SnapshotError."""
     code, pos, a, b, c = _tensorgc._pickle_scan(data)
-    n = len(data)
     if code == _OK:
         return pos
     if code == _LOOKUP:
         return None
+    raise _scan_failure(code, pos, len(data), a, b, c)
+
+
+def _scan_failure(code: int, pos: int, n: int, a: int, b: int, c: int) -> SnapshotError:
+    """The pre-scan's answer (or the streaming loader's, which shares its codes) in words."""
     if code == _REFUSED_OP:
-        raise SnapshotError(f"refusing opcode {_REFUSED.get(a, hex(a))} at byte {pos - 1:,}: "
-                            "snapshot files may only hold plain containers and scalars")
+        return SnapshotError(f"refusing opcode {_REFUSED.get(a, hex(a))} at byte {pos - 1:,}: "
+                             "snapshot files may only hold plain containers and scalars")
     why = {
         _TRUNCATED: "it ends before STOP",
         _UNDERFLOW: "stack underflow, or a mark missing",
@@ -363,7 +379,7 @@ def _scan(data: bytes) -> Optional[int]:
         _UNKNOWN: f"unknown opcode {a:#04x}",
     }.get(code, f"scan code {code}")
     kind = "truncated" if code in (_TRUNCATED, _DECLARES) else "corrupt"
-    raise _scan_error(pos, n, why, kind)
+    return _scan_error(pos, n, why, kind)
 
 
 # What a path that is not a regular file is (st_mode's file type -> words): reading one could
@@ -387,12 +403,11 @@ def _check_limit(max_bytes: object, what: str = "max_bytes") -> None:
         raise ValueError(f"{what} must be an int >= 1, not {max_bytes!r}")
 
 
-def _read(path: str, max_bytes: int, hint: str = LIMIT_HINT,
-          not_a_file: str = NOT_A_FILE_HINT) -> bytes:
-    """The bytes of the regular file ``path``; SnapshotError past max_bytes or for anything but
-    a regular file. The file is opened without blocking (a FIFO with no writer would block the
-    open itself) and its type checked on the open descriptor, so a path swapped meanwhile is
-    still caught."""
+def _open_regular(path: str, not_a_file: str = NOT_A_FILE_HINT) -> int:
+    """A descriptor of the regular file ``path`` (the caller closes it); SnapshotError for
+    anything but a regular file. The file is opened without blocking (a FIFO with no writer
+    would block the open itself) and its type checked on the open descriptor, so a path swapped
+    meanwhile is still caught."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     fd = os.open(path, flags)
     try:
@@ -401,13 +416,29 @@ def _read(path: str, max_bytes: int, hint: str = LIMIT_HINT,
             raise SnapshotError(f"{path}: is {what}, not a regular file; snapshots are read "
                                 f"from files ({not_a_file})")
         os.set_blocking(fd, True)
-        f = open(fd, "rb")  # noqa: SIM115 -- closed by the with below
     except BaseException:
         os.close(fd)
         raise
+    return fd
+
+
+def _read_fd(fd: int, path: str, max_bytes: int, hint: str = LIMIT_HINT) -> bytes:
+    """The bytes of the open regular file fd; SnapshotError past max_bytes."""
+    f = open(fd, "rb", closefd=False)  # noqa: SIM115 -- closed by the with below
     with f:
         size = os.fstat(f.fileno()).st_size
         return _read_stream(f, path, max_bytes, size, hint)
+
+
+def _read(path: str, max_bytes: int, hint: str = LIMIT_HINT,
+          not_a_file: str = NOT_A_FILE_HINT) -> bytes:
+    """The bytes of the regular file ``path``; SnapshotError past max_bytes or for anything but
+    a regular file."""
+    fd = _open_regular(path, not_a_file)
+    try:
+        return _read_fd(fd, path, max_bytes, hint)
+    finally:
+        os.close(fd)
 
 
 def _read_stream(f: IO[bytes], where: str, max_bytes: int, size: int = 0,
@@ -433,23 +464,113 @@ def _read_stream(f: IO[bytes], where: str, max_bytes: int, size: int = 0,
     return b"".join(parts)
 
 
-def load_snapshot(path: StrPath, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
+def load_snapshot(path: StrPath, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                  lean: Optional[bool] = None) -> Snapshot:
     """Read a snapshot file (torch's ``_dump_snapshot`` / ``dump_snapshot``, any protocol from 2
     to 5) without running code from it. Only regular files are read (a FIFO, a directory or a
-    device is refused, never waited on). Raises SnapshotError with the reason."""
+    device is refused, never waited on). Raises SnapshotError with the reason.
+
+    lean: True streams the file (a chunk at a time, never all of it in memory) and returns each
+    ``snap["device_traces"][d]`` as a LeanTrace, a sequence of entry dicts held as columns;
+    False reads the file and unpickles it into dicts; None (the default) streams files of
+    LEAN_BYTES (256 MiB) and more. Both refuse the same files with the same reasons."""
     _check_limit(max_bytes)
-    return _load(os.fspath(path), max_bytes)
+    if lean is not None and not isinstance(lean, bool):
+        raise ValueError(f"lean must be True, False or None, not {lean!r}")
+    return _load(os.fspath(path), max_bytes, lean=lean)
 
 
 def _load(path: str, max_bytes: int, hint: str = LIMIT_HINT,
-          not_a_file: str = NOT_A_FILE_HINT) -> Snapshot:
+          not_a_file: str = NOT_A_FILE_HINT, lean: Optional[bool] = None) -> Snapshot:
     """load_snapshot, with the words that say how to raise the limit and what to do with a path
     that is not a file (the command line names its own options)."""
     try:
-        data = _read(path, max_bytes, hint, not_a_file)
+        fd = _open_regular(path, not_a_file)
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        size = os.fstat(fd).st_size
+        if lean or (lean is None and size >= LEAN_BYTES):
+            return _stream(fd, path, size, max_bytes, hint)
+        data = _read_fd(fd, path, max_bytes, hint)
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     return _parse_bytes(data, path)
+
+
+# The streaming loader's own codes (pickstream.h), past the pre-scan's.
+_LIMIT, _TRAILING, _READ, _BUILDER, _CORRUPT, _BOUND, _UNSUPPORTED = range(32, 39)
+# What a builder call may raise on a malformed file (the plain loader's list, as for its
+# unpickler): said as a corrupt pickle; anything else (KeyboardInterrupt) is raised again.
+_CORRUPT_ERRORS = (EOFError, pickle.UnpicklingError, ValueError, IndexError, KeyError, TypeError,
+                   AttributeError, OverflowError, RecursionError)
+
+
+def _stream(fd: int, path: str, size: int, max_bytes: int, hint: str = LIMIT_HINT) -> Snapshot:
+    """The streaming load of the open regular file fd (see load_snapshot's lean)."""
+    if size > max_bytes:
+        raise SnapshotError(f"{path}: {size:,} bytes is over the limit of {max_bytes:,} "
+                            f"({hint})")
+    first = os.pread(fd, 1, 0)
+    if not first:
+        raise SnapshotError(f"{path}: empty file, not a snapshot")
+    if first != b"\x80":
+        raise SnapshotError(f"{path}: not a pickle (no protocol header; first byte {first!r})")
+    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        code, pos, a, b, c, n, text, payload = _tensorgc._pickle_stream(
+            fd, size, max_bytes, LeanTrace._shell, secrets.randbits(64))
+    except MemoryError:
+        raise SnapshotError(f"{path}: out of memory while streaming the pickle") from None
+    if code != _OK:
+        raise _stream_failure(path, code, pos, a, b, c, n, text.decode("utf-8", "replace"),
+                              payload, max_bytes, hint) from None
+    root, traces, stacks, extras = payload
+    for shell, columns, actions, present, extra, fault in traces:
+        shell._fill(columns, actions, stacks, present, extra, extras, fault, checked=True)
+    if isinstance(root, LeanTrace):  # a device's list at the top: a list of segments, then
+        root = list(root)
+    snap = check_snapshot(root, path, nbytes=pos)
+    listed = snap["device_traces"]
+    for d, t in enumerate(listed):
+        if not isinstance(t, LeanTrace):  # a layout the loader did not follow: checked above
+            listed[d] = LeanTrace.from_entries(t)
+    return snap
+
+
+def _stream_failure(path: str, code: int, pos: int, a: int, b: int, c: int, n: int, text: str,
+                    payload: object, max_bytes: int, hint: str) -> BaseException:
+    """The streaming loader's failure in the plain loader's words."""
+    if code == _LIMIT:
+        return SnapshotError(f"{path}: grew past the limit of {max_bytes:,} bytes while "
+                             f"reading ({hint})")
+    if code == _TRAILING:
+        return SnapshotError(f"{path}: {a:,} trailing bytes after the pickle")
+    if code == _LOOKUP:
+        return SnapshotError(f"{path}: refusing to load {text}: snapshot files may only hold "
+                             "plain containers and scalars (this one tries to import or call "
+                             "code)")
+    if code == _BUILDER:
+        if isinstance(payload, _CORRUPT_ERRORS):
+            return SnapshotError(f"{path}: corrupt pickle at byte {pos:,} of {n:,}: "
+                                 f"{type(payload).__name__}: {payload}")
+        return payload if isinstance(payload, BaseException) else SnapshotError(
+            f"{path}: the pickle stream failed at byte {pos:,}")
+    if code == _UNSUPPORTED:
+        return SnapshotError(f"{path}: near byte {pos:,} of {n:,}: {text}: the streaming "
+                             "loader does not read this (load_snapshot(..., lean=False) does)")
+    if code == _BOUND:
+        return SnapshotError(f"{path}: refused near byte {pos:,} of {n:,}: {text} (a bound of "
+                             "the streaming loader)")
+    if code == _CORRUPT:
+        return _scan_error_at(path, pos, n, text)
+    return SnapshotError(f"{path}: {_scan_failure(code, pos, n, a, b, c)}")
+
+
+def _scan_error_at(path: str, pos: int, n: int, why: str) -> SnapshotError:
+    return SnapshotError(f"{path}: {_scan_error(pos, n, why)}")
 
 
 def _parse_bytes(data: bytes, where: str = "snapshot") -> Snapshot:
@@ -527,8 +648,9 @@ def _first_negative(trace: Trace) -> Optional[TraceEntry]:
 def check_snapshot(snap: object, where: str = "snapshot",
                    nbytes: Optional[int] = None) -> Snapshot:
     """The shape of torch's snapshot: a dict with a list of segment dicts (each with a list of
-    block dicts) and, optionally, a list of per-device trace lists of entry dicts; frames are
-    lists of dicts; the fields tensorgc reads have their types. Returns snap.
+    block dicts) and, optionally, a list of per-device traces (lists of entry dicts, or
+    LeanTraces); frames are lists of dicts; the fields tensorgc reads have their types. Returns
+    snap.
 
     nbytes: the size of the file it came from. Each segment, block and trace entry takes at
     least a byte of the pickle, unless the file repeats a list through the memo (torch never
@@ -544,7 +666,7 @@ def check_snapshot(snap: object, where: str = "snapshot",
         if not isinstance(s, dict) or not isinstance(s.get("blocks", []), list):
             raise SnapshotError(f"{where}: segment {i} is not a dict with a list of blocks")
     traces = snap.setdefault("device_traces", [])
-    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
+    if not isinstance(traces, list) or not all(isinstance(t, (list, LeanTrace)) for t in traces):
         raise SnapshotError(f"{where}: 'device_traces' must be a list of lists")
     if nbytes is not None:
         count = (len(segs) + sum(len(s.get("blocks", ())) for s in segs)
@@ -581,6 +703,11 @@ def check_snapshot(snap: object, where: str = "snapshot",
             if why:
                 raise SnapshotError(f"{where}: segment {i}, block {j}: {why}")
     for d, t in enumerate(traces):
+        if isinstance(t, LeanTrace):  # checked entry by entry as it was read
+            why = t._fault()
+            if why:
+                raise SnapshotError(f"{where}: {why}")
+            continue
         # the common case in C (exact types, one pass; a million entries is most of the
         # check); an entry it stops at takes the careful path that says what is wrong
         j = _tensorgc._check_trace(t, 0, checked)

@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import _tensorgc
 from ._devices import DeviceLike, snapshot_device
+from ._lean import P_ACTION, LeanTrace
 from ._types import Frame, Snapshot, Trace
 from .categories import NAME_MAX, names_of, replay_inputs
 from .reporter import readable_size as R
@@ -52,15 +53,20 @@ _FREE_REQUESTED = 2
 
 def trace_columns(trace: Trace) -> Columns:
     """One device's trace as the C readers' columns: read from a list of entry dicts (C), or
-    taken as they are from a streamed trace (tensorgc._lean.LeanTrace), its action codes
-    translated to the readers' kinds."""
-    if isinstance(trace, list):
-        return _tensorgc._trace_columns(trace)
-    lean: Any = trace  # a streamed trace: columns(), actions, stacks
-    cols = lean.columns()
-    table = bytes(_KINDS.get(a, 0) for a in lean.actions) + bytes(256 - len(lean.actions))
-    return (cols["action"].translate(table), cols["addr"], cols["size"], cols["time_us"],
-            cols["stack"], lean.stacks, -1, 0)
+    taken as they are from a streamed trace (LeanTrace), its action codes translated to the
+    readers' kinds (an entry without an action is of no kind)."""
+    if not isinstance(trace, LeanTrace):
+        return _tensorgc._trace_columns(trace if isinstance(trace, list) else list(trace))
+    cols = trace.columns()
+    table = bytes(_KINDS.get(a, 0) for a in trace.actions) + bytes(256 - len(trace.actions))
+    kinds = cols["action"].translate(table)
+    present = trace.present()
+    if present is not None:  # keep the kinds of the entries that have an action, zero the rest
+        has = present.translate(bytes(0xFF if p & P_ACTION else 0 for p in range(256)))
+        kinds = (int.from_bytes(kinds, "little") & int.from_bytes(has, "little")).to_bytes(
+            len(kinds), "little")
+    return (kinds, cols["addr"], cols["size"], cols["time_us"], cols["stack"], trace.stacks,
+            -1, 0)
 
 
 def _replay(snap: Snapshot, device: DeviceLike, columns: int, detail: int,

@@ -1,5 +1,7 @@
 """Drives the plain-C unit tests (tests/c/test_units.c: graph engine, escapers, Graphviz render,
-HTML page, the line profiler's engine) from pytest: built by `make build/test_units`, run, and its exit status checked."""
+HTML page, the line profiler's engine; tests/c/test_pickstream.c: the streaming snapshot loader's
+engine) from pytest: built by `make build/test_units` (and the others), run, and its exit status
+checked."""
 import os
 import shutil
 import subprocess
@@ -16,6 +18,17 @@ def test_c_units():
     assert build.returncode == 0, build.stdout + build.stderr
     run = subprocess.run([os.path.join(ROOT, "build", "test_units")], capture_output=True,
                          text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "all passed" in run.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make and a C compiler")
+def test_c_streaming_loader_engine():
+    build = subprocess.run(["make", "-s", "build/test_pickstream"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run([os.path.join(ROOT, "build", "test_pickstream")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "all passed" in run.stdout
 

@@ -107,8 +107,9 @@ def _limit_hint(args: argparse.Namespace) -> str:
     return "give a larger --max-bytes to read it"
 
 
-def _load(args: argparse.Namespace, path: str) -> Snapshot:
-    """The snapshot at ``path`` (standard input for "-"), checked; messages name --max-bytes."""
+def _load(args: argparse.Namespace, path: str, lean: Optional[bool] = None) -> Snapshot:
+    """The snapshot at ``path`` (standard input for "-"), checked; messages name --max-bytes.
+    lean: as load_snapshot's (the timeline streams every file: it reads the trace's columns)."""
     from .snapshot import _load as load_file, _parse_bytes, _read_stream
 
     _progress(args, f"reading {path} ...")
@@ -117,7 +118,7 @@ def _load(args: argparse.Namespace, path: str) -> Snapshot:
         snap: Snapshot = _parse_bytes(data, "<stdin>")
     else:
         snap = load_file(path, args.max_bytes, _limit_hint(args),
-                         "give - as the file to read standard input")
+                         "give - as the file to read standard input", lean=lean)
     _progress(args, f"read {sum(len(t) for t in snap['device_traces']):,} trace entries")
     return snap
 
@@ -228,7 +229,7 @@ def _rank_rows(args: argparse.Namespace, files: List[str], device: Optional[int]
     rows = []
     for path in files:
         args.snapshot = path  # for the progress line
-        snap = _load(args, path)
+        snap = _load(args, path, lean=True)  # read through its columns
         rows.extend(rank_snapshots(snap, path, device, columns, first))
         del snap
     return rows
@@ -296,7 +297,7 @@ def _timeline(args: argparse.Namespace) -> int:
         live = len({r.path for r in rows})
         page = ranks_html(rows, f"Active memory of {live} rank snapshot(s): {_many_what(given)}")
         return _write_page(args.output, page)
-    snap = _load(args, args.snapshot)
+    snap = _load(args, args.snapshot, lean=True)
     index = _device(args, snap)
     _progress(args, "replaying the trace and drawing ...")
     name = "standard input" if args.snapshot == STDIN else os.path.basename(args.snapshot)

@@ -12,6 +12,7 @@ which. Every string from a file (names, stacks) is cut to a bound and escaped.
 """
 from __future__ import annotations
 
+import array
 import html as _html
 import os
 import re
@@ -89,13 +90,14 @@ class RankSnapshot:
 
 def _reduce(snap: Snapshot, path: str, label: str, rank: Optional[int], index: int,
             totals: Dict[int, Dict[str, int]], columns: int) -> RankSnapshot:
-    from .timeline import _frames_text, replay
+    from .timeline import _KINDS, _frames_text, _replay
 
-    tl, trace = replay(snap, device=index, columns=columns, detail=0)
+    # the trace is read through its columns (a streamed trace's as they are): no entry is made
+    tl, trace, tcols = _replay(snap, index, columns, 0, None)
     n = int(tl["events"])
-    free = "free_requested" if any(e.get("action") == "free_requested" for e in trace) \
-        else "free_completed"
-    counted = ("alloc", free, "oom")
+    kinds = tcols[0]
+    free = _KINDS["free_requested" if tl["use_req"] else "free_completed"]
+    counted = (_KINDS["alloc"], free, _KINDS["oom"])
     t = totals.get(index, {})
     out = RankSnapshot(path, label, rank, index, peak=int(tl["max"]),
                        reserved=int(t.get("reserved", 0)), allocated=int(t.get("allocated", 0)),
@@ -104,26 +106,25 @@ def _reduce(snap: Snapshot, path: str, label: str, rank: Optional[int], index: i
                        peaks=list(tl["peak"]))
     cols = len(out.active)
     out.bounds_events = [c * n / cols for c in range(cols + 1)]
-    timed = bool(trace) and all(type(e.get("time_us")) is int for e in trace)
+    times = array.array("q", tcols[3])  # INT64_MIN where an entry has no time
+    timed = bool(times) and min(times) > -2**63
     if timed:
-        first, last = int(trace[0]["time_us"]), int(trace[0]["time_us"])
-        for e in trace:  # the latest time, not the last entry's: a file may be out of order
-            last = max(last, int(e["time_us"]))
+        first, last = times[0], max(times)  # the latest time: a file may be out of order
         out.times = (first, last)
         # the time of each column's edge: the last event the column holds (blocks alive
         # before the trace are at its first entry's time)
-        npre = max(0, n - sum(1 for e in trace if e.get("action") in counted))
+        npre = max(0, n - sum(kinds.count(bytes((k,))) for k in counted))
         edges = [float(first)] * (cols + 1)
         k, c, now = npre, 0, float(first)
         stops = [((c + 1) * n) // cols for c in range(cols)]
         while c < cols and stops[c] <= k:
             c += 1
             edges[c] = now
-        for e in trace:
-            if e.get("action") not in counted:
+        for kind, at_us in zip(kinds, times):
+            if kind not in counted:
                 continue
             k += 1
-            now = max(now, float(e["time_us"]))
+            now = max(now, float(at_us))
             while c < cols and stops[c] <= k:
                 c += 1
                 edges[c] = now

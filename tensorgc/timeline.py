@@ -565,7 +565,7 @@ def timeline(snapshot: Union[Snapshot, StrPath, None] = None, path: Optional[Str
         snap = snapshot
     elif isinstance(snapshot, (str, os.PathLike)):
         snap = load_snapshot(snapshot, max_bytes=DEFAULT_MAX_BYTES if max_bytes is None
-                             else max_bytes)
+                             else max_bytes, lean=True)  # the page reads the columns
     else:
         raise TypeError("timeline(snapshot=...) takes a snapshot dict, a file path or None, "
                         f"not {type(snapshot).__name__}")

@@ -14,9 +14,15 @@ Measured, each in a fresh process (``--repeat`` times, medians):
 * ``load_snapshot(path, lean=True)``: wall time and the process's peak RSS (VmHWM), and its RSS
   before the load (the interpreter and tensorgc);
 * with ``--with-plain``: ``pickle.load`` of the same file (what memory_viz and the plain loader
-  do), the same numbers. It may need many GB.
+  do), the same numbers. It may need many GB;
+* with ``--page``: the whole timeline page of the file, ``tensorgc.timeline(path, out)`` (what
+  ``tensorgc timeline FILE -o OUT`` does: the streamed load, the replay, the detail data, the
+  page written), its time, peak RSS and page size;
+* with ``--with-memory-viz``: torch's ``memory_viz trace_plot`` of the same file, as its command
+  runs it (pickle.load, trace_plot, the page written), the same numbers.
 
     python3 bench/b9_large_snapshot.py --repeat 3 --with-plain --json docs/results/b9-cpu.json
+    python3 bench/b9_large_snapshot.py --repeat 3 --page --with-memory-viz --keep /tmp/b9
 """
 from __future__ import annotations
 
@@ -290,6 +296,27 @@ def worker(config: dict) -> None:
         info = {"entries": sum(len(t) for t in traces),
                 "stacks": len(traces[0].stacks) if traces else 0,
                 "kind": type(traces[0]).__name__ if traces else None}
+    elif mode == "page":  # the whole `tensorgc timeline FILE -o OUT`: load, replay, page
+        tg = C.import_tensorgc()
+        out = path + ".tensorgc-timeline.html"
+        before = _vm("VmRSS")
+        t0 = time.perf_counter()
+        tg.timeline(path, out, max_bytes=1 << 40)
+        dt = time.perf_counter() - t0
+        info = {"page_bytes": os.path.getsize(out)}
+    elif mode == "memory_viz":  # torch's trace_plot of the same file, as its command runs it
+        from torch.cuda import _memory_viz
+
+        out = path + ".memory_viz.html"
+        before = _vm("VmRSS")
+        t0 = time.perf_counter()
+        with open(path, "rb") as f:
+            data = pickle.load(f)
+        page = _memory_viz.trace_plot(data)
+        with open(out, "w") as f:
+            f.write(page)
+        dt = time.perf_counter() - t0
+        info = {"page_bytes": os.path.getsize(out)}
     else:
         before = _vm("VmRSS")
         t0 = time.perf_counter()
@@ -312,6 +339,10 @@ def main() -> None:
     p.add_argument("--keep", help="directory to write the snapshot in (kept; reused when there)")
     p.add_argument("--repeat", type=int, default=3, help="runs per loader, each a fresh process")
     p.add_argument("--with-plain", action="store_true", help="also pickle.load (needs many GB)")
+    p.add_argument("--page", action="store_true",
+                   help="also the timeline page of the file (tensorgc.timeline(path, out))")
+    p.add_argument("--with-memory-viz", action="store_true",
+                   help="also torch's memory_viz trace_plot of the file (needs many GB)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for one load")
     p.add_argument("--json", default=None, help="write all results as JSON to this path")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -332,7 +363,8 @@ def main() -> None:
             made["write_s"] = time.perf_counter() - t0
             C.log(f"wrote {made['bytes'] / 1e9:.2f} GB in {made['write_s']:.0f} s")
     size = os.path.getsize(path)
-    modes = ["lean"] + (["plain"] if args.with_plain else [])
+    modes = (["lean"] + (["plain"] if args.with_plain else []) + (["page"] if args.page else [])
+             + (["memory_viz"] if args.with_memory_viz else []))
     runs: dict = {m: [] for m in modes}
     for r in range(args.repeat):
         for m in modes:  # interleaved run by run
@@ -342,9 +374,11 @@ def main() -> None:
             runs[m].append(res)
     print(f"### B9 large snapshot: {os.path.basename(path)}, {size / 1e9:.2f} GB, "
           f"{runs['lean'][0].get('entries', 0):,} trace entries\n")
-    print("| loader | median s | runs (s) | peak RSS, median | RSS before the load | RSS after |")
+    print("| mode | median s | runs (s) | peak RSS, median | RSS before the load | RSS after |")
     print("| --- | ---: | --- | ---: | ---: | ---: |")
-    names = {"lean": "load_snapshot(lean=True)", "plain": "pickle.load"}
+    names = {"lean": "load_snapshot(lean=True)", "plain": "pickle.load",
+             "page": "the timeline page (tensorgc.timeline(path, out))",
+             "memory_viz": "memory_viz trace_plot (pickle.load, trace_plot, write)"}
     summary = {}
     for m in modes:
         ok = [x for x in runs[m] if x.get("seconds") is not None and not x.get("timed_out")]
@@ -358,6 +392,10 @@ def main() -> None:
         if peak:
             print(f" {statistics.median(x['rss_before'] for x in ok) / MB:,.0f} MiB | "
                   f"{statistics.median(x['rss_after'] for x in ok) / MB:,.0f} MiB |")
+    for m in ("page", "memory_viz"):
+        sizes = [x["page_bytes"] for x in runs.get(m, []) if x.get("page_bytes")]
+        if sizes:
+            print(f"\n{names[m]}: page {sizes[-1] / MB:,.1f} MiB")
     if "plain" in summary and summary["plain"]["peak_rss_median"] and summary["lean"]["peak_rss_median"]:
         print(f"\npeak RSS plain / lean: "
               f"{summary['plain']['peak_rss_median'] / summary['lean']['peak_rss_median']:.1f}x")

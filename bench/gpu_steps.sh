@@ -126,8 +126,8 @@ for step in "$@"; do
       rm -rf "$OUT/ranks" && timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
         demos/ranks.py --out "$OUT/ranks" 2>&1 | tee "$OUT/ranks-demo.log"
       python3 -m tensorgc timeline "$OUT/ranks" -o "$OUT/ranks.html"
-      python3 -m pytest tests/test_ranks.py tests/test_ranks_cli.py -q -p no:cacheprovider 2>&1 \
-        | tee "$OUT/tests-ranks.log" | tail -3 ;;
+      python3 -m pytest tests/test_ranks.py tests/test_gather.py tests/test_ranks_cli.py \
+        tests/test_cycle_dedup.py -q -p no:cacheprovider 2>&1 | tee "$OUT/tests-ranks.log" | tail -3 ;;
     quickbench)
       python3 bench/run_all.py --quick --json-dir "$OUT" 2>"$OUT/bench.err" | tee "$OUT/bench.md" ;;
   esac

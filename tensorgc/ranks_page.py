@@ -153,7 +153,11 @@ def rank_snapshots(snap: Snapshot, path: str, device: Optional[int] = None,
         what = "no device" if device is None else f"no cuda:{device}"
         return [RankSnapshot(path, base, rank, None,
                              note=f"{what} in this file (it holds {held_text(held)})")]
-    return [_reduce(snap, path, base, rank, d, totals, columns) for d in want]
+    rows = [_reduce(snap, path, base, rank, d, totals, columns) for d in want]
+    # a rank's file holds every device its process touched (NCCL touches the others): the
+    # devices where nothing was allocated or reserved are left out while one has something
+    used = [r for r in rows if r.peak or r.reserved or r.allocs or r.oom_count]
+    return used if used and device is None else rows
 
 
 def common_clock(rows: Sequence[RankSnapshot]) -> Optional[Tuple[int, int]]:

@@ -163,10 +163,12 @@
       c += evs[k][1] === 0 ? size[evs[k][2]] : -size[evs[k][2]];
       if (c > peakW) peakW = c;
     }
-    // The quantum: half a pixel, coarser in proportion once hundreds of allocations share the
-    // plot's 420 pixels (each is then a fraction of a pixel tall: the steps of a crowded range
-    // are texture, and their points would grow as allocations x frees).
-    var quantum = 0.5 * Math.max(1, V / 400);
+    // The quantum: half a pixel, coarser in proportion past 150 allocations in the plot's 420
+    // pixels (each is then a few pixels tall or less: the steps of a crowded range are texture,
+    // their points would grow as allocations x frees, and the browser's paint with them); the
+    // status line says how coarse.
+    var quantum = 0.5 * Math.max(1, V / 150);
+    svg.setAttribute("data-quantum", quantum.toFixed(2));
     var ys = H / Math.max(peakW * 1.05, 1), minDrop = quantum / ys;  // bytes in one quantum
     var hx = W / quantum / Math.max(e1 - e0, 1e-9);  // quanta per event
     cum = 0;
@@ -252,7 +254,9 @@
     else { detailG.innerHTML = ""; yaxis.innerHTML = yaxis0; }
     plot.style.display = detailOn ? "none" : "";
     drawAxis();
-    status.textContent += detailOn ? " \u2014 every allocation drawn (" + vis.length + ")" :
+    status.textContent += detailOn ? " \u2014 every allocation drawn (" + vis.length +
+      (+svg.getAttribute("data-quantum") > 0.5 ? "; steps to within " +
+       svg.getAttribute("data-quantum") + " px" : "") + ")" :
       " \u2014 overview: the largest drawn, the rest summarized; zoom in to draw each";
     performance.mark("tgc-zoom");
     svg.setAttribute("data-zoom-ms", (performance.now() - t0).toFixed(2));

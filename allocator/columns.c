@@ -46,7 +46,10 @@ col__keys_clear(col_keys *k)
     Py_CLEAR(k->line);
 }
 
-/* d[key], borrowed, or NULL when absent; a failing lookup (a key's __eq__ raising) is absent */
+/* d[key], borrowed, or NULL when absent; a failing lookup (a key's __eq__ raising) is absent.
+ * A lookup runs Python code when d holds a key of another type with an equal hash (its __eq__),
+ * and that code may change d or anything else: a value is borrowed only until the next lookup,
+ * so whatever must outlive one is held by a strong reference. */
 static inline PyObject *
 col__get(PyObject *d, PyObject *key)
 {
@@ -85,7 +88,8 @@ col__kind(PyObject *e, const col_keys *keys, PyObject **last, int *last_kind)
         return -1;
     }
     if (a != *last) {
-        *last = a;  /* compared by identity only; the caller's tuple keeps the entry alive */
+        Py_INCREF(a);  /* held: the entry may drop it, and another string take its address */
+        Py_XSETREF(*last, a);
         *last_kind = col__kind_of(a);
     }
     return *last_kind;
@@ -141,29 +145,45 @@ typedef struct {
     size_t mask;
     uint64_t *hash;         /* hash[id] */
     PyObject *stacks;       /* list: stacks[id] is the first frames list with that id */
+    PyObject *keep;         /* list: the other frames lists in by_list, held so that no other
+                             * object takes their address while the map names them */
     const col_keys *keys;
 } col_stacks;
 
+/* A frame's file and name (new references, on 0 only) and line; -1 when it is not of the plain
+ * shape. f: held by the caller (each lookup may run code that drops it from its list). */
 static int
 col__frame(const col_keys *k, PyObject *f, PyObject **file, PyObject **name, long long *line)
 {
+    *file = *name = NULL;
     if (!PyDict_CheckExact(f)) {
         return -1;
     }
-    *file = col__get(f, k->filename);  /* borrowed */
+    *file = col__get(f, k->filename);
+    Py_XINCREF(*file);  /* held across the next lookups */
     *name = col__get(f, k->name);
-    PyObject *l = col__get(f, k->line);
+    Py_XINCREF(*name);
+    PyObject *l = col__get(f, k->line);  /* borrowed: read before any other code runs */
+    int overflow = 0;
+    *line = l != NULL && PyLong_CheckExact(l) ? PyLong_AsLongLongAndOverflow(l, &overflow) : 0;
     if (*file == NULL || *name == NULL || l == NULL || !PyUnicode_CheckExact(*file) ||
-        !PyUnicode_CheckExact(*name) || !PyLong_CheckExact(l)) {
-        return -1;
-    }
-    int overflow;
-    *line = PyLong_AsLongLongAndOverflow(l, &overflow);
-    if (overflow || (*line == -1 && PyErr_Occurred())) {
+        !PyUnicode_CheckExact(*name) || !PyLong_CheckExact(l) || overflow ||
+        (*line == -1 && PyErr_Occurred())) {
         PyErr_Clear();
+        Py_CLEAR(*file);
+        Py_CLEAR(*name);
         return -1;
     }
     return 0;
+}
+
+/* frames[i], held (new reference), or NULL past its end: code run by a lookup may shrink it */
+static inline PyObject *
+col__item(PyObject *frames, Py_ssize_t i)
+{
+    PyObject *f = i < PyList_GET_SIZE(frames) ? PyList_GET_ITEM(frames, i) : NULL;
+    Py_XINCREF(f);
+    return f;
 }
 
 /* The content hash of a frames list; 0 (and *plain = 0) when it is not of the plain shape. */
@@ -176,10 +196,15 @@ col__hash(const col_keys *k, PyObject *frames, int *plain)
     for (Py_ssize_t i = 0; i < n && i < COL_STACK_FRAMES; i++) {
         PyObject *file, *name;
         long long line;
-        if (col__frame(k, PyList_GET_ITEM(frames, i), &file, &name, &line) < 0) {
+        PyObject *f = col__item(frames, i);  /* new */
+        int rc = f != NULL ? col__frame(k, f, &file, &name, &line) : -1;
+        Py_XDECREF(f);
+        if (rc < 0) {
             return 0;
         }
         Py_hash_t hf = PyObject_Hash(file), hn = PyObject_Hash(name);  /* exact str: cached */
+        Py_DECREF(file);
+        Py_DECREF(name);
         h = (h ^ (uint64_t)hf) * 0x100000001b3ULL;
         h = (h ^ (uint64_t)hn) * 0x100000001b3ULL;
         h = (h ^ (uint64_t)line) * 0x100000001b3ULL;
@@ -201,19 +226,27 @@ col__same(const col_keys *k, PyObject *a, PyObject *b)
     if (na != nb) {
         return 0;
     }
-    for (Py_ssize_t i = 0; i < na; i++) {
-        PyObject *fa, *ma, *fb, *mb;
+    int same = 1;
+    for (Py_ssize_t i = 0; i < na && same; i++) {
+        PyObject *fa = NULL, *ma = NULL, *fb = NULL, *mb = NULL;
         long long la, lb;
-        if (col__frame(k, PyList_GET_ITEM(a, i), &fa, &ma, &la) < 0 ||
-            col__frame(k, PyList_GET_ITEM(b, i), &fb, &mb, &lb) < 0 || la != lb ||
-            PyUnicode_Compare(fa, fb) != 0 || PyUnicode_Compare(ma, mb) != 0) {
-            return 0;
-        }
+        PyObject *ia = col__item(a, i), *ib = col__item(b, i);  /* new */
+        same = ia != NULL && ib != NULL && col__frame(k, ia, &fa, &ma, &la) == 0 &&
+               col__frame(k, ib, &fb, &mb, &lb) == 0 && la == lb &&
+               PyUnicode_Compare(fa, fb) == 0 && PyUnicode_Compare(ma, mb) == 0;
+        Py_XDECREF(ia);
+        Py_XDECREF(ib);
+        Py_XDECREF(fa);
+        Py_XDECREF(ma);
+        Py_XDECREF(fb);
+        Py_XDECREF(mb);
     }
-    return 1;
+    return same;
 }
 
-/* The id of a frames list (new ids from 1 on); 0 for none; UINT32_MAX with an exception. */
+/* The id of a frames list (new ids from 1 on); 0 for none; UINT32_MAX with an exception.
+ * frames: borrowed from its entry, held here (the lookups of its frames may run code that drops
+ * it from the entry). */
 static uint32_t
 col__stack_id(col_stacks *st, PyObject *frames)
 {
@@ -224,6 +257,7 @@ col__stack_id(col_stacks *st, PyObject *frames)
     if (id != UINT32_MAX) {
         return id;
     }
+    Py_INCREF(frames);
     int plain;
     uint64_t h = col__hash(st->keys, frames, &plain);
     size_t slot = (size_t)(h ^ (h >> 29)) & st->mask;
@@ -231,13 +265,18 @@ col__stack_id(col_stacks *st, PyObject *frames)
         for (; st->table[slot] != 0; slot = (slot + 1) & st->mask) {
             uint32_t c = st->table[slot];
             if (st->hash[c] == h && col__same(st->keys, PyList_GET_ITEM(st->stacks, c), frames)) {
-                (void)tgc_ptrmap_put(&st->by_list, frames, c);
-                return c;
+                id = PyList_Append(st->keep, frames) < 0 ? UINT32_MAX : c;
+                if (id != UINT32_MAX) {
+                    (void)tgc_ptrmap_put(&st->by_list, frames, c);
+                }
+                Py_DECREF(frames);
+                return id;
             }
         }
     }
     id = (uint32_t)PyList_GET_SIZE(st->stacks);
     if (PyList_Append(st->stacks, frames) < 0) {
+        Py_DECREF(frames);
         return UINT32_MAX;
     }
     st->hash[id] = h;
@@ -245,6 +284,7 @@ col__stack_id(col_stacks *st, PyObject *frames)
         st->table[slot] = id;
     }
     (void)tgc_ptrmap_put(&st->by_list, frames, id);
+    Py_DECREF(frames);  /* stacks holds it */
     return id;
 }
 
@@ -265,7 +305,7 @@ tgc_alloc_columns(PyObject *trace)
     PyObject *stack = PyBytes_FromStringAndSize(NULL, n * 4);
     col_stacks st = {{0}};
     col_keys keys = {0};
-    PyObject *last = NULL;  /* the last action string and its kind */
+    PyObject *last = NULL;  /* new: the last action string, and its kind */
     int last_kind = 0;
     st.keys = &keys;
     size_t cap = 16;
@@ -273,11 +313,12 @@ tgc_alloc_columns(PyObject *trace)
         cap <<= 1;
     }
     st.stacks = PyList_New(0);
+    st.keep = PyList_New(0);
     st.table = calloc(cap, sizeof(uint32_t));
     st.hash = malloc(((size_t)n + 1) * sizeof(uint64_t));
     st.mask = cap - 1;
     if (kind == NULL || addr == NULL || size == NULL || time == NULL || stack == NULL ||
-        st.stacks == NULL || col__keys(&keys) < 0) {
+        st.stacks == NULL || st.keep == NULL || col__keys(&keys) < 0) {
         goto done;
     }
     if (n >= (Py_ssize_t)UINT32_MAX - 16) {
@@ -355,6 +396,8 @@ done:
     free(st.table);
     free(st.hash);
     Py_XDECREF(st.stacks);
+    Py_XDECREF(st.keep);
+    Py_XDECREF(last);
     Py_XDECREF(kind);
     Py_XDECREF(addr);
     Py_XDECREF(size);

@@ -196,3 +196,41 @@ def test_columns_of_a_trace():
 def test_columns_refuse_a_malformed_event(bad):
     with pytest.raises(ValueError, match="allocator snapshot"):
         _tensorgc._trace_columns(bad)
+
+
+def test_a_frame_lookup_that_runs_code_cannot_free_what_is_read():
+    """A key of another type with the hash of 'line' makes each lookup of 'line' run its __eq__:
+    code that empties the frames list, or drops the frame's file and name, under the reader."""
+    class Key(str):
+        armed = []
+
+        def __hash__(self):
+            return hash("line")
+
+        def __eq__(self, other):
+            while Key.armed:
+                Key.armed.pop()()
+            return False
+
+        __ne__ = str.__ne__
+
+    def frame(hostile=False):
+        f = {"filename": "/w/" + "x" * 40, "name": "n" * 40}
+        if hostile:
+            f[Key("k")] = 0
+        f["line"] = 1
+        return f
+
+    lists = []
+    for drop in ("list", "fields", "entry"):
+        f = frame(hostile=True)
+        fr = [f] + [frame() for _ in range(40)]
+        e = {"action": "alloc", "addr": 512, "size": 512, "frames": fr}
+        act = {"list": fr.clear, "fields": lambda f=f: (f.pop("filename"), f.pop("name")),
+               "entry": lambda e=e: e.pop("frames")}[drop]
+        Key.armed.append(lambda act=act: (act(), [bytearray(48) for _ in range(500)]))
+        lists.append(fr)
+        del f, fr
+        cols = _tensorgc._trace_columns([e, ev("alloc", 1024, 512)])
+        assert len(cols[5]) >= 2 and cols[4][:4] == b"\x01\x00\x00\x00"
+    assert not Key.armed

@@ -74,10 +74,17 @@ dt__key(uint64_t addr)
     return (const void *)(uintptr_t)(addr + 1);  /* 0 is the table's empty key */
 }
 
-/* The open allocation's slot of addr, made when `make`; NONE when absent. */
+/* The open allocation's slot of addr, made when `make`; NONE when absent. The one address whose
+ * key would be the table's empty key (2**64 - 1) keeps its slot in *top instead. */
 static inline uint32_t
-dt__slot(tgc_ptrmap *m, uint64_t addr, uint32_t *nslots, int make)
+dt__slot(tgc_ptrmap *m, uint32_t *top, uint64_t addr, uint32_t *nslots, int make)
 {
+    if (addr == UINT64_MAX) {
+        if (*top == NONE && make) {
+            *top = (*nslots)++;
+        }
+        return *top;
+    }
     uint32_t s = tgc_ptrmap_get(m, dt__key(addr));
     if (s == NONE && make) {
         s = tgc_ptrmap_put(m, dt__key(addr), (*nslots)++);
@@ -94,6 +101,7 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
     size_t n = c->n, segcap = 0, nseg_ev = 0;
     tgc_ptrmap map = {0}, segmap = {0};
     uint32_t *open = NULL, *segopen = NULL, *dense = NULL, nslots = 0, nsegslots = 0;
+    uint32_t top = NONE, segtop = NONE;  /* the slots of address 2**64 - 1 (see dt__slot) */
     uint8_t *pre_kept = NULL;
     uint32_t maxk = 0;
     int rc = -1;
@@ -125,13 +133,13 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
      * there before the trace only if its address is not among them */
     for (size_t i = 0; i < n; i++) {
         if (c->kind[i] == TGC_TK_ALLOC) {
-            (void)dt__slot(&map, c->addr[i], &nslots, 1);
+            (void)dt__slot(&map, &top, c->addr[i], &nslots, 1);
         }
     }
     for (size_t p = 0; p < npre; p++) {
-        if (dt__slot(&map, pre_addr[p], &nslots, 0) == NONE) {
+        if (dt__slot(&map, &top, pre_addr[p], &nslots, 0) == NONE) {
             pre_kept[p] = 1;
-            (void)dt__slot(&map, pre_addr[p], &nslots, 1);
+            (void)dt__slot(&map, &top, pre_addr[p], &nslots, 1);
         }
     }
     /* Pass 1: the frees that find no open allocation. Each was alive from the start: it comes
@@ -141,16 +149,16 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
     }
     for (size_t p = 0; p < npre; p++) {
         if (pre_kept[p]) {
-            open[dt__slot(&map, pre_addr[p], &nslots, 0)] = 0;
+            open[dt__slot(&map, &top, pre_addr[p], &nslots, 0)] = 0;
         }
     }
     for (size_t i = 0; i < n; i++) {
         uint8_t kd = c->kind[i];
         if (kd == TGC_TK_ALLOC) {
-            open[dt__slot(&map, c->addr[i], &nslots, 0)] = 0;
+            open[dt__slot(&map, &top, c->addr[i], &nslots, 0)] = 0;
         }
         else if (kd == free_kind) {
-            uint32_t s = dt__slot(&map, c->addr[i], &nslots, 1);
+            uint32_t s = dt__slot(&map, &top, c->addr[i], &nslots, 1);
             if (open[s] == NONE) {
                 if (dt__add(&o, 0, c->size[i], c->addr[i], -1, 0) < 0) {
                     goto done;
@@ -169,7 +177,7 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
         if (!pre_kept[p]) {
             continue;
         }
-        open[dt__slot(&map, pre_addr[p], &nslots, 0)] = (uint32_t)out->n;
+        open[dt__slot(&map, &top, pre_addr[p], &nslots, 0)] = (uint32_t)out->n;
         if (dt__add(&o, clock++, pre_size[p], pre_addr[p], -1, 0) < 0) {
             goto done;
         }
@@ -193,14 +201,14 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
                     dense[k] = NONE;  /* past the bound: no stack */
                 }
             }
-            open[dt__slot(&map, addr, &nslots, 0)] = (uint32_t)out->n;
+            open[dt__slot(&map, &top, addr, &nslots, 0)] = (uint32_t)out->n;
             if (dt__add(&o, clock++, c->size[i], addr, (int64_t)i,
                         k == 0 || dense[k] == NONE ? 0 : dense[k]) < 0) {
                 goto done;
             }
         }
         else if (kd == free_kind) {
-            uint32_t s = dt__slot(&map, addr, &nslots, 0);
+            uint32_t s = dt__slot(&map, &top, addr, &nslots, 0);
             if (open[s] == NONE) {
                 out->f[u++] = clock;  /* the unmatched ones, in the order pass 1 found them */
             }
@@ -214,14 +222,14 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
             clock++;
         }
         else if (kd == TGC_TK_SEGMENT_ALLOC || kd == TGC_TK_SEGMENT_MAP) {
-            uint32_t s = dt__slot(&segmap, addr, &nsegslots, 1);
+            uint32_t s = dt__slot(&segmap, &segtop, addr, &nsegslots, 1);
             segopen[s] = (uint32_t)out->nsegs;
             if (dt__seg(out, &segcap, clock, TGC_DETAIL_ALIVE, c->size[i], addr) < 0) {
                 goto done;
             }
         }
         else if (kd == TGC_TK_SEGMENT_FREE || kd == TGC_TK_SEGMENT_UNMAP) {
-            uint32_t s = dt__slot(&segmap, addr, &nsegslots, 1);
+            uint32_t s = dt__slot(&segmap, &segtop, addr, &nsegslots, 1);
             if (s != NONE && segopen[s] != NONE) {
                 out->seg[(size_t)segopen[s] * 4 + 1] = clock;
                 segopen[s] = NONE;

@@ -234,3 +234,18 @@ def test_a_frame_lookup_that_runs_code_cannot_free_what_is_read():
         cols = _tensorgc._trace_columns([e, ev("alloc", 1024, 512)])
         assert len(cols[5]) >= 2 and cols[4][:4] == b"\x01\x00\x00\x00"
     assert not Key.armed
+
+
+def test_the_last_address_has_its_own_slot():
+    """2**64 - 1 (+ 1) is the address table's empty key: an allocation there, its free, a block
+    alive at the end there and a segment there still pair up (they crashed the engine)."""
+    top = (1 << 64) - 1
+    trace = [ev("alloc", top, 512), ev("free_completed", top, 512), ev("alloc", top, 1024),
+             ev("free_completed", 5, 7), ev("free_completed", top, 1024)]
+    for pre in ((), [(top, 1024)], [(top - 1, 512)]):
+        check(trace, pre, use_req=False)
+    check([ev("free_requested", top, 512)], [(top, 512)])
+    cols = _tensorgc._trace_columns(trace[:2])
+    kinds = bytes([5, 6])  # a segment made and freed at that address, in columns given directly
+    d = _tensorgc._detail((kinds,) + cols[1:], [], False, 10)
+    assert d["segments"] == [[0, 0, 512, top]]

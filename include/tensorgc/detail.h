@@ -2,7 +2,8 @@
  * Python: every allocation of one device's trace on the replay's clock, and its compact encoding.
  *
  * Input: the trace as columns, one element per trace entry (the shape a list of entry dicts is
- * read into, and the shape the streaming loader produces): its kind (TGC_TK_*), address, size,
+ * read into, and the shape the streaming loader produces): its kind (TGC_TK_*), address (any,
+ * 2**64 - 1 included), size,
  * time and stack id (0: none). Plus the blocks alive at the end of the trace (pre_addr/pre_size),
  * of which those whose address the trace never allocates were there before it began.
  *

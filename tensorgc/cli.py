@@ -174,6 +174,16 @@ def _write_page(path: str, page: str) -> int:
 # ---------------------------------------------------------------------- many ranks
 
 
+def _regular(entry: "os.DirEntry[str]") -> bool:
+    """A directory entry that is a regular file (through a link). A link that loops or whose
+    stat fails otherwise is skipped like any other entry that is not a file: is_file() raises
+    for it (ELOOP), which would stop the whole directory for one bad link."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
 def _many(args: argparse.Namespace) -> Optional[List[str]]:
     """The snapshot files of a multi-rank command (several files, or a directory of them),
     ordered by the rank in their names; None for one file (the single-file command). A
@@ -200,7 +210,7 @@ def _many(args: argparse.Namespace) -> Optional[List[str]]:
                             raise UsageError(f"{path} holds more than {SCAN_MAX:,} entries: give "
                                              "the snapshot files, or a directory of them")
                         if entry.name.endswith(".pickle") and not entry.name.startswith(".") \
-                                and entry.is_file():
+                                and _regular(entry):
                             found.append(os.path.join(path, entry.name))
                         if len(found) > MAX_FILES:
                             break
@@ -224,7 +234,7 @@ def _many(args: argparse.Namespace) -> Optional[List[str]]:
 def _rank_rows(args: argparse.Namespace, files: List[str], device: Optional[int],
                columns: int, first: bool = False) -> List[Any]:
     """Each file loaded, reduced to its rows (tensorgc.ranks_page.RankSnapshot) and dropped."""
-    from .ranks_page import rank_snapshots
+    from .ranks_page import _label_text, rank_snapshots
 
     rows = []
     for path in files:
@@ -232,6 +242,14 @@ def _rank_rows(args: argparse.Namespace, files: List[str], device: Optional[int]
         snap = _load(args, path, lean=True)  # read through its columns
         rows.extend(rank_snapshots(snap, path, device, columns, first))
         del snap
+    # two files with the same rank in their names (a rerun's beside the old one) would be two
+    # rows called "rank 1" that the pointers cannot tell apart: each such label gets its file
+    paths: Dict[str, set] = {}
+    for r in rows:
+        paths.setdefault(r.label, set()).add(r.path)
+    for r in rows:
+        if len(paths[r.label]) > 1:
+            r.label = f"{r.label} ({_label_text(os.path.basename(r.path), 60)})"
     return rows
 
 

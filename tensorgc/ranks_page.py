@@ -110,7 +110,9 @@ def _reduce(snap: Snapshot, path: str, label: str, rank: Optional[int], index: i
     timed = bool(times) and min(times) > -2**63
     if timed:
         first, last = times[0], max(times)  # the latest time: a file may be out of order
-        out.times = (first, last)
+        # the earliest too (not the first entry's): the common clock starts there, so an OOM
+        # stamped before the trace's first entry is not shown at a negative "+-0.005 s"
+        out.times = (min(times), last)
         # the time of each column's edge: the last event the column holds (blocks alive
         # before the trace are at its first entry's time)
         npre = max(0, n - sum(kinds.count(bytes((k,))) for k in counted))

@@ -241,3 +241,38 @@ def test_one_file_is_read_as_before(tmp_path, capsys):
     code, _, _ = run(capsys, "timeline", p, "-o", page)
     assert code == 0 and "Active memory timeline of snapshot-rank0.pickle" in page.read_text()
     assert 'class="rank-chart"' not in page.read_text()
+
+
+def test_a_link_that_loops_in_the_directory_is_skipped(tmp_path, capsys):
+    # is_file() raises ELOOP for it: one bad link must not stop the whole directory (it did:
+    # "cannot list DIR: Too many levels of symbolic links", exit code 2)
+    write(tmp_path, "snapshot-rank0.pickle", rank_snap(0, [1], 1_000))
+    os.symlink("b.pickle", tmp_path / "a.pickle")
+    os.symlink("a.pickle", tmp_path / "b.pickle")
+    code, out, err = run(capsys, "stats", tmp_path)
+    assert code == 0, err
+    assert "1 row(s)" in out and "rank 0" in out
+
+
+def test_an_oom_stamped_before_the_first_entry_is_not_at_a_negative_time(tmp_path, capsys):
+    snap = rank_snap(0, [1, 2, 3], 5_000, 1)
+    snap["device_traces"][0][2]["time_us"] = 10  # the OOM: before the trace's first entry
+    write(tmp_path, "snapshot-rank0.pickle", snap)
+    write(tmp_path, "snapshot-rank1.pickle", rank_snap(0, [1], 6_000))
+    code, out, err = run(capsys, "stats", tmp_path)
+    assert code == 0, err
+    assert "+-" not in out
+    assert "rank 0 runs out of memory first: at +0.000 s (wall clock)" in out
+
+
+def test_two_files_with_one_rank_are_told_apart_by_their_names(tmp_path, capsys):
+    write(tmp_path, "a-rank1.pickle", rank_snap(0, [1, 2], 1_000))
+    write(tmp_path, "b-rank1.pickle", rank_snap(0, [4], 1_000))
+    code, out, err = run(capsys, "stats", tmp_path)
+    assert code == 0, err
+    assert "rank 1 (b-rank1.pickle) peaks highest: 4.00M" in out
+    assert "\nrank 1 (a-rank1.pickle)  cuda:0" in out
+    page = tmp_path / "p.html"
+    code, _, err = run(capsys, "timeline", tmp_path, "-o", page)
+    assert code == 0, err
+    assert "rank 1 (a-rank1.pickle), cuda:0: peak" in page.read_text()

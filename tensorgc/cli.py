@@ -22,7 +22,7 @@ import argparse
 import os
 import sys
 from collections import Counter
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ._devices import SNAPSHOT_WHY, DeviceError, cuda_index, snapshot_device
 from ._errors import SnapshotError
@@ -244,7 +244,7 @@ def _rank_rows(args: argparse.Namespace, files: List[str], device: Optional[int]
         del snap
     # two files with the same rank in their names (a rerun's beside the old one) would be two
     # rows called "rank 1" that the pointers cannot tell apart: each such label gets its file
-    paths: Dict[str, set] = {}
+    paths: Dict[str, Set[str]] = {}
     for r in rows:
         paths.setdefault(r.label, set()).add(r.path)
     for r in rows:

@@ -73,7 +73,8 @@ def main():
         rep = tensorgc.gather_report("cpu", reporter=tensorgc.MemReporter(model))
     res["gather"] = None if rep is None else rep.to_dict()
     res["gather_printed"] = buf.getvalue()
-    # on every rank
+    # on every rank (after a collection, as below)
+    gc.collect()
     rep = tensorgc.gather_report("cpu", reporter=tensorgc.MemReporter(model), all_ranks=True,
                                  show=False)
     res["all_ranks"] = [{k: v for k, v in r.items() if k != "time"} for r in rep.ranks]

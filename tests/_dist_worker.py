@@ -43,6 +43,13 @@ def main():
                             timeout=datetime.timedelta(seconds=60))
     import tensorgc
 
+    def alive():
+        """The bytes of the CPU tensors alive now, as the reporter's walk counts them: taken
+        right before each table, so that a byte tensor an earlier object collective left behind
+        (gloo's threads may still hold one) is in what the table must say too."""
+        gc.collect()
+        return tensorgc.MemReporter().collect("cpu").totals.get("cpu", {}).get("storage", 0)
+
     res = {"rank": rank}
     base = tensorgc.MemReporter().collect("cpu").totals.get("cpu", {})
     res["baseline"] = base.get("storage", 0)
@@ -53,12 +60,14 @@ def main():
 
     # the autopsy first, before any rank calls gather_report: rank 1 alone publishes
     if rank == 1:
+        res["at_publish"] = alive()
         pub = tensorgc.publish_reports(every=3600, model=model, device="cpu")
         res["published"] = pub.publish()
         res["flushed"] = pub.flush(30)
         pub.remove()
     dist.barrier()
     if rank == 0:
+        res["at_autopsy"] = alive()
         path, _ = tensorgc.write_autopsy(os.path.join(out, "autopsy"), "cpu", model=model,
                                          peers_wait=30)
         for name in ("ranks.txt", "README.txt", "memreport.txt"):
@@ -67,20 +76,19 @@ def main():
     dist.barrier()
 
     # the gathered table, on rank 0 only
-    gc.collect()
+    res["at_gather"] = alive()
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         rep = tensorgc.gather_report("cpu", reporter=tensorgc.MemReporter(model))
     res["gather"] = None if rep is None else rep.to_dict()
     res["gather_printed"] = buf.getvalue()
-    # on every rank (after a collection, as below)
-    gc.collect()
+    # on every rank
+    res["at_all"] = alive()
     rep = tensorgc.gather_report("cpu", reporter=tensorgc.MemReporter(model), all_ranks=True,
                                  show=False)
     res["all_ranks"] = [{k: v for k, v in r.items() if k != "time"} for r in rep.ranks]
-    # MemReporter's option, gathered to the last rank (after a collection: the byte tensors of
-    # the object collectives above may wait in cycles, and the walk would count them)
-    gc.collect()
+    # MemReporter's option, gathered to the last rank
+    res["at_report"] = alive()
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         tensorgc.MemReporter(model).report(device="cpu", gather=True, dst=world - 1)

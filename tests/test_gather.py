@@ -7,6 +7,7 @@ single-process fallbacks."""
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -72,9 +73,29 @@ def three(tmp_path_factory):
     return launch(3, out, f"file:{out / 'store'}"), out
 
 
-def expected(results):
+# gloo's threads may hold the byte tensor of an earlier object collective a little longer (torch
+# keeps its Python object while C++ holds it), so a walk may count one more small uint8 tensor:
+# rows are compared within this much, and the printed table against its own rows
+STRAY = 64 << 10
+
+
+def near(a, b):
+    return abs(a - b) < STRAY
+
+
+def size_of(text):
+    """Bytes from the table's size text ("1.50M"), to within its rounding."""
+    units = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return float(text[:-1]) * units[text[-1]]
+
+
+def expected(results, at=None):
     """What each rank's row must say: the bytes of the CPU tensors it holds (those alive before
-    the worker's own, its (rank + 1) MiB and the model), the model's as named."""
+    the worker's own, its (rank + 1) MiB and the model), the model's as named; with ``at``, as
+    the worker's walk counted them right before that table (a byte tensor an earlier object
+    collective left behind is counted by both)."""
+    if at is not None:
+        return [res[at] for res in results]
     return [res["baseline"] + res["made"] + res["model"] for res in results]
 
 
@@ -90,27 +111,29 @@ def highest_line(alloc):
 @pytest.mark.parametrize("world", [2, 3])
 def test_the_gathered_table_on_dst_holds_every_ranks_numbers(world, request):
     results, _ = request.getfixturevalue({2: "two", 3: "three"}[world])
-    alloc = expected(results)
+    alloc = expected(results, "at_gather")
     got = results[0]["gather"]
     assert [r["rank"] for r in got["ranks"]] == list(range(world))
+    rows = [row["allocated"] for row in got["ranks"]]
     for r, row in enumerate(got["ranks"]):
         assert row["device"] == "cpu" and row["world_size"] == world
-        assert row["allocated"] == alloc[r]
+        assert near(row["allocated"], alloc[r])
         assert row["named"] == results[r]["model"]  # the weight and bias MemReporter named
         assert row["reserved"] is None and row["cycles_held"] == 0
-        assert row["tensors"] == 3
+        assert row["tensors"] >= 3
         assert row["top"][0]["bytes"] == (r + 1) * MB and row["top"][0]["kind"] == "other"
-        assert {t["name"] for t in row["top"]} == {"Tensor0", "weight", "bias"}
-    assert got["spread"]["allocated"] == max(alloc) - min(alloc)
+        assert {"Tensor0", "weight", "bias"} <= {t["name"] for t in row["top"]}
+    assert got["spread"]["allocated"] == max(rows) - min(rows)
+    assert near(got["spread"]["allocated"], max(alloc) - min(alloc))
     assert got["spread"]["named"] == 0 and got["spread"]["reserved"] is None
     assert got["highest"]["rank"] == world - 1
     printed = results[0]["gather_printed"]
     assert printed.startswith(f"Memory by rank: {world} ranks (gloo), gathered on rank 0\n")
-    assert highest_line(alloc) in printed
+    assert highest_line(rows) in printed
     for r in range(world):
-        assert f"{r:>5d}  cpu     {R(alloc[r]):>11s}{'n/a':>11s}{R(results[r]['model']):>11s}" \
+        assert f"{r:>5d}  cpu     {R(rows[r]):>11s}{'n/a':>11s}{R(results[r]['model']):>11s}" \
             in printed
-    assert f"max - min      {R(max(alloc) - min(alloc)):>11s}" in printed
+    assert f"max - min      {R(max(rows) - min(rows)):>11s}" in printed
     assert "cycles held: unknown" not in printed  # cycle_totals() answered on every rank
 
 
@@ -124,7 +147,8 @@ def test_other_ranks_get_none_and_print_nothing(world, request):
 def test_all_ranks_gives_every_rank_the_same_dicts(two):
     results, _ = two
     assert results[0]["all_ranks"] == results[1]["all_ranks"]
-    assert [r["allocated"] for r in results[0]["all_ranks"]] == expected(results)
+    got = [r["allocated"] for r in results[0]["all_ranks"]]
+    assert all(near(a, b) for a, b in zip(got, expected(results, "at_all")))
 
 
 def test_memreporter_report_gather_prints_on_dst_only(two):
@@ -132,7 +156,10 @@ def test_memreporter_report_gather_prints_on_dst_only(two):
     assert results[0]["report_gather"] == ""
     table = results[1]["report_gather"]
     assert table.startswith("Memory by rank: 2 ranks (gloo), gathered on rank 1\n")
-    assert highest_line(expected(results)) in table
+    alloc = expected(results, "at_report")
+    assert "rank 1 is highest: +" in table
+    line = next(ln for ln in table.splitlines() if ln.startswith("rank 1 is highest: +"))
+    assert near(size_of(line.split("+")[1].split()[0]), alloc[1] - statistics.median(alloc))
     assert "weight" in table and "Tensor0" in table
 
 
@@ -174,12 +201,12 @@ def test_the_autopsy_reads_what_another_rank_published(world, request):
     assert results[1]["published"] is True and results[1]["flushed"] is True
     text = results[0]["ranks.txt"]
     assert text.startswith(f"This autopsy is rank 0's (of {world}; local rank 0; ")
-    alloc = expected(results)
+    alloc = [results[0]["at_autopsy"], results[1]["at_publish"]]
     lines = text.splitlines()
     (own,) = [ln for ln in lines if ln.startswith("    0  cpu")]
     (peer,) = [ln for ln in lines if ln.startswith("    1  cpu")]
-    assert own.split()[2] == R(alloc[0]) and own.endswith("0.0 s")
-    assert peer.split()[2] == R(alloc[1]) and peer.endswith(" s")
+    assert near(size_of(own.split()[2]), alloc[0]) and own.endswith("0.0 s")
+    assert near(size_of(peer.split()[2]), alloc[1]) and peer.endswith(" s")
     assert float(peer.split()[-2]) >= 0
     if world == 3:  # rank 2 published nothing: said so, not waited for
         assert ("    2  nothing published (the rank calls neither gather_report nor "

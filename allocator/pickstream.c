@@ -621,19 +621,40 @@ notdict_frame(S *s, const char *type, uint32_t *id)
     return intern_frame(s, &f, id);
 }
 
+/* Stacks and sets of other fields are runs of items in a pool, interned by their bytes. */
 typedef struct {
-    const uint32_t *ids;
+    const void *items;
     size_t n;
     uint32_t h;
-} stack_key;
+} pooled_key;
+
+/* Whether a pooled run (its hash, length and first item) holds exactly the key's items. */
+static int
+pooled_same(uint32_t hash, uint32_t len, const void *at, const pooled_key *k, size_t size)
+{
+    return hash == k->h && len == k->n && (k->n == 0 || memcmp(at, k->items, k->n * size) == 0);
+}
+
+/* Appends n items of `size` bytes to a pool (grown to hold them and one more). */
+static int
+pool_append(void *pool, size_t *cap, size_t *used, const void *items, size_t n, size_t size)
+{
+    void **p = pool;
+    if (grow(p, cap, *used + n + 1, size) < 0) {
+        return -1;
+    }
+    if (n > 0) {
+        memcpy((char *)*p + *used * size, items, n * size);
+    }
+    *used += n;
+    return 0;
+}
 
 static int
 stack_eq(const S *s, uint32_t id, const void *key)
 {
-    const stack_key *k = key;
     const stack_rec *r = &s->stacks[id];
-    return r->hash == k->h && r->len == k->n &&
-           (k->n == 0 || memcmp(s->spool + r->off, k->ids, k->n * sizeof(uint32_t)) == 0);
+    return pooled_same(r->hash, r->len, s->spool + r->off, key, sizeof(uint32_t));
 }
 
 static uint32_t
@@ -645,7 +666,7 @@ stack_hash_of(const S *s, uint32_t id)
 static int
 intern_stack(S *s, const uint32_t *ids, size_t n, uint32_t *id)
 {
-    stack_key k = {ids, n, hash_bytes(s->seed, ids, n * sizeof(uint32_t))};
+    pooled_key k = {ids, n, hash_bytes(s->seed, ids, n * sizeof(uint32_t))};
     if (index_reserve(&s->kidx, stack_hash_of, s) < 0) {
         return nomem(s);
     }
@@ -661,10 +682,6 @@ intern_stack(S *s, const uint32_t *ids, size_t n, uint32_t *id)
         return fail_text(s, TGC_PS_BOUND, "the distinct stacks hold more than %u frames",
                          TGC_PS_MAX_STACK_IDS);
     }
-    if (grow(&s->stacks, &s->stackcap, s->nstacks + 1, sizeof(stack_rec)) < 0 ||
-        grow(&s->spool, &s->spool_cap, s->spool_n + n + 1, sizeof(uint32_t)) < 0) {
-        return nomem(s);
-    }
     uint32_t bad = UINT32_MAX;
     for (size_t i = 0; i < n; i++) {
         if (s->frames[ids[i]].bad != BAD_NONE) {
@@ -672,30 +689,23 @@ intern_stack(S *s, const uint32_t *ids, size_t n, uint32_t *id)
             break;
         }
     }
-    if (n > 0) {
-        memcpy(s->spool + s->spool_n, ids, n * sizeof(uint32_t));
+    size_t off = s->spool_n;
+    if (grow(&s->stacks, &s->stackcap, s->nstacks + 1, sizeof(stack_rec)) < 0 ||
+        pool_append(&s->spool, &s->spool_cap, &s->spool_n, ids, n, sizeof(uint32_t)) < 0) {
+        return nomem(s);
     }
-    s->stacks[s->nstacks] = (stack_rec){s->spool_n, (uint32_t)n, k.h, bad};
-    s->spool_n += n;
+    s->stacks[s->nstacks] = (stack_rec){off, (uint32_t)n, k.h, bad};
     *slot = (uint32_t)s->nstacks + 1;
     s->kidx.n++;
     *id = (uint32_t)s->nstacks++;
     return 0;
 }
 
-typedef struct {
-    const pair *items;
-    size_t n;
-    uint32_t h;
-} extras_key;
-
 static int
 extras_eq(const S *s, uint32_t id, const void *key)
 {
-    const extras_key *k = key;
     const extras_rec *r = &s->xs[id];
-    return r->hash == k->h && r->len == k->n &&
-           (k->n == 0 || memcmp(s->xpool + r->off, k->items, k->n * sizeof(pair)) == 0);
+    return pooled_same(r->hash, r->len, s->xpool + r->off, key, sizeof(pair));
 }
 
 static uint32_t
@@ -709,7 +719,7 @@ extras_hash_of(const S *s, uint32_t id)
 static int
 intern_extras(S *s, const pair *items, size_t n, uint32_t *id)
 {
-    extras_key k = {items, n, hash_bytes(s->seed, items, n * sizeof(pair))};
+    pooled_key k = {items, n, hash_bytes(s->seed, items, n * sizeof(pair))};
     if (index_reserve(&s->xidx, extras_hash_of, s) < 0) {
         return nomem(s);
     }
@@ -723,8 +733,9 @@ intern_extras(S *s, const pair *items, size_t n, uint32_t *id)
                          "(compile_context, user_metadata, ...) in trace entries",
                          TGC_PS_MAX_EXTRAS);
     }
+    size_t off = s->xpool_n;
     if (grow(&s->xs, &s->xcap, s->nxs + 1, sizeof(extras_rec)) < 0 ||
-        grow(&s->xpool, &s->xpool_cap, s->xpool_n + n + 1, sizeof(pair)) < 0) {
+        pool_append(&s->xpool, &s->xpool_cap, &s->xpool_n, items, n, sizeof(pair)) < 0) {
         return nomem(s);
     }
     for (size_t i = 0; i < n; i++) {
@@ -735,11 +746,7 @@ intern_extras(S *s, const pair *items, size_t n, uint32_t *id)
             s->b.incref(s->b.ctx, (void *)(uintptr_t)items[i].v.b);
         }
     }
-    if (n > 0) {
-        memcpy(s->xpool + s->xpool_n, items, n * sizeof(pair));
-    }
-    s->xs[s->nxs] = (extras_rec){s->xpool_n, (uint32_t)n, k.h};
-    s->xpool_n += n;
+    s->xs[s->nxs] = (extras_rec){off, (uint32_t)n, k.h};
     *slot = (uint32_t)s->nxs + 1;
     s->xidx.n++;
     *id = (uint32_t)s->nxs++;

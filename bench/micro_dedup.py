@@ -37,22 +37,9 @@ import torch  # noqa: E402
 import tensorgc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from b1_overhead import TensorCycle, make_pair  # noqa: E402
+from micro_collect import batch  # noqa: E402  (one young collection, timed the same way)
 
 MODES = ("plain", "observe", "warn", "warn-nodedup")
-
-
-def batch(with_tensor, device, reps):
-    times = []
-    for _ in range(reps):
-        for _ in range(380):
-            make_pair()
-        if with_tensor:
-            TensorCycle(torch.ones(4, device=device))
-        t0 = time.perf_counter()
-        gc.collect(0)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
 
 
 def main():

@@ -37,6 +37,7 @@ import torch  # noqa: E402
 import tensorgc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from b1_overhead import TensorCycle  # noqa: E402
 from micro_collect import batch  # noqa: E402  (one young collection, timed the same way)
 
 MODES = ("plain", "observe", "warn", "warn-nodedup")

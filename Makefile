@@ -101,13 +101,15 @@ valgrind: deps build/test_units build/test_device build/test_pickstream ## Run t
 	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet ./build/test_device
 	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet ./build/test_pickstream
 
-asan: deps ## Build the extension with AddressSanitizer+UBSan and run the Python tests
-	rm -f $(SO) $(SO_TESTING); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+ASAN_TESTS ?= tests
+asan: deps ## Build the extension and the render worker with AddressSanitizer+UBSan and run the Python tests (ASAN_TESTS=files for fewer); Graphviz runs under them too
+	rm -f $(SO) $(SO_TESTING); TENSORGC_WERROR=1 TENSORGC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  TENSORGC_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) setup.py -q build_ext --inplace --force \
 	  --build-temp build/asan-temp --build-lib build/asan-lib
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-	  ASAN_OPTIONS=detect_leaks=0 $(REAL_PYTHON) -m pytest tests -q -x
-	rm -f $(SO) $(SO_TESTING)
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  TENSORGC_UNDER_ASAN=1 $(REAL_PYTHON) -m pytest $(ASAN_TESTS) -q -x
+	rm -f $(SO) $(SO_TESTING) tensorgc/_tgc_render
 
 phases: deps build ## Build a copy with phase timers (build/phases-lib) and show where B1's overhead goes
 	TENSORGC_WERROR=1 TENSORGC_CFLAGS="-DTGC_PHASE_TIMES" $(PYTHON) setup.py -q build_ext --force \

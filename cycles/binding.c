@@ -7,6 +7,7 @@
 #include "cycles.h"
 #include "module/state.h"
 #include "binding.h"
+#include "render_py.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Handle                                                                                      */
@@ -484,9 +485,10 @@ render_svg(PyObject *module, PyObject *arg)
     char *svg = NULL, err[640] = "";
     size_t len = 0;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = tgc_renderer_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
-    Py_END_ALLOW_THREADS
+    rc = tgc_render_py(dot, (size_t)n, &svg, &len, err, sizeof(err), 0);
+    if (rc == TGC_RENDER_INTERRUPTED && PyErr_CheckSignals() < 0) {
+        return NULL;  /* the program's SIGINT handler raised (KeyboardInterrupt) */
+    }
     if (rc < 0) {
         PyErr_SetString(c->error_type, err);
         return NULL;

@@ -86,6 +86,8 @@ struct tgc_cycles {
     int unhook_pending;       /* the last observer left during "stop"; a trailing copy of the
                                  hook on gc.callbacks takes the hook off */
     int user_saveall;         /* the user had DEBUG_SAVEALL on: leave their garbage alone */
+    int interrupted;          /* a Ctrl-C stopped a layout during this callback: given back to
+                                 the program (PyErr_SetInterrupt) when the callback ends */
     long saved_flags;         /* the user's gc debug flags, restored in "stop" */
     Py_ssize_t garbage_len;   /* len(gc.garbage) at "start" */
     PyObject *garbage;        /* gc.garbage between "start" and "stop", new reference */

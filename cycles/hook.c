@@ -416,6 +416,12 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
         /* never let our trouble escape into the collector */
         PyErr_WriteUnraisable(c->hook);
     }
+    if (c->interrupted && !c->busy) {
+        /* After the observers ran, so that the KeyboardInterrupt reaches the program at its next
+         * bytecode, not an observer (whose exception we would log). */
+        c->interrupted = 0;
+        PyErr_SetInterrupt();
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */

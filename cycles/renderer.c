@@ -1,22 +1,29 @@
 /* renderer.c: the client side of the render worker (contract in renderer.h). Starts the worker
- * with posix_spawn (safe in a multi-threaded process, unlike fork), talks to it over a socket
- * pair, and kills it when a layout overruns its deadline. No Python here. */
+ * as a clone child that only we can wait for, talks to it over a socket pair known by identity,
+ * and kills it when a layout overruns its deadline or is interrupted. No Python here. */
 #include "renderer.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef __WALL
+#define __WALL 0x40000000
+#endif
 
 extern char **environ;
 
@@ -24,25 +31,102 @@ extern char **environ;
 static pthread_mutex_t renderer__lock = PTHREAD_MUTEX_INITIALIZER;
 static char *renderer__path;        /* malloc'd; NULL until set */
 static pid_t renderer__pid;         /* 0: no worker */
-static int renderer__pidfd = -1;    /* a pidfd for the worker where the kernel has them: a kill
-                                       can never reach another process that got its pid */
-static int renderer__fd = -1;       /* our end of the socket pair */
+static int renderer__adopted;       /* the worker is our own child (renderer.h): we reap it */
+static int renderer__fd = -1;       /* our end of the socket pair, valid while renderer__ours() */
+static dev_t renderer__dev;         /* ... and its identity, from fstat at spawn */
+static ino_t renderer__ino;
 static unsigned renderer__uses;     /* layouts by the current worker */
+/* Adopted workers stopped whose exit we could not see within a short wait (a process in
+ * uninterruptible sleep): reaped at later calls. */
+#define RENDERER_ORPHANS 8
+static pid_t renderer__orphans[RENDERER_ORPHANS];
 /* Settings and counters, protected by renderer__small, never held across a layout: reading
  * them must not wait for one (the callers hold the GIL). */
 static pthread_mutex_t renderer__small = PTHREAD_MUTEX_INITIALIZER;
 static double renderer__timeout = 2.0;
-static tgc_renderer_stats renderer__stats;
+static tgc_renderer_stats renderer__stats = {.fd = -1};
 static pthread_once_t renderer__atfork_once = PTHREAD_ONCE_INIT;
 
 #define STAT(field) do { pthread_mutex_lock(&renderer__small); renderer__stats.field++; \
                          pthread_mutex_unlock(&renderer__small); } while (0)
 
+static double
+renderer__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void
+renderer__sleep_ms(int ms)
+{
+    struct timespec ts = {0, (long)ms * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+}
+
+/* Whether renderer__fd still is the socket we made: the program may have closed its number
+ * (os.closerange) and opened something else there, or dup2'd over it. Async-signal-safe. */
+static int
+renderer__ours(void)
+{
+    struct stat st;
+    return renderer__fd >= 0 && fstat(renderer__fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
+           st.st_dev == renderer__dev && st.st_ino == renderer__ino;
+}
+
+/* Whether the worker still holds its end of our socket (waiting up to wait_ms for it to let go):
+ * it is alive, and its pid is its own. Only the worker holds that end: it is close-on-exec here,
+ * and closed by us right after the worker started. */
+static int
+renderer__peer_alive(int wait_ms)
+{
+    if (!renderer__ours()) {
+        return 0;
+    }
+    struct pollfd p = {renderer__fd, POLLRDHUP, 0};
+    double until = renderer__now() + wait_ms / 1000.0;
+    for (;;) {
+        int left = (int)((until - renderer__now()) * 1000.0);
+        int n = poll(&p, 1, left > 0 ? left : 0);
+        if (n > 0) {
+            return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0;
+        }
+        if (n == 0) {
+            return 1;
+        }
+        if (errno != EINTR) {
+            return 1;  /* cannot tell: as if alive (a kill then reaches a live worker) */
+        }
+    }
+}
+
+/* Closes our socket if the number is still ours; leaves the program's descriptor alone. */
+static void
+renderer__close_fd(void)
+{
+    if (renderer__ours()) {
+        close(renderer__fd);
+    }
+    renderer__fd = -1;
+}
+
+static void
+renderer__publish(void)
+{
+    pthread_mutex_lock(&renderer__small);
+    renderer__stats.pid = renderer__pid;
+    renderer__stats.fd = renderer__fd;
+    pthread_mutex_unlock(&renderer__small);
+}
+
 /* A fork while another thread renders would hand the child a lock held forever: fork waits for
  * the render in progress (at most its deadline) instead. The child forgets its parent's worker
  * at once: it closes its copy of the socket (so the worker sees end of input when the parent
  * goes, and the descriptor's number is not closed later under whatever the child opened there)
- * and starts its own worker when it first renders. */
+ * and starts its own worker when it first renders. The worker is not the child's: it is neither
+ * killed nor waited for here. */
 static void
 renderer__before_fork(void)
 {
@@ -60,16 +144,13 @@ renderer__after_fork_parent(void)
 static void
 renderer__after_fork_child(void)
 {
-    if (renderer__fd >= 0) {
-        close(renderer__fd);
-    }
-    if (renderer__pidfd >= 0) {
-        close(renderer__pidfd);
-    }
-    renderer__fd = renderer__pidfd = -1;
+    renderer__close_fd();
     renderer__pid = 0;
+    renderer__adopted = 0;
     renderer__uses = 0;
+    memset(renderer__orphans, 0, sizeof(renderer__orphans));
     renderer__stats.pid = 0;
+    renderer__stats.fd = -1;
     pthread_mutex_unlock(&renderer__small);
     pthread_mutex_unlock(&renderer__lock);
 }
@@ -81,64 +162,213 @@ renderer__register_atfork(void)
                          renderer__after_fork_child);
 }
 
-static void
-renderer__kill(void)
+/* Waits up to wait_s for our child pid to exit and reaps it: 1 reaped (status in *status), 0
+ * still there, -1 not ours to wait for (someone else reaped it). Lock held. */
+static int
+renderer__reap(pid_t pid, double wait_s, int *status)
 {
-#if defined(SYS_pidfd_send_signal)
-    if (renderer__pidfd >= 0 && syscall(SYS_pidfd_send_signal, renderer__pidfd, SIGKILL, NULL, 0) == 0) {
-        return;
+    double until = renderer__now() + wait_s;
+    for (;;) {
+        int st = 0;
+        pid_t got = waitpid(pid, &st, WNOHANG | __WALL);
+        if (got == pid) {
+            if (status != NULL) {
+                *status = st;
+            }
+            return 1;
+        }
+        if (got < 0 && errno != EINTR) {
+            return -1;
+        }
+        if (got == 0 && renderer__now() >= until) {
+            return 0;
+        }
+        if (got == 0) {
+            renderer__sleep_ms(2);
+        }
     }
-#endif
-    kill(renderer__pid, SIGKILL);
 }
 
+static void
+renderer__reap_orphans(void)
+{
+    for (int i = 0; i < RENDERER_ORPHANS; i++) {
+        if (renderer__orphans[i] != 0 && renderer__reap(renderer__orphans[i], 0.0, NULL) != 0) {
+            renderer__orphans[i] = 0;
+        }
+    }
+}
+
+/* An adopted worker that is exiting: reaped within wait_s (1, with its status), else kept among
+ * the orphans for later calls (0). */
+static int
+renderer__reap_adopted(pid_t pid, double wait_s, int *status)
+{
+    int got = renderer__reap(pid, wait_s, status);
+    if (got == 0) {
+        for (int i = 0; i < RENDERER_ORPHANS; i++) {
+            if (renderer__orphans[i] == 0) {
+                renderer__orphans[i] = pid;
+                return 0;
+            }
+        }
+        got = renderer__reap(pid, 1e9, status);  /* eight stuck already: do not lose track */
+    }
+    return got;
+}
+
+/* Forgets the worker: our socket closed (when still ours: the worker then sees end of input and
+ * exits), and an adopted worker reaped. Lock held. */
 static void
 renderer__forget(void)
 {
-    if (renderer__fd >= 0) {
-        close(renderer__fd);
-    }
-    if (renderer__pidfd >= 0) {
-        close(renderer__pidfd);
-    }
-    renderer__fd = renderer__pidfd = -1;
+    pid_t pid = renderer__pid;
+    int adopted = renderer__adopted;
+    renderer__close_fd();
     renderer__pid = 0;
+    renderer__adopted = 0;
     renderer__uses = 0;
-    pthread_mutex_lock(&renderer__small);
-    renderer__stats.pid = 0;
-    pthread_mutex_unlock(&renderer__small);
+    renderer__publish();
+    if (adopted && pid > 0) {
+        (void)renderer__reap_adopted(pid, 0.0, NULL);
+    }
 }
 
-static double
-renderer__now(void)
+/* Stops the worker now: killed while it still holds its end of our socket (so the pid is its
+ * own), and waited for until it lets go of it (SIGKILL cannot be caught: a short wait). */
+static void
+renderer__kill(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    if (renderer__pid > 0 && renderer__peer_alive(0)) {
+        kill(renderer__pid, SIGKILL);
+        (void)renderer__peer_alive(1000);
+    }
 }
 
-/* Stops the worker: killed (SIGKILL cannot be caught, so the wait is short) and reaped. ECHILD,
- * when the user's SIGCHLD handling reaped it already, is fine. Lock held. */
 static void
 renderer__drop(void)
 {
-    if (renderer__pid > 0) {
-        renderer__kill();
-        while (waitpid(renderer__pid, NULL, 0) < 0 && errno == EINTR) {
-        }
+    renderer__kill();
+    if (renderer__adopted && renderer__pid > 0) {
+        pid_t pid = renderer__pid;
+        renderer__adopted = 0;
+        renderer__forget();
+        (void)renderer__reap_adopted(pid, 1.0, NULL);
+        return;
     }
     renderer__forget();
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Starting the worker                                                                          */
+
+/* The worker is started through a middle process, so that it is nobody's child here:
+ *   we --clone(CLONE_VM|CLONE_VFORK, exit signal 0)--> middle --clone(CLONE_VM|CLONE_VFORK)-->
+ *   worker, execve; middle _exit()s.
+ * The middle never calls execve, so it stays a "clone child" (exec would reset its exit signal
+ * to SIGCHLD): the program's wait() and SIGCHLD never see it; we reap it at once with __WALL.
+ * The worker, orphaned when the middle exits, becomes init's child (or a child subreaper's:
+ * renderer__adopted). Both run on our memory while our thread is suspended (CLONE_VFORK), like
+ * posix_spawn's child: no allocation, no locks; errno is our thread's (restored after). */
+typedef struct {
+    const char *path;
+    char **argv;
+    int sock;            /* the worker's end, >= 3 so that dup2 to 0 and 1 always copies it */
+    char *worker_stack;  /* the top of the worker's stack */
+    volatile int failed; /* execve's errno, written by the worker when exec returns */
+    volatile int clone_failed;  /* the middle's clone errno */
+    volatile pid_t worker;      /* written by the middle */
+} renderer__spawn_args;
+
+/* Every signal back to its default, except SIGINT: a Ctrl-C meant for the job is not the
+ * worker's (the job's exit ends it through end of input). */
+__attribute__((no_sanitize_address)) static int
+renderer__worker_start(void *p)
+{
+    renderer__spawn_args *a = p;
+    struct sigaction dfl, ign;
+    memset(&dfl, 0, sizeof(dfl));
+    memset(&ign, 0, sizeof(ign));
+    dfl.sa_handler = SIG_DFL;
+    ign.sa_handler = SIG_IGN;
+    for (int s = 1; s < NSIG; s++) {
+        if (s != SIGKILL && s != SIGSTOP) {
+            (void)sigaction(s, s == SIGINT ? &ign : &dfl, NULL);  /* glibc's own: EINVAL */
+        }
+    }
+    if (dup2(a->sock, 0) < 0 || dup2(a->sock, 1) < 0) {
+        a->failed = errno;
+        _exit(127);
+    }
+    int null = open("/dev/null", O_WRONLY);
+    if (null >= 0 && null != 2) {
+        (void)dup2(null, 2);
+        close(null);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    (void)sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(a->path, a->argv, environ);
+    a->failed = errno != 0 ? errno : ENOEXEC;
+    _exit(127);
+}
+
+__attribute__((no_sanitize_address)) static int
+renderer__middle(void *p)
+{
+    renderer__spawn_args *a = p;
+    pid_t pid = clone(renderer__worker_start, a->worker_stack, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
+    if (pid < 0) {
+        a->clone_failed = errno;
+        _exit(1);
+    }
+    a->worker = pid;
+    if (a->failed != 0) {
+        (void)waitpid(pid, NULL, 0);  /* it exited at once: nobody else's zombie */
+        _exit(1);
+    }
+    _exit(0);
+}
+
+/* A descriptor moved to TGC_RENDERER_FD_FLOOR or above (close-on-exec) where the limit allows,
+ * else to 3 or above: out of the way of the small numbers programs pick themselves. */
+static int
+renderer__move_up(int fd)
+{
+    int floor = TGC_RENDERER_FD_FLOOR;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)floor * 2) {
+        floor = 3;
+    }
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, floor);
+    if (moved < 0 && floor != 3) {
+        moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    }
+    if (moved < 0) {
+        return fd;  /* keep the number it has */
+    }
+    close(fd);
+    return moved;
+}
+
+/* Whether orphans of ours become our children: PID 1 of a container, or a child subreaper. */
+static int
+renderer__we_reap_orphans(void)
+{
+    int sub = 0;
+    return getpid() == 1 || (prctl(PR_GET_CHILD_SUBREAPER, &sub) == 0 && sub != 0);
+}
+
+#define RENDERER_STACK (128 << 10)  /* each of the two */
 
 /* Starts a worker; 0, or -1 with a message. Lock held. */
 static int
 renderer__spawn(char *err, size_t err_len)
 {
     int sv[2] = {-1, -1};
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t none, dflt;
-    int rc;
+    char *stacks = MAP_FAILED;
+    sigset_t all, saved;
 
     if (renderer__path == NULL) {
         snprintf(err, err_len, "the render worker's path is not set");
@@ -148,82 +378,93 @@ renderer__spawn(char *err, size_t err_len)
         snprintf(err, err_len, "could not make the render worker's socket: %s", strerror(errno));
         goto fail_socket;
     }
-    if ((rc = posix_spawn_file_actions_init(&fa)) != 0) {
-        goto fail_actions;
+    sv[0] = renderer__move_up(sv[0]);
+    sv[1] = renderer__move_up(sv[1]);
+    if (sv[1] < 3) {  /* dup2 onto its own number would keep close-on-exec */
+        snprintf(err, err_len, "could not make the render worker's socket: no descriptor above 2");
+        goto fail_stack;
     }
-    if ((rc = posix_spawnattr_init(&attr)) != 0) {
-        goto fail_attr;
+    stacks = mmap(NULL, 2 * RENDERER_STACK, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stacks == MAP_FAILED) {
+        snprintf(err, err_len, "could not start the render worker: %s", strerror(errno));
+        goto fail_stack;
     }
-    /* The worker's stdin and stdout are its end of the socket; stderr goes nowhere (Graphviz's
-     * warnings are not the user's); every other descriptor is closed by SOCK_CLOEXEC/O_CLOEXEC or
-     * by the worker itself at start. */
-    sigemptyset(&none);
-    sigemptyset(&dflt);
-    sigaddset(&dflt, SIGPIPE);  /* Python ignores SIGPIPE, and an ignored signal survives exec */
-    sigaddset(&dflt, SIGTERM);
-    sigaddset(&dflt, SIGALRM);  /* the worker's own backstop (render_main.c) */
-    if ((rc = posix_spawn_file_actions_adddup2(&fa, sv[1], 0)) != 0 ||
-        (rc = posix_spawn_file_actions_adddup2(&fa, sv[1], 1)) != 0 ||
-        (rc = posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0)) != 0 ||
-        (rc = posix_spawnattr_setsigmask(&attr, &none)) != 0 ||
-        (rc = posix_spawnattr_setsigdefault(&attr, &dflt)) != 0 ||
-        (rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)) != 0) {
-        goto fail_setup;
+    char *argv[] = {renderer__path, NULL};
+    renderer__spawn_args args = {renderer__path, argv, sv[1], stacks + 2 * RENDERER_STACK, 0, 0, 0};
+    int adopted = renderer__we_reap_orphans();
+    /* No handler of ours or the program's may run in the children while they share our memory. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    int saved_errno = errno;
+    pid_t middle = clone(renderer__middle, stacks + RENDERER_STACK, CLONE_VM | CLONE_VFORK, &args);
+    int middle_errno = errno;
+    if (middle > 0) {
+        /* It has exited (CLONE_VFORK returns then, as it never calls execve): reap it. */
+        while (waitpid(middle, NULL, __WALL) < 0 && errno == EINTR) {
+        }
     }
-    char ppid[24];
-    snprintf(ppid, sizeof(ppid), "%ld", (long)getpid());
-    char *argv[] = {renderer__path, ppid, NULL};
-    pid_t pid;
-    if ((rc = posix_spawn(&pid, renderer__path, &fa, &attr, argv, environ)) != 0) {
-        snprintf(err, err_len, "could not start the render worker %s: %s", renderer__path,
-                 strerror(rc));
-        rc = 0;  /* the message is written */
-        goto fail_setup;
-    }
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
+    errno = saved_errno;
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    munmap(stacks, 2 * RENDERER_STACK);
     close(sv[1]);
+    sv[1] = -1;
+    if (middle < 0 || args.clone_failed != 0) {
+        snprintf(err, err_len, "could not start the render worker: %s",
+                 strerror(middle < 0 ? middle_errno : args.clone_failed));
+        goto fail_clone;
+    }
+    if (args.failed != 0) {
+        snprintf(err, err_len, "could not start the render worker %s: %s", renderer__path,
+                 strerror(args.failed));
+        goto fail_clone;
+    }
+    struct stat st;
+    if (fstat(sv[0], &st) < 0) {
+        snprintf(err, err_len, "could not start the render worker: %s", strerror(errno));
+        goto fail_clone;  /* closing our end ends the worker */
+    }
     (void)fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
     renderer__fd = sv[0];
-    renderer__pid = pid;
+    renderer__dev = st.st_dev;
+    renderer__ino = st.st_ino;
+    renderer__pid = args.worker;
+    renderer__adopted = adopted;
     renderer__uses = 0;
-#if defined(SYS_pidfd_open)
-    renderer__pidfd = (int)syscall(SYS_pidfd_open, pid, 0);  /* -1 where the kernel is older */
-    if (renderer__pidfd >= 0) {
-        (void)fcntl(renderer__pidfd, F_SETFD, FD_CLOEXEC);
-    }
-#endif
     pthread_mutex_lock(&renderer__small);
     renderer__stats.started++;
-    renderer__stats.pid = pid;
     pthread_mutex_unlock(&renderer__small);
+    renderer__publish();
     return 0;
 
-fail_setup:
-    posix_spawnattr_destroy(&attr);
-fail_attr:
-    posix_spawn_file_actions_destroy(&fa);
-fail_actions:
-    if (rc != 0) {
-        snprintf(err, err_len, "could not start the render worker: %s", strerror(rc));
-    }
+fail_clone:
+fail_stack:
     close(sv[0]);
-    close(sv[1]);
+    if (sv[1] >= 0) {
+        close(sv[1]);
+    }
 fail_socket:
     return -1;
 }
 
-/* Waits until fd is ready for events or the deadline passes: 1 ready, 0 timed out, -1 error. */
+/* Waits until fd is ready for events, the deadline passes or the interrupt check says stop:
+ * 1 ready, 0 timed out, -1 error, -2 interrupted. */
 static int
-renderer__wait(int fd, short events, double deadline)
+renderer__wait(int fd, short events, double deadline, const tgc_renderer_interrupt *intr)
 {
     for (;;) {
         double left = deadline - renderer__now();
         if (left <= 0) {
             return 0;
         }
+        if (intr != NULL && intr->stop(intr->arg)) {
+            return -2;
+        }
         struct pollfd p = {fd, events, 0};
         int ms = left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
+        if (intr != NULL && ms > TGC_RENDERER_POLL_MS) {
+            ms = TGC_RENDERER_POLL_MS;
+        }
         int n = poll(&p, 1, ms);
         if (n > 0) {
             return 1;
@@ -234,13 +475,16 @@ renderer__wait(int fd, short events, double deadline)
     }
 }
 
-/* Sends or receives exactly n bytes before the deadline: 0, 1 timed out, -1 broken (errno). */
+/* Sends or receives exactly n bytes before the deadline: 0, 1 timed out, -1 broken (errno),
+ * -2 interrupted. Never blocks: MSG_DONTWAIT whatever the descriptor's flags. */
 static int
-renderer__io(int fd, void *p, size_t n, int sending, double deadline)
+renderer__io(int fd, void *p, size_t n, int sending, double deadline,
+             const tgc_renderer_interrupt *intr)
 {
     char *c = p;
     while (n > 0) {
-        ssize_t k = sending ? send(fd, c, n, MSG_NOSIGNAL) : recv(fd, c, n, 0);
+        ssize_t k = sending ? send(fd, c, n, MSG_NOSIGNAL | MSG_DONTWAIT)
+                            : recv(fd, c, n, MSG_DONTWAIT);
         if (k > 0) {
             c += k;
             n -= (size_t)k;
@@ -256,39 +500,36 @@ renderer__io(int fd, void *p, size_t n, int sending, double deadline)
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
             return -1;
         }
-        int w = renderer__wait(fd, sending ? POLLOUT : POLLIN, deadline);
+        int w = renderer__wait(fd, sending ? POLLOUT : POLLIN, deadline, intr);
         if (w <= 0) {
-            return w == 0 ? 1 : -1;
+            return w == 0 ? 1 : w == -2 ? -2 : -1;
         }
     }
     return 0;
 }
 
-/* Why the worker stopped answering, for the message: reaps it. Lock held. */
+/* Why the worker stopped answering, for the message: it closed its socket, so it is gone or
+ * exiting (a crash inside Graphviz is answered by the worker itself, render_main.c). Lock held. */
 static void
 renderer__died(char *err, size_t err_len)
 {
     int status = 0;
-    pid_t pid = renderer__pid, got;
-    /* It closed its socket, so it is exiting or gone; make sure, and reap it. */
-    while ((got = pid > 0 ? waitpid(pid, &status, WNOHANG) : -1) < 0 && errno == EINTR) {
-    }
-    if (got == 0) {
-        renderer__kill();
-        while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
-        }
-    }
+    pid_t pid = renderer__pid;
+    int adopted = renderer__adopted;
+    renderer__adopted = 0;
     renderer__forget();
-    if (got == pid && WIFSIGNALED(status)) {
+    int got = adopted && pid > 0 ? renderer__reap_adopted(pid, 1.0, &status) : 0;
+    if (got == 1 && WIFSIGNALED(status)) {
         snprintf(err, err_len, "the render worker died of signal %d while drawing this graph",
                  WTERMSIG(status));
     }
-    else if (got == pid && WIFEXITED(status)) {
+    else if (got == 1 && WIFEXITED(status)) {
         snprintf(err, err_len, "the render worker exited with status %d while drawing this graph",
                  WEXITSTATUS(status));
     }
     else {
-        snprintf(err, err_len, "the render worker stopped answering");
+        snprintf(err, err_len, "the render worker died while drawing this graph (killed from "
+                 "outside, or out of memory)");
     }
 }
 
@@ -323,31 +564,74 @@ tgc_renderer_timeout(void)
     return t;
 }
 
-/* Takes renderer__lock by the deadline: 0, or 1 when another layout held it all that time. */
+/* Takes renderer__lock by the deadline: 0, 1 when another layout held it all that time, 2 when
+ * the interrupt check said stop first. */
 static int
-renderer__lock_by(double deadline)
+renderer__lock_by(double deadline, const tgc_renderer_interrupt *intr)
 {
-    double left = deadline - renderer__now();
-    struct timespec abs;
-    clock_gettime(CLOCK_REALTIME, &abs);
-    if (left < 0) {
-        left = 0;
+    for (;;) {
+        double left = deadline - renderer__now();
+        if (left < 0) {
+            left = 0;
+        }
+        if (intr != NULL && left > TGC_RENDERER_POLL_MS / 1000.0) {
+            left = TGC_RENDERER_POLL_MS / 1000.0;
+        }
+        struct timespec abs;
+        clock_gettime(CLOCK_REALTIME, &abs);
+        abs.tv_sec += (time_t)left;
+        abs.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
+        if (abs.tv_nsec >= 1000000000L) {
+            abs.tv_sec++;
+            abs.tv_nsec -= 1000000000L;
+        }
+        int rc;
+        while ((rc = pthread_mutex_timedlock(&renderer__lock, &abs)) == EINTR) {
+        }
+        if (rc == 0) {
+            return 0;
+        }
+        if (renderer__now() >= deadline) {
+            return 1;
+        }
+        if (intr != NULL && intr->stop(intr->arg)) {
+            return 2;
+        }
     }
-    abs.tv_sec += (time_t)left;
-    abs.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
-    if (abs.tv_nsec >= 1000000000L) {
-        abs.tv_sec++;
-        abs.tv_nsec -= 1000000000L;
+}
+
+/* Before a request: the worker we have is still usable, or forgotten. Lock held. */
+static void
+renderer__check_worker(void)
+{
+    renderer__reap_orphans();
+    if (renderer__pid == 0) {
+        return;
     }
-    int rc;
-    while ((rc = pthread_mutex_timedlock(&renderer__lock, &abs)) == EINTR) {
+    if (!renderer__ours()) {
+        /* The program closed or replaced our socket: the worker saw end of input (or will, when
+         * its last copy goes) and exits. Its number is the program's now: not closed by us, and
+         * the worker is not killed (its pid may be anyone's by now). */
+        renderer__fd = -1;
+        renderer__forget();
+        STAT(lost);
+        return;
     }
-    return rc == 0 ? 0 : 1;
+    if (renderer__uses >= TGC_RENDERER_USES) {
+        renderer__drop();  /* retired: what Graphviz leaked goes with it */
+        STAT(retired);
+        return;
+    }
+    /* A worker that exited while idle (it does after TGC_RENDERER_IDLE_S, or someone killed it)
+     * is replaced before it is asked. */
+    if (!renderer__peer_alive(0)) {
+        renderer__forget();
+    }
 }
 
 int
 tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
-                 char *err, size_t err_len)
+                 char *err, size_t err_len, const tgc_renderer_interrupt *intr)
 {
     int rc = TGC_RENDER_FAILED;
     char *out = NULL;
@@ -361,25 +645,17 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
     double timeout = tgc_renderer_timeout();
     /* The budget counts from the call: waiting for another thread's layout spends it too. */
     double deadline = renderer__now() + timeout;
-    if (renderer__lock_by(deadline) != 0) {
+    int locked = renderer__lock_by(deadline, intr);
+    if (locked == 2) {
+        snprintf(err, err_len, "the layout was interrupted");
+        return TGC_RENDER_INTERRUPTED;
+    }
+    if (locked != 0) {
         snprintf(err, err_len, "the layout took longer than its %.3g s budget and was stopped "
                  "(other layouts held the render worker all that time)", timeout);
         return TGC_RENDER_TIMEOUT;
     }
-    if (renderer__pid > 0 && renderer__uses >= TGC_RENDERER_USES) {
-        renderer__drop();  /* retired: what Graphviz leaked goes with it */
-        STAT(retired);
-    }
-    if (renderer__pid > 0) {
-        /* A worker that exited while idle (it does after TGC_RENDERER_IDLE_S, or someone killed
-         * it) is reaped and replaced before it is asked. */
-        pid_t got;
-        while ((got = waitpid(renderer__pid, NULL, WNOHANG)) < 0 && errno == EINTR) {
-        }
-        if (got == renderer__pid || (got < 0 && errno == ECHILD)) {
-            renderer__forget();
-        }
-    }
+    renderer__check_worker();
     tgc_renderer_header h;
     int io;
     for (int attempt = 0;; attempt++) {
@@ -394,14 +670,14 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
         double ms = timeout * 1000.0 + 0.5;
         h = (tgc_renderer_header){TGC_RENDERER_MAGIC, ms > 4e9 ? 4000000000u : (uint32_t)ms,
                                   (uint64_t)dot_len};
-        io = renderer__io(renderer__fd, &h, sizeof(h), 1, deadline);
+        io = renderer__io(renderer__fd, &h, sizeof(h), 1, deadline, intr);
         if (io == 0) {
-            io = renderer__io(renderer__fd, (void *)dot, dot_len, 1, deadline);
+            io = renderer__io(renderer__fd, (void *)dot, dot_len, 1, deadline, intr);
         }
         if (io == 0) {
-            io = renderer__io(renderer__fd, &h, sizeof(h), 0, deadline);
+            io = renderer__io(renderer__fd, &h, sizeof(h), 0, deadline, intr);
         }
-        if (io < 0 && idle_before && attempt == 0) {
+        if (io == -1 && idle_before && attempt == 0) {
             renderer__died(err, err_len);
             continue;
         }
@@ -419,7 +695,14 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
             snprintf(err, err_len, "out of memory for the render worker's answer");
             goto done;
         }
-        io = renderer__io(renderer__fd, out, h.len, 0, deadline);
+        io = renderer__io(renderer__fd, out, h.len, 0, deadline, intr);
+    }
+    if (io == -2) {
+        renderer__drop();  /* mid-layout: the worker's answer would arrive in the next request */
+        STAT(interrupted);
+        snprintf(err, err_len, "the layout was interrupted");
+        rc = TGC_RENDER_INTERRUPTED;
+        goto done;
     }
     if (io == 1) {
         renderer__drop();
@@ -470,5 +753,11 @@ tgc_renderer_shutdown(void)
 {
     pthread_mutex_lock(&renderer__lock);
     renderer__drop();
+    for (int i = 0; i < RENDERER_ORPHANS; i++) {
+        if (renderer__orphans[i] != 0) {
+            (void)renderer__reap(renderer__orphans[i], 1.0, NULL);
+            renderer__orphans[i] = 0;
+        }
+    }
     pthread_mutex_unlock(&renderer__lock);
 }

@@ -7,20 +7,31 @@
  * be stopped mid-layout. A worker process can be killed, and its leaks and crashes die with it.
  *
  * Contract:
- * - tgc_renderer_svg returns within timeout_s plus the time to start the worker (posix_spawn, a
- *   few milliseconds), whatever the DOT: a worker that overruns is killed (SIGKILL) and reaped,
- *   and the next call starts a new one.
- * - One worker per process at most, started on first use, retired after TGC_RENDERER_USES layouts
- *   (bounding what Graphviz's leaks can grow to) and at shutdown; it exits by itself after
- *   TGC_RENDERER_IDLE_S idle seconds (so code that waits for all its children is held up that
- *   long at most), when its parent dies (PR_SET_PDEATHSIG, and end of input), and when a layout
- *   overruns the budget by a second (alarm: a backstop for a parent that cannot kill it). A forked
- *   child closes its parent's worker's socket at once and starts its own worker when it renders.
+ * - tgc_renderer_svg returns within timeout_s plus the time to start the worker (a few
+ *   milliseconds), whatever the DOT and whatever the worker does: every wait is bounded by the
+ *   deadline, and a worker that overruns it is killed (SIGKILL) and reaped; the next call starts
+ *   a new one. An interrupt check, when given, is asked at least every TGC_RENDERER_POLL_MS while
+ *   waiting; when it says stop, the layout is abandoned (its worker killed) within that time.
+ * - The worker is ours alone and never the user's business:
+ *   - it is started as a "clone child" (its exit signal is 0, not SIGCHLD): the program's own
+ *     wait(), waitpid(-1) and SIGCHLD handlers never see it or reap it, and it sends no SIGCHLD;
+ *     only we reap it, by its pid (at the next call, when it is replaced, and at shutdown);
+ *   - our socket is known by identity (device and inode), not by number: a descriptor that the
+ *     program closed (os.closerange) or replaced (dup2) is never used, written to or closed by
+ *     us; the worker is then replaced;
+ *   - its life is tied to the process, not to the thread that started it: it exits at end of
+ *     input, when the socket's other end closes (the process exited, even mid-layout: a thread
+ *     in the worker watches for the hang-up), after TGC_RENDERER_IDLE_S idle seconds, and when a
+ *     layout overruns its budget by a second (alarm: a backstop for a parent that cannot kill it).
+ *   - One worker per process at most, started on first use, retired after TGC_RENDERER_USES
+ *     layouts (bounding what Graphviz's leaks can grow to). A forked child closes its parent's
+ *     worker's socket at once (when it is still ours) and starts its own worker when it renders.
  * - Thread safe: one mutex serialises layouts; the budget counts from the call, so waiting for
  *   another thread's layout spends it (a fork waits for the layout in progress). Settings and
  *   counters have their own lock and never wait for a layout.
  * - Bounded: requests over TGC_RENDERER_MAX_DOT and answers over TGC_RENDERER_MAX_SVG are refused;
- *   the worker runs with its address space capped at TGC_RENDERER_MAX_AS. */
+ *   the worker runs with its address space capped at TGC_RENDERER_MAX_AS (not under
+ *   AddressSanitizer, whose shadow memory needs far more address space). */
 #ifndef TGC_RENDERER_H
 #define TGC_RENDERER_H
 
@@ -29,9 +40,11 @@
 
 #define TGC_RENDERER_USES 256
 #define TGC_RENDERER_IDLE_S 30  /* the worker exits after this long without a request */
+#define TGC_RENDERER_POLL_MS 40  /* the interrupt check's period while waiting */
 #define TGC_RENDERER_MAX_DOT ((uint64_t)16 << 20)
 #define TGC_RENDERER_MAX_SVG ((uint64_t)32 << 20)
 #define TGC_RENDERER_MAX_AS ((uint64_t)4 << 30)
+#define TGC_RENDERER_FD_FLOOR 256  /* our socket's number is moved to this or above when it can */
 
 /* Wire format (same machine, native byte order): a request is the magic, then the DOT's length
  * and bytes; an answer is the magic, a status (0: SVG follows; 1: an error message follows), the
@@ -43,7 +56,19 @@ typedef struct {
     uint64_t len;
 } tgc_renderer_header;
 
-enum { TGC_RENDER_OK = 0, TGC_RENDER_FAILED = -1, TGC_RENDER_TIMEOUT = -2 };
+enum {
+    TGC_RENDER_OK = 0,
+    TGC_RENDER_FAILED = -1,
+    TGC_RENDER_TIMEOUT = -2,
+    TGC_RENDER_INTERRUPTED = -3,  /* the interrupt check said stop */
+};
+
+/* Asked while a render waits (for the lock, or for the worker): nonzero stops the render. Called
+ * on the rendering thread, with renderer.c's layout lock held; it must not render. */
+typedef struct {
+    int (*stop)(void *arg);
+    void *arg;
+} tgc_renderer_interrupt;
 
 /* The worker executable's path (copied); until set, renders fail with a message saying so. */
 int tgc_renderer_set_path(const char *path);
@@ -51,13 +76,16 @@ int tgc_renderer_set_path(const char *path);
 void tgc_renderer_set_timeout(double seconds);
 double tgc_renderer_timeout(void);
 /* Lays out dot (len bytes, NUL-terminated) within the deadline. TGC_RENDER_OK with a malloc'd
- * SVG; TGC_RENDER_FAILED or TGC_RENDER_TIMEOUT with a message in err. */
+ * SVG; TGC_RENDER_FAILED, TGC_RENDER_TIMEOUT or TGC_RENDER_INTERRUPTED with a message in err.
+ * intr may be NULL (no interrupt check). */
 int tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
-                     char *err, size_t err_len);
-/* Counters for tests: workers started, killed at the deadline, retired. */
+                     char *err, size_t err_len, const tgc_renderer_interrupt *intr);
+/* Counters for tests: workers started, killed at the deadline or on an interrupt, retired,
+ * replaced because their socket was no longer ours. */
 typedef struct {
-    uint64_t started, killed, retired, renders;
+    uint64_t started, killed, retired, renders, lost, interrupted;
     long pid;  /* the worker's pid, 0 when none */
+    int fd;    /* our socket's number, -1 when none */
 } tgc_renderer_stats;
 void tgc_renderer_get_stats(tgc_renderer_stats *out);
 /* Stops the worker (at interpreter exit). */

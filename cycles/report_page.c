@@ -4,6 +4,7 @@
 #include "cycles.h"
 #include "page.h"
 #include "report_int.h"
+#include "render_py.h"
 void
 tgc_report_rows_free(tgc_report_row *rows, Py_ssize_t n)
 {
@@ -92,17 +93,29 @@ tgc_report_svg(tgc_cycles *c, tgc_report *r)
     char *svg = NULL, err[640] = "";
     size_t len = 0;
     int rc;
-    if (c->busy) {
-        /* Inside our gc callback: keep the GIL, so no other thread runs while the collector is
-         * mid-collection (the worker's deadline bounds the wait). */
-        rc = tgc_renderer_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
+    if (c->busy && c->interrupted) {
+        /* A Ctrl-C stopped a layout earlier in this callback: no more until the program had it */
+        snprintf(err, sizeof(err), "the layout was interrupted");
+        rc = TGC_RENDER_INTERRUPTED;
     }
     else {
-        Py_BEGIN_ALLOW_THREADS  /* dot_s, ours, outlives the unlocked section */
-        rc = tgc_renderer_svg(dot, (size_t)n, &svg, &len, err, sizeof(err));
-        Py_END_ALLOW_THREADS
+        /* Inside our gc callback (busy) the GIL stays held, so no other thread runs while the
+         * collector is mid-collection (the worker's deadline bounds the wait); dot_s, ours,
+         * outlives the unlocked section otherwise. */
+        rc = tgc_render_py(dot, (size_t)n, &svg, &len, err, sizeof(err), c->busy);
     }
     Py_DECREF(dot_s);
+    if (rc == TGC_RENDER_INTERRUPTED) {
+        /* Not kept as this report's answer: a later read may draw it. */
+        if (c->busy) {
+            c->interrupted = 1;  /* given back to the program when the callback ends (hook.c) */
+        }
+        else if (PyErr_CheckSignals() < 0) {
+            return NULL;  /* the program's SIGINT handler raised (KeyboardInterrupt) */
+        }
+        PyErr_SetString(c->error_type, err);
+        return NULL;
+    }
     /* Another thread may have rendered the same report while the GIL was released. */
     if (rc < 0) {
         if (r->svg_error == NULL) {
@@ -132,9 +145,22 @@ tgc_report_html(tgc_cycles *c, tgc_report *r)
         return NULL;
     }
     PyObject *svg = tgc_report_svg(c, r);
+    PyObject *passing = NULL;  /* why there is no picture this time only (an interrupted layout):
+                                  the page says so and is not kept, so a later read draws it */
     if (svg == NULL) {
         if (!PyErr_ExceptionMatches(c->error_type)) {
             return NULL;
+        }
+        if (r->svg_error == NULL) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            passing = value != NULL ? PyObject_Str(value) : NULL;  /* new reference */
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            if (passing == NULL) {
+                return NULL;
+            }
         }
         PyErr_Clear();  /* the page says why there is no picture */
     }
@@ -148,9 +174,10 @@ tgc_report_html(tgc_cycles *c, tgc_report *r)
     tgc_buf table = {0};
     const char *text = PyUnicode_AsUTF8(r->text);
     const char *svg_s = text && svg ? PyUnicode_AsUTF8(svg) : NULL;
-    const char *svg_err = text && r->svg_error ? PyUnicode_AsUTF8(r->svg_error) : NULL;
+    PyObject *why = r->svg_error != NULL ? r->svg_error : passing;  /* borrowed */
+    const char *svg_err = text && why ? PyUnicode_AsUTF8(why) : NULL;
     int ok = text != NULL && (svg == NULL || svg_s != NULL) &&
-             (r->svg_error == NULL || svg_err != NULL) && page__table(&table, r) == 0;
+             (why == NULL || svg_err != NULL) && page__table(&table, r) == 0;
     char too_big[200];
     if (ok && svg_s != NULL && strlen(svg_s) + table.len + 6 * strlen(text) + 16384 > TGC_PAGE_MAX) {
         /* The page has a bound whatever the garbage: a drawing that would pass it is left out. */
@@ -164,15 +191,21 @@ tgc_report_html(tgc_cycles *c, tgc_report *r)
     if (ok && !title.oom) {
         tgc_page p = {title.data, text, table.data, svg_s, svg_err};
         tgc_html_page(&page, &p);
-        if (r->html == NULL) {
-            r->html = tgc_report_str(&page);
+        if (passing != NULL) {
+            result = tgc_report_str(&page);
         }
-        result = Py_XNewRef(r->html);
+        else {
+            if (r->html == NULL) {
+                r->html = tgc_report_str(&page);
+            }
+            result = Py_XNewRef(r->html);
+        }
     }
     else if (!PyErr_Occurred()) {
         PyErr_NoMemory();
     }
     Py_XDECREF(svg);
+    Py_XDECREF(passing);
     tgc_buf_free(&title);
     tgc_buf_free(&table);
     tgc_buf_free(&page);

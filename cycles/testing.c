@@ -190,17 +190,40 @@ report_dots(PyObject *module, PyObject *Py_UNUSED(ignored))
 
 PyDoc_STRVAR(renderer_stats_doc,
 "_renderer_stats($module, /)\n--\n\n"
-"The render worker's counters: started, killed (at the deadline), retired, renders, pid.");
+"The render worker's counters: started, killed (at the deadline), retired,\n"
+"renders, lost (replaced because the program closed our socket), interrupted (by a Ctrl-C),\npid, fd.");
 
 static PyObject *
 renderer_stats(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 {
     tgc_renderer_stats s;
     tgc_renderer_get_stats(&s);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:l}", "started", (unsigned long long)s.started,
-                         "killed", (unsigned long long)s.killed, "retired",
-                         (unsigned long long)s.retired, "renders", (unsigned long long)s.renders,
-                         "pid", s.pid);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:l,s:i}", "started",
+                         (unsigned long long)s.started, "killed", (unsigned long long)s.killed,
+                         "retired", (unsigned long long)s.retired, "renders",
+                         (unsigned long long)s.renders, "lost", (unsigned long long)s.lost,
+                         "interrupted", (unsigned long long)s.interrupted, "pid", s.pid,
+                         "fd", s.fd);
+}
+
+PyDoc_STRVAR(set_render_worker_doc,
+"_set_render_worker($module, path, /)\n--\n\n"
+"Use the executable at path as the render worker from the next worker started on (tests: a\n"
+"worker that never answers).");
+
+static PyObject *
+set_render_worker(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    PyObject *bytes = NULL;
+    if (!PyUnicode_FSConverter(arg, &bytes)) {
+        return NULL;
+    }
+    int rc = tgc_renderer_set_path(PyBytes_AS_STRING(bytes));
+    Py_DECREF(bytes);
+    if (rc < 0) {
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(observer_count_doc,
@@ -242,6 +265,7 @@ PyMethodDef tgc_cycles_testing_methods[] = {
     {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},
     {"_report_dots", (PyCFunction)report_dots, METH_NOARGS, report_dots_doc},
     {"_renderer_stats", (PyCFunction)renderer_stats, METH_NOARGS, renderer_stats_doc},
+    {"_set_render_worker", (PyCFunction)set_render_worker, METH_O, set_render_worker_doc},
     {"_observer_count", (PyCFunction)observer_count, METH_NOARGS, observer_count_doc},
     {NULL, NULL, 0, NULL},
 };

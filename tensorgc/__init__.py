@@ -45,6 +45,7 @@ from .lineprof import (  # noqa: E402  (memlab's line profiler)
 from .timeline import timeline  # noqa: E402  (the function shadows the module, as snapshot)
 from ._lean import LeanTrace  # noqa: E402  (a streamed snapshot's device trace)
 from .snapshot import (  # noqa: E402
+    OutputError,
     SnapshotError,
     dump_snapshot,
     load_snapshot,
@@ -71,6 +72,7 @@ __all__ = [
     "LineProfiler",
     "MemReporter",
     "Moved",
+    "OutputError",
     "Publisher",
     "Report",
     "Row",

@@ -25,7 +25,7 @@ from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ._devices import SNAPSHOT_WHY, DeviceError, cuda_index, snapshot_device
-from ._errors import SnapshotError
+from ._errors import OutputError, SnapshotError
 from ._lean import action_counts
 from .reporter import readable_size as R
 
@@ -34,6 +34,7 @@ __all__ = ["main"]
 Snapshot = Dict[str, Any]
 
 STDIN = "-"  # the snapshot argument that reads standard input
+STDOUT = "-"  # the --output that writes standard output
 PROGRESS_BYTES = 32 << 20  # inputs larger than this report progress (on a terminal)
 
 
@@ -136,16 +137,27 @@ def _device(args: argparse.Namespace, snap: Snapshot) -> int:
         raise UsageError(str(exc)) from None
 
 
-def _output(path: str) -> str:
-    """The absolute output path, checked before any work: its directory exists."""
+def _output(path: str, inputs: Sequence[str] = ()) -> str:
+    """The absolute output path, checked before any work: its directory exists, and it is a
+    file that may be replaced (snapshot.output_target: never a device, FIFO, socket, directory
+    or one of the inputs). ``-``: standard output."""
+    from .snapshot import output_target
+
+    if path == STDOUT:
+        return path
     out = os.path.abspath(path)
     directory = os.path.dirname(out)
-    if os.path.isdir(out):
-        raise UsageError(f"cannot write {out}: it is a directory")
     if not os.path.exists(directory):
         raise UsageError(f"cannot write {out}: directory {directory} does not exist")
     if not os.path.isdir(directory):
         raise UsageError(f"cannot write {out}: {directory} is not a directory")
+    try:
+        output_target(out, [p for p in inputs if p != STDIN])
+    except OutputError as exc:
+        msg = str(exc)
+        if "tensorgc writes only regular files" in msg:
+            msg += " (-o - writes the page to standard output)"
+        raise UsageError(msg) from None
     return out
 
 
@@ -153,13 +165,23 @@ class _WriteFailed(Exception):
     """An output that could not be written (exit code 1), with the real path in its message."""
 
 
-def _write_page(path: str, page: str) -> int:
-    """Writes the page atomically (see snapshot.atomic_write)."""
+def _write_page(path: str, page: str, inputs: Sequence[str] = ()) -> int:
+    """Writes the page atomically (see snapshot.atomic_write), or to standard output for -."""
     from .snapshot import atomic_write, write_failure
 
-    out = _output(path)
+    out = _output(path, inputs)
+    if out == STDOUT:
+        try:
+            sys.stdout.buffer.write(page.encode())
+            sys.stdout.flush()
+        except OSError as exc:
+            raise _WriteFailed(f"cannot write the page to standard output: "
+                               f"{exc.strerror or exc}") from None
+        return 0
     try:
-        atomic_write(out, lambda f: f.write(page))
+        atomic_write(out, lambda f: f.write(page), inputs=[p for p in inputs if p != STDIN])
+    except OutputError as exc:
+        raise UsageError(str(exc)) from None
     except OSError as exc:
         why = exc.strerror or write_failure(exc)
         left = getattr(exc, "_tensorgc_left", None)
@@ -302,19 +324,27 @@ def _stats(args: argparse.Namespace) -> int:
 def _timeline(args: argparse.Namespace) -> int:
     from .timeline import _text, timeline_html
 
-    _output(args.output)  # before reading what may be gigabytes
     given = list(args.snapshot)
     files = _many(args)
+    inputs = files if files is not None else [args.snapshot]
+    _output(args.output, inputs)  # before reading what may be gigabytes
     if files is not None:
-        from .ranks_page import COLUMNS, ranks_html
+        from .ranks_page import COLUMNS, _label_text, ranks_html
 
         # "cuda" (the default): each file's first device; an index: that device in every file
         index = cuda_index(args.device, "--device", SNAPSHOT_WHY)
         rows = _rank_rows(args, files, index, COLUMNS if len(files) <= 64 else COLUMNS // 2,
                           first=True)
+        if not any(r.device is not None for r in rows):
+            # as for one file: a device no snapshot holds is a usage error, not an empty page
+            what = "a CUDA device" if index is None else f"cuda:{index}"
+            notes = "; ".join(f"{_label_text(os.path.basename(r.path), 60)}: {r.note}"
+                              for r in rows[:4] if r.note)
+            raise UsageError(f"--device {args.device}: none of the {len(files)} snapshots holds "
+                             f"{what} ({notes}{' ...' if len(rows) > 4 else ''})")
         live = len({r.path for r in rows})
         page = ranks_html(rows, f"Active memory of {live} rank snapshot(s): {_many_what(given)}")
-        return _write_page(args.output, page)
+        return _write_page(args.output, page, inputs)
     snap = _load(args, args.snapshot, lean=True)
     index = _device(args, snap)
     _progress(args, "replaying the trace and drawing ...")
@@ -322,7 +352,7 @@ def _timeline(args: argparse.Namespace) -> int:
     # _text: a file name that is not UTF-8 decodes to surrogates, which the page cannot hold
     page = timeline_html(snap, device=index, detail=args.detail,
                          title=f"Active memory timeline of {_text(name)}, cuda:{index}")
-    return _write_page(args.output, page)
+    return _write_page(args.output, page, inputs)
 
 
 def _segments(args: argparse.Namespace) -> int:
@@ -330,7 +360,7 @@ def _segments(args: argparse.Namespace) -> int:
 
     if args.at is not None and args.oom is not None:
         raise UsageError("give --at or --oom, not both")
-    _output(args.output)
+    _output(args.output, [args.snapshot])
     snap = _load(args, args.snapshot)
     index = _device(args, snap)
     traces = snap["device_traces"]
@@ -347,7 +377,7 @@ def _segments(args: argparse.Namespace) -> int:
                              f"event(s) (give 0 to {n - 1}, or -1 for the last)")
     _progress(args, "reconstructing the segments ...")
     page = segments_html(snap, device=index, at=args.at, oom=args.oom)
-    return _write_page(args.output, page)
+    return _write_page(args.output, page, [args.snapshot])
 
 
 def _frames(entry: Dict[str, Any], limit: int) -> List[str]:
@@ -491,7 +521,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "OOMs, and a table that points at the rank that peaks "
                                    "highest and the one that runs out of memory first.")
     t.add_argument("snapshot", nargs="+", metavar="SNAPSHOT", help=SNAPSHOTS_HELP)
-    t.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    t.add_argument("-o", "--output", required=True,
+                   help="the HTML file to write (a regular file; - for standard output)")
     device(t)
     t.add_argument("--detail", type=_count("--detail"), default=300, metavar="N",
                    help="how many of the largest allocations get their own band (default 300)")
@@ -501,7 +532,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "at any trace entry (default: the end) or just before an OOM, "
                                     "and draw them: one row per segment, hover for stacks.")
     sg.add_argument("snapshot", help=SNAPSHOT_HELP)
-    sg.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    sg.add_argument("-o", "--output", required=True,
+                    help="the HTML file to write (a regular file; - for standard output)")
     device(sg)
     sg.add_argument("--at", type=_count("--at"), default=None, metavar="N",
                     help="the state after this many trace entries")
@@ -546,7 +578,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        print(f"tensorgc {args.command}: {exc}", file=sys.stderr)
+        print(f"tensorgc {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader went away (| head): say nothing more, and let no flush at exit fail
@@ -558,8 +590,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             pass
         return 1
     except (_WriteFailed, SnapshotError, ValueError, TypeError, OSError) as exc:
-        print(f"tensorgc {args.command}: {exc}", file=sys.stderr)
+        print(f"tensorgc {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return 1
+
+
+MESSAGE_MAX = 4000  # characters of one error message on the terminal
+
+
+def _one_line(msg: str) -> str:
+    """An error message as one line of plain text: a control character from a file or a path
+    (a newline, an escape sequence) is written as its escape, lone surrogates too, and a very
+    long message is cut. One line per error, whatever the input held."""
+    if len(msg) > MESSAGE_MAX:
+        msg = msg[:MESSAGE_MAX] + f"... ({len(msg) - MESSAGE_MAX:,} more characters)"
+    return "".join(c if c.isprintable() or c == " " else
+                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+                   for c in msg)
 
 
 if __name__ == "__main__":

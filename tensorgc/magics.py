@@ -91,8 +91,12 @@ class MemlabMagics(Magics):
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         if args.dump_profile is not None:
-            with open(args.dump_profile, "w", encoding="utf-8") as f:
-                f.write(str(stats))
+            from .snapshot import OutputError, atomic_write
+
+            try:  # whole or not at all, and only ever over a regular file
+                atomic_write(args.dump_profile, lambda f: f.write(str(stats)))
+            except (OutputError, OSError) as exc:
+                raise UsageError(f"-T: {exc}") from None
         if args.return_profiler:
             return profiler
         if args.quiet:

@@ -35,7 +35,7 @@ from typing import (IO, TYPE_CHECKING, Any, BinaryIO, Callable, Dict, FrozenSet,
 
 from . import _tensorgc
 from ._devices import DeviceLike, cuda_available, require_cuda
-from ._errors import SnapshotError
+from ._errors import OutputError, SnapshotError
 from ._lean import LeanTrace
 from ._types import Snapshot, Trace, TraceEntry
 from .categories import KEY, parse, snapshot_key
@@ -43,7 +43,8 @@ from .categories import KEY, parse, snapshot_key
 StrPath = Union[str, "os.PathLike[str]"]
 
 __all__ = ["record_memory_history", "snapshot", "dump_snapshot", "load_snapshot",
-           "SnapshotError", "DEFAULT_MAX_BYTES", "LEAN_BYTES", "LeanTrace"]
+           "SnapshotError", "OutputError", "output_target", "DEFAULT_MAX_BYTES", "LEAN_BYTES",
+           "LeanTrace"]
 
 DEFAULT_MAX_BYTES = 8 << 30  # 8 GiB: larger files need max_bytes= explicitly
 LEAN_BYTES = 256 << 20  # load_snapshot(lean=None) streams files from this size on
@@ -203,13 +204,65 @@ def _random_name(prefix: str, suffix: str) -> str:
     return prefix + "".join(secrets.choice(_NAME_CHARS) for _ in range(8)) + suffix
 
 
+def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
+    """The file that writing ``path`` replaces (absolute): ``path`` itself, or for a symbolic
+    link the regular file it leads to (the link stays, its target gets the new content). Where
+    nothing is at ``path`` yet, ``path``. OutputError, before anything is written, for
+    anything but a regular file there (a device such as /dev/null, a FIFO, a socket, a
+    directory, a link to nothing or a loop of links), for one of ``inputs`` (the same file,
+    by device and inode, under any name), and for a file this process may not write (os.access:
+    a read-only file stays as it is, even for root)."""
+    where = os.path.abspath(os.fspath(path))
+    try:
+        st = os.lstat(where)
+    except FileNotFoundError:
+        return where
+    except OSError as exc:
+        raise OutputError(f"cannot write {where}: {exc.strerror}") from None
+    target = where
+    if stat.S_ISLNK(st.st_mode):
+        target = os.path.realpath(where)
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            raise OutputError(f"cannot write {where}: it is a symbolic link to {target}, which "
+                              "does not exist") from None
+        except OSError as exc:
+            raise OutputError(f"cannot write {where}: {exc.strerror}") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise OutputError(f"cannot write {where}: its symbolic links loop") from None
+    kind = _not_regular(st.st_mode)
+    if kind is not None:
+        via = "" if target == where else f" (the link leads to {target})"
+        hint = ("; give a file name in it" if stat.S_ISDIR(st.st_mode) else
+                "; tensorgc writes only regular files, which it replaces whole")
+        raise OutputError(f"cannot write {where}: it is {kind}{via}{hint}")
+    for given in inputs:
+        try:
+            other = os.stat(given)
+        except (OSError, TypeError, ValueError):
+            continue
+        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            raise OutputError(f"cannot write {where}: it is the input being read "
+                              f"({os.fspath(given)}); give another output file")
+    if not os.access(target, os.W_OK) or (os.geteuid() == 0 and not st.st_mode & 0o222):
+        raise OutputError(f"cannot write {where}: the file is read-only; tensorgc does not "
+                          "replace it")
+    return target
+
+
 def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = False, *,
-                 unique: Optional[Tuple[str, str]] = None, fsync: bool = True) -> str:
+                 unique: Optional[Tuple[str, str]] = None, fsync: bool = True,
+                 inputs: Sequence[StrPath] = ()) -> str:
     """Writes a whole file or none: calls write(f) (f.write takes str, or bytes when binary) on
     a private temp file (mkstemp: O_EXCL, mode 0600, unpredictable name ``.tensorgc-*.tmp``) in
     the target's directory, fsyncs it, then gives it its name. Returns that name (absolute).
 
-    unique=None: the name is ``path``, replaced atomically (os.replace) when it exists.
+    unique=None: the name is ``path``, replaced atomically (os.replace) when it exists. Only a
+    regular file is ever replaced (output_target: a link's regular target, never a device,
+    FIFO, socket, directory or one of ``inputs``; OutputError otherwise, before anything is
+    written, and again just before the rename); a replaced file keeps its permission bits (and,
+    for root, its owner). A new file is created with mode 0600.
     unique=(prefix, suffix): ``path`` is the directory, and the file gets a new name
     ``prefix + 8 random characters + suffix`` that never existed there: nothing is overwritten.
 
@@ -220,21 +273,29 @@ def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = 
     file could not be removed either, ``write_failure(exc)`` says so. The directory itself is
     not fsynced: without it a crash may lose the new name, never a name's content."""
     path = os.path.abspath(os.fspath(path))
+    given = path
+    if unique is None:
+        path = output_target(path, inputs)  # a link's target: the link itself stays
     directory = path if unique is not None else os.path.dirname(path)
     fd: int = -1
     tmp: Optional[str] = None
     reserved: Optional[str] = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=directory)
+        if unique is None:
+            _keep_mode(fd, path)
         write(_Out(fd, binary))
         if fsync:
             _fsync(fd)
         fd, closing = -1, fd
         os.close(closing)  # counts: a network file system may report the full disk only here
         if unique is None:
+            # Again, as late as can be: the path may have been swapped for a device meanwhile.
+            if output_target(given, inputs) != path:
+                raise OutputError(f"cannot write {given}: it changed while the file was written")
             os.replace(tmp, path)
             tmp = None
-            return path
+            return given
         # A new name that never overwrites, and never shows a partial file. os.replace would
         # clobber a file that took the random name meanwhile (another process, or an attacker
         # who guessed it in a shared /tmp), and Python has no rename(RENAME_NOREPLACE). link()
@@ -285,7 +346,7 @@ def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = 
                     left.append(f"could not remove the temporary file {temp}: {err}")
         if isinstance(exc, OSError) and exc.errno is not None and (
                 exc.filename is None or _ours(exc.filename, directory, unique)):
-            new = OSError(exc.errno, exc.strerror, path)
+            new = OSError(exc.errno, exc.strerror, given)
             new.__traceback__ = exc.__traceback__
             exc = new
         if left:
@@ -298,6 +359,21 @@ def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = 
         if exc is not sys.exc_info()[1]:
             raise exc from None
         raise
+
+
+def _keep_mode(fd: int, path: str) -> None:
+    """The temp file takes the permission bits (and for root the owner) of the file it will
+    replace, so a page that others could read stays readable; nothing when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    try:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o777)
+        if os.geteuid() == 0:
+            os.fchown(fd, st.st_uid, st.st_gid)
+    except OSError:
+        pass  # a file system without modes or owners: the temp file's own stay
 
 
 def _ours(filename: object, directory: str, unique: Optional[Tuple[str, str]]) -> bool:

@@ -573,4 +573,5 @@ def timeline(snapshot: Union[Snapshot, StrPath, None] = None, path: Optional[Str
                          categories=categories, names=names)
     if path is None:
         return page
-    return atomic_write(path, lambda f: f.write(page))
+    inputs = [snapshot] if isinstance(snapshot, (str, os.PathLike)) else []
+    return atomic_write(path, lambda f: f.write(page), inputs=inputs)

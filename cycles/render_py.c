@@ -1,0 +1,86 @@
+/* render_py.c: the render worker called from Python code (contract in render_py.h): the
+ * interrupt check that lets a Ctrl-C stop a layout. */
+#include "render_py.h"
+
+#include "tensorgc/compat.h"
+
+/* Renders in progress that keep the GIL (inside a gc callback), counted so that a render
+ * without the GIL does not take the GIL back for its interrupt check while one of them holds it
+ * waiting for the layout lock: that wait would last the other's whole budget. Atomic: read
+ * without the GIL. */
+static int render_py__keeping;
+
+typedef struct {
+    PyThreadState *tstate;  /* the caller's, while the GIL is released */
+    int keep_gil;
+    int main;               /* the main thread: the only one Python's signal handlers run in */
+    int hit;
+} render_py__ctx;
+
+static int
+render_py__stop(void *arg)
+{
+    render_py__ctx *ctx = arg;
+    if (!ctx->main) {
+        return 0;
+    }
+    if (ctx->keep_gil) {
+        ctx->hit = PyOS_InterruptOccurred();
+        return ctx->hit;
+    }
+    if (__atomic_load_n(&render_py__keeping, __ATOMIC_RELAXED) != 0) {
+        return 0;
+    }
+    PyEval_RestoreThread(ctx->tstate);
+    ctx->hit = PyOS_InterruptOccurred();  /* consumes the Ctrl-C: given back below */
+    ctx->tstate = PyEval_SaveThread();
+    return ctx->hit;
+}
+
+/* Whether this is the main thread (GIL held, no exception pending); never raises. Where threading was never imported,
+ * no other Python thread was started through it: the main thread, most likely, and
+ * PyOS_InterruptOccurred answers 0 elsewhere anyway. */
+static int
+render_py__is_main(void)
+{
+    int main = 1;
+    PyObject *name = PyUnicode_FromString("threading");  /* new reference */
+    PyObject *threading = name != NULL ? PyImport_GetModule(name) : NULL;  /* new reference */
+    PyObject *thread = threading != NULL ? PyObject_CallMethod(threading, "main_thread", NULL)
+                                         : NULL;  /* new reference */
+    PyObject *ident = thread != NULL ? PyObject_GetAttrString(thread, "ident") : NULL;
+    if (ident != NULL && PyLong_Check(ident)) {
+        unsigned long id = PyLong_AsUnsignedLong(ident);
+        main = PyErr_Occurred() != NULL || id == PyThread_get_thread_ident();
+    }
+    Py_XDECREF(ident);
+    Py_XDECREF(thread);
+    Py_XDECREF(threading);
+    Py_XDECREF(name);
+    PyErr_Clear();  /* called with no exception pending (render_py.h): any is one of ours */
+    return main;
+}
+
+int
+tgc_render_py(const char *dot, size_t n, char **svg, size_t *svg_len, char *err,
+              size_t err_len, int keep_gil)
+{
+    render_py__ctx ctx = {NULL, keep_gil, 1, 0};
+    tgc_renderer_interrupt intr = {render_py__stop, &ctx};
+    int rc;
+    if (keep_gil) {
+        __atomic_add_fetch(&render_py__keeping, 1, __ATOMIC_RELAXED);
+        rc = tgc_renderer_svg(dot, n, svg, svg_len, err, err_len, &intr);
+        __atomic_sub_fetch(&render_py__keeping, 1, __ATOMIC_RELAXED);
+    }
+    else {
+        ctx.main = render_py__is_main();
+        ctx.tstate = PyEval_SaveThread();
+        rc = tgc_renderer_svg(dot, n, svg, svg_len, err, err_len, &intr);
+        PyEval_RestoreThread(ctx.tstate);
+    }
+    if (ctx.hit && !keep_gil) {
+        PyErr_SetInterrupt();  /* the program's handler runs at the caller's PyErr_CheckSignals */
+    }
+    return rc;
+}

@@ -1,0 +1,254 @@
+"""The render worker lives beside the program it watches without touching what is the program's:
+its threads (that start a layout and end), its descriptors (os.closerange, dup2 over ours), its
+children (os.wait), and its Ctrl-C. Each scenario that changes process-wide state runs in a
+child interpreter of its own."""
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import tensorgc
+import tensorgc._tensorgc_testing as testing
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REAL_WORKER = os.path.join(os.path.dirname(tensorgc._tensorgc.__file__), "_tgc_render")
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux processes")
+
+
+def stats():
+    return testing._renderer_stats()
+
+
+def run_python(code, timeout=60):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.fixture
+def silent_worker(tmp_path):
+    """A worker that reads requests and never answers: every layout waits for its deadline, or
+    for an interrupt."""
+    path = tmp_path / "silent-worker"
+    path.write_text("#!/bin/sh\nexec cat >/dev/null\n")
+    path.chmod(0o700)
+    tensorgc._tensorgc._shutdown()
+    testing._set_render_worker(str(path))
+    yield str(path)
+    tensorgc._tensorgc._shutdown()
+    testing._set_render_worker(REAL_WORKER)
+
+
+def test_threads_that_end_keep_the_worker_and_every_picture():
+    tensorgc._tensorgc._shutdown()
+    before = stats()
+    got, errors = [], []
+
+    def read_pages():
+        try:
+            for _ in range(3):
+                got.append("<svg" in tensorgc.render_svg("digraph { a -> b -> c }"))
+        except tensorgc.GraphvizError as exc:
+            errors.append(str(exc))
+
+    for _ in range(16):  # each thread starts or uses the worker, then ends
+        t = threading.Thread(target=read_pages)
+        t.start()
+        t.join(60)
+        time.sleep(0.01)  # a worker tied to the thread would be killed by now
+    assert errors == [] and got == [True] * 48
+    after = stats()
+    assert after["started"] == before["started"] + 1, "a worker was lost with its thread"
+    assert after["renders"] == before["renders"] + 48
+
+
+def test_the_worker_is_nobodys_child_here():
+    # The program's own wait() never returns it and is never held up by it.
+    tensorgc.render_svg("digraph { a -> b }")
+    pid = stats()["pid"]
+    with open(f"/proc/{pid}/stat") as f:
+        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+    assert ppid != os.getpid()
+
+
+WAIT = """
+import os, signal, subprocess, sys, time
+import tensorgc, tensorgc._tensorgc_testing as testing
+assert "<svg" in tensorgc.render_svg("digraph { a -> b }")
+worker = testing._renderer_stats()["pid"]
+# an idle worker, and a worker that exited (killed from outside) and was not replaced yet
+child = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
+pid, status = os.wait()
+assert pid == child.pid and os.waitstatus_to_exitcode(status) == 7, (pid, worker)
+os.kill(worker, signal.SIGKILL)
+time.sleep(0.2)
+try:
+    got = os.waitpid(-1, os.WNOHANG)
+except ChildProcessError:
+    got = None
+assert got is None, f"the program's waitpid(-1) returned {got}; the worker was {worker}"
+t0 = time.monotonic()
+try:
+    got = os.wait()
+except ChildProcessError:
+    got = None
+assert got is None and time.monotonic() - t0 < 5, got
+# the next render starts a new worker; still nothing of ours to wait for
+assert "<svg" in tensorgc.render_svg("digraph { a -> b }")
+try:
+    got = os.waitpid(-1, os.WNOHANG)
+except ChildProcessError:
+    got = None
+assert got is None, got
+print("ok")
+"""
+
+
+def test_the_programs_wait_never_returns_the_worker():
+    p = run_python(WAIT)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
+
+
+CLOSERANGE = """
+import os, signal, socket
+import tensorgc, tensorgc._tensorgc_testing as testing
+signal.alarm(30)  # a render blocked on the program's socket ends the test instead of hanging it
+assert "<svg" in tensorgc.render_svg("digraph { a -> b }")
+ours = testing._renderer_stats()["fd"]
+os.closerange(3, 65536)  # as daemons do
+a, b = socket.socketpair()
+os.dup2(a.fileno(), ours)  # the program's socket now has the number our socket had
+theirs = os.fstat(ours)
+assert "<svg" in tensorgc.render_svg("digraph { a -> b }")
+s = testing._renderer_stats()
+assert s["lost"] == 1 and s["started"] == 2, s
+# the program's descriptors are intact: open, the same socket, nothing of ours written to it
+assert os.fstat(ours).st_ino == theirs.st_ino
+b.setblocking(False)
+try:
+    stray = b.recv(1 << 16)
+except BlockingIOError:
+    stray = b""
+assert stray == b"", stray[:40]
+os.write(ours, b"hello")
+assert b.recv(5) == b"hello"
+tensorgc._tensorgc._shutdown()
+assert os.fstat(ours).st_ino == theirs.st_ino  # shutdown leaves it alone too
+print("ok")
+"""
+
+
+def test_descriptors_the_program_closed_and_reused_are_left_alone():
+    p = run_python(CLOSERANGE)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
+
+
+def test_ctrl_c_stops_a_layout_long_before_its_budget(silent_worker):
+    old = tensorgc.set_render_timeout(60)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            tensorgc.render_svg("digraph { a -> b }")
+        elapsed = time.monotonic() - start
+    finally:
+        timer.cancel()
+        tensorgc.set_render_timeout(old)
+    assert elapsed < 5, f"Ctrl-C took {elapsed:.1f} s to stop the layout"
+    s = stats()
+    assert s["interrupted"] >= 1 and s["pid"] == 0  # the worker was stopped with the layout
+
+
+def test_ctrl_c_while_another_thread_lays_out_reaches_the_main_thread(silent_worker):
+    # Signals are the main thread's: a layout in another thread goes on to its deadline.
+    old = tensorgc.set_render_timeout(1.5)
+    errors = []
+
+    def render():
+        try:
+            tensorgc.render_svg("digraph { a -> b }")
+        except tensorgc.GraphvizError as exc:
+            errors.append(str(exc))
+    t = threading.Thread(target=render)
+    try:
+        t.start()
+        time.sleep(0.2)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2)
+        t.join(10)
+    finally:
+        tensorgc.set_render_timeout(old)
+    assert errors and "budget" in errors[0]
+
+
+INTERRUPT_IN_GC = """
+import gc, os, signal, sys, threading, time, torch
+import tensorgc, tensorgc._tensorgc_testing as testing
+testing._set_render_worker({worker!r})
+tensorgc.set_render_timeout(60)
+pages = []
+tensorgc.observe_tensor_cycles(pages.append, device="cpu")
+class Node:
+    pass
+a, b = Node(), Node()
+a.b, b.a, a.t = b, a, torch.zeros(4)
+del a, b
+# from outside, as a terminal's Ctrl-C: no thread here runs while the collector holds the GIL
+import subprocess
+subprocess.Popen(["sh", "-c", "sleep 0.3; kill -INT %d" % os.getpid()])
+start = time.monotonic()
+try:
+    gc.collect()
+    for _ in range(100):  # the interrupt arrives at the next bytecode after the collection
+        pass
+    print("no interrupt")
+except KeyboardInterrupt:
+    print("interrupted after", round(time.monotonic() - start, 2))
+assert len(pages) == 1 and "No picture" in pages[0] and "interrupted" in pages[0], pages
+print("page ok", testing._renderer_stats()["interrupted"])
+"""
+
+
+def test_ctrl_c_during_a_layout_inside_the_collector_reaches_the_program(silent_worker):
+    pytest.importorskip("torch")
+    p = run_python(INTERRUPT_IN_GC.format(worker=silent_worker))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.split("\n")
+    assert lines[0].startswith("interrupted after"), p.stdout + p.stderr
+    assert float(lines[0].split()[-1]) < 5
+    assert lines[1] == "page ok 1"
+
+
+def test_a_silent_worker_is_stopped_at_the_deadline(silent_worker):
+    old = tensorgc.set_render_timeout(0.3)
+    try:
+        with pytest.raises(tensorgc.GraphvizError, match="budget"):
+            tensorgc.render_svg("digraph { a -> b }")
+    finally:
+        tensorgc.set_render_timeout(old)
+    assert stats()["pid"] == 0
+
+
+def test_collections_inside_and_outside_still_draw_after_the_scenarios():
+    gc.collect()
+    assert "<svg" in tensorgc.render_svg("digraph { a -> b }")
+
+
+@pytest.mark.skipif(not os.environ.get("TENSORGC_UNDER_ASAN"), reason="make asan only")
+def test_pictures_are_drawn_by_the_sanitized_worker_under_make_asan():
+    # No address-space cap under AddressSanitizer: Graphviz really runs, under both sanitizers.
+    tensorgc._tensorgc._shutdown()
+    assert "<svg" in tensorgc.render_svg("digraph { a -> b -> c -> a }")
+    with open(f"/proc/{stats()['pid']}/maps") as f:
+        maps = f.read()
+    assert "libasan" in maps and "libubsan" in maps

@@ -81,10 +81,10 @@ build/test_units: tests/c/test_units.c $(UNIT_SOURCES) $(wildcard cycles/*.h inc
 	@mkdir -p build
 	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c $(UNIT_SOURCES) -o $@ $(UNIT_LIBS)
 
-build/test_pickstream: tests/c/test_pickstream.c allocator/pickstream.c include/tensorgc/pickstream.h include/tensorgc/pickscan.h
+build/test_pickstream: tests/c/test_pickstream.c allocator/pickstream.c allocator/pickscan.c include/tensorgc/pickstream.h include/tensorgc/pickscan.h
 	@mkdir -p build
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude \
-	  tests/c/test_pickstream.c allocator/pickstream.c -o $@
+	  tests/c/test_pickstream.c allocator/pickstream.c allocator/pickscan.c -o $@
 
 build/test_device: tests/c/test_device.c allocator/device.c include/tensorgc/device.h
 	@mkdir -p build

@@ -396,6 +396,37 @@ def write_failure(exc: BaseException) -> str:
     return f"{why}; {left}" if left else why
 
 
+_NAME_LIMIT = 200  # pickstream.c's NAME_LIMIT
+
+
+def _printable(text: str, limit: int = _NAME_LIMIT) -> str:
+    r"""Text from a snapshot file (a name, an unpickler's words about its bytes) for a message:
+    printable ASCII kept, a backslash doubled, any other character escaped as \xNN, \uNNNN or
+    \UNNNNNNNN, so that no newline or control character of the file reaches a log line or a
+    terminal; cut with "..." where the next piece would pass ``limit`` characters.
+    allocator/pickstream.c's escape_name writes the same for the streaming loader."""
+    out = []
+    used = 0
+    for ch in text:
+        o = ord(ch)
+        if 0x20 <= o < 0x7F:
+            piece = "\\\\" if ch == "\\" else ch
+        else:
+            piece = f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+        if used + len(piece) > limit:
+            out.append("...")
+            break
+        out.append(piece)
+        used += len(piece)
+    return "".join(out)
+
+
+def _why(exc: BaseException) -> str:
+    """An unpickler's exception for a message: its type and its words, made printable (CPython's
+    words may quote the file's bytes as they are: "could not convert string to float: '...'")."""
+    return f"{type(exc).__name__}: {_printable(str(exc), 2 * _NAME_LIMIT)}"
+
+
 class _PlainUnpickler(pickle.Unpickler):
     """Only what pickle builds without looking anything up: dicts, lists, tuples, sets, str,
     bytes, int, float, bool, None. GLOBAL, STACK_GLOBAL and INST go through find_class, which
@@ -403,8 +434,9 @@ class _PlainUnpickler(pickle.Unpickler):
     unpickler runs (EXT codes, for one, are served from copyreg's cache without find_class)."""
 
     def find_class(self, module: str, name: str) -> NoReturn:
-        raise SnapshotError(f"refusing to load {module}.{name}: snapshot files may only hold "
-                            "plain containers and scalars (this one tries to import or call code)")
+        raise SnapshotError(f"refusing to load {_printable(module)}.{_printable(name)}: snapshot "
+                            "files may only hold plain containers and scalars (this one tries to "
+                            "import or call code)")
 
     def persistent_load(self, pid: object) -> NoReturn:
         raise SnapshotError("refusing a persistent id: snapshot files may only hold plain "
@@ -417,7 +449,8 @@ _REFUSED = {ord("R"): "REDUCE", ord("b"): "BUILD", ord("o"): "OBJ", 0x81: "NEWOB
             0x92: "NEWOBJ_EX", ord("P"): "PERSID", ord("Q"): "BINPERSID", 0x82: "EXT1",
             0x83: "EXT2", 0x84: "EXT4", 0x97: "NEXT_BUFFER", 0x98: "READONLY_BUFFER"}
 (_OK, _LOOKUP, _TRUNCATED, _UNDERFLOW, _BAD_KEY, _BAD_MEMBER, _MEMO_PAST, _MEMO_UNSET,
- _MEMO_NAN, _DECLARES, _REFUSED_OP, _UNKNOWN) = range(12)
+ _MEMO_NAN, _DECLARES, _REFUSED_OP, _UNKNOWN, _NOMEM, _FRAME_CROSSED, _FRAME_NESTED, _STOP_MARK,
+ _STOP_STACK) = range(17)
 
 
 def _scan_error(pos: int, n: int, why: str, kind: str = "corrupt") -> SnapshotError:
@@ -453,6 +486,10 @@ def _scan_failure(code: int, pos: int, n: int, a: int, b: int, c: int) -> Snapsh
                    + ("a negative length" if b == 2**64 - 1 else f"{b:,} bytes")
                    + f", {c:,} are left",
         _UNKNOWN: f"unknown opcode {a:#04x}",
+        _FRAME_CROSSED: f"an opcode crosses the end of its frame at byte {a:,}",
+        _FRAME_NESTED: f"a FRAME begins {a:,} bytes before the end of the current frame",
+        _STOP_MARK: "a MARK is still open at STOP",
+        _STOP_STACK: f"the stack holds {a + 1:,} values at STOP, not the result alone",
     }.get(code, f"scan code {code}")
     kind = "truncated" if code in (_TRUNCATED, _DECLARES) else "corrupt"
     return _scan_error(pos, n, why, kind)
@@ -631,7 +668,7 @@ def _stream_failure(path: str, code: int, pos: int, a: int, b: int, c: int, n: i
     if code == _BUILDER:
         if isinstance(payload, _CORRUPT_ERRORS):
             return SnapshotError(f"{path}: corrupt pickle at byte {pos:,} of {n:,}: "
-                                 f"{type(payload).__name__}: {payload}")
+                                 f"{_why(payload)}")
         return payload if isinstance(payload, BaseException) else SnapshotError(
             f"{path}: the pickle stream failed at byte {pos:,}")
     if code == _UNSUPPORTED:
@@ -673,7 +710,7 @@ def _parse_bytes(data: bytes, where: str = "snapshot") -> Snapshot:
             AttributeError, OverflowError, MemoryError, RecursionError) as exc:
         kind = "truncated" if isinstance(exc, EOFError) or "truncated" in str(exc) else "corrupt"
         raise SnapshotError(f"{path}: {kind} pickle at byte {buf.tell():,} of {len(data):,}: "
-                            f"{type(exc).__name__}: {exc}") from None
+                            f"{_why(exc)}") from None
     if buf.tell() != len(data):
         raise SnapshotError(f"{path}: {len(data) - buf.tell():,} trailing bytes after the pickle")
     return check_snapshot(snap, path, nbytes=len(data))

@@ -152,7 +152,7 @@ def _output(path: str, inputs: Sequence[str] = ()) -> str:
     if not os.path.isdir(directory):
         raise UsageError(f"cannot write {out}: {directory} is not a directory")
     try:
-        output_target(out, [p for p in inputs if p != STDIN])
+        output_target(path, [p for p in inputs if p != STDIN])  # as given: "pages/" too
     except OutputError as exc:
         msg = str(exc)
         if "tensorgc writes only regular files" in msg:

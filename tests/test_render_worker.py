@@ -367,6 +367,33 @@ def test_a_sigint_handler_that_returns_lets_the_layout_finish(slow_worker):
     assert stopped.endswith(" 0")  # the worker went with the layout
 
 
+INHERITED_ABOVE_THE_LIMIT = """
+import os, resource, select, signal
+import tensorgc, tensorgc._tensorgc_testing as testing
+signal.alarm(30)
+r, w = os.pipe()
+os.dup2(w, 900)  # inheritable (dup2's default), as a C library's descriptor may be
+os.close(w)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))  # lowered after it was opened
+assert "<svg" in tensorgc.render_svg("digraph { a -> b }")
+worker = testing._renderer_stats()["pid"]
+held = sorted(int(fd) for fd in os.listdir(f"/proc/{worker}/fd"))
+os.close(900)
+ready = select.select([r], [], [], 2.0)[0]
+print(held, bool(ready) and os.read(r, 1) == b"")
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux's /proc")
+def test_the_worker_holds_none_of_the_programs_inherited_descriptors():
+    # Before: the worker closed 3 up to its soft limit only; a pipe's write end above it stayed
+    # open in the worker, and the program's reader saw no end of input while the worker lived.
+    p = run_python(INHERITED_ABOVE_THE_LIMIT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip() == "[0, 1, 2] True", p.stdout
+
+
 def test_ctrl_c_stops_a_layout_long_before_its_budget(silent_worker):
     old = tensorgc.set_render_timeout(60)
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))

@@ -232,7 +232,7 @@ def _open_file_link(where: str) -> Optional[str]:
     return None
 
 
-def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
+def output_target(path: StrPath, inputs: Sequence[Union[StrPath, int]] = ()) -> str:
     """The file that writing ``path`` replaces (absolute): ``path`` itself, or for a symbolic
     link the regular file it leads to (the link stays, its target gets the new content). Where
     nothing is at ``path`` yet, ``path``. OutputError, before anything is written, for
@@ -240,7 +240,7 @@ def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
     directory, a link to nothing or a loop of links), for a link to a process's open file
     (/dev/stdout, /dev/fd/N, /proc/self/fd/N), for a name that ends with a separator but
     names no directory, for one of ``inputs`` (the same file, by device and inode, under any
-    name), and for a file this process may not write (os.access: a read-only file stays as it
+    name; an int is an open descriptor's file: 0 for standard input), and for a file this process may not write (os.access: a read-only file stays as it
     is, even for root)."""
     given = os.fspath(path)
     where = os.path.abspath(given)
@@ -277,14 +277,16 @@ def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
         hint = ("; give a file name in it" if stat.S_ISDIR(st.st_mode) else
                 "; tensorgc writes only regular files, which it replaces whole")
         raise OutputError(f"cannot write {where}: it is {kind}{via}{hint}")
-    for given in inputs:
+    for source in inputs:
         try:
-            other = os.stat(given)
+            other = os.stat(source)  # an int: fstat (``< snap.pickle`` is read as standard input)
         except (OSError, TypeError, ValueError):
             continue
         if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            name = ("standard input" if source == 0 else f"descriptor {source}"
+                    ) if isinstance(source, int) else os.fspath(source)
             raise OutputError(f"cannot write {where}: it is the input being read "
-                              f"({os.fspath(given)}); give another output file")
+                              f"({name}); give another output file")
     if not os.access(target, os.W_OK) or (os.geteuid() == 0 and not st.st_mode & 0o222):
         raise OutputError(f"cannot write {where}: the file is read-only; tensorgc does not "
                           "replace it")
@@ -293,7 +295,7 @@ def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
 
 def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = False, *,
                  unique: Optional[Tuple[str, str]] = None, fsync: bool = True,
-                 inputs: Sequence[StrPath] = ()) -> str:
+                 inputs: Sequence[Union[StrPath, int]] = ()) -> str:
     """Writes a whole file or none: calls write(f) (f.write takes str, or bytes when binary) on
     a private temp file (mkstemp: O_EXCL, mode 0600, unpredictable name ``.tensorgc-*.tmp``) in
     the target's directory, fsyncs it, then gives it its name. Returns that name (absolute).

@@ -7,6 +7,8 @@ files of its own (a private device node, never /dev/null itself)."""
 import os
 import socket
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -14,6 +16,9 @@ import tensorgc
 from tensorgc import OutputError, cli
 from tensorgc.snapshot import atomic_write, output_target
 from test_cli import dump, run, snapshot
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 @pytest.fixture
@@ -267,3 +272,19 @@ def test_a_name_ending_with_a_slash_is_never_written_as_a_file(tmp_path, capsys,
             atomic_write(out, lambda w: w.write("x"))
     assert not (tmp_path / "pages").exists()
     assert open(snap_file, "rb").read(1) == b"\x80"  # the snapshot (a pickle) is as it was
+
+
+@pytest.mark.parametrize("command", ["timeline", "segments"])
+def test_the_file_read_as_standard_input_is_refused_as_the_input(tmp_path, snap_file, command):
+    # `tensorgc timeline - -o snap.pickle < snap.pickle` replaced the snapshot with the page.
+    original = open(snap_file, "rb").read()
+    with open(snap_file, "rb") as stdin:
+        p = subprocess.run([sys.executable, "-m", "tensorgc", command, "-", "-o", snap_file],
+                           stdin=stdin, capture_output=True, text=True, timeout=120, env=ENV)
+    assert p.returncode == 2 and "it is the input being read (standard input)" in p.stderr
+    assert open(snap_file, "rb").read() == original
+    with open(snap_file, "rb") as stdin:  # another output is fine
+        p = subprocess.run([sys.executable, "-m", "tensorgc", command, "-", "-o",
+                            tmp_path / "page.html"], stdin=stdin, capture_output=True, text=True,
+                           timeout=120, env=ENV)
+    assert p.returncode == 0, p.stderr

@@ -81,6 +81,14 @@ tgc_render_py(const char *dot, size_t n, char **svg, size_t *svg_len, char *err,
         __atomic_sub_fetch(&render_py__keeping, 1, __ATOMIC_RELAXED);
     }
     else {
+        /* A signal that came while C code ran before this call (a report's DOT being built) has
+         * not run its handler yet: it runs now, and when it raises, no layout starts. Left for
+         * later, it ran inside render_py__is_main's call into threading, whose exception that
+         * function clears: the Ctrl-C was lost, and the layout waited out its budget. */
+        if (PyErr_CheckSignals() < 0) {
+            snprintf(err, err_len, "the layout was interrupted");
+            return TGC_RENDER_INTERRUPTED;
+        }
         ctx.main = render_py__is_main();
         ctx.tstate = PyEval_SaveThread();
         rc = tgc_renderer_svg(dot, n, svg, svg_len, err, err_len, &intr);

@@ -15,7 +15,8 @@
  * TGC_RENDERER_POLL_MS plus the wait for the GIL. Without keep_gil, the program's SIGINT handler
  * runs then (with the GIL, as during time.sleep): when it raises, the layout stops and
  * TGC_RENDER_INTERRUPTED is returned with that exception set (the only exception this raises);
- * when it returns, the layout goes on. With keep_gil (inside our gc callback, where no handler
+ * when it returns, the layout goes on. A signal already pending at the call runs its handler
+ * first (PyErr_CheckSignals): when it raises, no layout starts. With keep_gil (inside our gc callback, where no handler
  * may run), the layout stops and TGC_RENDER_INTERRUPTED is returned without an exception: the
  * interrupt is given back to the program (PyErr_SetInterrupt) when the caller decides (cycles.h's
  * `interrupted`: at the end of our gc callback, after the observers ran). */

@@ -394,6 +394,41 @@ def test_the_worker_holds_none_of_the_programs_inherited_descriptors():
     assert p.stdout.strip() == "[0, 1, 2] True", p.stdout
 
 
+SIGNAL_BEFORE_THE_LAYOUT = """
+import itertools, operator, signal, time
+import tensorgc, tensorgc._tensorgc_testing as testing
+testing._set_render_worker({worker!r})
+tensorgc.set_render_timeout(2)
+
+class Alarm(Exception):
+    pass
+
+def alarm(signum, frame):
+    raise Alarm
+
+signal.signal(signal.SIGALRM, alarm)
+signal.setitimer(signal.ITIMER_REAL, 0.01)
+start = time.monotonic()
+try:
+    # the signal comes while C code runs just before the layout: no bytecode in between
+    list(itertools.starmap(operator.call, [(sum, range(10 ** 7)),
+                                           (tensorgc.render_svg, "digraph {{ a -> b }}")]))
+    print("no exception")
+except Alarm:
+    print("raised", testing._renderer_stats()["renders"])
+except tensorgc.GraphvizError as exc:
+    print(exc)
+"""
+
+
+def test_a_signal_pending_when_a_layout_is_asked_for_is_never_lost(silent_worker):
+    # Before: its handler ran inside the call into threading that finds the main thread, whose
+    # exception was cleared there: the KeyboardInterrupt was lost, the layout waited its budget.
+    p = run_python(SIGNAL_BEFORE_THE_LAYOUT.format(worker=silent_worker))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip() == "raised 0", p.stdout  # raised, and no layout started
+
+
 def test_ctrl_c_stops_a_layout_long_before_its_budget(silent_worker):
     old = tensorgc.set_render_timeout(60)
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))

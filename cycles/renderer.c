@@ -631,14 +631,19 @@ renderer__lock_by(double deadline, const tgc_renderer_interrupt *intr)
     if (renderer__mine()) {
         return 3;
     }
+    double next_check = renderer__now() + TGC_RENDERER_POLL_MS / 1000.0;
     for (;;) {
         if (__atomic_load_n(&renderer__closing, __ATOMIC_ACQUIRE) > 0) {
             /* a shutdown waits for the lock: it goes first */
-            if (renderer__now() >= deadline) {
+            double now = renderer__now();
+            if (now >= deadline) {
                 return 1;
             }
-            if (intr != NULL && intr->stop(intr->arg)) {
-                return 2;
+            if (intr != NULL && now >= next_check) {
+                next_check = now + TGC_RENDERER_POLL_MS / 1000.0;
+                if (intr->stop(intr->arg)) {
+                    return 2;
+                }
             }
             renderer__sleep_ms(1);
             continue;

@@ -481,9 +481,11 @@ class Node:
 a, b = Node(), Node()
 a.b, b.a, a.t = b, a, torch.zeros(4)
 del a, b
-# from outside, as a terminal's Ctrl-C: no thread here runs while the collector holds the GIL
-import subprocess
-subprocess.Popen(["sh", "-c", "sleep 0.3; kill -INT %d" % os.getpid()])
+# From outside, as a terminal's Ctrl-C (no thread here runs while the collector holds the
+# GIL): the worker sends it as it starts, so it comes while the layout is awaited, however long
+# the report took to build (a timer of 0.3 s came while torch's metadata was read, on a loaded
+# machine: a test of something else).
+os.environ["TGC_TEST_PARENT"] = str(os.getpid())
 start = time.monotonic()
 try:
     gc.collect()
@@ -497,9 +499,12 @@ print("page ok", testing._renderer_stats()["interrupted"])
 """
 
 
-def test_ctrl_c_during_a_layout_inside_the_collector_reaches_the_program(silent_worker):
+def test_ctrl_c_during_a_layout_inside_the_collector_reaches_the_program(tmp_path):
     pytest.importorskip("torch")
-    p = run_python(INTERRUPT_IN_GC.format(worker=silent_worker))
+    worker = tmp_path / "interrupting-worker"  # a silent worker that sends the Ctrl-C
+    worker.write_text('#!/bin/sh\nkill -INT "$TGC_TEST_PARENT"\nexec cat >/dev/null\n')
+    worker.chmod(0o700)
+    p = run_python(INTERRUPT_IN_GC.format(worker=str(worker)))
     assert p.returncode == 0, p.stderr
     lines = p.stdout.split("\n")
     assert lines[0].startswith("interrupted after"), p.stdout + p.stderr

@@ -486,7 +486,7 @@ render_svg(PyObject *module, PyObject *arg)
     size_t len = 0;
     int rc;
     rc = tgc_render_py(dot, (size_t)n, &svg, &len, err, sizeof(err), 0);
-    if (rc == TGC_RENDER_INTERRUPTED && PyErr_CheckSignals() < 0) {
+    if (rc == TGC_RENDER_INTERRUPTED && PyErr_Occurred()) {
         return NULL;  /* the program's SIGINT handler raised (KeyboardInterrupt) */
     }
     if (rc < 0) {

@@ -86,8 +86,9 @@ struct tgc_cycles {
     int unhook_pending;       /* the last observer left during "stop"; a trailing copy of the
                                  hook on gc.callbacks takes the hook off */
     int user_saveall;         /* the user had DEBUG_SAVEALL on: leave their garbage alone */
-    int interrupted;          /* a Ctrl-C stopped a layout during this callback: given back to
-                                 the program (PyErr_SetInterrupt) when the callback ends */
+    int interrupted;          /* a Ctrl-C stopped a layout, or interrupted Python code, during
+                                 this callback: given back to the program (PyErr_SetInterrupt)
+                                 when the callback ends (tgc_keep_interrupt) */
     long saved_flags;         /* the user's gc debug flags, restored in "stop" */
     Py_ssize_t garbage_len;   /* len(gc.garbage) at "start" */
     PyObject *garbage;        /* gc.garbage between "start" and "stop", new reference */
@@ -108,5 +109,9 @@ struct tgc_cycles {
 /* Logs the pending exception on logger "tensorgc" with its traceback (observers.c); never
  * raises. */
 void tgc_log_exception(tgc_cycles *c, const char *what);
+/* When the pending exception is a KeyboardInterrupt (raised by Python code run inside our gc
+ * callback: the eval loop runs the program's SIGINT handler there), clears it and gives the
+ * interrupt back to the program (at the end of the callback when inside it): 1; else 0. */
+int tgc_keep_interrupt(tgc_cycles *c);
 
 #endif /* TGC_CYCLES_H */

@@ -412,7 +412,7 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
     else if (phase == 2) {
         hook__stop(c, info);
     }
-    if (PyErr_Occurred()) {
+    if (PyErr_Occurred() && !tgc_keep_interrupt(c)) {
         /* never let our trouble escape into the collector */
         PyErr_WriteUnraisable(c->hook);
     }

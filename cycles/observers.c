@@ -10,9 +10,31 @@ tgc_filter_clear(tgc_filter *f)
     Py_CLEAR(f->predicate);
 }
 
+int
+tgc_keep_interrupt(tgc_cycles *c)
+{
+    if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        return 0;
+    }
+    /* A Ctrl-C while a repr, torch's metadata or an observer ran inside the callback was logged
+     * ("reading a tensor's metadata raised KeyboardInterrupt") and dropped: the program went on
+     * as if never interrupted. It is the program's: given back as an interrupted layout's is. */
+    PyErr_Clear();
+    if (c->busy) {
+        c->interrupted = 1;  /* at the end of the callback (hook.c); no more layouts until then */
+    }
+    else {
+        PyErr_SetInterrupt();
+    }
+    return 1;
+}
+
 void
 tgc_log_exception(tgc_cycles *c, const char *what)
 {
+    if (tgc_keep_interrupt(c)) {
+        return;
+    }
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (type == NULL) {

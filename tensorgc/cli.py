@@ -22,7 +22,7 @@ import argparse
 import os
 import sys
 from collections import Counter
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from ._devices import SNAPSHOT_WHY, DeviceError, cuda_index, snapshot_device
 from ._errors import OutputError, SnapshotError
@@ -137,6 +137,13 @@ def _device(args: argparse.Namespace, snap: Snapshot) -> int:
         raise UsageError(str(exc)) from None
 
 
+def _sources(inputs: Sequence[str]) -> List[Union[str, int]]:
+    """The inputs as output_target compares them: standard input ("-") by its descriptor, so
+    that ``-o snap.pickle < snap.pickle`` is refused as the input itself (it replaced the
+    snapshot with the page)."""
+    return [0 if p == STDIN else p for p in inputs]
+
+
 def _output(path: str, inputs: Sequence[str] = ()) -> str:
     """The absolute output path, checked before any work: its directory exists, and it is a
     file that may be replaced (snapshot.output_target: never a device, FIFO, socket, directory
@@ -152,7 +159,7 @@ def _output(path: str, inputs: Sequence[str] = ()) -> str:
     if not os.path.isdir(directory):
         raise UsageError(f"cannot write {out}: {directory} is not a directory")
     try:
-        output_target(out, [p for p in inputs if p != STDIN])
+        output_target(path, _sources(inputs))  # as given: "pages/" too
     except OutputError as exc:
         msg = str(exc)
         if "tensorgc writes only regular files" in msg:
@@ -179,7 +186,7 @@ def _write_page(path: str, page: str, inputs: Sequence[str] = ()) -> int:
                                f"{exc.strerror or exc}") from None
         return 0
     try:
-        atomic_write(out, lambda f: f.write(page), inputs=[p for p in inputs if p != STDIN])
+        atomic_write(out, lambda f: f.write(page), inputs=_sources(inputs))
     except OutputError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:

@@ -204,15 +204,50 @@ def _random_name(prefix: str, suffix: str) -> str:
     return prefix + "".join(secrets.choice(_NAME_CHARS) for _ in range(8)) + suffix
 
 
-def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
+_SEPARATORS = tuple(sep for sep in (os.sep, os.altsep, "/") if sep)
+
+
+def _open_file_link(where: str) -> Optional[str]:
+    """The link in /proc that resolving ``where`` goes through, or None: a process's open
+    descriptor (/proc/self/fd/1, which /dev/stdout and /dev/fd/1 lead to). Its readlink names
+    the open file's path, but replacing that path by a rename is not writing to the descriptor:
+    ``> run.log`` with /dev/stdout as the output lost the log's lines, before and after (they
+    went on into the unlinked file). Each link of the chain is looked at in turn (lstat: the
+    directories on the way are resolved by the kernel, magic links included)."""
+    try:
+        proc = os.lstat("/proc/self").st_dev
+    except OSError:
+        return None  # no /proc here: no such links either
+    link = where
+    for _ in range(40):  # the kernel's own limit on links followed
+        try:
+            st = os.lstat(link)
+            if not stat.S_ISLNK(st.st_mode):
+                return None
+            if st.st_dev == proc:
+                return link
+            link = os.path.join(os.path.dirname(link), os.readlink(link))
+        except OSError:
+            return None  # output_target says what is wrong with it
+    return None
+
+
+def output_target(path: StrPath, inputs: Sequence[Union[StrPath, int]] = ()) -> str:
     """The file that writing ``path`` replaces (absolute): ``path`` itself, or for a symbolic
     link the regular file it leads to (the link stays, its target gets the new content). Where
     nothing is at ``path`` yet, ``path``. OutputError, before anything is written, for
     anything but a regular file there (a device such as /dev/null, a FIFO, a socket, a
-    directory, a link to nothing or a loop of links), for one of ``inputs`` (the same file,
-    by device and inode, under any name), and for a file this process may not write (os.access:
-    a read-only file stays as it is, even for root)."""
-    where = os.path.abspath(os.fspath(path))
+    directory, a link to nothing or a loop of links), for a link to a process's open file
+    (/dev/stdout, /dev/fd/N, /proc/self/fd/N), for a name that ends with a separator but
+    names no directory, for one of ``inputs`` (the same file, by device and inode, under any
+    name; an int is an open descriptor's file: 0 for standard input), and for a file this process may not write (os.access: a read-only file stays as it
+    is, even for root)."""
+    given = os.fspath(path)
+    where = os.path.abspath(given)
+    if given.endswith(_SEPARATORS) and not os.path.isdir(where):
+        # abspath drops the separator: "pages/" would become a file named pages
+        raise OutputError(f"cannot write {given}: a name that ends with {given[-1]} names a "
+                          "directory, and there is no such directory")
     try:
         st = os.lstat(where)
     except FileNotFoundError:
@@ -221,6 +256,11 @@ def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
         raise OutputError(f"cannot write {where}: {exc.strerror}") from None
     target = where
     if stat.S_ISLNK(st.st_mode):
+        opened = _open_file_link(where)
+        if opened is not None:
+            raise OutputError(f"cannot write {where}: it leads to a process's open file "
+                              f"({opened}), not to a file's name; tensorgc writes only regular "
+                              "files, which it replaces whole")
         target = os.path.realpath(where)
         try:
             st = os.lstat(target)
@@ -237,14 +277,16 @@ def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
         hint = ("; give a file name in it" if stat.S_ISDIR(st.st_mode) else
                 "; tensorgc writes only regular files, which it replaces whole")
         raise OutputError(f"cannot write {where}: it is {kind}{via}{hint}")
-    for given in inputs:
+    for source in inputs:
         try:
-            other = os.stat(given)
+            other = os.stat(source)  # an int: fstat (``< snap.pickle`` is read as standard input)
         except (OSError, TypeError, ValueError):
             continue
         if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            name = ("standard input" if source == 0 else f"descriptor {source}"
+                    ) if isinstance(source, int) else os.fspath(source)
             raise OutputError(f"cannot write {where}: it is the input being read "
-                              f"({os.fspath(given)}); give another output file")
+                              f"({name}); give another output file")
     if not os.access(target, os.W_OK) or (os.geteuid() == 0 and not st.st_mode & 0o222):
         raise OutputError(f"cannot write {where}: the file is read-only; tensorgc does not "
                           "replace it")
@@ -253,7 +295,7 @@ def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
 
 def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = False, *,
                  unique: Optional[Tuple[str, str]] = None, fsync: bool = True,
-                 inputs: Sequence[StrPath] = ()) -> str:
+                 inputs: Sequence[Union[StrPath, int]] = ()) -> str:
     """Writes a whole file or none: calls write(f) (f.write takes str, or bytes when binary) on
     a private temp file (mkstemp: O_EXCL, mode 0600, unpredictable name ``.tensorgc-*.tmp``) in
     the target's directory, fsyncs it, then gives it its name. Returns that name (absolute).
@@ -272,10 +314,11 @@ def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = 
     An OSError that named no file, or only the temp file, names ``path`` instead; when the temp
     file could not be removed either, ``write_failure(exc)`` says so. The directory itself is
     not fsynced: without it a crash may lose the new name, never a name's content."""
-    path = os.path.abspath(os.fspath(path))
+    raw = os.fspath(path)
+    path = os.path.abspath(raw)
     given = path
     if unique is None:
-        path = output_target(path, inputs)  # a link's target: the link itself stays
+        path = output_target(raw, inputs)  # a link's target: the link itself stays
     directory = path if unique is not None else os.path.dirname(path)
     fd: int = -1
     tmp: Optional[str] = None

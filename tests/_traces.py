@@ -19,7 +19,8 @@ one temporary per parameter each step), ``zero_grad(set_to_none=True)`` freeing 
 engine's thread. Optionally an OOM at the end (the caching allocator frees its unused segments,
 then records "oom" with device_free and the requested size).
 
-The allocator is a small model of torch's: sizes rounded to 512 bytes, a small pool (<= 1 MiB)
+The allocator is a small model of torch's: blocks rounded to 512 bytes (the trace says the size
+asked for, as torch's does; the segments' blocks both), a small pool (<= 1 MiB)
 in 2 MiB segments, a large pool in 20 MiB segments (or a segment of its own past 10 MiB, rounded
 to 2 MiB), exact-size reuse of freed blocks, "free_requested" then "free_completed" (later, for
 a block freed on a side stream), segment_alloc/segment_free. Frames copy the shapes torch records
@@ -282,7 +283,7 @@ class _Run:
             seg.top += size
             self.seg_of[addr] = seg
         seg.live += 1
-        i = self.emit("alloc", addr, size, frames, stream, 1 + cat)
+        i = self.emit("alloc", addr, nbytes, frames, stream, 1 + cat)  # torch's trace: requested
         self.block[addr] = (size, nbytes, seg, cat, i)
         if name is not None:
             self.names[i] = name
@@ -299,16 +300,16 @@ class _Run:
     def free(self, addr: int, frames: Any, delay: int = 0) -> None:
         """free_requested now; free_completed now, or `delay` entries later (a block used on a
         side stream waits for its event)."""
-        size, _, seg, cat, _ = self.block[addr]
-        self.emit("free_requested", addr, size, frames, seg.stream)
+        _, nbytes, seg, cat, _ = self.block[addr]
+        self.emit("free_requested", addr, nbytes, frames, seg.stream)
         if delay:
-            self.pending.append((len(self.entries) + delay, addr, size, frames))
+            self.pending.append((len(self.entries) + delay, addr, nbytes, frames))
         else:
-            self._completed(addr, size, frames)
+            self._completed(addr, nbytes, frames)
 
-    def _completed(self, addr: int, size: int, frames: Any) -> None:
-        _, _, seg, _, _ = self.block.pop(addr)
-        self.emit("free_completed", addr, size, frames, seg.stream)
+    def _completed(self, addr: int, nbytes: int, frames: Any) -> None:
+        size, _, seg, _, _ = self.block.pop(addr)
+        self.emit("free_completed", addr, nbytes, frames, seg.stream)
         seg.live -= 1
         seg.free[addr] = size
         self.free_blocks.setdefault((seg.pool, seg.stream, size), []).append(addr)
@@ -357,6 +358,8 @@ def make_trace(layers: int = 4, steps: Optional[int] = 3, d_model: int = 256, *,
                stacks: str = "all", categorize: bool = False, batch: int = 16, seq: int = 128,
                vocab: int = 1000, oom: bool = True, buffers: bool = False,
                side_stream: bool = False, annotations: bool = True,
+               loss_outside: bool = False, clip_grad: bool = False, metrics: bool = False,
+               accumulate: int = 1, set_to_none: bool = True,
                capacity: int = 80 << 30) -> Generated:
     """A synthetic snapshot of `steps` training steps (see the module's docstring).
 
@@ -366,28 +369,64 @@ def make_trace(layers: int = 4, steps: Optional[int] = 3, d_model: int = 256, *,
     or "none". categorize: add tensorgc.categorize's marks (spans, grad marks, names over the
     run, the reporter's kinds and names of the blocks alive at the end). buffers: each layer
     also has two buffers (running statistics, moved by Module.to after the parameters).
-    side_stream: the input batch is copied on a side stream (its free completes later)."""
+    side_stream: the input batch is copied on a side stream (its free completes later).
+
+    What real loops do besides (each a way for an inference from stacks to go wrong):
+    loss_outside: the loss is F.cross_entropy called by the loop, not a module; clip_grad:
+    clip_grad_norm_ before the step (its norms are temporaries); metrics: an accuracy computed
+    by the loop after the step (temporaries of no phase); accumulate: micro-batches per step
+    (the later backwards accumulate into the grads: their new grads are temporaries);
+    set_to_none=False: zero_grad zeroes the grads in place, which then live for the run."""
     if stacks not in ("all", "python", "none"):
         raise ValueError(f"stacks must be 'all', 'python' or 'none', not {stacks!r}")
     if optimizer not in ("adam", "adamw", "sgd"):
         raise ValueError(f"optimizer must be 'adam', 'adamw' or 'sgd', not {optimizer!r}")
     if steps is None and max_entries is None:
         raise ValueError("steps=None needs max_entries")
+    if accumulate < 1:
+        raise ValueError("accumulate must be >= 1")
+    o = _Options(layers, steps, d_model, optimizer, seed, max_entries, stacks, categorize, batch,
+                 seq, vocab, oom, buffers, side_stream, annotations, loss_outside, clip_grad,
+                 metrics, accumulate, set_to_none, capacity)
     # a million entry dicts: the cyclic collector would walk them again and again (half the time)
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _make(layers, steps, d_model, optimizer, seed, max_entries, stacks, categorize,
-                     batch, seq, vocab, oom, buffers, side_stream, annotations, capacity)
+        return _make(o)
     finally:
         if enabled:
             gc.enable()
 
 
-def _make(layers: int, steps: Optional[int], d_model: int, optimizer: str, seed: int,
-          max_entries: Optional[int], stacks: str, categorize: bool, batch: int, seq: int,
-          vocab: int, oom: bool, buffers: bool, side_stream: bool, annotations: bool,
-          capacity: int) -> Generated:
+class _Options(NamedTuple):
+    layers: int
+    steps: Optional[int]
+    d_model: int
+    optimizer: str
+    seed: int
+    max_entries: Optional[int]
+    stacks: str
+    categorize: bool
+    batch: int
+    seq: int
+    vocab: int
+    oom: bool
+    buffers: bool
+    side_stream: bool
+    annotations: bool
+    loss_outside: bool
+    clip_grad: bool
+    metrics: bool
+    accumulate: int
+    set_to_none: bool
+    capacity: int
+
+
+def _make(o: _Options) -> Generated:
+    layers, steps, d_model, optimizer, seed = o.layers, o.steps, o.d_model, o.optimizer, o.seed
+    max_entries, stacks, categorize, batch, seq = o.max_entries, o.stacks, o.categorize, o.batch, o.seq
+    vocab, oom, buffers, side_stream, annotations = o.vocab, o.oom, o.buffers, o.side_stream, o.annotations
+    capacity = o.capacity
     run = _Run(seed, stacks, capacity)
     fr = run.frames
     d, ff, tokens = d_model, 4 * d_model, batch * seq
@@ -472,8 +511,17 @@ def _make(layers: int, steps: Optional[int], d_model: int, optimizer: str, seed:
     head_out = fw((TORCH + "nn/modules/linear.py", 134, "forward"), _CALL + _main(49), "linear", "head")
     loss_py = ([_py(_F, 3504, "cross_entropy"), _py(TORCH + "nn/modules/loss.py", 1394, "forward")]
                + _CALL + _main(50))
+    if o.loss_outside:  # F.cross_entropy called by the loop itself
+        loss_py = [_py(_F, 3504, "cross_entropy")] + _main(50)
     loss_lsm = fr.python("lsm", loss_py, _op("_log_softmax"))
     loss_nll = fr.python("nll", loss_py, _op("nll_loss_forward"))
+    clip_py = ([_py(TORCH + "nn/utils/clip_grad.py", 105, "_clip_grads_with_norm_"),
+                _py(TORCH + "nn/utils/clip_grad.py", 39, "_no_grad_wrapper")] + _main(52))
+    clip_norms = fr.python("clip", [_py(TORCH + "nn/utils/clip_grad.py", 88, "_get_total_norm")]
+                           + clip_py[1:], _op("_foreach_norm"))
+    clip_free = fr.python("clip_free", clip_py, [_cc("THPVariable_clear(THPVariable*)")], True)
+    metric = fr.python("metric", _main(58), _op("argmax"))
+    metric_free = fr.python("metric_free", _main(58), [_cc("THPVariable_clear(THPVariable*)")], True)
     ws_fw = fr.python("ws_fw", [_py(TORCH + "nn/modules/linear.py", 134, "forward")] + _CALL + sa_py[1:],
                       _WORKSPACE)
     ws_bw = fr.engine("ws_bw", _WORKSPACE + [_cc("torch::autograd::generated::AddmmBackward0::apply("
@@ -530,79 +578,97 @@ def _make(layers: int, steps: Optional[int], d_model: int, optimizer: str, seed:
     while steps is None or step < steps:
         if steps is None and max_entries is not None and len(run.entries) >= max_entries:
             break
-        run.tick(200, 2000)
-        # the input batch
-        x = run.alloc(T * d * 4, INPUT, x_copy if side_stream else x_stack, stream=stream)
-        y = run.alloc(T * 8, INPUT, y_stack, stream=stream)
-        # forward
-        run.tick(50, 400)
-        t_fw = run.t
-        saved: List[List[int]] = []
-        for layer in range(layers):
-            keep: List[int] = []
-            for key, nbytes, is_saved, frames in layer_ops:
-                if not workspaces[0] and key == "in_proj":
-                    workspaces[0] = True
-                    run.alloc(32 * MiB, OTHER, ws_fw)
-                a = run.alloc(nbytes, ACTIVATION if is_saved else TEMPORARY, frames)
-                if is_saved:
-                    keep.append(a)
-                else:
-                    run.free(a, fw_free)
-            saved.append(keep)
-        out = run.alloc(T * vocab * 4, ACTIVATION, head_out)
-        lsm = run.alloc(T * vocab * 4, ACTIVATION, loss_lsm)
-        loss = run.alloc(4, ACTIVATION, loss_nll)
-        tw = run.alloc(4, ACTIVATION, loss_nll)
-        t_fw_end = run.t
-        if with_marks:
-            run.spans.append(["forward", t_fw, t_fw_end])
-        # backward, on the engine's thread
-        run.tick(20, 200)
-        t_bw = run.t
-        ones = run.alloc(4, TEMPORARY, make_grads)
-        g_head = run.alloc(T * vocab * 4, TEMPORARY, bw_tmp["head"])
-        run.free(lsm, bw_free)
-        run.free(tw, bw_free)
-        run.free(ones, bw_free_tmp)
-        if not workspaces[1]:
-            workspaces[1] = True
-            run.alloc(32 * MiB, OTHER, ws_bw)
+        kept: List[int] = []  # what the loop holds until the step is done (del x, y, out, loss)
+        for micro in range(o.accumulate):
+            run.tick(200, 2000)
+            # the input batch
+            x = run.alloc(T * d * 4, INPUT, x_copy if side_stream else x_stack, stream=stream)
+            y = run.alloc(T * 8, INPUT, y_stack, stream=stream)
+            # forward
+            run.tick(50, 400)
+            t_fw = run.t
+            saved: List[List[int]] = []
+            for layer in range(layers):
+                keep: List[int] = []
+                for key, nbytes, is_saved, frames in layer_ops:
+                    if not workspaces[0] and key == "in_proj":
+                        workspaces[0] = True
+                        run.alloc(32 * MiB, OTHER, ws_fw)
+                    a = run.alloc(nbytes, ACTIVATION if is_saved else TEMPORARY, frames)
+                    if is_saved:
+                        keep.append(a)
+                    else:
+                        run.free(a, fw_free)
+                saved.append(keep)
+            out = run.alloc(T * vocab * 4, ACTIVATION, head_out)
+            t_fw_end = run.t
+            lsm = run.alloc(T * vocab * 4, ACTIVATION, loss_lsm)
+            loss = run.alloc(4, ACTIVATION, loss_nll)
+            tw = run.alloc(4, ACTIVATION, loss_nll)
+            if not o.loss_outside:
+                t_fw_end = run.t
+            if with_marks:  # the model's forward hooks: a loss outside it is outside the span
+                run.spans.append(["forward", t_fw, t_fw_end])
+            # backward, on the engine's thread
+            run.tick(20, 200)
+            t_bw = run.t
+            ones = run.alloc(4, TEMPORARY, make_grads)
+            g_head = run.alloc(T * vocab * 4, TEMPORARY, bw_tmp["head"])
+            run.free(lsm, bw_free)
+            run.free(tw, bw_free)
+            run.free(ones, bw_free_tmp)
+            if not workspaces[1]:
+                workspaces[1] = True
+                run.alloc(32 * MiB, OTHER, ws_bw)
 
-        def grad_of(name: str, nbytes: int, kind: str) -> None:
-            if name in grads:  # set_to_none=False would keep them: here zero_grad frees them
-                return
-            frames = bw_acc if kind == "n" else bw_w if kind == "w" else bw_b
-            a = run.alloc(nbytes, GRAD, frames, name + ".grad")
-            grads[name] = a
+            def grad_of(name: str, nbytes: int, kind: str) -> None:
+                frames = bw_acc if kind == "n" else bw_w if kind == "w" else bw_b
+                if name in grads:  # the op's new grad, summed in place into the grad it has
+                    run.free(run.alloc(nbytes, TEMPORARY, bw_w if kind == "w" else bw_b),
+                             bw_free_tmp)
+                    return
+                a = run.alloc(nbytes, GRAD, frames, name + ".grad")
+                grads[name] = a
+                if with_marks:  # the post-accumulate-grad hook: a grad mark and its name
+                    t = run.tick(1, 3)
+                    run.grad_marks.append([0, a, t])
+                    run.name_marks.append([0, a, t, name + ".grad"])
+
+            for pname, nbytes in (("head.weight", vocab * d * 4), ("head.bias", vocab * 4)):
+                grad_of(pname, nbytes, "w" if pname.endswith("weight") else "b")
+            run.free(g_head, bw_free_tmp)
+            for layer in reversed(range(layers)):
+                lp = _layer_params(d)
+                tmp = [run.alloc(T * ff * 4, TEMPORARY, bw_tmp["ff"]),
+                       run.alloc(T * d * 4, TEMPORARY, bw_tmp["d"])]
+                for pname, elems, kind in lp[4:]:
+                    grad_of(f"layers.{layer}.{pname}", elems * 4, kind)
+                for a in tmp:
+                    run.free(a, bw_free_tmp)
+                half = len(saved[layer]) // 2
+                for a in reversed(saved[layer][half:]):
+                    run.free(a, bw_free)
+                tmp = [run.alloc(T * 3 * d * 4, TEMPORARY, bw_tmp["qkv"]),
+                       run.alloc(T * d * 4, TEMPORARY, bw_tmp["d"])]
+                for pname, elems, kind in lp[:4]:
+                    grad_of(f"layers.{layer}.{pname}", elems * 4, kind)
+                for a in tmp:
+                    run.free(a, bw_free_tmp)
+                for a in reversed(saved[layer][:half]):
+                    run.free(a, bw_free)
+            t_bw_end = run.t
             if with_marks:
-                run.grad_marks.append([0, a, run.tick(1, 3)])
-
-        for pname, nbytes in (("head.weight", vocab * d * 4), ("head.bias", vocab * 4)):
-            grad_of(pname, nbytes, "w" if pname.endswith("weight") else "b")
-        run.free(g_head, bw_free_tmp)
-        for layer in reversed(range(layers)):
-            lp = _layer_params(d)
-            tmp = [run.alloc(T * ff * 4, TEMPORARY, bw_tmp["ff"]),
-                   run.alloc(T * d * 4, TEMPORARY, bw_tmp["d"])]
-            for pname, elems, kind in lp[4:]:
-                grad_of(f"layers.{layer}.{pname}", elems * 4, kind)
-            for a in tmp:
-                run.free(a, bw_free_tmp)
-            half = len(saved[layer]) // 2
-            for a in reversed(saved[layer][half:]):
-                run.free(a, bw_free)
-            tmp = [run.alloc(T * 3 * d * 4, TEMPORARY, bw_tmp["qkv"]),
-                   run.alloc(T * d * 4, TEMPORARY, bw_tmp["d"])]
-            for pname, elems, kind in lp[:4]:
-                grad_of(f"layers.{layer}.{pname}", elems * 4, kind)
-            for a in tmp:
-                run.free(a, bw_free_tmp)
-            for a in reversed(saved[layer][:half]):
-                run.free(a, bw_free)
-        t_bw_end = run.t
-        if with_marks:
-            run.spans.append(["backward", t_bw, t_bw_end])
+                run.spans.append(["backward", t_bw, t_bw_end])
+            if micro + 1 < o.accumulate:  # the loop lets this micro-batch go
+                for a in (x, y, out, loss):
+                    run.free(a, del_free)
+            else:
+                kept = [x, y, out, loss]
+        if o.clip_grad:  # clip_grad_norm_: a norm per grad, their total, freed at once
+            norms = [run.alloc(4, TEMPORARY, clip_norms) for _ in params]
+            norms.append(run.alloc(4, TEMPORARY, clip_norms))
+            for a in norms:
+                run.free(a, clip_free)
         # the optimizer step
         run.tick(50, 300)
         t_opt = run.t
@@ -611,7 +677,7 @@ def _make(layers: int, steps: Optional[int], d_model: int, optimizer: str, seed:
         if not states:
             for name, nbytes, _ in params:
                 states[name] = [run.alloc(nbytes, OPT_STATE, opt_state,
-                                          f"{name} ({'momentum_buffer' if optimizer == 'sgd' else s})")
+                                          f"{name}.{'momentum_buffer' if optimizer == 'sgd' else s}")
                                 for s in ("exp_avg", "exp_avg_sq")[:states_per_param]]
         if optimizer != "sgd":
             tmps = [run.alloc(nbytes, TEMPORARY, opt_tmp) for _, nbytes, _ in params]
@@ -622,16 +688,25 @@ def _make(layers: int, steps: Optional[int], d_model: int, optimizer: str, seed:
                                 "device": 0, "time_us": t_opt_end})
         if with_marks:
             run.spans.append(["optimizer", t_opt, t_opt_end])
-            for name, _, _ in params:  # names over the run, at the step
-                run.name_marks.append([0, grads[name], t_opt_end, name + ".grad"])
-        # zero_grad(set_to_none=True), then del x, y, out, loss
+            if step == 0:  # tensorgc.categorize names the states when they appear
+                for name, _, _ in params:
+                    for a, s in zip(states[name], ("exp_avg", "exp_avg_sq")):
+                        run.name_marks.append([0, a, t_opt_end, f"{name}.{s}"])
+        # zero_grad, then the loop's metrics and del x, y, out, loss
         t_zero = run.tick()
         run.annotations.append({"stage": "START", "name": f"Optimizer.zero_grad#{opt_name}.zero_grad",
                                 "device": 0, "time_us": t_zero})
-        for name, _, _ in params:
-            run.free(grads.pop(name), zero_free)
+        if o.set_to_none:
+            for name, _, _ in params:
+                run.free(grads.pop(name), zero_free)
         run.annotations.append({"stage": "END", "name": f"Optimizer.zero_grad#{opt_name}.zero_grad",
                                 "device": 0, "time_us": run.tick()})
+        if o.metrics:  # acc = (out.argmax(-1) == y).float().mean()
+            tmps = [run.alloc(T * 8, TEMPORARY, metric), run.alloc(T, TEMPORARY, metric),
+                    run.alloc(T * 4, TEMPORARY, metric), run.alloc(4, TEMPORARY, metric)]
+            for a in tmps:
+                run.free(a, metric_free)
+        x, y, out, loss = kept
         for a in (x, y):
             run.free(a, del_free, delay=3 if side_stream else 0)
         for a in (out, loss):
@@ -717,34 +792,55 @@ def _make(layers: int, steps: Optional[int], d_model: int, optimizer: str, seed:
 
 # ---------------------------------------------------------------------- checking an inference
 
-def accuracy(gen: Generated, cats: Sequence[int], entries: Sequence[int],
-             addrs: Sequence[int], starts: Sequence[int], ends: Sequence[int],
-             sizes: Sequence[int], names: Sequence[str], peak: int) -> Dict[str, Any]:
-    """How well per-allocation categories match the truth. The allocations are given as
-    parallel sequences (the inference's order): category code (into ``names``), trace entry
-    that allocated it (-1: before the trace), address, alive over clock positions [start, end)
-    (end -1: alive at the end), size; ``peak``: the clock position of the peak (the allocations
-    alive just after it count). Returns {"peak": fraction of the peak's bytes classified right,
-    "time": fraction of bytes x clock positions, "confusion": {(true, got): bytes at the peak}}.
-    An inferred category counts as right when its name is the true one; the truth's "input"
-    counts right as "input" only."""
-    horizon = max([e for e in ends if e >= 0] + [s + 1 for s in starts] + [peak + 1])
-    ok_peak = all_peak = 0
-    ok_time = all_time = 0
+def accuracy(gen: Generated, tl: Dict[str, Any]) -> Dict[str, Any]:
+    """How well a replay's categories (tensorgc.timeline.replay(gen.snapshot)'s: its labels,
+    pre_labels, pre, categories, peak_event, use_req) match the truth. Returns {"peak": the
+    fraction of the bytes alive just after the peak event classified right, "time": the
+    fraction of bytes x trace entries alive, "confusion": {(true, got): bytes at the peak},
+    "allocations": the fraction of allocations classified right}. Lifetimes are counted in
+    trace entries, from the alloc to the free the replay uses (free_requested when the trace
+    has them)."""
+    trace = gen.snapshot["device_traces"][0]
+    labels, names = tl["labels"], tl["categories"]
+    free_action = "free_requested" if tl["use_req"] else "free_completed"
+    at_end = {a: lab for (a, _), lab in zip(tl["pre"], tl["pre_labels"])}
+    n = len(trace)
+    peak = tl["peak_event"]
+    rows: List[Tuple[int, int, int, int, int]] = []  # (start, end, size, truth, label)
+    live: Dict[int, Tuple[int, int, int, int]] = {}  # addr -> (start, size, truth, label)
+    for addr, cat in gen.pre.items():  # alive when the trace begins
+        live[addr] = (-1, 0, cat, at_end.get(addr, 0))
+    for i, e in enumerate(trace):
+        act = e["action"]
+        if act == "alloc":
+            held = live.get(e["addr"])
+            if held is not None and held[0] < 0:  # its free came before the trace's first entry
+                live.pop(e["addr"])
+            live[e["addr"]] = (i, e["size"], gen.truth[i] - 1, labels[i])
+        elif act == free_action and e["addr"] in live:
+            start, size, cat, lab = live.pop(e["addr"])
+            if start < 0:  # made before the trace: its label is at this free
+                size, lab = e["size"], labels[i]
+            rows.append((max(start, 0), i, size, cat, lab))
+    for addr, (start, size, cat, lab) in live.items():
+        if start < 0:
+            size = next(b["size"] for s in gen.snapshot["segments"] for b in s["blocks"]
+                        if b["address"] == addr)
+        rows.append((max(start, 0), n, size, cat, lab))
+    ok_peak = all_peak = ok_time = all_time = ok_n = 0
     confusion: Dict[Tuple[str, str], int] = {}
-    for c, e, a, s, f, size in zip(cats, entries, addrs, starts, ends, sizes):
-        true = gen.truth[e] - 1 if e >= 0 else gen.pre.get(a, -1)
-        if true < 0:
-            continue
-        want, got = CATEGORIES[true], names[c]
+    for start, end, size, cat, lab in rows:
+        want = CATEGORIES[cat]
+        got = names[lab & 15] if lab >> 4 else "unclassified"
         right = want == got
-        end = f if f >= 0 else horizon
-        life = max(0, end - s)
+        ok_n += right
+        life = end - start
         all_time += size * life
         ok_time += size * life if right else 0
-        if s <= peak < end:
+        if start <= peak < end:
             all_peak += size
             ok_peak += size if right else 0
             confusion[(want, got)] = confusion.get((want, got), 0) + size
     return {"peak": ok_peak / all_peak if all_peak else 1.0,
-            "time": ok_time / all_time if all_time else 1.0, "confusion": confusion}
+            "time": ok_time / all_time if all_time else 1.0,
+            "allocations": ok_n / len(rows) if rows else 1.0, "confusion": confusion}

@@ -60,7 +60,8 @@ tgc_frame_is_python(const tgc_frame *f)
            (f->file_len >= 2 && f->file[0] == '<' && f->file[f->file_len - 1] == '>');
 }
 
-/* A file of torch itself (site-packages/torch/..., or a checkout's torch/...). */
+/* A file of torch under `sub` (torch/<sub>...): the path holds "/torch/<sub>", or begins with
+ * "torch/<sub>". sub is not empty. */
 static int
 inf__torch(const tgc_frame *f, const char *sub)
 {
@@ -73,6 +74,40 @@ inf__torch(const tgc_frame *f, const char *sub)
     memcpy(want + 7, sub, k + 1);
     return inf__has(f->file, f->file_len, want) ||
            (f->file_len >= k + 6 && memcmp(f->file, want + 1, k + 6) == 0);
+}
+
+/* Any file of the torch package: a "torch" directory under site-packages or dist-packages, or
+ * one holding torch's own subpackages (a checkout) -- not any path through a directory named
+ * torch (a virtual environment at /opt/torch holds every library). */
+static int
+inf__torch_package(const tgc_frame *f)
+{
+    static const char *const subs[] = {
+        "nn/", "optim/", "autograd/", "utils/", "distributed/", "amp/", "cuda/", "fx/", "ao/",
+        "jit/", "export/", "compiler/", "testing/", "multiprocessing/", "_", NULL};
+    const char *s = f->file, *end = f->file + f->file_len;
+    if (f->file_len >= 6 && memcmp(s, "torch/", 6) == 0) {
+        return 1;
+    }
+    for (const char *p = s; end - p >= 7; p++) {
+        p = memchr(p, '/', (size_t)(end - p));
+        if (p == NULL || end - p < 7) {
+            return 0;
+        }
+        if (memcmp(p, "/torch/", 7) != 0) {
+            continue;
+        }
+        if (p - s >= 9 && memcmp(p - 9, "-packages", 9) == 0) {
+            return 1;
+        }
+        for (const char *const *sub = subs; *sub != NULL; sub++) {
+            size_t k = strlen(*sub);
+            if ((size_t)(end - (p + 7)) >= k && memcmp(p + 7, *sub, k) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
 }
 
 /* A module file of torch.nn (a .py under torch/nn/modules). */
@@ -129,7 +164,7 @@ inf__python_frame(inf_scan *s, const tgc_frame *f)
     }
     if (s->kind < 0) {
         if (inf__eq(nm, nn, "zero_grad")) {
-            s->kind = TGC_HK_GRAD;
+            s->kind = TGC_HK_UNGRAD;
         }
         else if (module_py && inf__eq(nm, nn, "register_buffer")) {
             s->kind = TGC_HK_BUFFER;
@@ -139,7 +174,7 @@ inf__python_frame(inf_scan *s, const tgc_frame *f)
                  inf__torch(f, "nn/parameter.py") || inf__torch(f, "nn/init.py")) {
             s->kind = TGC_HK_PARAM;
         }
-        else if (inf__eq(nm, nn, "__init__") && !inf__torch(f, "")) {
+        else if (inf__eq(nm, nn, "__init__") && !inf__torch_package(f)) {
             s->user_init = 1;  /* a model's own constructor, if no phase is around it */
         }
     }
@@ -193,7 +228,7 @@ tgc_stack_hint(const tgc_frame *f, size_t nf, uint8_t frameless, int64_t *apply_
     }
     int phase = s.backward ? TGC_HP_BACKWARD : s.phase >= 0 ? s.phase
                 : s.python ? TGC_HP_OUTSIDE : TGC_HP_UNKNOWN;
-    int kind = s.workspace ? TGC_HK_WORKSPACE : s.set_grad ? TGC_HK_GRAD
+    int kind = s.workspace ? TGC_HK_WORKSPACE : s.set_grad ? TGC_HK_UNGRAD
                : s.kind >= 0 ? s.kind
                : s.user_init && phase == TGC_HP_OUTSIDE ? TGC_HK_PARAM : TGC_HK_PLAIN;
     if (kind == TGC_HK_PARAM && s.kind == TGC_HK_PARAM) {

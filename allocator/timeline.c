@@ -269,10 +269,10 @@ tl__infer(tl_alloc *a, const tl_infer_ctx *x)
         a->rule = 8;
         return 1;
     }
-    if (ak == TGC_HK_GRAD || fk == TGC_HK_GRAD) {
+    if (ak == TGC_HK_GRAD || fk == TGC_HK_UNGRAD) {
         /* AccumulateGrad's sum freed inside its backward was a step of it (the span rule says
          * temporary); freed by zero_grad, or kept, it was the grad */
-        const tgc_span *bw = a->t0 != TGC_TIME_NONE && fk != TGC_HK_GRAD
+        const tgc_span *bw = a->t0 != TGC_TIME_NONE && fk != TGC_HK_UNGRAD
                              ? tl__span_at(&iph[TGC_PHASE_BACKWARD], a->t0) : NULL;
         if (bw == NULL || a->t1 > bw->t1) {
             a->category = TGC_CAT_GRAD;
@@ -420,7 +420,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
     tgc_name_mark *names = NULL;    /* cls->names sorted by time */
     tgc_span *spans = NULL;         /* the merged spans, owned by phases */
     tgc_span *found = NULL;         /* the spans inferred from the hints, before merging */
-    int64_t *gfree = NULL;          /* times of the frees whose stacks say grad, sorted */
+    int64_t *gfree = NULL;          /* times of the frees of grads (zero_grad's), sorted */
     size_t ngfree = 0;
     tl_phase phases[TGC_NPHASE] = {{NULL, 0}}, iphases[TGC_NPHASE] = {{NULL, 0}};
     size_t g = 0, ng = cls != NULL ? cls->ngrads : 0, nspans = 0, nfound = 0;
@@ -563,7 +563,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
             goto done;
         }
         for (size_t i = 0; i < n; i++) {
-            if (ev[i].kind == TGC_EV_FREE && TGC_HINT_KIND(ev[i].hint) == TGC_HK_GRAD &&
+            if (ev[i].kind == TGC_EV_FREE && TGC_HINT_KIND(ev[i].hint) == TGC_HK_UNGRAD &&
                 ev[i].time != TGC_TIME_NONE) {
                 gfree[ngfree++] = ev[i].time;
             }

@@ -738,7 +738,7 @@ RULES = {0: "not classified", 1: "named by the reporter at the snapshot",
 _SPAN_RULES = (3, 4, 5, 10, 11, 12)
 MAX_NAMES = 50_000  # distinct tensor names one replay carries (more: unnamed)
 HINT_PHASES = ("unknown", "frameless", "outside", "forward", "backward", "optimizer")  # infer.h
-HINT_KINDS = ("plain", "parameter", "buffer", "grad", "workspace")
+HINT_KINDS = ("plain", "parameter", "buffer", "grad", "workspace", "ungrad")
 
 
 def describe_label(label: int) -> str:

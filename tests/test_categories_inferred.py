@@ -77,7 +77,7 @@ def test_recorded_run_sources(recorded):
     inferred = info["inferred"]
     assert [p for p, _, _ in inferred["spans"]].count("forward") == 3
     assert [p for p, _, _ in inferred["spans"]].count("backward") == 3
-    assert inferred["kinds"]["parameter"] >= 1 and inferred["kinds"]["grad"] >= 1
+    assert inferred["kinds"]["parameter"] >= 1 and inferred["kinds"]["ungrad"] >= 1  # zero_grad
     assert inferred["phases"]["backward"] >= 1 and inferred["phases"]["optimizer"] >= 1
     assert set(inferred["phases"]) == set(HINT_PHASES)
     assert set(inferred["kinds"]) == set(HINT_KINDS)

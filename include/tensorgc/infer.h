@@ -37,10 +37,13 @@ enum {
 /* What a stack says of its block. PARAM: Module.to/_apply (and .cuda, .half...), a torch
  * module's __init__/reset_parameters, torch.nn.init, Parameter; outside every phase, a user
  * __init__ too (a model's constructor). BUFFER: register_buffer, or _apply's buffer loop (see
- * tgc_stack_hint's apply_line). GRAD: AccumulateGrad's allocation; a free by zero_grad or by a
- * grad's setter (p.grad = None); DDP's gradient buckets. WORKSPACE: a cuBLAS/cuBLASLt handle's
- * workspace (kept for the process's life). */
-enum { TGC_HK_PLAIN = 0, TGC_HK_PARAM, TGC_HK_BUFFER, TGC_HK_GRAD, TGC_HK_WORKSPACE };
+ * tgc_stack_hint's apply_line). GRAD: what it allocates is a grad: AccumulateGrad's allocation,
+ * DDP's gradient buckets (what AccumulateGrad frees is the incoming grad it summed: no grad).
+ * WORKSPACE: a cuBLAS/cuBLASLt handle's workspace (kept for the process's life). UNGRAD: what
+ * it frees is a grad: zero_grad, a grad's setter (p.grad = None). */
+enum {
+    TGC_HK_PLAIN = 0, TGC_HK_PARAM, TGC_HK_BUFFER, TGC_HK_GRAD, TGC_HK_WORKSPACE, TGC_HK_UNGRAD
+};
 
 #define TGC_HINT(phase, kind) ((uint8_t)((phase) | ((kind) << 3)))
 #define TGC_HINT_PHASE(h) ((uint8_t)((h) & 7))
@@ -77,7 +80,7 @@ tgc_hint_window(size_t n, size_t *head, size_t *tail)
  * line, buffers at a later one: the caller marks BUFFER the stacks of a later line than the
  * first), else -1. Precedence: AccumulateGrad; then the phase (the engine's thread or a backward
  * frame anywhere; else the innermost Python frame of a phase; else OUTSIDE with Python frames);
- * the kind: a workspace, a grad's setter, else the innermost Python frame of a kind. */
+ * the kind: a workspace, a grad's setter (UNGRAD), else the innermost Python frame of a kind. */
 uint8_t tgc_stack_hint(const tgc_frame *f, size_t nf, uint8_t frameless, int64_t *apply_line);
 
 /* Phase spans from the hints of a trace's events (ev in order, hints in ev[i].hint; ALLOC and

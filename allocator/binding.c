@@ -62,21 +62,37 @@ trace_columns(PyObject *Py_UNUSED(module), PyObject *trace)
 }
 
 PyDoc_STRVAR(detail_doc,
-"_detail($module, cols, pre, use_free_requested, max_stacks, /)\n--\n\n"
+"_detail($module, cols, pre, use_free_requested, max_stacks, labels=None, /)\n--\n\n"
 "Every allocation of a trace on the replay's clock, varint-encoded for the timeline page's\n"
-"detail view (allocator/detail.c), a dict.");
+"detail view (allocator/detail.c), a dict; labels=(entry_labels, pre_labels, entry_names,\n"
+"pre_names, names) from _timeline also gives each allocation its label (cats) and name index.");
 
 static PyObject *
 detail(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *cols, *pre;
+    PyObject *cols, *pre, *labels = Py_None;
     int use_req;
     unsigned int max_stacks;
-    if (!PyArg_ParseTuple(args, "O!O!pI:_detail", &PyTuple_Type, &cols, &PyList_Type, &pre,
-                          &use_req, &max_stacks)) {
+    if (!PyArg_ParseTuple(args, "O!O!pI|O:_detail", &PyTuple_Type, &cols, &PyList_Type, &pre,
+                          &use_req, &max_stacks, &labels)) {
         return NULL;
     }
-    return tgc_alloc_detail(cols, pre, use_req, max_stacks);
+    return tgc_alloc_detail(cols, pre, use_req, max_stacks, labels);
+}
+
+PyDoc_STRVAR(stack_hints_doc,
+"_stack_hints($module, stacks, /)\n--\n\n"
+"What each stack (a list of frames lists) says of its allocations: one hint per stack\n"
+"(include/tensorgc/infer.h), as bytes.");
+
+static PyObject *
+stack_hints(PyObject *Py_UNUSED(module), PyObject *stacks)
+{
+    if (!PyList_Check(stacks)) {
+        PyErr_SetString(PyExc_TypeError, "_stack_hints() takes a list");
+        return NULL;
+    }
+    return tgc_alloc_stack_hints(stacks);
 }
 
 PyDoc_STRVAR(segmap_doc,
@@ -198,6 +214,7 @@ PyMethodDef tgc_alloc_methods[] = {
     {"_segmap", (PyCFunction)segmap, METH_VARARGS, segmap_doc},
     {"_trace_columns", (PyCFunction)trace_columns, METH_O, trace_columns_doc},
     {"_detail", (PyCFunction)detail, METH_VARARGS, detail_doc},
+    {"_stack_hints", (PyCFunction)stack_hints, METH_O, stack_hints_doc},
     {"_pickle_scan", (PyCFunction)pickle_scan, METH_O, pickle_scan_doc},
     {"_check_trace", (PyCFunction)check_trace, METH_VARARGS, check_trace_doc},
     {"_pickle_stream", (PyCFunction)pickle_stream, METH_VARARGS, pickle_stream_doc},

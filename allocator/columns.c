@@ -7,7 +7,9 @@
 #include <Python.h>
 
 #include "tensorgc/detail.h"
+#include "tensorgc/infer.h"
 #include "tensorgc/ptrmap.h"
+#include "tensorgc/timeline.h"
 #include "convert.h"
 
 #define COL_STACK_FRAMES 64  /* frames compared when telling equal stacks apart */
@@ -380,7 +382,8 @@ tgc_alloc_columns(PyObject *trace)
                 T[i] = x;
             }
         }
-        if (k == TGC_TK_ALLOC) {
+        if (k == TGC_TK_ALLOC || k == TGC_TK_FREE_REQUESTED || k == TGC_TK_FREE_COMPLETED) {
+            /* a free's stack too: zero_grad freeing a grad says what the block was */
             uint32_t id = col__stack_id(&st, col__get(e, keys.frames));
             if (id == UINT32_MAX) {
                 goto done;
@@ -473,17 +476,54 @@ col__pre(PyObject *pre, uint64_t **addr, uint64_t **size, size_t *n)
     return 0;
 }
 
+/* labels: (entry_labels, pre_labels, entry_names, pre_names, names) as _timeline returns the
+ * first four (bytes; names: the list the name indices point into, passed through), into *l with
+ * pointers into the bytes (the caller's tuple keeps them). */
+static int
+col__labels(PyObject *labels, size_t n, size_t npre, tgc_detail_labels *l)
+{
+    static const size_t width[4] = {1, 1, 4, 4};
+    size_t count[4] = {n, npre, n, npre};
+    const void *p[4];
+    if (!PyTuple_Check(labels) || PyTuple_GET_SIZE(labels) != 5 ||
+        !PyList_Check(PyTuple_GET_ITEM(labels, 4))) {
+        PyErr_SetString(PyExc_TypeError, "labels: expected (entry_labels, pre_labels, "
+                        "entry_names, pre_names: bytes, names: list)");
+        return -1;
+    }
+    for (int j = 0; j < 4; j++) {
+        PyObject *b = PyTuple_GET_ITEM(labels, j);
+        if (!PyBytes_Check(b) || (size_t)PyBytes_GET_SIZE(b) != count[j] * width[j]) {
+            PyErr_SetString(PyExc_ValueError, "labels: one label and one name per trace entry "
+                            "and per block of pre");
+            return -1;
+        }
+        p[j] = PyBytes_AS_STRING(b);
+    }
+    l->entry_label = p[0];
+    l->pre_label = p[1];
+    l->entry_name = p[2];
+    l->pre_name = p[3];
+    return 0;
+}
+
 PyObject *
-tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned max_stacks)
+tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned max_stacks,
+                 PyObject *labels)
 {
     tgc_tcols c;
     tgc_detail d;
     tgc_detail_enc enc = {{0}};
+    tgc_detail_labels lab;
     uint64_t *pa = NULL, *ps = NULL;
     size_t np = 0;
-    PyObject *result = NULL, *streams = NULL, *used = NULL, *segs = NULL;
-    int built = 0, rc;
+    PyObject *result = NULL, *streams = NULL, *used = NULL, *segs = NULL, *cats = NULL;
+    PyObject *name_index = NULL, *catnames = NULL;
+    int built = 0, rc, with_labels = labels != NULL && labels != Py_None;
     if (tgc_alloc_cols(cols, &c) < 0 || col__pre(pre, &pa, &ps, &np) < 0) {
+        goto done;
+    }
+    if (with_labels && col__labels(labels, c.n, np, &lab) < 0) {
         goto done;
     }
     /* the stack ids index the columns' stacks (and size the engine's table of them) */
@@ -502,7 +542,7 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
     Py_BEGIN_ALLOW_THREADS  /* plain C over the bytes the caller's tuple keeps alive */
     rc = tgc_detail_build(&c, pa, ps, np, use_free_requested ? TGC_TK_FREE_REQUESTED
                                                              : TGC_TK_FREE_COMPLETED,
-                          max_stacks, &d);
+                          max_stacks, with_labels ? &lab : NULL, &d);
     if (rc == 0 && tgc_detail_encode(&d, &enc) < 0) {
         tgc_detail_free(&d);
         rc = -1;
@@ -544,11 +584,31 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
         }
         PyList_SET_ITEM(segs, (Py_ssize_t)g, row);  /* stolen */
     }
-    result = Py_BuildValue("{s:O,s:K,s:K,s:n,s:K,s:O,s:O}", "streams", streams,
+    if (with_labels) {
+        cats = PyBytes_FromStringAndSize((const char *)d.label, (Py_ssize_t)d.n);
+        name_index = PyBytes_FromStringAndSize((const char *)d.name,
+                                               (Py_ssize_t)(d.n * sizeof(uint32_t)));
+        catnames = PyTuple_New(TGC_NCAT);
+        for (int k = 0; catnames != NULL && k < TGC_NCAT; k++) {
+            PyObject *x = PyUnicode_FromString(tgc_category_names[k]);
+            if (x == NULL) {
+                Py_CLEAR(catnames);
+                break;
+            }
+            PyTuple_SET_ITEM(catnames, k, x);  /* stolen */
+        }
+        if (cats == NULL || name_index == NULL || catnames == NULL) {
+            goto done;
+        }
+    }
+    result = Py_BuildValue("{s:O,s:K,s:K,s:n,s:K,s:O,s:O,s:O,s:O,s:O,s:O}", "streams", streams,
                            "unit", (unsigned long long)enc.unit,
                            "xunit", (unsigned long long)enc.xunit, "n", (Py_ssize_t)d.n,
                            "events", (unsigned long long)d.events, "used", used,
-                           "segments", segs);
+                           "segments", segs, "cats", cats ? cats : Py_None,
+                           "categories", catnames ? catnames : Py_None,
+                           "name_index", name_index ? name_index : Py_None,
+                           "names", with_labels ? PyTuple_GET_ITEM(labels, 4) : Py_None);
 done:
     if (built) {
         tgc_detail_free(&d);
@@ -559,5 +619,166 @@ done:
     Py_XDECREF(streams);
     Py_XDECREF(used);
     Py_XDECREF(segs);
+    Py_XDECREF(cats);
+    Py_XDECREF(name_index);
+    Py_XDECREF(catnames);
     return result;
+}
+
+/* The facts of frames (infer.h), each frame dict read once: torch's pickles share one dict
+ * among the stacks that hold the frame. The cache holds the dicts it names (keep), so that no
+ * other object takes their address while it does, and stops growing at its capacity. */
+typedef struct {
+    tgc_ptrmap map;              /* frame dict -> index into facts */
+    tgc_frame_facts *facts;
+    size_t n, cap;
+    PyObject *keep;              /* list */
+    const col_keys *keys;
+} col_facts;
+
+/* What one frame dict says: its file and name read as UTF-8 (exact str only, so no Python code
+ * runs), its line as an exact int. f: held by the caller. */
+static void
+col__frame_facts(const col_keys *k, PyObject *f, tgc_frame_facts *out)
+{
+    tgc_frame fr = {NULL, NULL, 0, 0, 0};
+    PyObject *file = col__get(f, k->filename), *name;
+    Py_XINCREF(file);  /* held across the next lookups */
+    name = col__get(f, k->name);
+    Py_XINCREF(name);
+    PyObject *line = col__get(f, k->line);  /* borrowed: read before any other code */
+    int overflow = 0;
+    long long ln = line != NULL && PyLong_CheckExact(line)
+                   ? PyLong_AsLongLongAndOverflow(line, &overflow) : 0;
+    if (overflow || (ln == -1 && PyErr_Occurred())) {
+        ln = 0;
+    }
+    PyErr_Clear();
+    Py_ssize_t n;
+    if (file != NULL && PyUnicode_CheckExact(file) &&
+        (fr.file = PyUnicode_AsUTF8AndSize(file, &n)) != NULL) {
+        fr.file_len = (size_t)n;
+    }
+    PyErr_Clear();  /* a lone surrogate has no UTF-8: the field says nothing */
+    if (name != NULL && PyUnicode_CheckExact(name) &&
+        (fr.name = PyUnicode_AsUTF8AndSize(name, &n)) != NULL) {
+        fr.name_len = (size_t)n;
+    }
+    PyErr_Clear();
+    fr.line = ln;
+    tgc_frame_facts_of(&fr, out);  /* the strings are held until here */
+    Py_XDECREF(file);
+    Py_XDECREF(name);
+}
+
+/* The facts of frames[j]; 0 bits for a frame that is no dict. -1 with an exception. */
+static int
+col__facts_at(col_facts *c, PyObject *frames, Py_ssize_t j, tgc_frame_facts *out)
+{
+    out->bits = 0;
+    out->apply_line = -1;
+    PyObject *f = col__item(frames, j);  /* new; NULL once the list shrank */
+    if (f == NULL || !PyDict_CheckExact(f)) {
+        Py_XDECREF(f);
+        return 0;
+    }
+    uint32_t k = tgc_ptrmap_get(&c->map, f);
+    if (k != UINT32_MAX) {
+        *out = c->facts[k];
+        Py_DECREF(f);
+        return 0;
+    }
+    col__frame_facts(c->keys, f, out);
+    if (c->n < c->cap) {
+        if (PyList_Append(c->keep, f) < 0) {
+            Py_DECREF(f);
+            return -1;
+        }
+        c->facts[c->n] = *out;
+        (void)tgc_ptrmap_put(&c->map, f, (uint32_t)c->n++);
+    }
+    Py_DECREF(f);
+    return 0;
+}
+
+#define COL_FACTS_CACHE (1u << 20)  /* distinct frames remembered */
+
+PyObject *
+tgc_alloc_stack_hints(PyObject *stacks)
+{
+    PyObject *items = PySequence_Tuple(stacks);  /* new: a fixed copy of the list */
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    int64_t *lines = malloc(((size_t)n + 1) * sizeof(int64_t));
+    col_keys keys = {0};
+    col_facts c = {{0}, NULL, 0, 0, NULL, &keys};
+    tgc_frame_facts fr[2 * TGC_HINT_FRAMES];
+    size_t python_stacks = 0, frames = 0;
+    int64_t first_apply = INT64_MAX;
+    if (out == NULL || col__keys(&keys) < 0 || (c.keep = PyList_New(0)) == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {  /* the cache's size: the frames the windows read */
+        PyObject *st = PyTuple_GET_ITEM(items, i);
+        size_t len = PyList_Check(st) ? (size_t)PyList_GET_SIZE(st) : 0;
+        frames += len < 2 * TGC_HINT_FRAMES ? len : 2 * TGC_HINT_FRAMES;
+    }
+    c.cap = frames < COL_FACTS_CACHE ? frames : COL_FACTS_CACHE;
+    c.facts = malloc((c.cap + 1) * sizeof(tgc_frame_facts));
+    if (lines == NULL || c.facts == NULL || tgc_ptrmap_init(&c.map, c.cap + 1) < 0) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    uint8_t *h = (uint8_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *st = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple holds it */
+        h[i] = TGC_HINT(TGC_HP_UNKNOWN, TGC_HK_PLAIN);
+        lines[i] = -1;
+        if (!PyList_Check(st)) {
+            continue;
+        }
+        size_t len = (size_t)PyList_GET_SIZE(st), head, tail, nf = 0;
+        if (len == 0) {
+            h[i] = TGC_HINT(TGC_HP_FRAMELESS, TGC_HK_PLAIN);  /* undone below without Python */
+            continue;
+        }
+        tgc_hint_window(len, &head, &tail);
+        int python = 0;
+        for (size_t j = 0; j < len; j = j + 1 == head ? tail : j + 1) {
+            if (col__facts_at(&c, st, (Py_ssize_t)j, &fr[nf]) < 0) {
+                goto error;
+            }
+            python |= (fr[nf++].bits & TGC_FF_PYTHON) != 0;
+        }
+        h[i] = tgc_stack_hint(fr, nf, TGC_HINT(TGC_HP_UNKNOWN, TGC_HK_PLAIN), &lines[i]);
+        python_stacks += python;
+        if (lines[i] >= 0 && lines[i] < first_apply) {
+            first_apply = lines[i];
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* _apply moves parameters at one line and buffers (and grads) at later ones */
+        if (lines[i] >= 0 && lines[i] > first_apply) {
+            h[i] = TGC_HINT(TGC_HINT_PHASE(h[i]), TGC_HK_BUFFER);
+        }
+        /* no Python anywhere (a trace recorded without Python frames): a stack without frames
+         * says nothing of its thread */
+        if (python_stacks == 0 && h[i] == TGC_HINT(TGC_HP_FRAMELESS, TGC_HK_PLAIN)) {
+            h[i] = TGC_HINT(TGC_HP_UNKNOWN, TGC_HK_PLAIN);
+        }
+    }
+    goto done;
+error:
+    Py_CLEAR(out);
+done:
+    col__keys_clear(&keys);
+    tgc_ptrmap_free(&c.map);
+    free(c.facts);
+    Py_XDECREF(c.keep);
+    free(lines);
+    Py_DECREF(items);
+    return out;
 }

@@ -27,13 +27,16 @@ PyObject *tgc_alloc_columns(PyObject *trace);
 /* Reads a columns tuple's first five bytes objects into *out (pointers into them: the tuple
  * must outlive its use); 0, or -1 with TypeError/ValueError. */
 int tgc_alloc_cols(PyObject *cols, tgc_tcols *out);
-/* The detail data of the timeline page: {streams, unit, xunit, n, events, used, segments}. */
+/* The detail data of the timeline page: {streams, unit, xunit, n, events, used, segments, cats,
+ * categories, name_index, names}; labels: None, or the replay's (see columns.c's col__labels). */
 PyObject *tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested,
-                           unsigned max_stacks);
+                           unsigned max_stacks, PyObject *labels);
+/* One hint (include/tensorgc/infer.h) per stack of a list of frames lists, as bytes. */
+PyObject *tgc_alloc_stack_hints(PyObject *stacks);
 
 /* trace.c */
 /* The Active Memory Timeline of one device's trace (its columns), with `pre` the blocks alive
- * at the end; classify None or (spans, grads, named). */
+ * at the end; classify None or (spans, grads, named[, hints, pre_hints, names]). */
 PyObject *tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned detail,
                              int use_free_requested, PyObject *classify);
 /* The segments and allocations of one device after trace[0:upto]. */

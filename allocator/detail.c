@@ -11,6 +11,7 @@
 typedef struct {
     tgc_detail *d;
     size_t cap;
+    const tgc_detail_labels *lab;   /* NULL: no labels */
 } dt_out;
 
 static int
@@ -26,18 +27,31 @@ dt__grow(dt_out *o)
     if ((p = realloc(d->field, c * sizeof(*d->field))) == NULL) { return -1; } \
     d->field = p;
     DT_GROW(a) DT_GROW(f) DT_GROW(s) DT_GROW(x) DT_GROW(e) DT_GROW(k)
+    if (o->lab != NULL) {
+        DT_GROW(label) DT_GROW(name)
+    }
 #undef DT_GROW
     o->cap = c;
     return 0;
 }
 
+/* Appends an allocation; `entry` (a trace entry) or `pre` (a block of pre), the other SIZE_MAX,
+ * is where the replay wrote its label. */
 static int
-dt__add(dt_out *o, uint64_t a, uint64_t s, uint64_t x, int64_t e, uint32_t k)
+dt__add(dt_out *o, uint64_t a, uint64_t s, uint64_t x, int64_t e, uint32_t k, size_t entry,
+        size_t pre)
 {
     if (dt__grow(o) < 0) {
         return -1;
     }
     tgc_detail *d = o->d;
+    if (o->lab != NULL) {
+        const tgc_detail_labels *l = o->lab;
+        d->label[d->n] = entry != SIZE_MAX ? (l->entry_label ? l->entry_label[entry] : 0)
+                                           : (l->pre_label ? l->pre_label[pre] : 0);
+        d->name[d->n] = entry != SIZE_MAX ? (l->entry_name ? l->entry_name[entry] : 0)
+                                          : (l->pre_name ? l->pre_name[pre] : 0);
+    }
     d->a[d->n] = a;
     d->f[d->n] = TGC_DETAIL_ALIVE;
     d->s[d->n] = s;
@@ -94,10 +108,11 @@ dt__slot(tgc_ptrmap *m, uint32_t *top, uint64_t addr, uint32_t *nslots, int make
 
 int
 tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *pre_size,
-                 size_t npre, int free_kind, uint32_t max_stacks, tgc_detail *out)
+                 size_t npre, int free_kind, uint32_t max_stacks,
+                 const tgc_detail_labels *labels, tgc_detail *out)
 {
     memset(out, 0, sizeof(*out));
-    dt_out o = {out, 0};
+    dt_out o = {out, 0, labels};
     size_t n = c->n, segcap = 0, nseg_ev = 0;
     tgc_ptrmap map = {0}, segmap = {0};
     uint32_t *open = NULL, *segopen = NULL, *dense = NULL, nslots = 0, nsegslots = 0;
@@ -160,7 +175,7 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
         else if (kd == free_kind) {
             uint32_t s = dt__slot(&map, &top, c->addr[i], &nslots, 1);
             if (open[s] == NONE) {
-                if (dt__add(&o, 0, c->size[i], c->addr[i], -1, 0) < 0) {
+                if (dt__add(&o, 0, c->size[i], c->addr[i], -1, 0, i, SIZE_MAX) < 0) {
                     goto done;
                 }
             }
@@ -178,7 +193,7 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
             continue;
         }
         open[dt__slot(&map, &top, pre_addr[p], &nslots, 0)] = (uint32_t)out->n;
-        if (dt__add(&o, clock++, pre_size[p], pre_addr[p], -1, 0) < 0) {
+        if (dt__add(&o, clock++, pre_size[p], pre_addr[p], -1, 0, SIZE_MAX, p) < 0) {
             goto done;
         }
     }
@@ -203,7 +218,7 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
             }
             open[dt__slot(&map, &top, addr, &nslots, 0)] = (uint32_t)out->n;
             if (dt__add(&o, clock++, c->size[i], addr, (int64_t)i,
-                        k == 0 || dense[k] == NONE ? 0 : dense[k]) < 0) {
+                        k == 0 || dense[k] == NONE ? 0 : dense[k], i, SIZE_MAX) < 0) {
                 goto done;
             }
         }
@@ -263,6 +278,8 @@ tgc_detail_free(tgc_detail *d)
     free(d->x);
     free(d->e);
     free(d->k);
+    free(d->label);
+    free(d->name);
     free(d->used);
     free(d->seg);
     memset(d, 0, sizeof(*d));

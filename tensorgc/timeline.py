@@ -13,13 +13,15 @@ import base64
 import hashlib
 import html as _html
 import os
+import sys
+from array import array
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _tensorgc
 from ._devices import DeviceLike, snapshot_device
 from ._lean import P_ACTION, LeanTrace
 from ._types import Frame, Snapshot, Trace
-from .categories import NAME_MAX, names_of, replay_inputs
+from .categories import NAME_MAX, RULES, inputs, names_of
 from .reporter import readable_size as R
 
 __all__ = ["timeline", "timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
@@ -32,16 +34,21 @@ StrPath = Union[str, "os.PathLike[str]"]
 
 
 def replay(snap: Snapshot, device: DeviceLike = "cuda", columns: int = WIDTH, detail: int = 300,
-           categories: Optional[Mapping[int, str]] = None) -> Tuple[Replay, Trace]:
+           categories: Optional[Mapping[int, str]] = None,
+           names: Optional[Mapping[int, str]] = None) -> Tuple[Replay, Trace]:
     """The C replay of one device's trace: dict with active/peak/small per column, bands
     (alloc_event, free_event, size, col0, col1, offsets, addr, category, rule), ooms and oom_at
     (trace position, event position), max. With anything to classify by (the snapshot's
-    "tensorgc_categories", torch's optimizer annotations, or ``categories``: {block address:
-    kind} of the blocks alive at the end), also cat_active ({category: bytes per column}),
-    at_peak ({category: bytes}) and peak_event; "marks" says whether phase or grad marks took
-    part (else only the named blocks are known). A device the snapshot does not hold replays
-    an empty trace."""
-    tl, trace, _ = _replay(snap, device, columns, detail, categories)
+    "tensorgc_categories", torch's optimizer annotations, ``categories``: {block address: kind}
+    of the blocks alive at the end, or the allocations' stacks, from which the categories are
+    inferred where nothing recorded says), also cat_active ({category: bytes per column}),
+    at_peak ({category: bytes}), peak_event, labels/pre_labels (each allocation's label, see
+    categories.describe_label, by trace entry and by block alive at the end), name_index/
+    pre_name_index and names (its tensor name), inferred_spans and rules (allocations per
+    rule); "marks" says whether phase or grad marks, recorded or inferred, took part (else only
+    the named blocks are known), "inferred" whether any category was inferred. A device the
+    snapshot does not hold replays an empty trace."""
+    tl, trace, _ = _replay(snap, device, columns, detail, categories, names)
     return tl, trace
 
 
@@ -70,7 +77,8 @@ def trace_columns(trace: Trace) -> Columns:
 
 
 def _replay(snap: Snapshot, device: DeviceLike, columns: int, detail: int,
-            categories: Optional[Mapping[int, str]]) -> Tuple[Replay, Trace, Columns]:
+            categories: Optional[Mapping[int, str]],
+            names: Optional[Mapping[int, str]] = None) -> Tuple[Replay, Trace, Columns]:
     traces = snap.get("device_traces") or []
     index = snapshot_device(snap, device, required=False)
     trace: Trace = traces[index] if index < len(traces) else []
@@ -78,45 +86,59 @@ def _replay(snap: Snapshot, device: DeviceLike, columns: int, detail: int,
     use_req = bytes([_FREE_REQUESTED]) in cols[0]
     # every block alive at the end; the replay keeps those whose address the trace never
     # allocates (they predate it)
-    pre = _alive_at_end(snap, index)
-    classify, marks = replay_inputs(snap, index, categories)
-    tl = _tensorgc._timeline(cols, pre, int(columns), int(detail), use_req, classify)
-    names = tl["categories"]
-    tl["marks"] = marks
+    blocks = _alive_blocks(snap, index)
+    pre = [(b["address"], b["size"]) for b in blocks]
+    got = inputs(snap, index, categories, cols=cols, pre_frames=[b.get("frames") for b in blocks],
+                 names=names)
+    tl = _tensorgc._timeline(cols, pre, int(columns), int(detail), use_req, got.classify)
+    cats = tl["categories"]
+    rules = tl["rules"] or []
+    tl["inferred"] = any(n for r, n in enumerate(rules) if r >= 8)
+    tl["marks"] = got.marks or bool(tl["inferred_spans"]) or tl["inferred"]
+    tl["inputs"] = got
+    tl["names"] = got.names
     tl["use_req"] = use_req
     tl["pre"] = pre
     if tl["cat_active"] is not None:
-        tl["cat_active"] = dict(zip(names, tl["cat_active"]))
-        tl["at_peak"] = dict(zip(names, tl["at_peak"]))
+        tl["cat_active"] = dict(zip(cats, tl["cat_active"]))
+        tl["at_peak"] = dict(zip(cats, tl["at_peak"]))
     return tl, trace, cols
 
 
-def _alive_at_end(snap: Snapshot, index: int) -> List[Tuple[Any, Any]]:
-    """(address, size) of every block of the device allocated at the snapshot."""
-    return [(b["address"], b["size"])
-            for s in snap.get("segments", []) if s.get("device") == index
+def _alive_blocks(snap: Snapshot, index: int) -> List[Dict[str, Any]]:
+    """Every block dict of the device allocated at the snapshot."""
+    return [b for s in snap.get("segments", []) if s.get("device") == index
             for b in s.get("blocks", [])
             if b.get("state") == "active_allocated" and "address" in b]
 
 
+def _alive_at_end(snap: Snapshot, index: int) -> List[Tuple[Any, Any]]:
+    """(address, size) of every block of the device allocated at the snapshot."""
+    return [(b["address"], b["size"]) for b in _alive_blocks(snap, index)]
+
+
 def peak_breakdown(tl: Replay) -> Optional[str]:
-    """'at the peak (event N): activation 1.2G, parameter 800M, ...' (largest first; None
-    without categories)."""
+    """'at the peak (event N, 2.1G): activation 1.2G, parameter 800M, ...' (largest first; None
+    without categories); "inferred from the stacks" (or "partly") when rules 8-14 gave
+    categories."""
     if not tl.get("at_peak"):
         return None
     parts = [f"{k.replace('_', ' ')} {R(v)}"
              for k, v in sorted(tl["at_peak"].items(), key=lambda kv: -kv[1]) if v]
     at = (f"event {tl['peak_event']:,}" if tl["peak_event"] >= 0 else "before the trace")
-    return f"at the peak ({at}, {R(tl['max'])}): " + (", ".join(parts) or "nothing")
+    rules = tl.get("rules") or []
+    how = ""
+    if tl.get("inferred"):
+        recorded = any(n for r, n in enumerate(rules) if 1 <= r <= 5)
+        how = "; partly inferred from the stacks" if recorded else "; inferred from the stacks"
+    return f"at the peak ({at}, {R(tl['max'])}{how}): " + (", ".join(parts) or "nothing")
 
 
 def categories_at_peak(snap: Snapshot, device: DeviceLike = "cuda") -> Optional[str]:
     """The peak's breakdown by category for one device (the replay in one column, no bands), or
-    None when the snapshot has nothing to classify by."""
+    None when the snapshot has nothing to classify by (nothing recorded, no telling stack)."""
     index = snapshot_device(snap, device, required=False)
-    if replay_inputs(snap, index)[0] is None:
-        return None
-    return peak_breakdown(replay(snap, device=index, columns=1, detail=0)[0])
+    return peak_breakdown(_replay(snap, index, 1, 0, None)[0])
 
 
 SCAN_FRAMES = 256  # frames looked at per stack: a file may repeat one long stack everywhere
@@ -184,7 +206,11 @@ def _detail_data(snap: Snapshot, tl: Replay, cols: Columns, index: int) -> Dict[
     streams in base64 (A allocated at, D duration, S size, E trace entry, K stack, X address),
     the stacks they use as text, and the segments alive at some point (start, end or -1, size,
     address), the trace's and the snapshot's, by address."""
-    d = _tensorgc._detail(cols, tl["pre"], tl["use_req"], DETAIL_STACKS)
+    labels = None
+    if tl.get("labels") is not None:
+        labels = (tl["labels"], tl["pre_labels"], tl["name_index"], tl["pre_name_index"],
+                  tl["names"])
+    d = _tensorgc._detail(cols, tl["pre"], tl["use_req"], DETAIL_STACKS, labels)
     stacks = cols[5]
     segs = d["segments"]
     made = {sg[3] for sg in segs}
@@ -194,10 +220,24 @@ def _detail_data(snap: Snapshot, tl: Replay, cols: Columns, index: int) -> Dict[
                 and addr not in made:
             segs.append([0, -1, size, addr])
     segs.sort(key=lambda g: g[3])
-    return {"n": d["n"], "events": d["events"], "unit": d["unit"], "xunit": d["xunit"],
-            "streams": [base64.b64encode(b).decode("ascii") for b in d["streams"]],
-            "stacks": [[]] + [_stack_lines({"frames": stacks[k]}, STACK_MAX) for k in d["used"]],
-            "segments": segs[:SEGMENTS_MAX]}
+    out = {"n": d["n"], "events": d["events"], "unit": d["unit"], "xunit": d["xunit"],
+           "streams": [base64.b64encode(b).decode("ascii") for b in d["streams"]],
+           "stacks": [[]] + [_stack_lines({"frames": stacks[k]}, STACK_MAX) for k in d["used"]],
+           "segments": segs[:SEGMENTS_MAX]}
+    if d["cats"] is not None:
+        # per allocation: its label (category | rule << 4, bit 7: inferred; categories.
+        # describe_label), its name index (little-endian uint32, 0: none) into names
+        name_index: bytes = d["name_index"]
+        if sys.byteorder == "big":
+            swapped = array("I", name_index)
+            swapped.byteswap()
+            name_index = swapped.tobytes()
+        out.update({"cats": base64.b64encode(d["cats"]).decode("ascii"),
+                    "categories": list(d["categories"]),
+                    "rules": {str(r): t for r, t in RULES.items()},
+                    "name_index": base64.b64encode(name_index).decode("ascii"),
+                    "names": [_text(n) for n in d["names"]]})
+    return out
 
 
 def _stack_lines(entry: object, limit: int) -> List[str]:
@@ -266,12 +306,8 @@ def _site(entry: object) -> str:
 
 
 CATEGORY_COLORS = {"parameter": "#7b3fb5", "grad": "#d93b3b", "optimizer_state": "#f0a030",
-                   "activation": "#3a8fd9", "buffer": "#2a9d8f", "temporary": "#9ccc65",
-                   "other": "#8c8c8c"}
-# why the replay gave a band its category (timeline.h's rules)
-RULES = {1: "named by the reporter at the snapshot", 2: "a grad landed in it",
-         3: "allocated in an optimizer step", 4: "allocated in a forward",
-         5: "allocated in a backward", 6: "allocated outside forward, backward and steps"}
+                   "activation": "#3a8fd9", "buffer": "#2a9d8f", "input": "#c2649a",
+                   "temporary": "#9ccc65", "other": "#8c8c8c"}
 AREA_HEIGHT, AREA_TOP = 150, 24
 
 
@@ -371,7 +407,7 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
     A device the snapshot does not hold is a ValueError (tensorgc.DeviceError) that lists the
     devices it holds: its page would be empty."""
     device = snapshot_device(snap, device)
-    tl, trace, tcols = _replay(snap, device, columns, detail, categories)
+    tl, trace, tcols = _replay(snap, device, columns, detail, categories, names)
     # the tensors' names of blocks alive at the end (the given ones win), cut and bounded; the
     # page shows one for an allocation alive at the end at that address
     called = dict(names_of(snap, device))

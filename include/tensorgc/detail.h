@@ -16,7 +16,10 @@
  * trace), k (a dense stack id: 1..nused in order of first use, 0 for none or past max_stacks;
  * used[k - 1] is the caller's stack id); the segments made, freed, mapped or unmapped by the
  * trace (start, end or TGC_DETAIL_ALIVE, size, address; freed ones not made in it start at 0).
- * Cost O(n + npre) time, 56 bytes per allocation plus 16 per entry for the address table.
+ * With labels (tgc_detail_labels, optional), each allocation also gets a label byte and a name
+ * index, read where the replay (timeline.c) wrote them: at its alloc entry, at its free entry
+ * when it began before the trace, or at its block of pre.
+ * Cost O(n + npre) time, 61 bytes per allocation plus 16 per entry for the address table.
  *
  * Encoding (tgc_detail_encode): six streams of LEB128 varints, n values each -- A: a[j] - a[j-1]
  * (a[-1] = 0); D: f[j] - a[j] + 1, or 0 alive at the end; S: s[j] / unit; E: zigzag(e[j] -
@@ -50,11 +53,20 @@ typedef struct {
 
 #define TGC_DETAIL_ALIVE UINT64_MAX
 
+/* The replay's per-allocation labels (timeline.h's TGC_LABEL) and name indices, by trace entry
+ * (n each) and by block of pre (npre each); NULL arrays read as 0. */
+typedef struct {
+    const uint8_t *entry_label, *pre_label;
+    const uint32_t *entry_name, *pre_name;
+} tgc_detail_labels;
+
 typedef struct {
     size_t n;                       /* allocations */
     uint64_t *a, *f, *s, *x;
     int64_t *e;
     uint32_t *k;
+    uint8_t *label;                 /* with labels, else NULL */
+    uint32_t *name;                 /* with labels, else NULL */
     uint32_t *used;                 /* used[k - 1]: the caller's stack id */
     size_t nused;
     uint64_t events;                /* the clock's length */
@@ -68,9 +80,11 @@ typedef struct {
     uint64_t unit, xunit;
 } tgc_detail_enc;
 
-/* free_kind: TGC_TK_FREE_REQUESTED or TGC_TK_FREE_COMPLETED, the action that frees. */
+/* free_kind: TGC_TK_FREE_REQUESTED or TGC_TK_FREE_COMPLETED, the action that frees. labels:
+ * NULL, or the replay's labels (out->label and out->name are then filled). */
 int tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *pre_size,
-                     size_t npre, int free_kind, uint32_t max_stacks, tgc_detail *out);
+                     size_t npre, int free_kind, uint32_t max_stacks,
+                     const tgc_detail_labels *labels, tgc_detail *out);
 void tgc_detail_free(tgc_detail *d);
 int tgc_detail_encode(const tgc_detail *d, tgc_detail_enc *out);
 void tgc_detail_enc_free(tgc_detail_enc *e);

@@ -9,8 +9,8 @@
  * (device, address) claims it and its bytes are the key's.
  *
  * A plain tensor (one whose type runs no __torch_function__ of its own, with a readable storage)
- * is read directly: its device, numel() and untyped_storage()'s nbytes() and data_ptr(), the
- * calls tensor/layout.c makes for it. Every other tensor, and any plain one whose read fails,
+ * is read directly: its device, whether it has elements (its nbytes), and untyped_storage()'s
+ * nbytes() and data_ptr(), the calls tensor/layout.c makes for it. Every other tensor, and any plain one whose read fails,
  * gets tgc_walk_row's whole row with subclass dispatch off, as _build gets it, and its parts'
  * rows likewise.
  *
@@ -83,6 +83,10 @@ typedef struct {
     int ntypes, next_type;
     tgc_tensor_nodispatch guard;
     int guarded;                     /* subclass dispatch switched off (on the first slow row) */
+    /* The storages' type (borrowed: a storage of it is alive while the two are used) and its
+     * nbytes and data_ptr (new references), looked up once rather than per storage. */
+    PyTypeObject *stype;
+    PyObject *s_nbytes, *s_data_ptr;
 } keys_ctx;
 
 /* An int's value modulo 2**64 (int or a subclass, borrowed): addresses and sizes are below
@@ -490,17 +494,38 @@ keys__plain_type(keys_ctx *c, PyTypeObject *tp)
     return plain;
 }
 
-/* An unsigned value a method of o returns (name interned, borrowed). 0, or -1 with no
- * exception. */
+/* An unsigned value that calling m (borrowed) on o returns. 0, or -1 with no exception. */
 static int
-keys__call_ull(PyObject *o, PyObject *name, unsigned long long *v)
+keys__call_ull(PyObject *m, PyObject *o, unsigned long long *v)
 {
-    PyObject *x = PyObject_CallMethodNoArgs(o, name);  /* new reference */
+    PyObject *x = PyObject_CallOneArg(m, o);  /* new reference */
     int rc = x != NULL && PyLong_Check(x) ? 0 : -1;
     *v = rc == 0 ? keys__u64(x) : 0;
     Py_XDECREF(x);
     PyErr_Clear();
     return rc;
+}
+
+/* A storage's size and address: its nbytes() and data_ptr(), the two looked up on its type
+ * once per type met. 0, or -1 with no exception (not readable). */
+static int
+keys__storage(keys_ctx *c, PyObject *s, unsigned long long *nbytes, unsigned long long *ptr)
+{
+    if (Py_TYPE(s) != c->stype) {
+        tgc_tensor_state *tn = c->r->tensor;
+        PyObject *nb = PyObject_GetAttr((PyObject *)Py_TYPE(s), tn->str_nbytes);  /* new */
+        PyObject *dp = nb ? PyObject_GetAttr((PyObject *)Py_TYPE(s), tn->str_data_ptr) : NULL;
+        if (dp == NULL) {
+            Py_XDECREF(nb);
+            PyErr_Clear();
+            return -1;
+        }
+        Py_XSETREF(c->s_nbytes, nb);
+        Py_XSETREF(c->s_data_ptr, dp);
+        c->stype = Py_TYPE(s);
+    }
+    return keys__call_ull(c->s_nbytes, s, nbytes) == 0 &&
+           keys__call_ull(c->s_data_ptr, s, ptr) == 0 ? 0 : -1;
 }
 
 /* A plain tensor read directly: 1 done (its key claimed or none to claim), 0 when it must be
@@ -524,10 +549,13 @@ keys__plain(keys_ctx *c, Py_ssize_t at, PyObject *t)
         rc = 1;  /* no row on this device; a meta tensor's row claims nothing */
         goto done;
     }
+    /* Whether it has elements: its nbytes (numel times the element size, a getter: cheaper than
+     * the numel() method's call) is 0 exactly when numel() is. */
+    PyObject *g = tn->attr[TGC_TA_NBYTES];
     PyObject *m = tn->attr[TGC_TA_NUMEL];
-    PyObject *numel = m ? PyObject_CallOneArg(m, t) : NULL;    /* new reference */
-    long long n = numel && PyLong_Check(numel) ? PyLong_AsLongLong(numel) : -1;
-    Py_XDECREF(numel);
+    PyObject *size = g ? tgc_tensor_get(g, t) : m ? PyObject_CallOneArg(m, t) : NULL;  /* new */
+    long long n = size && PyLong_Check(size) ? PyLong_AsLongLong(size) : -1;
+    Py_XDECREF(size);
     if (n < 0) {
         goto fallback;
     }
@@ -537,8 +565,7 @@ keys__plain(keys_ctx *c, Py_ssize_t at, PyObject *t)
     }
     PyObject *s = PyObject_CallOneArg(tn->untyped_storage, t);  /* new reference */
     unsigned long long nbytes = 0, ptr = 0;
-    int ok = s && keys__call_ull(s, tn->str_nbytes, &nbytes) == 0 &&
-             keys__call_ull(s, tn->str_data_ptr, &ptr) == 0;
+    int ok = s && keys__storage(c, s, &nbytes, &ptr) == 0;
     Py_XDECREF(s);
     if (!ok) {
         goto fallback;
@@ -667,6 +694,8 @@ tgc_storage_keys(tgc_reporter *r, PyObject *tensors, const tgc_device_filter *f,
     for (uint32_t i = 0; i < c.ndevs; i++) {
         Py_DECREF(c.devs[i].device_s);
     }
+    Py_XDECREF(c.s_nbytes);
+    Py_XDECREF(c.s_data_ptr);
     free(c.devs);
     free(c.slots);
     free(c.rows);

@@ -10,6 +10,7 @@ index off: MemReporter.collect() then walks every object the collector tracks.""
 import collections
 import copy
 import gc
+import os
 import pickle
 import sys
 import threading
@@ -246,6 +247,34 @@ def test_the_index_lives_as_long_as_a_checkpoint_that_started_it(mod, index_off)
     assert index_on()
     del fourth
     assert gc.callbacks == callbacks
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_compares_with_the_parents_checkpoint(mod, index_off):
+    mod.OLD = [torch.ones(6) for _ in range(100)]
+    before = tensorgc.checkpoint()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: inherits the index, the checkpoint and its hold
+        code = 1
+        try:
+            mod.CHILD = [torch.ones(9)]
+            del mod.OLD[:3]
+            g = tensorgc.growth(before)
+            ok = ([h for h, _, _, _ in g.groups] == [f"{MOD_NAME}.CHILD"] and g.freed == 3
+                  and index_on() is (not NO_GENERATIONS))
+            code = 0 if ok else 2
+        finally:
+            os.write(w, bytes([code]))
+            os._exit(0)
+    os.close(w)
+    try:
+        got = os.read(r, 1)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert got == b"\x00"
+    assert tensorgc.growth(before).rows == []  # the parent's tensors did not change
 
 
 def test_index_holds_and_releases(index_off):

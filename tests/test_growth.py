@@ -250,6 +250,7 @@ def test_the_index_lives_as_long_as_a_checkpoint_that_started_it(mod, index_off)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_compares_with_the_parents_checkpoint(mod, index_off):
     mod.OLD = [torch.ones(6) for _ in range(100)]
     before = tensorgc.checkpoint()

@@ -136,6 +136,8 @@ def checkpoint(device: Optional[DeviceLike] = None) -> Checkpoint:
     """The storages alive now (on ``device``, or every device), to compare with later. Turns
     the index of live tensors on if it is off (one walk of the heap); it then stays on while
     this Checkpoint, or another that needed it, is alive."""
+    import torch  # noqa: F401 -- as MemReporter does: it may come before the user imports it
+
     filt = _parse_device(device)
     _warn_no_cuda(filt, device)
     _tensorgc._index_hold()  # before the read: the index is on for it

@@ -12,6 +12,7 @@ import copy
 import gc
 import os
 import pickle
+import subprocess
 import sys
 import threading
 import types
@@ -276,6 +277,23 @@ def test_a_forked_child_compares_with_the_parents_checkpoint(mod, index_off):
         os.waitpid(pid, 0)
     assert got == b"\x00"
     assert tensorgc.growth(before).rows == []  # the parent's tensors did not change
+
+
+def test_a_checkpoint_before_torch_is_imported(tmp_path):
+    script = tmp_path / "early.py"
+    script.write_text(
+        "import sys\n"
+        "import tensorgc\n"
+        "assert 'torch' not in sys.modules\n"
+        "before = tensorgc.checkpoint()\n"
+        "import torch\n"
+        "KEEP = torch.ones(3)\n"
+        "print(tensorgc.growth(before).groups[0][0])\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=root))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "__main__.KEEP"
 
 
 def test_index_holds_and_releases(index_off):

@@ -386,6 +386,12 @@ keys__claim(keys_ctx *c, const keys_row *w)
     PyObject *p = PyLong_FromUnsignedLongLong(w->ptr);
     PyObject *n = p ? PyLong_FromUnsignedLongLong(w->nbytes) : NULL;
     PyObject *key = n ? PyTuple_Pack(3, c->devs[w->dev].device_s, p, n) : NULL;  /* new */
+    if (key != NULL) {
+        /* a str and two ints: no cycle through it, so the collector need not see it (a
+         * checkpoint makes one a storage, and the collections after it would examine them all
+         * before untracking them themselves) */
+        PyObject_GC_UnTrack(key);
+    }
     PyObject *idx = key && c->out->where ? PyLong_FromSsize_t(w->at) : NULL;
     int rc = key != NULL && PyList_Append(c->out->keys, key) == 0 &&
              (c->out->where == NULL || (idx != NULL && PyList_Append(c->out->where, idx) == 0))

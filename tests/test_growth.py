@@ -370,6 +370,7 @@ def test_storage_keys_count_each_layout_as_memreporter_does(index_off):
     keys, where, matched, nbytes, table = _tensorgc._storage_keys(live, None, None)
     assert where is None and matched == 0
     assert set(keys) == walk_keys() and len(keys) == len(set(keys))
+    assert not any(gc.is_tracked(k) for k in keys)  # a str and two ints: nothing to collect
     assert nbytes == sum(n for _, _, n in keys)
     for before in (table, frozenset(keys)):
         again = _tensorgc._storage_keys(live, None, before)

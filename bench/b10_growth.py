@@ -25,12 +25,15 @@ inside the call phase), and the run's figures are the median call without and wi
 The difference is the plugin's overhead per test.
 
 ``--root PATH`` imports tensorgc from PATH instead of this checkout (an in-place build of
-another commit, e.g. exported with ``git archive`` and built with ``make build``): the same
-measurement of the code before a change. Runs: ``--repeat`` fresh processes (default 5), medians
-of the runs' figures. Output: a markdown table on stdout, JSON to ``--json``, progress on stderr.
+another commit, e.g. exported with ``git archive`` and built with ``make build``); ``--before
+PATH`` runs PATH's as well, run by run in turn with this checkout's, so that the machine's drift
+hits both alike: the same measurement of the code before a change. Runs: ``--repeat`` fresh
+processes of each (default 5), medians of the runs' figures. Output: a markdown table on stdout,
+JSON to ``--json``, progress on stderr.
 
     python3 bench/b10_growth.py --repeat 5 --json docs/results/b10-cpu.json
-    python3 bench/b10_growth.py --repeat 3 --calls 3 --tests 3 --root /tmp/tensorgc-before
+    git archive REV | tar -x -C /tmp/tensorgc-before && make -C /tmp/tensorgc-before build
+    python3 bench/b10_growth.py --repeat 3 --calls 5 --tests 5 --before /tmp/tensorgc-before
 """
 from __future__ import annotations
 
@@ -160,10 +163,29 @@ def parse_args(argv=None):
     p.add_argument("--tests", type=int, default=10, help="tests in each pytest session")
     p.add_argument("--repeat", type=int, default=5, help="runs, each a fresh process")
     p.add_argument("--root", default="", help="import tensorgc from this directory")
+    p.add_argument("--before", default="",
+                   help="also run tensorgc from this directory, run by run in turn with --root's")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed for one run")
     p.add_argument("--json", default=None, help="write all results as JSON to this path")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+def _rows(ok: list, calls: int, tests: int) -> list:
+    """(measurement, its figure of each run) for the table."""
+    def per_run(name):
+        return [_median_ms(r[name]) if isinstance(r[name], list) else 1e3 * r[name] for r in ok]
+
+    each = f"median of {tests} tests"
+    rows = [("checkpoint(), the first (it turns the index on)", per_run("first_checkpoint_s")),
+            (f"growth(), nothing new (median of {calls} calls)", per_run("growth_s")),
+            (f"checkpoint(), index on (median of {calls} calls)", per_run("checkpoint_s")),
+            ("growth(), 10 new (one owner search)", per_run("growth_new_s")),
+            (f"pytest test call, plugin off ({each})", per_run("plugin_off_s")),
+            (f"pytest test call, `--tensorgc` ({each})", per_run("plugin_on_s"))]
+    over = [b - a for a, b in zip(rows[4][1], rows[5][1])]
+    rows.append(("plugin overhead per test (with - without)", over))
+    return rows
 
 
 def main(argv=None) -> int:
@@ -171,49 +193,58 @@ def main(argv=None) -> int:
     if args.worker:
         worker(json.loads(args.worker))
         return 0
-    root = os.path.abspath(args.root) if args.root else ""
-    cfg = {"tensors": args.tensors, "heap": args.heap, "calls": args.calls, "tests": args.tests,
-           "root": root}
+    roots = [os.path.abspath(args.root) if args.root else ""]
+    if args.before:
+        roots.append(os.path.abspath(args.before))
     env = C.environment("cpu")
-    runs = []
+    runs: dict = {root: [] for root in roots}
     for i in range(args.repeat):
-        C.log(f"B10 run {i + 1}/{args.repeat}")
-        runs.append(C.run_worker(os.path.abspath(__file__), cfg, args.timeout))
-    ok = [r for r in runs if "growth_s" in r and not r.get("error")]
-    bad = [r for r in runs if r not in ok]
-
-    def per_run(name, f=_median_ms):
-        return [f(r[name]) if isinstance(r[name], list) else 1e3 * r[name] for r in ok]
-
-    tests = f"median of {args.tests} tests"
-    rows = [("checkpoint(), the first (it turns the index on)", per_run("first_checkpoint_s")),
-            (f"growth(), nothing new (median of {args.calls} calls)", per_run("growth_s")),
-            (f"checkpoint(), index on (median of {args.calls} calls)", per_run("checkpoint_s")),
-            ("growth(), 10 new (one owner search)", per_run("growth_new_s")),
-            (f"pytest test call, plugin off ({tests})", per_run("plugin_off_s")),
-            (f"pytest test call, `--tensorgc` ({tests})", per_run("plugin_on_s"))]
-    over = [b - a for a, b in zip(rows[4][1], rows[5][1])]
-    rows.append(("plugin overhead per test (with - without)", over))
-    print(f"### B10 growth: {args.tensors:,} live CPU tensors, nothing new"
-          + (f", tensorgc from {root}" if root else ""))
+        for root in roots:  # in turn, run by run: the machine's drift hits both alike
+            C.log(f"B10 run {i + 1}/{args.repeat}" + (f" ({root})" if root else ""))
+            cfg = {"tensors": args.tensors, "heap": args.heap, "calls": args.calls,
+                   "tests": args.tests, "root": root}
+            runs[root].append(C.run_worker(os.path.abspath(__file__), cfg, args.timeout))
+    ok = {root: [r for r in rs if "growth_s" in r and not r.get("error")]
+          for root, rs in runs.items()}
+    bad = [r for rs in runs.values() for r in rs if "growth_s" not in r or r.get("error")]
+    tables = {root: _rows(ok[root], args.calls, args.tests) for root in roots}
+    first = next((rs[0] for rs in ok.values() if rs), None)
+    print(f"### B10 growth: {args.tensors:,} live CPU tensors, nothing new")
     print()
-    print(f"python {env['python']}, torch {env.get('torch')}, {env['cpu_count']} CPUs; "
-          f"gc-tracked objects alive: {ok[0]['tracked']:,}" if ok else "no run succeeded")
+    if first is None:
+        print("no run succeeded")
+    else:
+        print(f"python {env['python']}, torch {env.get('torch')}, {env['cpu_count']} CPUs; "
+              f"gc-tracked objects alive: {first['tracked']:,}")
     print()
-    print("| measurement | median (ms) | runs (ms) |")
-    print("| --- | ---: | --- |")
-    for name, vals in rows:
-        if vals:
-            print(f"| {name} | {statistics.median(vals):.1f} | "
-                  f"{', '.join(f'{v:.1f}' for v in vals)} |")
+    names = [root or "this checkout" for root in roots]
+    print("| measurement | " + " | ".join(f"{n}: median (ms) | runs (ms)" for n in names)
+          + (" | before / this |" if len(roots) > 1 else " |"))
+    print("| --- |" + " ---: | --- |" * len(roots) + (" ---: |" if len(roots) > 1 else ""))
+    for k, (name, _) in enumerate(tables[roots[0]]):
+        cells, meds = [], []
+        for root in roots:
+            vals = tables[root][k][1]
+            med = statistics.median(vals) if vals else None
+            meds.append(med)
+            cells.append(f"{med:.1f} | {', '.join(f'{v:.1f}' for v in vals)}" if vals else "- | -")
+        ratio = ""
+        if len(roots) > 1:
+            a, b = meds[0], meds[1]
+            ratio = (f" {b / a:.0f}x |" if b >= 10 * a else f" {b / a:.2f}x |") \
+                if a and b and a > 1 else " - |"
+        print(f"| {name} | " + " | ".join(cells) + " |" + ratio)
     print()
     if bad:
         why = bad[0].get("error") or bad[0].get("stderr_tail")
         print(f"{len(bad)} run(s) failed: {str(why)[:800]}")
         print()
-    C.write_json(args.json, {"benchmark": "B10", "config": {**cfg, "repeat": args.repeat},
+    C.write_json(args.json, {"benchmark": "B10",
+                             "config": {"tensors": args.tensors, "heap": args.heap,
+                                        "calls": args.calls, "tests": args.tests,
+                                        "repeat": args.repeat, "roots": roots},
                              "environment": env, "runs": runs})
-    return 0 if ok and not bad else 1
+    return 0 if first is not None and not bad else 1
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ checkpoint() turns on when it is off: one walk of the heap, then kept while a Ch
 alive) and the tensors autograd saved for backward from their graphs, and lists their storages'
 keys in C (reporter/storages.c); growth() compares those with the checkpoint's and searches
 owners (tensorgc.owners) only when some storage is new, once, for the new ones. A checkpoint
-keeps three numbers per storage and no reference.
+keeps three numbers per storage (and, while it lives, the table its pass built of them) and no
+reference to a tensor.
 """
 from __future__ import annotations
 

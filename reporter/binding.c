@@ -134,7 +134,7 @@ storage_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         res.table = Py_NewRef(Py_None);
     }
     return Py_BuildValue("(NNnKN)", res.keys, res.where, res.matched, res.nbytes,
-                         res.table);  /* steals the three lists' references */
+                         res.table);  /* N: steals keys, where and table */
 }
 
 PyDoc_STRVAR(is_tensor_doc,

@@ -5,7 +5,8 @@
 #ifndef TGC_REPORTER_BINDING_H
 #define TGC_REPORTER_BINDING_H
 
-/* _live_tensors, _track_tensors, _tensor_rows, _is_tensor. */
+/* _live_tensors, _track_tensors, _index_hold, _index_release, _storage_keys, _tensor_rows,
+ * _is_tensor. */
 extern PyMethodDef tgc_reporter_methods[];
 /* The line profiler's event sources: sys.monitoring callbacks (lineprof_monitoring.c) and the C
  * tracer's switch (lineprof_trace.c). */

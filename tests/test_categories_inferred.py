@@ -12,9 +12,8 @@ import pytest
 
 from tensorgc import SnapshotError, _tensorgc, load_snapshot
 from tensorgc.categories import (CATEGORIES, HINT_KINDS, HINT_PHASES, KEY, LABEL_INFERRED,
-                                 NAME_MAX, classification_inputs, describe_label, parse,
-                                 stack_hints)
-from tensorgc.timeline import _detail_data, _replay, categories_at_peak, replay, timeline_html
+                                 NAME_MAX, describe_label, parse, stack_hints)
+from tensorgc.timeline import _detail_data, _replay, categories_at_peak, classification_inputs, replay, timeline_html
 
 from _traces import accuracy, make_trace
 from _util import run_tensorgc_cli

@@ -159,8 +159,10 @@ static int
 young__heads_sane(void)
 {
     for (int gen = 0; gen < TGC_GC_GENERATIONS; gen++) {
-        tgc_gc_node *head = young__head(gen), *next = tgc_gc_next(head), *prev = tgc_gc_prev(head);
-        if (next == NULL || prev == NULL || tgc_gc_prev(next) != head || tgc_gc_next(prev) != head) {
+        tgc_gc_node *head = young__head(gen);
+        tgc_gc_node *next = tgc_gc_next(head), *prev = tgc_gc_prev(head);
+        if (next == NULL || prev == NULL || tgc_gc_prev(next) != head ||
+            tgc_gc_next(prev) != head) {
             return 0;
         }
     }
@@ -173,6 +175,12 @@ tgc_young_selfcheck(const char **why)
     young__probe_class();
     if (!tgc_internals_decide()) {
         *why = tgc_internals_why();
+        return young_layout_ok = 0;
+    }
+    if (tgc_gc_collecting()) {
+        /* imported from a finalizer or a weakref callback: the lists are the collector's now */
+        *why = "imported during a garbage collection, when the collector's lists cannot be "
+               "checked";
         return young_layout_ok = 0;
     }
     if (!young__heads_sane()) {

@@ -17,7 +17,7 @@
 /* Free-threaded builds: the detector edits gc.garbage in place and reads objects' reference
  * counts without per-object locks, which only the GIL makes safe. setup.py says so first. */
 #ifdef Py_GIL_DISABLED
-#  error "tensorgc does not support free-threaded CPython builds (Py_GIL_DISABLED): build it with a standard (GIL) CPython"
+#  error "tensorgc does not support free-threaded CPython builds (Py_GIL_DISABLED)"
 #endif
 
 /* PyObject_CallOneArg / PyObject_CallNoArgs are 3.9+; the package needs 3.9. */

@@ -9,10 +9,12 @@
  * and the collector runs alone.
  *
  * The generation lists are the collector's internals, so this file is built with Py_BUILD_CORE
- * (as is frames.c, for a frame's slots), and only where compat.h says the layout is known
- * (TGC_HAVE_YOUNG_SCAN). It also lends the owner-chain search its visited mark (young.h). At module
- * exec, tgc_young_selfcheck() confirms the layout on the running interpreter (a new object must be
- * the tail of generation 0); if it does not match, the detector arms every collection as before. */
+ * (as is frames.c, for a frame's slots) and reads them only through gclists.h, the one place that
+ * knows their layout (CPython 3.10-3.13: compat.h's TGC_HAVE_YOUNG_SCAN). It also lends the
+ * owner-chain search its visited mark (young.h). At module exec, tgc_young_selfcheck() confirms
+ * that the interpreter is the one the build is for (common/internals.c) and the layout on it (the
+ * list heads are consistent rings, a new object is the tail of generation 0); otherwise the
+ * detector arms every collection, the portable path. */
 #define Py_BUILD_CORE 1
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

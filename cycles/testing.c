@@ -64,8 +64,7 @@ PyDoc_STRVAR(young_scan_doc,
 "The young-generation pre-scan (cycles/young.c): with enabled, switch it on or off (on is refused "
 "where the interpreter's collector is not the one it was built for). Returns {'available', "
 "'why', 'enabled', 'skipped', 'armed'}: why it is not available ('' where it is); the last two "
-"count the collections that ran without the "
-"detector and those it armed since import.");
+"count the collections that ran without the detector and those it armed since import.");
 
 static PyObject *
 young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)

@@ -652,10 +652,32 @@ tgc_cycles_exec(PyObject *module, tgc_state *st)
         return -1;
     }
     /* The defaults users get: every shortcut the interpreter allows. */
-    c->young_ok = tgc_young_selfcheck();
+    c->young_ok = tgc_young_selfcheck(&c->young_why);
     c->young_scan = c->young_ok;
     c->seeded_on = 1;
     c->island_on = c->young_ok;
+    return 0;
+}
+
+/* features[name] = None, or why as a str. */
+static int
+binding__feature(PyObject *features, const char *name, int on, const char *why)
+{
+    PyObject *v = on ? Py_NewRef(Py_None) : PyUnicode_FromString(why);  /* new reference */
+    int rc = v != NULL ? PyDict_SetItemString(features, name, v) : -1;
+    Py_XDECREF(v);
+    return rc;
+}
+
+int
+tgc_cycles_features(const tgc_cycles *c, PyObject *features)
+{
+    /* All three stand on the pre-scan's reading of the collector's lists (young.c). */
+    if (binding__feature(features, "young_prescan", c->young_ok, c->young_why) < 0 ||
+        binding__feature(features, "finalizer_cycles", c->young_ok, c->young_why) < 0 ||
+        binding__feature(features, "owner_marks", c->young_ok, c->young_why) < 0) {
+        return -1;
+    }
     return 0;
 }
 

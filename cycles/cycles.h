@@ -95,6 +95,7 @@ struct tgc_cycles {
     PyObject *island;         /* the island "start" proved and "stop" reports (new reference),
                                  NULL otherwise (young.c's tgc_young_island) */
     int young_ok;             /* the pre-scan's self-check at module exec (young.h) */
+    const char *young_why;    /* ... and why not when it failed (static; "" when it passed) */
     /* The switches (hook.h's TGC_HOOK_*; turned through tgc_hook_switch, between collections). */
     int young_scan, seeded_on, island_on, island_crosscheck;
     tgc_hook_counters counters;  /* written by the hook only (GIL); hook.h */

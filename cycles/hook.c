@@ -437,9 +437,14 @@ tgc_hook_switch(tgc_cycles *c, int which, int on)
         PyErr_SetString(PyExc_ValueError, "no such switch");
         return -1;
     }
-    if (on && !c->young_ok && (which == TGC_HOOK_YOUNG_SCAN || which == TGC_HOOK_ISLAND)) {
-        PyErr_Format(PyExc_RuntimeError, "%s needs the young-generation pre-scan, which is not "
-                     "available on this interpreter", names[which]);
+    if (on && !c->young_ok && which == TGC_HOOK_YOUNG_SCAN) {
+        PyErr_Format(PyExc_RuntimeError, "%s is not available on this interpreter: %s",
+                     names[which], c->young_why);
+        return -1;
+    }
+    if (on && !c->young_ok && which == TGC_HOOK_ISLAND) {
+        PyErr_Format(PyExc_RuntimeError, "%s need the young-generation pre-scan, which is not "
+                     "available on this interpreter: %s", names[which], c->young_why);
         return -1;
     }
     on = on != 0;

@@ -7,6 +7,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "tensorgc/compat.h"
+#include "tensorgc/internals.h"
 #include "module/state.h"
 #include "reporter.h"
 #include "binding.h"
@@ -559,6 +561,17 @@ tgc_reporter_exec(PyObject *module, tgc_state *st)
         return -1;
     }
     return 0;
+}
+
+int
+tgc_reporter_features(const tgc_reporter *r, PyObject *features)
+{
+    (void)r;
+    int on = TGC_HAVE_GEN_INDEX && tgc_internals_ok();
+    PyObject *v = on ? Py_NewRef(Py_None) : PyUnicode_FromString(tgc_internals_why());  /* new */
+    int rc = v != NULL ? PyDict_SetItemString(features, "tensor_index", v) : -1;
+    Py_XDECREF(v);
+    return rc;
 }
 
 int

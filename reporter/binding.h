@@ -18,6 +18,9 @@ extern PyMethodDef tgc_lineprof_trace_methods[];
 int tgc_reporter_exec(PyObject *module, tgc_state *st);
 /* Turns the tensor index off (interpreter exit). 0, or -1 with an exception. */
 int tgc_reporter_shutdown(tgc_reporter *r);
+/* Adds the reporter's features that depend on the interpreter to `features`, as
+ * tgc_cycles_features does. 0, or -1 with an exception. */
+int tgc_reporter_features(const tgc_reporter *r, PyObject *features);
 /* m_traverse / m_clear / m_free of the part; each takes NULL (no exec yet). */
 int tgc_reporter_traverse(tgc_reporter *r, visitproc visit, void *arg);
 void tgc_reporter_clear(tgc_reporter *r);

@@ -11,7 +11,8 @@
  *
  * Cost while on: one walk of generations 0 and 1 (a few thousand objects) per collection of
  * generation 1 or 2, i.e. one in ten collections with default thresholds. Only where the
- * collector has these generations (compat.h: TGC_HAVE_GEN_INDEX).
+ * collector has these generations (compat.h: TGC_HAVE_GEN_INDEX, and at run time
+ * common/internals.c).
  *
  * Two ways to turn it on: the user's (track_tensors: on until turned off), and holds
  * (checkpoint() and growth(), the pytest plugin's session): on while any hold is held, and off
@@ -22,6 +23,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "tensorgc/internals.h"
 #include "reporter.h"
 
 #if TGC_HAVE_GEN_INDEX
@@ -129,6 +131,9 @@ index__start(tgc_reporter *r)
 {
     if (r->index != NULL) {
         return 0;
+    }
+    if (!tgc_internals_ok()) {
+        return 0;  /* not the collector whose promotion rule the index relies on */
     }
     if (tgc_tensor_resolve(r->tensor) <= 0) {
         if (!PyErr_Occurred()) {
@@ -290,7 +295,7 @@ tgc_index_tensors(tgc_reporter *r)
     return out;
 }
 
-#else  /* no generations to rely on (free-threaded builds, 3.14's incremental collector) */
+#else  /* no generations to rely on (3.14's incremental collector, an unknown interpreter) */
 
 void
 tgc_index_callback(tgc_reporter *r, PyObject *phase, PyObject *info)

@@ -55,6 +55,8 @@ from .snapshot import (  # noqa: E402
 from ._output import get_output_dir, set_output_dir  # noqa: E402
 from .dedup import CycleDedup, cycle_totals  # noqa: E402  (repeated leaks in long jobs)
 from ._rank import install_filter as _install_rank_filter  # noqa: E402
+from ._features import Feature, PortableModeWarning, features  # noqa: E402
+from ._features import portable_message as _portable_message  # noqa: E402
 
 __all__ = [
     "Categorizer",
@@ -64,6 +66,7 @@ __all__ = [
     "CycleDedup",
     "CycleReport",
     "DeviceError",
+    "Feature",
     "GatheredReport",
     "GraphvizError",
     "Growth",
@@ -73,6 +76,7 @@ __all__ = [
     "MemReporter",
     "Moved",
     "OutputError",
+    "PortableModeWarning",
     "Publisher",
     "Report",
     "Row",
@@ -80,6 +84,7 @@ __all__ = [
     "categorize",
     "checkpoint",
     "cycle_totals",
+    "features",
     "get_output_dir",
     "gather_report",
     "growth",
@@ -115,6 +120,15 @@ _install_rank_filter(logger)
 
 # Collections during interpreter exit must not call back into a half-torn-down world.
 atexit.register(_tensorgc._shutdown)
+
+# Where the interpreter is not one whose collector tensorgc reads (3.14+, $TENSORGC_PORTABLE), say
+# once what is off. Attributed to this module, so that -W "ignore:::tensorgc" silences it.
+_portable = _portable_message()
+if _portable is not None:
+    import warnings
+
+    warnings.warn(_portable, PortableModeWarning, stacklevel=1)
+del _portable
 
 
 if TYPE_CHECKING:

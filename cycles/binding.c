@@ -19,6 +19,7 @@ handle_traverse(tgc_handle *h, visitproc visit, void *arg)
     Py_VISIT(h->module);
     Py_VISIT(h->callback);
     Py_VISIT(h->filter.predicate);
+    Py_VISIT(h->on_remove);
     return 0;
 }
 
@@ -27,6 +28,7 @@ handle_clear(tgc_handle *h)
 {
     Py_CLEAR(h->module);
     Py_CLEAR(h->callback);
+    Py_CLEAR(h->on_remove);
     tgc_filter_clear(&h->filter);
     return 0;
 }
@@ -392,6 +394,7 @@ register_observer(PyObject *module, PyObject *callback, PyObject *device, int ki
     h->module = NULL;
     h->cycles = NULL;
     h->callback = Py_NewRef(callback);
+    h->on_remove = NULL;
     h->kind = kind;
     memset(&h->filter, 0, sizeof(h->filter));
     PyObject_GC_Track((PyObject *)h);
@@ -528,12 +531,67 @@ get_render_timeout(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
     return PyFloat_FromDouble(tgc_renderer_timeout());
 }
 
+PyDoc_STRVAR(set_observer_errors_doc,
+"set_observer_errors($module, mode, /)\n--\n\n"
+"What becomes of an exception an observer raises: 'log' (the default) logs it on logger\n"
+"'tensorgc'; 'raise' raises it in the program at its next Python call after the collection, in\n"
+"the thread that collected, as torch's observers do. Returns the previous mode.");
+
+static PyObject *
+set_observer_errors(PyObject *module, PyObject *arg)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    int mode;
+    if (PyUnicode_Check(arg) && PyUnicode_CompareWithASCIIString(arg, "log") == 0) {
+        mode = 0;
+    }
+    else if (PyUnicode_Check(arg) && PyUnicode_CompareWithASCIIString(arg, "raise") == 0) {
+        mode = 1;
+    }
+    else {
+        PyErr_Format(PyExc_ValueError, "observer errors: mode must be 'log' or 'raise', not %R",
+                     arg);
+        return NULL;
+    }
+    int old = c->raise_errors;
+    c->raise_errors = mode;
+    return PyUnicode_FromString(old ? "raise" : "log");
+}
+
+PyDoc_STRVAR(on_remove_doc,
+"_on_remove($module, handle, then, /)\n--\n\n"
+"then() is called once when handle is removed (at once when it is removed already). Internal:\n"
+"observe_tensor_cycles stops the allocator history it started.");
+
+static PyObject *
+on_remove(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    if (nargs != 2 || !PyObject_TypeCheck(args[0], c->handle_type) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_on_remove(handle, then): a Handle and a callable");
+        return NULL;
+    }
+    tgc_handle *h = (tgc_handle *)args[0];
+    if (h->module == NULL) {
+        PyObject *r = PyObject_CallNoArgs(args[1]);
+        if (r == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
+        Py_RETURN_NONE;
+    }
+    Py_XSETREF(h->on_remove, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
 PyMethodDef tgc_cycles_methods[] = {
     {"observe_garbage", (PyCFunction)observe_garbage, METH_O, observe_garbage_doc},
     {"observe_cycles", (PyCFunction)(void (*)(void))observe_cycles, METH_VARARGS | METH_KEYWORDS,
      observe_cycles_doc},
     {"observe_tensor_cycles", (PyCFunction)(void (*)(void))observe_tensor_cycles,
      METH_VARARGS | METH_KEYWORDS, observe_tensor_cycles_doc},
+    {"set_observer_errors", (PyCFunction)set_observer_errors, METH_O, set_observer_errors_doc},
+    {"_on_remove", (PyCFunction)(void (*)(void))on_remove, METH_FASTCALL, on_remove_doc},
     {"render_svg", (PyCFunction)render_svg, METH_O, render_svg_doc},
     {"set_render_timeout", (PyCFunction)set_render_timeout, METH_O, set_render_timeout_doc},
     {"get_render_timeout", (PyCFunction)get_render_timeout, METH_NOARGS, get_render_timeout_doc},
@@ -694,6 +752,7 @@ tgc_cycles_traverse(tgc_cycles *c, visitproc visit, void *arg)
     Py_VISIT(c->labels.attrs);  /* the fixed labels are str: nothing to traverse */
     Py_VISIT(c->garbage);
     Py_VISIT(c->island);
+    Py_VISIT(c->deferred);
     return 0;
 }
 
@@ -720,6 +779,7 @@ tgc_cycles_clear(tgc_cycles *c)
     tgc_labels_clear(&c->labels);
     Py_CLEAR(c->garbage);
     Py_CLEAR(c->island);
+    Py_CLEAR(c->deferred);
 }
 
 void

@@ -1,8 +1,9 @@
 """Types of tensorgc's C extension (cycles/module.c, reporter/*.c, allocator/binding.c).
 
 The public part is re-exported by ``tensorgc``: CycleReport, Handle, GraphvizError,
-observe_garbage, observe_cycles, observe_tensor_cycles, render_svg, set_render_timeout,
-get_render_timeout. The ``_``-prefixed functions below are the ones tensorgc's own Python
+observe_garbage, observe_cycles, render_svg, set_render_timeout, get_render_timeout,
+set_observer_errors (observe_tensor_cycles is wrapped in Python: it may start the allocator's
+history). The ``_``-prefixed functions below are the ones tensorgc's own Python
 modules call (the reporter's walk, the allocator's replays, the snapshot checks, the line
 profiler's core); they are no API. Test-only functions are left out.
 """
@@ -103,10 +104,12 @@ def observe_tensor_cycles(callback: Callable[[str], object], *,
 def render_svg(dot: str, /) -> str: ...
 def set_render_timeout(seconds: float, /) -> float: ...
 def get_render_timeout() -> float: ...
+def set_observer_errors(mode: Literal["log", "raise"], /) -> Literal["log", "raise"]: ...
 
 # --------------------------------------------------------------------------- internal
 
 def _shutdown() -> None: ...
+def _on_remove(handle: Handle, then: Callable[[], object], /) -> None: ...
 
 # the reporter's walk (reporter/walk.c, reporter/index.c)
 _TensorRow = tuple[

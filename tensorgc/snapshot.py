@@ -59,13 +59,35 @@ def record_memory_history(enabled: Optional[Literal["all", "state"]] = "all",
     caching allocator's history, with torch's current keyword names on any torch version.
 
     Without CUDA (``torch.cuda.is_available()`` False) starting raises RuntimeError, and
-    stopping does nothing (nothing records; a ``finally`` that stops stays quiet)."""
+    stopping does nothing (nothing records; a ``finally`` that stops stays quiet).
+
+    A history that observe_tensor_cycles or warn_tensor_cycles started becomes the program's
+    with this call: removing those observers then leaves it as this call set it."""
+    from ._history import took_over
+
+    _check_history_args(enabled, context, stacks)
+    if cuda_available():
+        took_over()
+    return _record(enabled, context, stacks, max_entries, device)
+
+
+def _check_history_args(enabled: object, context: object, stacks: object) -> None:
     if enabled not in ("all", "state", None):
         raise ValueError(f"enabled must be 'all', 'state' or None, not {enabled!r}")
     if context not in ("all", "alloc", "state", None):
         raise ValueError(f"context must be 'all', 'alloc', 'state' or None, not {context!r}")
     if stacks not in ("python", "all"):
         raise ValueError(f"stacks must be 'python' or 'all', not {stacks!r}")
+
+
+def _record(enabled: Optional[Literal["all", "state"]] = "all",
+            context: Optional[Literal["all", "alloc", "state"]] = "all",
+            stacks: Literal["python", "all"] = "python",
+            max_entries: int = sys.maxsize,
+            device: Optional[DeviceLike] = None) -> None:
+    """record_memory_history's work, without making the history the program's (_history.py
+    starts and stops its own through this)."""
+    _check_history_args(enabled, context, stacks)
     if not cuda_available():
         if enabled is None:
             logging.getLogger("tensorgc").debug("tensorgc: record_memory_history(enabled=None): "

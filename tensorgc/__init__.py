@@ -42,6 +42,7 @@ from .lineprof import (  # noqa: E402  (memlab's line profiler)
     profile_every,
     set_target_gpu,
 )
+from .object_graph import Node, create_graph, to_dot, to_html  # noqa: E402  (torch's _cycles)
 from .timeline import timeline  # noqa: E402  (the function shadows the module, as snapshot)
 from ._lean import LeanTrace  # noqa: E402  (a streamed snapshot's device trace)
 from .snapshot import (  # noqa: E402
@@ -72,6 +73,7 @@ __all__ = [
     "LineProfiler",
     "MemReporter",
     "Moved",
+    "Node",
     "OutputError",
     "Publisher",
     "Report",
@@ -79,6 +81,7 @@ __all__ = [
     "SnapshotError",
     "categorize",
     "checkpoint",
+    "create_graph",
     "cycle_totals",
     "get_output_dir",
     "gather_report",
@@ -99,6 +102,8 @@ __all__ = [
     "record_memory_history",
     "snapshot",
     "timeline",
+    "to_dot",
+    "to_html",
     "track_tensors",
     "observe_cycles",
     "observe_garbage",

@@ -247,6 +247,21 @@ report__wanted(const tgc_filter *f, PyObject *t, const tgc_rtensor *rt)
     }
 }
 
+/* Whether a frame's file is C or C++ source (by its suffix: a directory may hold ".h"). */
+static int
+report__cxx_file(const char *f)
+{
+    static const char *const suffixes[] = {".cpp", ".cc", ".cu", ".h", ".hpp", ".c"};
+    size_t n = strlen(f);
+    for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+        size_t k = strlen(suffixes[i]);
+        if (n >= k && memcmp(f + n - k, suffixes[i], k) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 void
 tgc_report_stacks(tgc_rtensor *ts, Py_ssize_t n)
 {
@@ -306,14 +321,18 @@ tgc_report_stacks(tgc_rtensor *ts, Py_ssize_t n)
                     }
                     const char *f = PyUnicode_AsUTF8(fn);
                     /* Skip C++ frames and torch's own Python: the user wants their line. */
-                    if (f == NULL || f[0] == '?' || strstr(f, ".cpp") || strstr(f, ".h") ||
-                        strstr(f, "/torch/") || f[0] == '\0') {
+                    if (f == NULL || f[0] == '?' || f[0] == '\0' || report__cxx_file(f) ||
+                        strstr(f, "/torch/")) {
                         PyErr_Clear();
                         continue;
                     }
                     const char *func = PyUnicode_AsUTF8(nm);
-                    /* file and function names cut (%.*s): they are the user's strings too */
-                    tgc_buf_printf(&sb, "%.200s:%ld %.120s\n", f, PyLong_AsLong(ln), func ? func : "?");
+                    /* file and function names cut: they are the user's strings too. A long path
+                     * keeps its end, where the file's name is. */
+                    size_t flen = strlen(f);
+                    tgc_buf_printf(&sb, "%s%.200s:%ld %.120s\n", flen > 200 ? "\xe2\x80\xa6" : "",
+                                   flen > 200 ? f + flen - 200 : f, PyLong_AsLong(ln),
+                                   func ? func : "?");
                     PyErr_Clear();
                 }
                 if (sb.len > 0 && !sb.oom) {

@@ -67,8 +67,11 @@ def _block_frames(snap: Snapshot, device: int) -> Dict[Tuple[int, int], Dict[str
     for seg in snap.get("segments", []):
         if not isinstance(seg, dict) or seg.get("device", device) != device:
             continue
-        addr = seg.get("address")
-        for b in seg.get("blocks", []) if isinstance(addr, int) else []:
+        start = seg.get("address")
+        if not isinstance(start, int):
+            continue
+        addr: int = start
+        for b in seg.get("blocks", []):
             if not isinstance(b, dict):
                 break
             size = b.get("size")

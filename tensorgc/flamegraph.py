@@ -46,12 +46,20 @@ WIDTH, ROW, TOP, BOTTOM = 1200, 17, 48, 24
 Stack = Tuple[str, ...]
 
 # C++ frames that only say how the call got there: the unwinder, the interpreter's eval loop and
-# call machinery, torch's dispatcher. Left out of every stack.
-_SKIP_NAMES = ("unwind::", "CapturedTraceback", "gather_with_cpp", "__libc_start", "_start",
-               "PyEval_", "PyObject_", "PyFunction_", "_PyEval", "_PyObject", "_PyFunction")
+# call machinery, torch's dispatcher. Left out of every stack; a Python frame never is.
+_SKIP_IN_NAMES = ("unwind::", "CapturedTraceback", "gather_with_cpp", "__libc_start_main")
+_SKIP_NAME_STARTS = ("PyEval_", "_PyEval_", "PyObject_", "_PyObject_", "PyFunction_",
+                     "_PyFunction_")
 _SKIP_FILES = ("ceval.c", "pycore_ceval.h", "Objects/call.c", "Objects/methodobject.c",
                "pythonrun.c", "Modules/main.c", "cpython/abstract.h", "core/boxing",
                "/Register", "/Redispatch")
+
+
+def _skipped(name: str, func: str) -> bool:
+    if name.endswith(".py") or name.startswith("<frozen "):
+        return False
+    return (func == "_start" or func.startswith(_SKIP_NAME_STARTS)
+            or any(s in func for s in _SKIP_IN_NAMES) or any(s in name for s in _SKIP_FILES))
 
 
 def _frame(f: object) -> Optional[Tuple[str, str]]:
@@ -60,7 +68,7 @@ def _frame(f: object) -> Optional[Tuple[str, str]]:
         return None
     name, func, line = f.get("filename"), f.get("name"), f.get("line")
     name_s, func_s = _text(name)[:LABEL_MAX], _text(func)[:LABEL_MAX]
-    if any(s in func_s for s in _SKIP_NAMES) or any(s in name_s for s in _SKIP_FILES):
+    if _skipped(name_s, func_s):
         return None
     line_s = _text(line)
     return f"{name_s}:{line_s}:{func_s}", f"{name_s.rsplit('/', 1)[-1]}:{line_s}:{func_s}"

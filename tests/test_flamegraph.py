@@ -71,6 +71,9 @@ def test_interpreter_and_dispatch_frames_are_left_out():
               frame("??", 0, "unwind::unwind"), USER[0]]
     got = fg.folded(snap_of(seg(0, [block(64, 64, frames=frames)])), by="memory")
     assert list(got) == [("stream_0", "active_allocated", "/home/u/proj/model.py:12:forward")]
+    python = [frame("/srv/Register/hooks.py", 3, "on_epoch_start"), frame("/m/x.py", 1, "_start")]
+    got = fg.folded(snap_of(seg(0, [block(64, 64, frames=python)])), by="memory")
+    assert len(next(iter(got))) == 4  # a Python frame is never left out, whatever its names
 
 
 def test_a_device_alone():

@@ -52,12 +52,12 @@ class _Torch:
             return None
 
     def start(self) -> None:
-        from .snapshot import _record
-        _record(**SETTINGS)
+        from ._recorder import record
+        record(**SETTINGS)
 
     def stop(self) -> None:
-        from .snapshot import _record
-        _record(None)
+        from ._recorder import record
+        record(None)
 
 
 _torch: _Torch = _Torch()

@@ -111,8 +111,9 @@ def test_record_memory_history_takes_it_over(fake, monkeypatch):
 
     snap_mod = importlib.import_module("tensorgc.snapshot")
 
+    recorder = importlib.import_module("tensorgc._recorder")
     monkeypatch.setattr(snap_mod, "cuda_available", lambda: True)
-    monkeypatch.setattr(snap_mod, "_record", lambda *a, **k: None)
+    monkeypatch.setattr(recorder, "record", lambda *a, **k: None)
     h = tensorgc.observe_tensor_cycles(lambda html: None)
     tensorgc.record_memory_history("all")
     h.remove()

@@ -190,3 +190,9 @@ def test_the_cycle_page_names_the_tensor_class_and_the_closure_cell(track, devic
     assert len(pages) == 1
     assert "torch.Tensor: Tensor float32[3, 4]" in pages[0]
     assert re.search(r"closure x: __closure__\[\d\]\.cell_contents", pages[0])
+
+
+def test_empty():
+    assert create_graph([], filter=_is_tensor) == []
+    assert to_dot([]).startswith("digraph")
+    assert "0 objects" in to_html([])

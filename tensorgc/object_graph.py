@@ -66,8 +66,9 @@ def _frame_text(f: Any) -> Optional[str]:
 
 
 def cuda_allocation_context() -> Callable[[object], Optional[str]]:
-    """torch's default context: for a CUDA tensor, the stack its storage's block was allocated
-    from (torch.cuda.memory._snapshot(): needs the allocator's history, which
+    """torch's default context: for a CUDA tensor, the stack its storage was allocated from
+    (asked of torch by address, torch._C._cuda_allocationTraceback, or on a torch without it
+    read from one torch.cuda.memory._snapshot(); either needs the allocator's history, which
     observe_tensor_cycles starts), one "file:line:function" per line, innermost first, at most
     FRAMES_PER_STACK frames (C++ frames left out); None for anything else, and for everything
     where there is no CUDA or no history."""
@@ -77,7 +78,10 @@ def cuda_allocation_context() -> Callable[[object], Optional[str]]:
         recording = torch is not None and bool(torch._C._cuda_isHistoryEnabled())
     except Exception:  # noqa: BLE001 -- a CPU build has no _cuda_* functions
         recording = False
-    if recording:
+    # torch 2.13 on answers for one address; an older one gives every block's stack at once
+    ask: Optional[Callable[[int], Any]] = (
+        getattr(torch._C, "_cuda_allocationTraceback", None) if recording and torch else None)
+    if recording and ask is None:
         assert torch is not None
         for seg in torch.cuda.memory._snapshot().get("segments", []):
             addr = seg.get("address", 0)
@@ -87,14 +91,16 @@ def cuda_allocation_context() -> Callable[[object], Optional[str]]:
                 addr += blk.get("size", 0)
 
     def context(obj: object) -> Optional[str]:
-        if not addr_to_frames or not is_cuda_tensor(obj):
+        if not recording or not is_cuda_tensor(obj):
             return None
         try:
             ptr = obj.untyped_storage().data_ptr()  # type: ignore[attr-defined]
+            frames = ask(ptr) if ask is not None else addr_to_frames.get(ptr)
         except Exception:  # noqa: BLE001
             return None
-        frames = addr_to_frames.get(ptr)
-        if not frames:
+        if isinstance(frames, dict):
+            frames = frames.get("frames")
+        if not isinstance(frames, list) or not frames:
             return None
         lines = [t for t in (_frame_text(f) for f in frames) if t is not None]
         return "\n".join(lines[:FRAMES_PER_STACK]) or None

@@ -196,3 +196,41 @@ def test_empty():
     assert create_graph([], filter=_is_tensor) == []
     assert to_dot([]).startswith("digraph")
     assert "0 objects" in to_html([])
+
+
+class _FakeCudaTensor:
+    """What cuda_allocation_context reads of a CUDA tensor, on a machine without CUDA."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+        self.device = type("device", (), {"type": "cuda"})()
+
+    def untyped_storage(self):
+        return type("storage", (), {"data_ptr": lambda s: self.ptr})()
+
+
+def _fake_torch(per_address):
+    import types
+
+    frames = [{"filename": "/p/model.py", "line": 3, "name": "forward"},
+              {"filename": "/pytorch/c10/Alloc.cpp", "line": 9, "name": "malloc"},
+              {"filename": "/p/train.py", "line": 7, "name": "step"}]
+    snap = {"segments": [{"address": 4096, "blocks": [
+        {"size": 512, "state": "inactive"},
+        {"size": 512, "state": "active_allocated", "frames": frames}]}]}
+    c = types.SimpleNamespace(_cuda_isHistoryEnabled=lambda: True)
+    if per_address:
+        c._cuda_allocationTraceback = lambda p: frames if p == 4608 else None
+    return types.SimpleNamespace(
+        Tensor=_FakeCudaTensor, _C=c, _subclasses=None,
+        cuda=types.SimpleNamespace(memory=types.SimpleNamespace(_snapshot=lambda: snap)))
+
+
+@pytest.mark.parametrize("per_address", [True, False], ids=["by-address", "from-snapshot"])
+def test_cuda_allocation_context_reads_torchs_stacks(monkeypatch, per_address):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(per_address))
+    ctx = cuda_allocation_context()
+    assert ctx(_FakeCudaTensor(4608)) == "/p/model.py:3:forward\n/p/train.py:7:step"
+    assert ctx(_FakeCudaTensor(4096)) is None and ctx(object()) is None

@@ -68,7 +68,9 @@ tgc_objects_graph(tgc_cycles *c, PyObject *objs, PyObject *roots)
         PyErr_NoMemory();
         goto done;
     }
-    memcpy(b.items, PySequence_Fast_ITEMS(owned), b.n * sizeof(PyObject *));
+    if (b.n > 0) {  /* an empty list has no item array */
+        memcpy(b.items, PySequence_Fast_ITEMS(owned), b.n * sizeof(PyObject *));
+    }
     /* The tensors' metadata, for their labels (every tensor; it marks them all as targets,
      * which the caller's roots then replace). */
     tgc_filter any;

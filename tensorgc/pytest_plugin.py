@@ -49,6 +49,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _tensorgc._index_release()
 
 
+@pytest.fixture(autouse=True)
+def _tensorgc_observer_errors() -> Generator[None, None, None]:
+    """An exception raised in a tensorgc observer fails the test that collected, as torch's
+    observers' do (tensorgc.set_observer_errors("raise")), instead of being logged."""
+    from ._tensorgc import set_observer_errors
+
+    previous = set_observer_errors("raise")
+    yield
+    set_observer_errors(previous)
+
+
 def _settings(item: pytest.Item) -> Optional[Dict[str, Any]]:
     mark = item.get_closest_marker(_MARK)
     if mark is None and not item.config.getoption("--tensorgc"):

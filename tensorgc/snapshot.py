@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import errno
-import inspect
 import io
 import logging
 import os
@@ -59,38 +58,17 @@ def record_memory_history(enabled: Optional[Literal["all", "state"]] = "all",
     caching allocator's history, with torch's current keyword names on any torch version.
 
     Without CUDA (``torch.cuda.is_available()`` False) starting raises RuntimeError, and
-    stopping does nothing (nothing records; a ``finally`` that stops stays quiet)."""
-    if enabled not in ("all", "state", None):
-        raise ValueError(f"enabled must be 'all', 'state' or None, not {enabled!r}")
-    if context not in ("all", "alloc", "state", None):
-        raise ValueError(f"context must be 'all', 'alloc', 'state' or None, not {context!r}")
-    if stacks not in ("python", "all"):
-        raise ValueError(f"stacks must be 'python' or 'all', not {stacks!r}")
-    if not cuda_available():
-        if enabled is None:
-            logging.getLogger("tensorgc").debug("tensorgc: record_memory_history(enabled=None): "
-                                                "no CUDA, nothing was recording")
-            return None
-        require_cuda("record_memory_history", "the history it records is the CUDA caching "
-                     "allocator's")
-    import torch
+    stopping does nothing (nothing records; a ``finally`` that stops stays quiet).
 
-    mem = torch.cuda.memory
-    record: Callable[..., None] = mem._record_memory_history  # two forms: see below
-    impl = getattr(mem, "_record_memory_history_impl", None)
-    params = inspect.signature(impl if impl is not None else record).parameters
-    if "context" in params and "stacks" in params:
-        return record(enabled, context=context, stacks=stacks, max_entries=max_entries,
-                      device=device)
-    # torch < 2.1: the boolean form
-    return record(
-        enabled is not None,
-        record_context=context is not None,
-        trace_alloc_max_entries=max_entries if enabled == "all" else 1,
-        trace_alloc_record_context=context in ("alloc", "all"),
-        device=device,
-        record_context_cpp=stacks == "all",
-    )
+    A history that observe_tensor_cycles or warn_tensor_cycles started becomes the program's
+    with this call: removing those observers then leaves it as this call set it."""
+    from ._history import took_over
+    from ._recorder import check_history_args, record
+
+    check_history_args(enabled, context, stacks)
+    if cuda_available():
+        took_over()
+    return record(enabled, context, stacks, max_entries, device)
 
 
 def snapshot(*, categories: bool = True,

@@ -31,6 +31,19 @@ except ImportError:
 from _util import DEVICE, IS_CUDA  # noqa: E402
 
 
+def _plugin_installed():
+    try:
+        from importlib.metadata import entry_points
+        return any(ep.value == "tensorgc.pytest_plugin" for ep in entry_points(group="pytest11"))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# The suite runs as a user's with tensorgc installed: its pytest plugin loaded (observers'
+# exceptions fail the test that collected; tests of the logging say set_observer_errors("log")).
+pytest_plugins = () if _plugin_installed() else ("tensorgc.pytest_plugin",)
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slow: a test that starts another compiler run, process group, browser or "
@@ -142,6 +155,17 @@ def gc_state(_freeze_startup_objects):
         gc.disable()
 
     assert not problems, "; ".join(problems)
+
+
+@pytest.fixture
+def observer_errors_logged():
+    """For tests of the default, where what an observer raises is logged: the plugin (loaded
+    above) has it raised in the program instead."""
+    import tensorgc
+
+    previous = tensorgc.set_observer_errors("log")
+    yield
+    tensorgc.set_observer_errors(previous)
 
 
 @pytest.fixture

@@ -284,7 +284,8 @@ def test_observer_removes_another_inside_callback(track):
 # --------------------------------------------------------------------------
 
 
-def test_raising_callback_is_logged_and_others_still_run(track, caplog, unraisable):
+def test_raising_callback_is_logged_and_others_still_run(track, caplog, unraisable,
+                                                         observer_errors_logged):
     Node = new_class()
     caplog.set_level(logging.ERROR, logger="tensorgc")
     before, after = [], []
@@ -309,7 +310,7 @@ def test_raising_callback_is_logged_and_others_still_run(track, caplog, unraisab
     #  caplog, may legitimately keep the callback's frame alive)
 
 
-def test_raising_garbage_observer(track, caplog, unraisable):
+def test_raising_garbage_observer(track, caplog, unraisable, observer_errors_logged):
     caplog.set_level(logging.ERROR, logger="tensorgc")
     reports = []
 
@@ -349,7 +350,7 @@ def test_ctrl_c_in_python_code_inside_the_collector_reaches_the_program(track, c
     assert unraisable == []
 
 
-def test_raising_callback_keeps_observer_registered(track, caplog):
+def test_raising_callback_keeps_observer_registered(track, caplog, observer_errors_logged):
     caplog.set_level(logging.ERROR, logger="tensorgc")
     calls = []
 

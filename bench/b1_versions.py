@@ -112,6 +112,8 @@ def main(argv=None) -> int:
     p.add_argument("--versions", default=",".join(VERSIONS), help="comma-separated X.Y")
     p.add_argument("--rounds", type=int, default=12, help="rounds (each: every version, every mode)")
     p.add_argument("--modes", default="plain,tensorgc", help="B1 modes; plain comes first")
+    p.add_argument("--loops", type=int, default=1,
+                   help="timed loops per process: 1 times the first loop, N the fastest of N")
     p.add_argument("--heap", type=int, default=1_000_000)
     p.add_argument("--pairs", type=int, default=300_000)
     p.add_argument("--tensor-cycles", type=int, default=100)
@@ -150,7 +152,7 @@ def main(argv=None) -> int:
             for m in ms:
                 cfg = {"mode": m, "heap": args.heap, "pairs": args.pairs,
                        "tensor_cycles": args.tensor_cycles, "tensor_numel": 1024, "access": "text",
-                       "device": "cpu", "timeout": args.timeout, "loops": 1}
+                       "device": "cpu", "timeout": args.timeout, "loops": args.loops}
                 res = C.run_worker(B1, cfg, args.timeout, python=python)
                 res["round"] = r
                 res["load1"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -161,7 +163,8 @@ def main(argv=None) -> int:
                 C.log(f"[B1v] round {r + 1}/{args.rounds} {v} {m:<9} {msg} s")
 
     print(f"### B1 by Python version: heap {args.heap:,}, {args.pairs:,} pairs + "
-          f"{args.tensor_cycles} tensor self-cycles, automatic gc, CPU tensors; first loop of "
+          f"{args.tensor_cycles} tensor self-cycles, automatic gc, CPU tensors; "
+          f"{'first loop' if args.loops == 1 else f'fastest of {args.loops} loops'} of "
           f"fresh processes, {args.rounds} rounds, versions interleaved")
     print()
     print(f"{os.cpu_count()} CPUs; 1-minute load at the start {load}; "

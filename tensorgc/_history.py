@@ -40,9 +40,13 @@ class _Torch:
         return cuda_available()
 
     def recording(self) -> Optional[bool]:
-        """Whether the CUDA allocator records its history; None where torch cannot say."""
+        """Whether the CUDA allocator records its history; None where torch cannot say. Before
+        CUDA is initialized nothing records (and torch's question would read an allocator that
+        does not exist yet: a segmentation fault in torch 2.11)."""
         import torch
 
+        if not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # untyped in torch
+            return False
         ask: Optional[Callable[[], object]] = getattr(torch._C, "_cuda_isHistoryEnabled", None)
         if ask is None:
             return None
@@ -52,8 +56,16 @@ class _Torch:
             return None
 
     def start(self) -> None:
-        from ._recorder import record
-        record(**SETTINGS)
+        """Starts the history now, or, before CUDA is initialized, when it is (torch's queue of
+        calls run at its lazy initialization: the allocator's devices exist only then)."""
+        import torch
+
+        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # untyped in torch
+            from ._recorder import record
+            record(**SETTINGS)
+            return
+        lazy_call: Callable[[Callable[[], None]], None] = torch.cuda._lazy_call  # type: ignore[attr-defined]
+        lazy_call(_start_at_init)
 
     def stop(self) -> None:
         from ._recorder import record
@@ -68,6 +80,25 @@ _torch: _Torch = _Torch()
 _lock = threading.RLock()
 _users: Set[int] = set()
 _owned = False
+
+
+def _start_at_init() -> None:
+    """Run by torch inside its CUDA initialization when start() came before it: starts the
+    history if a handle still relies on it and the program has not started its own meanwhile.
+    Never raises (torch would fail the program's CUDA initialization with it)."""
+    global _owned
+    try:
+        with _lock:
+            if not (_owned and _users):
+                return
+            if _torch.recording() is not False:
+                _owned = False  # the program's own history: it stays the program's
+                return
+            from ._recorder import record
+            record(**SETTINGS)
+    except Exception as exc:  # noqa: BLE001 -- inside torch's CUDA initialization
+        _log.warning("tensorgc: could not start the CUDA allocator's history at CUDA's "
+                     "initialization: %s", exc)
 
 
 def started_by_tensorgc() -> bool:

@@ -75,7 +75,10 @@ def cuda_allocation_context() -> Callable[[object], Optional[str]]:
     addr_to_frames: Dict[int, List[Any]] = {}
     torch = sys.modules.get("torch")
     try:
-        recording = torch is not None and bool(torch._C._cuda_isHistoryEnabled())
+        # before CUDA's initialization there is no CUDA tensor, and torch's question would
+        # read an allocator that does not exist yet
+        recording = (torch is not None and torch.cuda.is_initialized()
+                     and bool(torch._C._cuda_isHistoryEnabled()))
     except Exception:  # noqa: BLE001 -- a CPU build has no _cuda_* functions
         recording = False
     # torch 2.13 on answers for one address; an older one gives every block's stack at once

@@ -154,3 +154,88 @@ def test_a_handle_removed_inside_its_callback_stops_it(fake, track, device):
     del a
     gc.collect()
     assert fake.calls == ["start", "stop"]
+
+
+class _BeforeInit:
+    """torch as it is before CUDA's lazy initialization: the allocator's question must not be
+    asked (torch 2.11 dereferences a device allocator that does not exist yet), and a start
+    waits in torch's queue of calls run at the initialization."""
+
+    def __init__(self, monkeypatch):
+        import torch
+
+        from tensorgc import _recorder
+
+        self.initialized = False
+        self.queued = []
+        self.recorded = []
+        self.history_on = False
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: self.initialized)
+        monkeypatch.setattr(torch.cuda, "_lazy_call", self.queued.append, raising=False)
+        monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", self.ask, raising=False)
+        monkeypatch.setattr(_recorder, "record", self.record)
+        monkeypatch.setattr(_history._Torch, "cuda_available", lambda self: True)
+        monkeypatch.setattr(_history, "_torch", _history._Torch())
+        monkeypatch.setattr(_history, "_owned", False)
+        monkeypatch.setattr(_history, "_users", set())
+
+    def ask(self):
+        assert self.initialized, "asked whether the allocator records before CUDA's initialization"
+        return self.history_on
+
+    def record(self, enabled="all", **kw):
+        self.recorded.append(enabled)
+        self.history_on = enabled is not None
+
+    def init(self):
+        """What torch's lazy initialization does with the queue."""
+        self.initialized = True
+        for call in self.queued:
+            call()
+
+
+def test_before_cuda_is_initialized_the_start_waits_for_it(monkeypatch):
+    pytest.importorskip("torch")
+    t = _BeforeInit(monkeypatch)
+    assert _history._Torch().recording() is False
+    h = tensorgc.observe_tensor_cycles(lambda html: None, device="cuda")
+    assert t.recorded == [] and len(t.queued) == 1 and _history.started_by_tensorgc()
+    t.init()
+    assert t.recorded == ["state"] and t.history_on
+    h.remove()
+    assert t.recorded == ["state", None] and not _history.started_by_tensorgc()
+
+
+def test_a_start_queued_before_cuda_is_initialized_is_dropped_with_its_observer(monkeypatch):
+    pytest.importorskip("torch")
+    t = _BeforeInit(monkeypatch)
+    h = tensorgc.observe_tensor_cycles(lambda html: None, device="cuda")
+    h.remove()
+    t.init()  # nobody relies on it any more: nothing starts
+    assert t.recorded == []
+
+
+def test_a_queued_start_leaves_the_programs_own_history_alone(monkeypatch):
+    pytest.importorskip("torch")
+    t = _BeforeInit(monkeypatch)
+    h = tensorgc.observe_tensor_cycles(lambda html: None, device="cuda")
+    t.history_on = True  # the program started its own before CUDA's initialization ran ours
+    t.init()
+    assert t.recorded == [] and not _history.started_by_tensorgc()
+    h.remove()
+    assert t.recorded == []  # not ours to stop
+
+
+def test_a_queued_start_that_fails_never_fails_cudas_initialization(monkeypatch, caplog):
+    pytest.importorskip("torch")
+    t = _BeforeInit(monkeypatch)
+
+    def broken(enabled="all", **kw):
+        raise RuntimeError("no history here")
+
+    from tensorgc import _recorder
+    with tensorgc.observe_tensor_cycles(lambda html: None, device="cuda"):
+        monkeypatch.setattr(_recorder, "record", broken)
+        with caplog.at_level(logging.WARNING, logger="tensorgc"):
+            t.init()  # must not raise: torch would fail the program's CUDA initialization
+    assert "could not start the CUDA allocator's history" in caplog.text

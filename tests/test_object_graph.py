@@ -223,7 +223,8 @@ def _fake_torch(per_address):
         c._cuda_allocationTraceback = lambda p: frames if p == 4608 else None
     return types.SimpleNamespace(
         Tensor=_FakeCudaTensor, _C=c, _subclasses=None,
-        cuda=types.SimpleNamespace(memory=types.SimpleNamespace(_snapshot=lambda: snap)))
+        cuda=types.SimpleNamespace(memory=types.SimpleNamespace(_snapshot=lambda: snap),
+                                   is_initialized=lambda: True))
 
 
 @pytest.mark.parametrize("per_address", [True, False], ids=["by-address", "from-snapshot"])
@@ -234,3 +235,17 @@ def test_cuda_allocation_context_reads_torchs_stacks(monkeypatch, per_address):
     ctx = cuda_allocation_context()
     assert ctx(_FakeCudaTensor(4608)) == "/p/model.py:3:forward\n/p/train.py:7:step"
     assert ctx(_FakeCudaTensor(4096)) is None and ctx(object()) is None
+
+
+def test_cuda_allocation_context_asks_nothing_before_cudas_initialization(monkeypatch):
+    import sys
+
+    fake = _fake_torch(True)
+    fake.cuda.is_initialized = lambda: False
+
+    def asked():
+        raise AssertionError("asked the allocator before CUDA's initialization")
+
+    fake._C._cuda_isHistoryEnabled = asked
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert cuda_allocation_context()(_FakeCudaTensor(4608)) is None

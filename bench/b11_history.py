@@ -21,7 +21,7 @@ only as tensorgc asks, and with C++ frames as torch's "all" asks), and turning s
 frames (``symbolize_tracebacks``, which ``_snapshot()`` does for each stack). The CUDA figures
 come from a CUDA machine:
 
-    python3 bench/b11_history.py --json docs/results/b11-h100.json
+    python3 bench/b11_history.py --json docs/results/b11-h200.json
 
 Output: a markdown table on stdout, JSON to ``--json``.
 """

@@ -145,6 +145,21 @@ def test_growth_matches_the_heap_walk_with_autograd_names_and_owners(mod, index_
     assert any(" saved " in c for h, _, _, c in got.groups if h == f"{MOD_NAME}.LOSSES")
 
 
+def test_growth_names_a_storage_held_by_a_named_root(mod, index_off):
+    mod.caches = [{}]  # a module reaches it too, further away (and no local of ours does)
+    before = tensorgc.checkpoint()
+    mod.caches[0]["features"] = torch.empty(300)
+    got = tensorgc.growth(before, roots={"session-scoped fixture": {"cache": mod.caches[0]}})
+    assert [(h, b, n) for h, b, n, _ in got.groups] == [("session-scoped fixture cache", 1200, 1)]
+    assert got.groups[0][3] == "session-scoped fixture cache ['features']"
+    assert tensorgc.growth(before).groups[0][0] == f"{MOD_NAME}.caches"
+    with pytest.raises(TypeError, match="roots must"):
+        tensorgc.growth(before, roots={"fixture": 1})  # refused when something is new...
+    del mod.caches[0]["features"]
+    with pytest.raises(TypeError, match="roots must"):
+        tensorgc.growth(before, roots={"fixture": 1})  # ...and when nothing is (no search)
+
+
 def test_a_freed_storage_and_its_reallocation(mod, index_off):
     mod.A = [torch.empty(4096)]
     old = mod.A[0].untyped_storage().data_ptr()

@@ -180,11 +180,13 @@ def _type_name(o: Any) -> str:
 
 
 Roots = Mapping[str, Mapping[str, Any]]  # {label: {name: object}}: named roots, searched first
+_LABEL_MAX = 200  # a named root's label is cut here: it starts every chain from the root
 
 
 def _named_roots(roots: Optional[Roots]) -> Tuple[List[str], List[Dict[str, Any]]]:
-    """(labels, namespaces) of the caller's named roots, each namespace a dict of our own (a root
-    is entered, and what our frames hold directly is not: the dicts are only in a list)."""
+    """(labels, namespaces) of the caller's named roots, each label cut to _LABEL_MAX characters
+    and each namespace a dict of our own (a root is entered, and what our frames hold directly
+    is not: the dicts are only in a list)."""
     if roots is None:
         return [], []
     if not isinstance(roots, Mapping):
@@ -196,7 +198,7 @@ def _named_roots(roots: Optional[Roots]) -> Tuple[List[str], List[Dict[str, Any]
         if not isinstance(label, str) or not isinstance(space, Mapping):
             raise TypeError("tensorgc: roots must map a str label to a mapping of names "
                             f"to objects, not {type(label).__name__} to {type(space).__name__}")
-        labels.append(label)
+        labels.append(label[:_LABEL_MAX])
         spaces.append(dict(space))
     return labels, spaces
 

@@ -473,8 +473,7 @@ def test_a_named_root_comes_first_and_reads_label_name(mod):
     assert c.types == ("dict", "dict", "Payload")
     assert c.holder == "session-scoped fixture cache"
     assert str(c) == "session-scoped fixture cache ['k']"
-    # the caller's mapping is copied, not held: the search adds no referrer
-    assert c.others == 0
+    assert c.others == 0  # only the cache refers to it
 
 
 def test_a_shorter_chain_from_a_module_beats_a_named_root(mod):
@@ -486,6 +485,12 @@ def test_a_shorter_chain_from_a_module_beats_a_named_root(mod):
     assert (first.root, first.edges) == (ROOT, (".direct",))
     assert (second.root, second.edges) == ("fixture", ("deep", "['x']", "[0]"))
     assert second.holder == "fixture deep"
+
+
+def test_a_named_roots_label_is_cut(mod):
+    mod.x = Payload()
+    c = owner(mod.x, roots={"L" * 10_000: {"x": mod.x}})
+    assert c.root == "L" * 200 and c.edges == ("x",)
 
 
 @pytest.mark.parametrize("bad", [[("label", {})], {"label": 3}, {3: {"x": 1}}])

@@ -19,11 +19,14 @@ automatic collection stays on, as in a program. Timed with ``time.perf_counter``
    storages, held by that list (a run that fails the check is an error, not a time).
 
 Then the pytest plugin, in each run: ``python -m pytest -p tensorgc.pytest_plugin`` on a
-generated directory whose conftest holds ``--tensors`` live tensors and whose ``--tests`` (10)
-tests each make and free one small tensor, once without ``--tensorgc`` and once with it; each
-test's "call" duration is read from pytest's reports (the plugin's checkpoint and growth run
-inside the call phase), and the run's figures are the median call without and with the plugin.
-The difference is the plugin's overhead per test.
+generated directory whose conftest holds ``--tensors`` live tensors (and a session-scoped
+fixture of one tensor) and whose ``--tests`` (10) tests each take a function-scoped fixture of one
+small tensor and that session fixture, and make and free one small tensor, once without
+``--tensorgc`` and once with it; each test's time is the sum of its setup, call and teardown
+durations, read from pytest's reports (the plugin's checkpoint runs in the call phase, its check
+once the teardown is done), and the run's figures are the median test without and with the
+plugin. The difference is the plugin's overhead per test. ``--tensors 100`` gives the small heap
+of a typical project's test run (torch imported, a few tensors alive).
 
 ``--root PATH`` imports tensorgc from PATH instead of this checkout (an in-place build of
 another commit, e.g. exported with ``git archive`` and built with ``make build``); ``--before
@@ -56,19 +59,24 @@ KEEP: list = []   # the live tensors
 LEAKS: list = []  # the "10 new" step's tensors
 
 CONFTEST = '''
-import json, os, torch
+import json, os, pytest, torch
 KEEP = [torch.empty(4) for _ in range({tensors})]
 def pytest_runtest_logreport(report):
-    if report.when == "call":
-        with open(os.environ["B10_DURATIONS"], "a") as f:
-            f.write(json.dumps(report.duration) + "\\n")
+    with open(os.environ["B10_DURATIONS"], "a") as f:
+        f.write(json.dumps([report.nodeid, report.duration]) + "\\n")
+@pytest.fixture(scope="session")
+def shared():
+    return torch.zeros(8)
+@pytest.fixture
+def own():
+    return torch.zeros(8)
 '''
 
 TESTS = '''
 import torch
 def make_test(i):
-    def test():
-        t = torch.ones(16)
+    def test(own, shared):
+        t = torch.ones(16) + own.sum() + shared.sum()
         del t
     return test
 for _i in range({tests}):
@@ -81,8 +89,8 @@ def _median_ms(xs):
 
 
 def plugin_calls(root: str, tensors: int, tests: int, on: bool) -> list:
-    """The call durations (s) of a pytest session of ``tests`` trivial tests, ``tensors`` tensors
-    alive, with the plugin on or off."""
+    """Each test's time (s: its setup, call and teardown) in a pytest run of ``tests`` trivial
+    tests, ``tensors`` tensors alive, with the plugin on or off."""
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "conftest.py"), "w") as f:
             f.write(CONFTEST.format(tensors=tensors))
@@ -96,8 +104,14 @@ def plugin_calls(root: str, tensors: int, tests: int, on: bool) -> list:
         r = subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"pytest exit {r.returncode}: {r.stdout[-2000:]}{r.stderr[-2000:]}")
+        per_test: dict = {}
         with open(out) as f:
-            return [json.loads(line) for line in f]
+            for line in f:
+                nodeid, seconds = json.loads(line)
+                per_test[nodeid] = per_test.get(nodeid, 0.0) + seconds
+        if len(per_test) != tests:
+            raise RuntimeError(f"{len(per_test)} tests reported, not {tests}")
+        return list(per_test.values())
 
 
 def worker(cfg: dict) -> None:
@@ -179,15 +193,15 @@ def _rows(ok: list, calls: int, tests: int) -> list:
     def per_run(name):
         return [_median_ms(r[name]) if isinstance(r[name], list) else 1e3 * r[name] for r in ok]
 
-    each = f"median of {tests} tests"
+    each = f"setup + call + teardown, median of {tests} tests"
     rows = [("checkpoint(), the first (it turns the index on)", per_run("first_checkpoint_s")),
             (f"growth(), nothing new (median of {calls} calls)", per_run("growth_s")),
             ("growth(), nothing new: the thread's CPU time", per_run("growth_cpu_s")),
             (f"checkpoint(), index on (median of {calls} calls)", per_run("checkpoint_s")),
             ("checkpoint(), index on: the thread's CPU time", per_run("checkpoint_cpu_s")),
             ("growth(), 10 new (one owner search)", per_run("growth_new_s")),
-            (f"pytest test call, plugin off ({each})", per_run("plugin_off_s")),
-            (f"pytest test call, `--tensorgc` ({each})", per_run("plugin_on_s"))]
+            (f"pytest test, plugin off ({each})", per_run("plugin_off_s")),
+            (f"pytest test, `--tensorgc` ({each})", per_run("plugin_on_s"))]
     over = [b - a for a, b in zip(rows[6][1], rows[7][1])]
     rows.append(("plugin overhead per test (with - without)", over))
     return rows

@@ -8,8 +8,9 @@ cycle reports name edges::
     module __main__ .loss_history [3] .grad_fn → MulBackward0 saved self
 
 The search is one breadth-first pass in C (cycles/owners.c) over everything the roots reach,
-crossing containers the collector does not track; roots are the modules (``__main__`` first),
-every thread's frames (their locals by name, innermost first) and every thread's state dict. An
+crossing containers the collector does not track; roots are the caller's named ones (``roots=``:
+the pytest plugin's fixtures), the modules (``__main__`` first), every thread's frames (their
+locals by name, innermost first) and every thread's state dict. An
 object no root reaches is either held by something no Python object shows (C code, an
 extension's global: said so, with the holder found by the collector's refcount accounting) or
 garbage in a reference cycle, waiting for the collector.
@@ -27,7 +28,7 @@ import inspect
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import _tensorgc
 
@@ -178,13 +179,38 @@ def _type_name(o: Any) -> str:
     return type(o).__name__
 
 
-def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
+Roots = Mapping[str, Mapping[str, Any]]  # {label: {name: object}}: named roots, searched first
+_LABEL_MAX = 200  # a named root's label is cut here: it starts every chain from the root
+
+
+def _named_roots(roots: Optional[Roots]) -> Tuple[List[str], List[Dict[str, Any]]]:
+    """(labels, namespaces) of the caller's named roots, each label cut to _LABEL_MAX characters
+    and each namespace a dict of our own (a root is entered, and what our frames hold directly
+    is not: the dicts are only in a list)."""
+    if roots is None:
+        return [], []
+    if not isinstance(roots, Mapping):
+        raise TypeError("tensorgc: roots must be a mapping {label: {name: object}}, not "
+                        f"{type(roots).__name__}")
+    labels: List[str] = []
+    spaces: List[Dict[str, Any]] = []
+    for label, space in roots.items():
+        if not isinstance(label, str) or not isinstance(space, Mapping):
+            raise TypeError("tensorgc: roots must map a str label to a mapping of names "
+                            f"to objects, not {type(label).__name__} to {type(space).__name__}")
+        labels.append(label[:_LABEL_MAX])
+        spaces.append(dict(space))
+    return labels, spaces
+
+
+def _chains(objs: Sequence[Any], max_objects: int, named: Optional[Roots] = None) -> List[Chain]:
     if isinstance(max_objects, bool) or not isinstance(max_objects, int):
         raise TypeError("tensorgc.owners: max_objects must be an int, not "
                         f"{type(max_objects).__name__}")
     if max_objects < 1:
         raise ValueError(f"tensorgc.owners: max_objects must be at least 1, not {max_objects}")
     max_objects = min(max_objects, 0xFFFFFFFE)  # the engine's indices are 32-bit
+    named_labels, named_spaces = _named_roots(named)
     enabled = gc.isenabled()
     gc.disable()  # the snapshots and lists below must not be collected mid-search
     try:
@@ -198,6 +224,10 @@ def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
                 targets.append(o)
         o = None
         roots, labels, ours = _roots(me)
+        # named roots first: at an equal distance the first root wins
+        roots[:0] = named_spaces
+        labels[:0] = named_labels
+        n_named = len(named_labels)
         tracked = gc.get_objects()
         # Our own lists are never roots, and what our frames hold (the reporter's lists of
         # tensors, say) is ours too: never entered, and its references do not make a target
@@ -230,6 +260,8 @@ def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
             del along
             if kind == "root":
                 label = labels[n]
+                if n < n_named and edges and edges[0].startswith("['") and edges[0].endswith("']"):
+                    edges[0] = edges[0][2:-2]  # a named root's name: "session-scoped fixture x"
             elif kind == "garbage":
                 label = ("unreachable: in a reference cycle the collector has not freed yet: "
                          f"{_type_name(chain[0])}")
@@ -245,12 +277,16 @@ def _chains(objs: Sequence[Any], max_objects: int) -> List[Chain]:
             gc.enable()
 
 
-def owners(objs: Iterable[Any], *, max_objects: int = DEFAULT_MAX_OBJECTS) -> List[Chain]:
+def owners(objs: Iterable[Any], *, max_objects: int = DEFAULT_MAX_OBJECTS,
+           roots: Optional[Roots] = None) -> List[Chain]:
     """For each object, the shortest chain of references that keeps it alive (see Chain), all
-    found in one pass. The objects are only compared by identity."""
-    return _chains(list(objs), max_objects)
+    found in one pass. The objects are only compared by identity. ``roots``, {label: {name:
+    object}}: named roots searched before the others (first at an equal distance); a chain from
+    one reads ``label name ...`` and its holder is ``label name``."""
+    return _chains(list(objs), max_objects, roots)
 
 
-def owner(obj: Any, *, max_objects: int = DEFAULT_MAX_OBJECTS) -> Chain:
+def owner(obj: Any, *, max_objects: int = DEFAULT_MAX_OBJECTS,
+          roots: Optional[Roots] = None) -> Chain:
     """owners([obj])[0]."""
-    return _chains([obj], max_objects)[0]
+    return _chains([obj], max_objects, roots)[0]

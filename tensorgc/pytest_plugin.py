@@ -5,24 +5,33 @@ them, the way pytest-memray fails a test over a memory limit.
     @pytest.mark.tensorgc              # one test (or a module: pytestmark = pytest.mark.tensorgc)
     @pytest.mark.tensorgc(min_bytes=1 << 20, device="cuda")
 
-A storage born during the test's call (fixtures are set up before, so theirs do not count) and
-alive once it has returned fails the test: held by an owner (a module global, a cache, a class
-attribute: the chain is printed), or kept only by a reference cycle that the collector has not
-freed yet (said so: the tensor outlives the test until a collection). Installed with tensorgc
-through the pytest11 entry point; it imports nothing heavy until a test asks for it.
+A storage born during the test's call (its fixtures are set up before, so theirs do not count)
+and alive once the test has returned and its function-scoped fixtures are torn down fails the
+test at its teardown (pytest reports an error there): held by an owner (a module global, a
+cache, a class attribute, a module or session fixture's value, named as such: the chain is
+printed), or kept only by a reference cycle that the collector has not freed yet (said so: the
+tensor outlives the test until a collection). A test that fails on its own is not checked.
+
+Installed with tensorgc through the pytest11 entry point (tensorgc._pytest_entry, which loads
+this module by its name, so that ``-p tensorgc.pytest_plugin`` or a conftest's
+``pytest_plugins`` naming it as well registers it once); it imports nothing heavy until a test
+asks for it. Under pytest-xdist each worker loads it and checks its own tests.
 
 The first test that asks turns on tensorgc's index of live tensors (one walk of the heap) and
 the session keeps it on until it ends, so each test's checkpoint and growth read the live
-tensors from it rather than walking the heap.
+tensors from it rather than walking the heap; the owners are searched only when some storage
+is left.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Generator, Optional
+from typing import Any, Dict, Generator, Optional, Tuple
 
 import pytest
 
 _MARK = "tensorgc"
 _HOLD = pytest.StashKey[bool]()  # the session holds the index of live tensors on
+# a test that returned: its checkpoint and settings, until the check after its teardown
+_PENDING = pytest.StashKey[Tuple[Any, Dict[str, Any]]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -87,7 +96,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
         return (yield)
     # only now: torch and the C module load when a test asks for them
     from . import _tensorgc
-    from .growth import checkpoint, growth
+    from .growth import checkpoint
 
     if not item.config.stash.get(_HOLD, False):
         _tensorgc._index_hold()  # released in pytest_unconfigure
@@ -95,12 +104,72 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     before = checkpoint(s["device"])
     try:
         res = yield  # a failing test raises here, and its own failure is the one reported
-        g = growth(before, s["device"])
+        item.stash[_PENDING] = (before, s)  # checked once its fixtures are torn down
     finally:
         del before  # now: a failure's traceback keeps this frame, and the checkpoint its keys
+    return res
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]
+                            ) -> Generator[None, Any, Any]:
+    pending = item.stash.get(_PENDING, None)
+    if pending is None:  # not asked for, or the test failed (or was skipped) on its own
+        return (yield)
+    del item.stash[_PENDING]
+    before, s = pending
+    del pending
+    try:
+        res = yield  # the fixtures' teardown: an error there is the one reported
+        _drop_torn_down(item)
+        g = _growth(before, s["device"], item)
+    finally:
+        del before
     if g.rows and g.nbytes > s["min_bytes"]:
         pytest.fail(_message(g), pytrace=False)
     return res
+
+
+def _fixture_defs(item: pytest.Item) -> Dict[str, Any]:
+    """{name: the FixtureDef the test used} for every fixture of its closure; {} for an item
+    that has none (a doctest, another plugin's item)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = getattr(info, "name2fixturedefs", None)
+    if not isinstance(defs, dict):
+        return {}
+    return {name: fds[-1] for name, fds in defs.items() if fds}
+
+
+def _drop_torn_down(item: pytest.Item) -> None:
+    """Forget the values of the test's fixtures that are torn down (its function-scoped ones):
+    pytest drops its reference to every value (item.funcargs) only after the teardown hooks, so
+    what only they hold would still be alive at the check."""
+    funcargs = getattr(item, "funcargs", None)
+    if not isinstance(funcargs, dict):
+        return
+    defs = _fixture_defs(item)
+    for name in [n for n in funcargs if n in defs and defs[n].cached_result is None]:
+        del funcargs[name]
+
+
+def _fixture_roots(item: pytest.Item) -> Dict[str, Dict[str, Any]]:
+    """The test's fixtures still set up (module, class, package or session scope) as named
+    roots for the owner search: {"session-scoped fixture": {name: value}}, so that a chain through
+    one reads "session-scoped fixture cache ['key']", not a path from pytest's own frames."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for name, fd in _fixture_defs(item).items():
+        cached = fd.cached_result  # (value, cache key, exception info), None once torn down
+        if cached is not None and cached[2] is None:
+            out.setdefault(f"{fd.scope}-scoped fixture", {})[name] = cached[0]
+    return out
+
+
+def _growth(before: Any, device: Any, item: pytest.Item) -> Any:
+    """growth(before), the owners searched from the test's live fixtures first. Its own frame:
+    the owner search does not enter what tensorgc's frames hold, and this one holds no value."""
+    from .growth import growth
+
+    return growth(before, device, roots=_fixture_roots(item))
 
 
 def _message(g: Any) -> str:

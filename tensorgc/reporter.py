@@ -17,8 +17,8 @@ import gc
 import logging
 import weakref
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence,
-                    Set, Tuple)
+from typing import (TYPE_CHECKING, Any, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional,
+                    Sequence, Set, Tuple)
 
 from . import _tensorgc
 from . import allocator as _alloc
@@ -536,7 +536,8 @@ class MemReporter:
 
 def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
                paths: Dict[int, Tuple[Any, str]], limit: int = 200000,
-               only: Optional[Set[int]] = None) -> Dict[int, Any]:
+               only: Optional[Set[int]] = None,
+               roots: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Dict[int, Any]:
     """id(tensor) -> tensorgc.owner_chains.Chain for the tensors that are not a parameter, grad,
     buffer or optimizer state: one search for all of them and for the live tensors with a
     grad_fn. A tensor saved for backward (paths: id -> (node, "saved x")) gets the chain of the
@@ -547,7 +548,8 @@ def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
     ``only`` (ids): the chains of these tensors alone, the same as without it. The search then
     looks for them and for the live tensors whose graph leads to a node that saves one of them
     or feeds one (a leaf's AccumulateGrad): a node takes its chain from the first of the sorted
-    starts that reaches it, and the first is among those."""
+    starts that reaches it, and the first is among those. ``roots``: the search's named roots
+    (tensorgc.owners)."""
     from .owner_chains import owners as _search
 
     kinds = {id(t): k for t, _, k in named}
@@ -570,7 +572,7 @@ def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
             if id(t) not in index:
                 index[id(t)] = len(targets)
                 targets.append(t)
-    chains = _search(targets)
+    chains = _search(targets, roots=roots)
     out: Dict[int, Any] = {}
     for t, c in zip(targets, chains):
         if kinds.get(id(t), "other") == "other":

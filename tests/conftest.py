@@ -31,7 +31,9 @@ except ImportError:
 from _util import DEVICE, IS_CUDA  # noqa: E402
 
 
-def _plugin_installed():
+def _entry_point_names_the_module():
+    """An installed tensorgc whose entry point registers tensorgc.pytest_plugin under its own
+    name (releases before tensorgc._pytest_entry): naming the module again would fail."""
     try:
         from importlib.metadata import entry_points
         return any(ep.value == "tensorgc.pytest_plugin" for ep in entry_points(group="pytest11"))
@@ -41,7 +43,9 @@ def _plugin_installed():
 
 # The suite runs as a user's with tensorgc installed: its pytest plugin loaded (observers'
 # exceptions fail the test that collected; tests of the logging say set_observer_errors("log")).
-pytest_plugins = () if _plugin_installed() else ("tensorgc.pytest_plugin",)
+# Named here for a checkout that is not installed; where it is, the entry point loads the same
+# module under this name, and whichever comes second finds it registered.
+pytest_plugins = () if _entry_point_names_the_module() else ("tensorgc.pytest_plugin",)
 
 
 def pytest_configure(config):
@@ -71,8 +75,12 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (str(item.path), item.location[1] or 0, "Skipped: needs torch")
 
 
+# tests/data holds a project the plugin's tests run (tests/test_pytest_plugin.py): its tests fail
+# on purpose, and are not the suite's.
+collect_ignore = ["data"]
+
 # What makes a test slow: the fixtures that launch process groups or a browser, and these tests,
-# each a compiler run or mypy reading torch's annotations.
+# each a compiler run (or a pip install, which is one) or mypy reading torch's annotations.
 _SLOW_FIXTURES = {"two", "three", "world", "ddp", "browser"}
 _SLOW_TESTS = {
     "test_typing.py": {"test_the_stub_agrees_with_the_c_module",
@@ -81,6 +89,7 @@ _SLOW_TESTS = {
     "test_bench_pages.py": {"test_quick_run_without_torch_has_a_page_for_every_shape"},
     "test_phase_times.py": {"test_timed_build_counts_each_phase"},
     "test_portable.py": {"test_built_with_the_version_check_forced_to_unknown"},
+    "test_pytest_plugin.py": {"test_installed_in_a_virtual_environment"},
 }
 
 

@@ -145,6 +145,21 @@ def test_growth_matches_the_heap_walk_with_autograd_names_and_owners(mod, index_
     assert any(" saved " in c for h, _, _, c in got.groups if h == f"{MOD_NAME}.LOSSES")
 
 
+def test_growth_names_a_storage_held_by_a_named_root(mod, index_off):
+    mod.caches = [{}]  # a module reaches it too, further away (and no local of ours does)
+    before = tensorgc.checkpoint()
+    mod.caches[0]["features"] = torch.empty(300)
+    got = tensorgc.growth(before, roots={"session-scoped fixture": {"cache": mod.caches[0]}})
+    assert [(h, b, n) for h, b, n, _ in got.groups] == [("session-scoped fixture cache", 1200, 1)]
+    assert got.groups[0][3] == "session-scoped fixture cache ['features']"
+    assert tensorgc.growth(before).groups[0][0] == f"{MOD_NAME}.caches"
+    with pytest.raises(TypeError, match="roots must"):
+        tensorgc.growth(before, roots={"fixture": 1})  # refused when something is new...
+    del mod.caches[0]["features"]
+    with pytest.raises(TypeError, match="roots must"):
+        tensorgc.growth(before, roots={"fixture": 1})  # ...and when nothing is (no search)
+
+
 def test_a_freed_storage_and_its_reallocation(mod, index_off):
     mod.A = [torch.empty(4096)]
     old = mod.A[0].untyped_storage().data_ptr()
@@ -413,12 +428,14 @@ def test_the_plugin_fails_a_leaking_test_and_passes_a_clean_one(pytester):
     callbacks = list(gc.callbacks)
     result = pytester.runpytest_inprocess("-p", "tensorgc.pytest_plugin", "--tensorgc",
                                           "-p", "no:cacheprovider")
-    result.assert_outcomes(failed=2, passed=2)
-    result.stdout.fnmatch_lines(["*tensorgc: the test left 1 storage (256.00K) alive*",
+    # the leak is reported at the teardown of a test whose call passed: an error there
+    result.assert_outcomes(failed=1, passed=3, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_keeps_a_tensor*",
+                                 "*tensorgc: the test left 1 storage (256.00K) alive*",
                                  "*test_leaky.KEEP*"])
     result.stdout.fnmatch_lines(["*AssertionError: its own failure*"])
     # not for its own failure (the short summary repeats the message where the terminal is wide)
     told = [line for line in result.stdout.lines
-            if "alive after it returned:" in line and not line.startswith("FAILED")]
+            if "alive after it returned:" in line and not line.startswith(("ERROR", "FAILED"))]
     assert len(told) == 1
     assert gc.callbacks == callbacks  # the session's hold on the index ended with it

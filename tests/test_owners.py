@@ -464,6 +464,42 @@ def test_owners_same_object_twice(mod):
     assert second == first
 
 
+def test_a_named_root_comes_first_and_reads_label_name(mod):
+    mod.cache = {"k": Payload()}  # the module reaches it too, one reference further
+    c = owner(mod.cache["k"], roots={"session-scoped fixture": {"cache": mod.cache}})
+    assert c.kind == "root"
+    assert c.root == "session-scoped fixture"
+    assert c.edges == ("cache", "['k']")
+    assert c.types == ("dict", "dict", "Payload")
+    assert c.holder == "session-scoped fixture cache"
+    assert str(c) == "session-scoped fixture cache ['k']"
+    assert c.others == 0  # only the cache refers to it
+
+
+def test_a_shorter_chain_from_a_module_beats_a_named_root(mod):
+    p = Payload()
+    mod.direct = p
+    deep = {"x": [[p]]}
+    del p
+    first, second = owners([mod.direct, deep["x"][0]], roots={"fixture": {"deep": deep}})
+    assert (first.root, first.edges) == (ROOT, (".direct",))
+    assert (second.root, second.edges) == ("fixture", ("deep", "['x']", "[0]"))
+    assert second.holder == "fixture deep"
+
+
+def test_a_named_roots_label_is_cut(mod):
+    mod.x = Payload()
+    c = owner(mod.x, roots={"L" * 10_000: {"x": mod.x}})
+    assert c.root == "L" * 200 and c.edges == ("x",)
+
+
+@pytest.mark.parametrize("bad", [[("label", {})], {"label": 3}, {3: {"x": 1}}])
+def test_named_roots_of_the_wrong_shape_are_refused(mod, bad):
+    mod.x = Payload()
+    with pytest.raises(TypeError, match="roots must"):
+        owner(mod.x, roots=bad)
+
+
 # ---------------------------------------------------------------------- no root reaches it
 
 

@@ -1,0 +1,186 @@
+"""tensorgc's pytest plugin on a small project (tests/data/plugin_project: clean and leaky tests
+with session, module and function fixtures), run as a user would: from a checkout with
+``-p tensorgc.pytest_plugin``, through the installed entry point, both at once, and under
+pytest-xdist. Each run's outcome for every test and the holder each leak is charged to are
+compared with the expected ones; the installed runs use a throwaway virtual environment."""
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT = os.path.join(ROOT, "tests", "data", "plugin_project")
+
+# test -> (outcome, a line the report must hold). A leak fails the test at its teardown, which
+# pytest reports as an error; a test that fails on its own keeps its failure.
+WITH_TENSORGC = {
+    "test_clean::test_frees_its_tensor": ("passed", None),
+    "test_clean::test_reads_the_weights": ("passed", None),
+    "test_clean::test_fills_its_scratch_fixture": ("passed", None),
+    "test_clean::test_reads_the_module_table": ("passed", None),
+    "test_leaky::test_keeps_a_tensor_in_a_global": ("error", "64.00K in    1  test_leaky.KEEP"),
+    "test_leaky::test_fills_the_cache": (
+        "error", "11.72K in    1  session-scoped fixture cache\n"
+                 "      session-scoped fixture cache ['features']"),
+    "test_leaky::test_appends_to_the_module_table": (
+        "error", "19.53K in    1  module-scoped fixture table\n"
+                 "      module-scoped fixture table [1]"),
+    "test_leaky::test_fails_on_its_own": ("failed", "AssertionError: its own failure"),
+    "test_leaky::test_leaves_less_than_its_limit": ("passed", None),
+    "test_leaky::test_reads_the_module_table_last": ("passed", None),
+}
+# without --tensorgc only the marked test is checked (and it stays under its limit)
+WITHOUT = {name: ("passed", None) if outcome == "error" else (outcome, line)
+           for name, (outcome, line) in WITH_TENSORGC.items()}
+
+
+def _outcomes(xml_path):
+    """{"module::test": (outcome, the failure's or error's text)} from a junit XML report."""
+    out = {}
+    for case in ET.parse(xml_path).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        kinds = {child.tag: child.text or "" for child in case}
+        outcome = ("error" if "error" in kinds else "failed" if "failure" in kinds
+                   else "skipped" if "skipped" in kinds else "passed")
+        assert name not in out, f"{name} reported twice"
+        out[name] = (outcome, kinds.get("error", kinds.get("failure", "")))
+    return out
+
+
+def _check(outcomes, expected):
+    assert sorted(outcomes) == sorted(expected)
+    for name, (outcome, line) in expected.items():
+        got, text = outcomes[name]
+        assert got == outcome, f"{name}: {got}, not {outcome}:\n{text}"
+        if line is not None:
+            assert line in text, f"{name}:\n{text}"
+    for name, (got, text) in outcomes.items():
+        # one leak each: the report names nothing else
+        assert got != "error" or text.count("tensorgc: the test left 1 storage (") == 1, text
+
+
+def _run(python, project, args, env, junit):
+    cmd = [python, "-m", "pytest", "-q", "--junitxml", str(junit)] + args
+    r = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode in (0, 1), r.stdout[-4000:] + r.stderr[-4000:]
+    return r, _outcomes(junit)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A copy of the project, so that its runs write nothing into the checkout."""
+    pytest.importorskip("torch")
+    dst = tmp_path / "project"
+    shutil.copytree(PROJECT, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+def _checkout_env(*front):
+    path = os.pathsep.join([*front, ROOT] + ([os.environ["PYTHONPATH"]]
+                                            if os.environ.get("PYTHONPATH") else []))
+    env = dict(os.environ, PYTHONPATH=path)
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+def test_from_a_checkout(project, tmp_path):
+    env = _checkout_env()
+    r, got = _run(sys.executable, project, ["-p", "tensorgc.pytest_plugin", "--tensorgc"], env,
+                  tmp_path / "on.xml")
+    _check(got, WITH_TENSORGC)
+    assert "1 failed, 9 passed, 3 errors" in r.stdout
+    assert "pytest_runtestloop" not in r.stdout  # a fixture's leak starts at the fixture
+    _, got = _run(sys.executable, project, ["-p", "tensorgc.pytest_plugin"], env,
+                  tmp_path / "off.xml")
+    _check(got, WITHOUT)
+
+
+def test_from_a_checkout_under_xdist(project, tmp_path):
+    pytest.importorskip("xdist")
+    # loadfile: a module's tests on one worker, so the module fixture lives on to its last test
+    r, got = _run(sys.executable, project,
+                  ["-p", "tensorgc.pytest_plugin", "--tensorgc", "-n", "2", "--dist", "loadfile"],
+                  _checkout_env(), tmp_path / "xdist.xml")
+    _check(got, WITH_TENSORGC)
+    assert "[gw" in r.stdout  # the reports came from the workers
+
+
+def _entry_point_site(tmp_path):
+    """A directory that, on sys.path, makes the checkout look installed to pytest: a distribution
+    whose only content is tensorgc's pytest11 entry point, as setup.cfg declares it."""
+    site = tmp_path / "site"
+    info = site / "tensorgc-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorgc\nVersion: 0.0\n")
+    with open(os.path.join(ROOT, "setup.cfg"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    start = lines.index("pytest11 =")
+    entry = lines[start + 1].strip()
+    assert entry.startswith("tensorgc = "), entry
+    (info / "entry_points.txt").write_text(f"[pytest11]\n{entry}\n")
+    return site
+
+
+def test_the_entry_point_and_the_module_named_too(project, tmp_path):
+    """The entry point with -p tensorgc.pytest_plugin: the plugin registered once, checks once."""
+    env = _checkout_env(str(_entry_point_site(tmp_path)))
+    for i, args in enumerate((["--tensorgc"], ["-p", "tensorgc.pytest_plugin", "--tensorgc"])):
+        r, got = _run(sys.executable, project, args, env, tmp_path / f"ep{i}.xml")
+        _check(got, WITH_TENSORGC)
+    # -p no:tensorgc turns it off: --tensorgc is then an unknown option
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:tensorgc", "--tensorgc"],
+                       cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 4 and "unrecognized arguments: --tensorgc" in r.stderr
+
+
+def test_the_plugin_module_imports_nothing_heavy():
+    code = ("import sys, tensorgc.pytest_plugin, tensorgc._pytest_entry; "
+            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, env=_checkout_env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def _copy_for_install(dst):
+    """The checkout's sources without its build outputs, tests or documents."""
+    top = {"tests", "docs", "bench", "demos", "build", ".git", ".ci"}
+
+    def ignore(d, names):
+        skip = set(shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info", "_tgc_render",
+                                          ".pytest_cache")(d, names))
+        if os.path.abspath(d) == ROOT:
+            skip |= top & set(names)
+        return skip
+
+    shutil.copytree(ROOT, dst, ignore=ignore)
+
+
+def test_installed_in_a_virtual_environment(project, tmp_path):
+    """pip installs a copy of the checkout into a throwaway venv (the system's packages visible:
+    torch, pytest, pytest-xdist); the project then runs with the entry point alone, with
+    -p tensorgc.pytest_plugin too, and under xdist."""
+    pytest.importorskip("xdist")
+    src = tmp_path / "src"
+    _copy_for_install(src)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    done = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps",
+                           "--no-build-isolation", str(src)],
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    where = subprocess.run([python, "-c", "import tensorgc; print(tensorgc.__file__)"],
+                           cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert where.stdout.startswith(str(venv)), where.stdout + where.stderr
+    for i, args in enumerate((["--tensorgc"],
+                              ["-p", "tensorgc.pytest_plugin", "--tensorgc"],
+                              ["-p", "tensorgc.pytest_plugin", "--tensorgc", "-n", "2",
+                               "--dist", "loadfile"])):
+        r, got = _run(python, project, args, env, tmp_path / f"installed{i}.xml")
+        _check(got, WITH_TENSORGC)

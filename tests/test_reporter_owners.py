@@ -212,3 +212,28 @@ def test_a_module_held_outside_the_model_reads_as_torch_names_it(mod):
     assert {f"{MOD_NAME}.spare.0.weight", f"{MOD_NAME}.spare.0.bias"} <= names
     w = next(r for r in rep.rows if r.name == f"{MOD_NAME}.spare.0.weight")
     assert w.owner == f"module {MOD_NAME} .spare ._modules ['0'] ._parameters ['weight']"
+
+
+def test_the_real_model_tool_names_the_bytes_of_a_transformer_mid_forward(capsys):
+    """tools/real_model_report.py on the CPU, small: a TransformerEncoder with AdamW stopped in
+    its middle layer's forward; its activations are grouped by module and the share it prints
+    is of the storages the report names."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools",
+                        "real_model_report.py")
+    spec = importlib.util.spec_from_file_location("real_model_report", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(["--device", "cpu", "--layers", "2", "--d-model", "32", "--seq", "8",
+                      "--batch", "2", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    held = _held_by(out)
+    assert any(line.endswith("  activations of 0.layers.0.self_attn (forward in flight)")
+               for line in held)
+    assert any(line.endswith("  activations of 0.layers.0.linear1 (forward in flight)")
+               for line in held)
+    m = re.search(r"^cpu: ([0-9.]+)% named of the storages", out, re.M)
+    assert m and float(m.group(1)) >= 99.0
+    assert "0.layers.1.linear1.weight" in out and "AdamW.0.layers.1.linear1.weight.exp_avg" in out

@@ -21,11 +21,13 @@ what nothing else holds (``owner(t)`` while the caller holds ``t`` names whateve
 Bounds: the pass visits at most ``max_objects`` objects and keeps 16 bytes for each (a visited gc
 object is marked in its own header for the length of the pass, where the interpreter's header
 layout is known; elsewhere a map adds about 24 bytes each), freed before it returns. The default
-(None) comes from the heap's size: the interpreter's allocated memory blocks
-(``sys.getallocatedblocks()``, at least one per object) or twice the objects the collector tracks,
-whichever is larger, so no object alive is out of reach. Automatic collection is off during the
-pass and restored after. Chains longer than 256 references keep their root, the two references
-after it and the last 252; the edge between says how many were left out.
+(None) comes from the heap's size: the interpreter's small-object blocks
+(``sys.getallocatedblocks()``: one for each object of up to 512 bytes) or twice the objects the
+collector tracks, whichever is larger, plus 100,000: room for every container alive, tracked or
+not (only containers count; a large untracked one, a tuple of 60 atoms or more, is in neither
+number). Automatic collection is off during the pass and restored after. Chains longer than 256
+references keep their root, the two references after it and the last 252; the edge between says
+how many were left out.
 """
 from __future__ import annotations
 
@@ -60,10 +62,11 @@ _NAME_MAX = 72  # a row's name from its chain: longer ones keep their holder and
 
 
 def _default_max_objects(n_tracked: int) -> int:
-    """The bound of a pass when none is given: every object alive. Each object is one of the
-    interpreter's memory blocks (``sys.getallocatedblocks()`` counts them, and is 0 where the
+    """The bound of a pass when none is given: room for every container alive (the pass counts
+    containers only). Each object of up to 512 bytes is one of the interpreter's small-object
+    blocks, tracked or not (``sys.getallocatedblocks()`` counts them, and is 0 where the
     allocator is the C library's); the tracked objects, doubled, cover the untracked containers
-    otherwise."""
+    there."""
     n = max(sys.getallocatedblocks(), 2 * n_tracked) + 100_000
     return min(n, 0xFFFFFFFE)
 

@@ -26,6 +26,13 @@ Timed with ``time.perf_counter``, one after the other in the same process, in ea
    ``--leaks`` is the extrapolated time for all of them (it calls ``gc.collect()`` itself, then
    one ``gc.get_referrers`` -- a scan of every tracked object -- per object it expands).
 
+``--deep``: one more leak, held only by the heap's last object (``heap[-1].value``), the heap
+being a local of the measuring function (its caller's frame, which ``owners()`` searches last):
+``owners([that leak])`` visits the whole heap before it reaches it, the case the default bound
+(``max_objects=None``: the heap's size) is for. Timed alone, after the others; its chain must be
+of kind ``root`` and end in ``local heap [N] .value``, and the number of objects it visited is
+reported beside the bound a fixed default of 10,000,000 would have been.
+
 Then one more ``owners()`` call with ``tensorgc._tensorgc._owner_search`` wrapped, and
 ``gc.get_objects()`` timed alone: where the call's time goes (the C search, the rest in Python).
 
@@ -41,6 +48,7 @@ JSON to ``--json``, progress on stderr.
     python3 bench/b7_owners.py --repeat 5
     python3 bench/b7_owners.py --leak object --heap 100000 --repeat 1    # quick, without torch
     python3 bench/b7_owners.py --owner-padding 10000 --repeat 3 --objgraph-sample 5  # big owners
+    python3 bench/b7_owners.py --heap 10000000 --leak object --objgraph-sample 0 --deep  # 10M
 """
 
 from __future__ import annotations
@@ -166,6 +174,39 @@ def check_owners(chains, refs, kinds, names) -> dict:
             "others_max": max((ch.others for ch in chains), default=0), "examples": examples}
 
 
+def deep_leak(heap: list, owners, search_mod, leak_kind: str) -> dict:
+    """--deep: a leak only the heap's last object holds, found after the whole heap; its time,
+    chain and the objects visited. ``heap`` is the caller's local: owners() searches it last."""
+    if leak_kind == "tensor":
+        import torch
+
+        heap[-1].value = torch.empty(16)
+    else:
+        heap[-1].value = Leak(-1)
+    ref = weakref.ref(heap[-1].value)
+    real = search_mod._owner_search
+    seen = {}
+
+    def counted(*a):
+        res = real(*a)
+        seen["visited"] = res[2].get("visited")
+        seen["bound"] = a[5]
+        return res
+
+    search_mod._owner_search = counted
+    try:
+        t0 = time.perf_counter()
+        chain = owners([ref()])[0]
+        took = time.perf_counter() - t0
+    finally:
+        search_mod._owner_search = real
+    text = str(chain)
+    ok = chain.kind == "root" and text.endswith(f"local heap [{len(heap) - 1}] .value")
+    heap[-1].value = 0
+    return {"deep_s": took, "deep_ok": ok, "deep_chain": text, "deep_visited": seen.get("visited"),
+            "deep_bound": seen.get("bound")}
+
+
 def worker(cfg: dict) -> None:
     leak_kind = cfg["leak"]
     if leak_kind == "tensor":
@@ -228,6 +269,9 @@ def worker(cfg: dict) -> None:
     breakdown.update(seen.get("info", {}))
     breakdown["python_s"] = breakdown["total_s"] - (breakdown["search_s"] or 0.0)
 
+    if cfg.get("deep"):
+        breakdown.update(deep_leak(heap, owners, search_mod, leak_kind))
+
     # 3. objgraph, on a sample
     sample = pick_sample(kinds, cfg["objgraph_sample"])
     done = [0]
@@ -255,8 +299,10 @@ def worker(cfg: dict) -> None:
               "objgraph_per_leak_s": per_leak,
               "objgraph_all_s": per_leak * len(refs) if per_leak is not None else None,
               "leaks_alive": sum(r() is not None for r in refs)}
-    if not (check["ok"] and again_ok and not og_bad):
-        result["error"] = "a check failed: " + json.dumps({"owners": check["bad"], "objgraph": og_bad[:3]})
+    deep_ok = not cfg.get("deep") or breakdown.get("deep_ok")
+    if not (check["ok"] and again_ok and not og_bad and deep_ok):
+        result["error"] = "a check failed: " + json.dumps({"owners": check["bad"], "objgraph": og_bad[:3],
+                                                           "deep": breakdown.get("deep_chain")})
     C.emit_result(result)
     del heap
 
@@ -277,6 +323,8 @@ def parse_args(argv=None):
                    help="entries that are not leaks in each owning list, dict and registry (first)")
     p.add_argument("--objgraph-sample", type=int, default=10,
                    help="leaks timed with objgraph.find_backref_chain (0: skip objgraph)")
+    p.add_argument("--deep", action="store_true",
+                   help="also time the owner of a leak only the heap's last object holds")
     p.add_argument("--repeat", type=int, default=5, help="runs, each a fresh subprocess")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for one run's objgraph sample")
     p.add_argument("--json", default=None, help="write all results as JSON to this path")
@@ -320,7 +368,8 @@ def main(argv=None) -> int:
     script = os.path.abspath(__file__)
     for r in range(args.repeat):
         cfg = {"heap": args.heap, "leaks": args.leaks, "leak": leak, "owner_padding": args.owner_padding,
-               "objgraph_sample": args.objgraph_sample, "timeout": args.timeout}
+               "objgraph_sample": args.objgraph_sample, "timeout": args.timeout,
+               "deep": args.deep}
         res = C.run_worker(script, cfg, args.timeout)
         runs.append(res)
         msg = (f"gc.collect {_ms(res.get('gc_collect_s'))} ms, owners {_ms(res.get('owners_s'))} ms, "
@@ -387,6 +436,19 @@ def main(argv=None) -> int:
           f"the rest in Python {_ms(bd['python_s'])} (roots, labels; gc.get_objects() alone takes "
           f"{_ms(bd['get_objects_s'])})")
     print()
+    if args.deep:
+        deep = [r["breakdown"] for r in good if r["breakdown"].get("deep_s") is not None]
+        d_med = _med(deep, "deep_s")
+        vis = _med(deep, "deep_visited")
+        bound = _med(deep, "deep_bound")
+        print(f"--deep: `owners()` of a leak only the heap's last object holds: {_ms(d_med)} ms "
+              f"median ({f'{d_med / gc_med:.2f}x' if d_med and gc_med else 'n/a'} of gc.collect; "
+              f"runs {', '.join(_ms(r.get('deep_s')) for r in deep)}); "
+              f"{f'{vis:,.0f}' if vis else '?'} objects visited, default bound "
+              f"{f'{bound:,.0f}' if bound else '?'} (a fixed 10,000,000 would "
+              f"{'not reach it' if vis and vis > 10_000_000 else 'reach it'}); chain "
+              f"`{deep[0]['deep_chain'] if deep else '?'}`")
+        print()
     ex = next((r["owners_check"]["examples"] for r in good), {})
     if ex:
         print("| owner kind | chain (first leak of the kind) |")

@@ -25,6 +25,9 @@ typedef struct {
     tgc_ptrmap targets;    /* target -> index in the caller's targets */
     tgc_ptrmap exclude;    /* the caller's own objects: never entered */
     uint32_t cur;          /* the object being traversed */
+    /* objs[late_from:late_to] were reached from the late roots only; a reference from one of
+     * them is not counted for a target found before them. NONE until set. */
+    uint32_t late_from, late_to;
     uint32_t max_objects;
     int failed;            /* MemoryError set */
 } owners_ctx;
@@ -135,7 +138,9 @@ owners__target_ref(owners_ctx *c, PyObject *op, uint32_t idx)
         return;
     }
     tgc_owners *o = c->o;
-    if (c->cur != TGC_OWNERS_NONE && o->last[j] != c->cur) {
+    int late_ref = c->cur >= c->late_from && c->cur < c->late_to &&
+                   o->found[j] != TGC_OWNERS_NONE && o->found[j] < c->late_from;
+    if (c->cur != TGC_OWNERS_NONE && o->last[j] != c->cur && !late_ref) {
         o->last[j] = c->cur;
         o->referrers[j]++;
     }
@@ -253,6 +258,9 @@ owners__dark(owners_ctx *c, PyObject *const *tracked, size_t n_tracked, Py_ssize
         }
     }
     for (uint32_t i = 0; i < n_exclude; i++) {
+        if (tgc_ptrmap_get(&c->exclude, exclude[i]) != i) {
+            continue;  /* listed before: its references are subtracted once, not per listing */
+        }
         traverseproc trav = Py_TYPE(exclude[i])->tp_traverse;
         if (trav != NULL && PyObject_IS_GC(exclude[i])) {
             (void)trav(exclude[i], owners__subtract, &s);
@@ -318,9 +326,32 @@ owners__map_of(tgc_ptrmap *m, PyObject *const *items, uint32_t n)
     return 0;
 }
 
+/* Appends roots[from:to] (each its own index in roots as aux); a root already visited or
+ * excluded keeps its first place. 0, or -1 when out of memory; max_objects reached stops it. */
+static int
+owners__roots(owners_ctx *c, PyObject *const *roots, uint32_t from, uint32_t to)
+{
+    tgc_owners *o = c->o;
+    for (uint32_t i = from; i < to; i++) {
+        PyObject *op = roots[i];
+        if (owners__visited(c, op) || tgc_ptrmap_get(&c->exclude, op) != UINT32_MAX) {
+            continue;
+        }
+        if (o->n >= c->max_objects) {
+            o->truncated = 1;
+            break;
+        }
+        if (owners__append(c, op, TGC_OWNERS_NONE, i) < 0) {
+            return -1;
+        }
+        owners__target_ref(c, op, o->n - 1);
+    }
+    return 0;
+}
+
 int
 tgc_owners_search(tgc_owners *o,
-                  PyObject *const *roots, uint32_t n_roots,
+                  PyObject *const *roots, uint32_t n_roots, uint32_t n_late,
                   PyObject *const *targets, uint32_t n_targets,
                   PyObject *const *exclude, uint32_t n_exclude, uint32_t n_twice,
                   PyObject *const *tracked, size_t n_tracked, Py_ssize_t tracked_extra,
@@ -330,6 +361,7 @@ tgc_owners_search(tgc_owners *o,
     owners_ctx c = {0};
     c.o = o;
     c.cur = TGC_OWNERS_NONE;
+    c.late_from = c.late_to = TGC_OWNERS_NONE;
     c.max_objects = max_objects ? max_objects : 1;
     o->ntargets = n_targets;
     o->unfound = n_targets;
@@ -356,21 +388,21 @@ tgc_owners_search(tgc_owners *o,
         owners__map_of(&c.exclude, exclude, n_exclude) < 0) {
         goto nomem;
     }
-    for (uint32_t i = 0; i < n_roots; i++) {
-        PyObject *op = roots[i];
-        if (owners__visited(&c, op) || tgc_ptrmap_get(&c.exclude, op) != UINT32_MAX) {
-            continue;  /* a root listed twice keeps its first place */
-        }
-        if (o->n >= c.max_objects) {
-            o->truncated = 1;
-            break;
-        }
-        if (owners__append(&c, op, TGC_OWNERS_NONE, i) < 0) {
-            goto nomem;
-        }
-        owners__target_ref(&c, op, o->n - 1);
+    if (n_late > n_roots) {
+        n_late = n_roots;
+    }
+    if (owners__roots(&c, roots, 0, n_roots - n_late) < 0) {
+        goto nomem;
     }
     owners__bfs(&c, 0);
+    if (!c.failed && !o->truncated && n_late > 0 && o->unfound > 0) {
+        c.late_from = o->n;
+        if (owners__roots(&c, roots, n_roots - n_late, n_roots) < 0) {
+            goto nomem;
+        }
+        owners__bfs(&c, c.late_from);
+        c.late_to = o->n;
+    }
     if (c.failed) {
         goto nomem;
     }

@@ -48,14 +48,17 @@ typedef struct {
     int dark_pass;        /* whether the second pass ran */
 } tgc_owners;
 
-/* Searches from roots (n_roots borrowed references) for targets (borrowed). exclude (borrowed) are
+/* Searches from roots (n_roots borrowed references) for targets (borrowed); the last n_late roots
+ * are searched from only when some target is not reached from the others, after everything those
+ * reach (the caller's own frame: it names a holder only of what nothing else holds), and a
+ * reference from what only they reach is not counted for a target found before. exclude (borrowed) are
  * the caller's own containers: never visited, never roots, and their references are subtracted in
- * the second pass; the last n_twice of them are snapshots of the caller's running frames' locals,
+ * the second pass (once for an object listed twice); the last n_twice of them are snapshots of the caller's running frames' locals,
  * whose values the frame holds once more, so theirs are subtracted twice. tracked: every object the collector tracks (borrowed; NULL to
  * skip the second pass), each holding tracked_extra references from the caller's list of them.
  * Returns 0, or -1 with MemoryError set; either way tgc_owners_free releases the result. */
 int tgc_owners_search(tgc_owners *o,
-                      PyObject *const *roots, uint32_t n_roots,
+                      PyObject *const *roots, uint32_t n_roots, uint32_t n_late,
                       PyObject *const *targets, uint32_t n_targets,
                       PyObject *const *exclude, uint32_t n_exclude, uint32_t n_twice,
                       PyObject *const *tracked, size_t n_tracked, Py_ssize_t tracked_extra,

@@ -12,9 +12,10 @@
 #define TGC_CHAIN_MAX 256
 #define TGC_CHAIN_GAP 3
 
-/* The chain to objs[i], root first: a new tuple. */
+/* The chain to objs[i], root first: a new tuple. *dropped: how many references a cut chain
+ * leaves out (those from its third object to the first of its last ones), 0 when whole. */
 static PyObject *
-owners__chain(const tgc_owners *o, uint32_t i)
+owners__chain(const tgc_owners *o, uint32_t i, uint32_t *dropped)
 {
     uint32_t depth = 1;
     for (uint32_t k = i; o->parent[k] != TGC_OWNERS_NONE; k = o->parent[k]) {
@@ -22,6 +23,8 @@ owners__chain(const tgc_owners *o, uint32_t i)
     }
     int cut = depth > TGC_CHAIN_MAX;
     uint32_t len = cut ? TGC_CHAIN_MAX + 1 : depth;
+    /* kept: the root and two objects, then the last len - TGC_CHAIN_GAP - 1 objects */
+    *dropped = cut ? depth - (len - 1) + 1 : 0;
     PyObject *t = PyTuple_New(len);  /* new reference */
     if (t == NULL) {
         return NULL;
@@ -66,7 +69,8 @@ owners__results(const tgc_owners *o)
             PyList_SET_ITEM(chains, j, Py_NewRef(Py_None));
             continue;
         }
-        chain = owners__chain(o, i);
+        uint32_t dropped = 0;
+        chain = owners__chain(o, i, &dropped);
         if (chain == NULL) {
             goto error;
         }
@@ -78,9 +82,10 @@ owners__results(const tgc_owners *o)
         }
         uint32_t aux = o->aux[root];
         PyObject *item = (aux & TGC_OWNERS_DARK)
-            ? Py_BuildValue("(sIOn)", "outside", aux & ~TGC_OWNERS_DARK, chain, cut)
-            : (aux & TGC_OWNERS_GARBAGE) ? Py_BuildValue("(sIOn)", "garbage", 0u, chain, cut)
-            : Py_BuildValue("(sIOn)", "root", aux, chain, cut);
+            ? Py_BuildValue("(sIOnI)", "outside", aux & ~TGC_OWNERS_DARK, chain, cut, dropped)
+            : (aux & TGC_OWNERS_GARBAGE)
+            ? Py_BuildValue("(sIOnI)", "garbage", 0u, chain, cut, dropped)
+            : Py_BuildValue("(sIOnI)", "root", aux, chain, cut, dropped);
         Py_CLEAR(chain);
         if (item == NULL) {
             goto error;
@@ -106,24 +111,27 @@ error:
 }
 
 PyDoc_STRVAR(owner_search_doc,
-"_owner_search($module, roots, targets, exclude, n_twice, tracked, max_objects, /)\n--\n\n"
-"The shortest chain of references from roots to each target (tensorgc.owners uses it).\n"
+"_owner_search($module, roots, targets, exclude, n_twice, tracked, max_objects, n_late=0, /)\n"
+"--\n\n"
+"The shortest chain of references from roots to each target (tensorgc.owners uses it); the\n"
+"last n_late roots are searched from only after everything the others reach.\n"
 "Returns (chains, referrers, info): chains[i] is None (not reached: held by something the\n"
-"collector does not track) or (kind, n, objects, cut), kind 'root' (n: the root's index),\n"
-"'outside' (n: references no Python object shows) or 'garbage' (n: 0); objects run from\n"
-"the root to the target, objects[cut] standing for a cut middle (cut 0: whole). Automatic\n"
-"collection is off meanwhile.");
+"collector does not track) or (kind, n, objects, cut, dropped), kind 'root' (n: the root's\n"
+"index), 'outside' (n: references no Python object shows) or 'garbage' (n: 0); objects run\n"
+"from the root to the target, objects[cut] standing for a cut middle (cut 0: whole) of\n"
+"`dropped` references. Automatic collection is off meanwhile.");
 
 static PyObject *
 owner_search(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "_owner_search takes 6 arguments");
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "_owner_search takes 6 or 7 arguments");
         return NULL;
     }
     PyObject *roots = NULL, *targets = NULL, *exclude = NULL, *tracked = NULL, *res = NULL;
     Py_ssize_t n_twice = PyLong_AsSsize_t(args[3]);
     unsigned long max_objects = PyLong_AsUnsignedLong(args[5]);
+    Py_ssize_t n_late = nargs == 7 ? PyLong_AsSsize_t(args[6]) : 0;
     if (PyErr_Occurred()) {
         return NULL;
     }
@@ -142,7 +150,7 @@ owner_search(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     Py_ssize_t nr = PySequence_Fast_GET_SIZE(roots), nt = PySequence_Fast_GET_SIZE(targets);
     Py_ssize_t ne = PySequence_Fast_GET_SIZE(exclude);
     if (nr >= UINT32_MAX || nt >= UINT32_MAX || ne >= UINT32_MAX || n_twice < 0 || n_twice > ne ||
-        max_objects == 0 || max_objects >= UINT32_MAX) {
+        n_late < 0 || n_late > nr || max_objects == 0 || max_objects >= UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "_owner_search: a count is out of range");
         goto done;
     }
@@ -150,7 +158,7 @@ owner_search(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
      * search itself allocates no Python object; building the result does. */
     int was_enabled = PyGC_Disable();
     tgc_owners o;
-    if (tgc_owners_search(&o, PySequence_Fast_ITEMS(roots), (uint32_t)nr,
+    if (tgc_owners_search(&o, PySequence_Fast_ITEMS(roots), (uint32_t)nr, (uint32_t)n_late,
                           PySequence_Fast_ITEMS(targets), (uint32_t)nt,
                           PySequence_Fast_ITEMS(exclude), (uint32_t)ne, (uint32_t)n_twice,
                           tracked ? PySequence_Fast_ITEMS(tracked) : NULL,

@@ -64,7 +64,7 @@ class _Torch:
             from ._recorder import record
             record(**SETTINGS)
             return
-        lazy_call: Callable[[Callable[[], None]], None] = torch.cuda._lazy_call  # type: ignore[attr-defined]
+        lazy_call: Callable[[Callable[[], None]], None] = getattr(torch.cuda, "_lazy_call")
         lazy_call(_start_at_init)
 
     def stop(self) -> None:

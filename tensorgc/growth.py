@@ -31,7 +31,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
 from . import _tensorgc
 from ._devices import DeviceLike
-from .owner_chains import _named_roots
+from .owner_chains import _check_max_objects, _named_roots
 from .reporter import (Filter, MemReporter, NamedTensor, Row, _owners_of, _parse_device,
                        _saved_for_backward, _warn_no_cuda, readable_size)
 
@@ -182,11 +182,13 @@ def _before_on(before: Checkpoint, filt: Filter) -> int:
 
 def growth(before: Checkpoint, device: Optional[DeviceLike] = None, *,
            reporter: Optional[MemReporter] = None,
-           roots: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Growth:
+           roots: Optional[Mapping[str, Mapping[str, Any]]] = None,
+           max_objects: Optional[int] = None) -> Growth:
     """The storages born since ``before`` and still alive, grouped by owner (tensorgc.owners).
     ``device`` defaults to the checkpoint's; ``reporter`` (a MemReporter of the model) names
     parameters, grads and optimizer state rather than searching their owners; ``roots`` ({label:
-    {name: object}}) are named roots the owner search tries first (tensorgc.owners)."""
+    {name: object}}) are named roots the owner search tries first (tensorgc.owners);
+    ``max_objects`` bounds the owner search as in tensorgc.owners (None: every object alive)."""
     if not isinstance(before, Checkpoint):
         raise TypeError(f"tensorgc.growth: before must be a Checkpoint (tensorgc.checkpoint()), "
                         f"not {type(before).__name__}")
@@ -194,6 +196,7 @@ def growth(before: Checkpoint, device: Optional[DeviceLike] = None, *,
         raise ValueError(f"tensorgc.growth: the checkpoint was taken on {before.device}, not "
                          f"{device}: compare on one device (or checkpoint every device)")
     _named_roots(roots)  # a bad one is an error whether or not a search runs
+    _check_max_objects(max_objects)
     dev = device if device is not None else before.device
     filt = _parse_device(dev)
     _warn_no_cuda(filt, dev)
@@ -212,7 +215,8 @@ def growth(before: Checkpoint, device: Optional[DeviceLike] = None, *,
         keys, where, matched, _, _ = _tensorgc._storage_keys(
             tensors, filt, before.keys if table is None else table)
         freed = _before_on(before, filt) - matched
-        new = _new_rows(rep, named, live, paths, tensors, filt, keys, where or [], roots)
+        new = _new_rows(rep, named, live, paths, tensors, filt, keys, where or [], roots,
+                        max_objects)
     finally:
         del named, live, tensors  # no tensor outlives the call
         paths = None  # type: ignore[assignment]
@@ -239,7 +243,8 @@ def growth(before: Checkpoint, device: Optional[DeviceLike] = None, *,
 def _new_rows(rep: MemReporter, named: List[NamedTensor], live: List[Any],
               paths: Dict[int, Tuple[Any, str]], tensors: List[Any], filt: Filter,
               keys: List[Key], where: List[int],
-              roots: Optional[Mapping[str, Mapping[str, Any]]] = None) -> List[Row]:
+              roots: Optional[Mapping[str, Mapping[str, Any]]] = None,
+              max_objects: Optional[int] = None) -> List[Row]:
     """MemReporter's rows of the new storages: the rows of the tensors that claim them (each
     storage's first tensor, in MemReporter's order), their owners found in one search for
     those alone. No search when nothing is new."""
@@ -251,7 +256,7 @@ def _new_rows(rep: MemReporter, named: List[NamedTensor], live: List[Any],
     sub_live = [tensors[i] for i in claim if i >= n_named]
     only: Set[int] = {id(t) for t, _, _ in sub_named}
     only.update(id(t) for t in sub_live)
-    owner_of = _owners_of(named, live, paths, only=only, roots=roots)
+    owner_of = _owners_of(named, live, paths, only=only, roots=roots, max_objects=max_objects)
     report = rep._build(sub_named, sub_live, filt, owner_of)
     new = set(keys)
     return [r for r in report.rows if r.address and r.storage_bytes and _key(r) in new]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import gc
 import logging
+import re
 import weakref
 from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional,
@@ -42,6 +43,9 @@ __all__ = ["MemReporter", "Report", "Row", "KINDS", "readable_size", "track_tens
 logger = logging.getLogger("tensorgc")
 
 KINDS = ("parameter", "grad", "buffer", "optimizer_state", "saved_for_backward", "other")
+# The model's and optimizer's own tensors: named by them, never given an owner chain; a tensor
+# autograd saved that shares the storage of one of them (a transposed weight) is that tensor.
+MODEL_KINDS = frozenset(("parameter", "grad", "buffer", "optimizer_state"))
 
 
 class Row(NamedTuple):
@@ -91,6 +95,7 @@ class Report:
     # CUDA: {device: {block address: name}} of the same blocks (the first row's name), for the
     # timeline's side panel
     block_names: Dict[str, Dict[int, str]] = field(default_factory=dict)
+    owners: bool = False  # whether owner chains were searched (collect(owners=True))
 
     def devices(self) -> List[str]:
         return list(self.totals)
@@ -119,6 +124,8 @@ class Report:
                          f"\tUsed Memory: {readable_size(t['used'])}")
             lines.extend(_footer(dev, t, self.sites.get(dev, []), verbose))
             lines.extend(_held_by(rows, verbose))
+            if not self.owners:
+                lines.extend(_unnamed_hint(rows))
             lines.append("-" * LEN)
         return "\n".join(lines)
 
@@ -147,9 +154,14 @@ class Report:
         }
 
 
+HELD_BY_GROUPS = 20  # holders listed without verbose
+
+
 def _held_by(rows: Sequence[Row], verbose: bool) -> List[str]:
-    """Rows that have an owner, grouped by it: bytes and tensors per owner, largest first;
-    each row's whole chain with verbose."""
+    """Rows that have an owner, grouped by what holds them (Row.holder: the named owner, or the
+    module whose activations a forward in flight keeps): bytes and tensors per holder, largest
+    first, one row's chain each (every row's with verbose; the largest HELD_BY_GROUPS holders
+    without)."""
     groups: Dict[str, List[Row]] = {}
     for r in rows:
         if r.holder is not None:
@@ -158,16 +170,42 @@ def _held_by(rows: Sequence[Row], verbose: bool) -> List[str]:
         return []
     out = ["Held by (tensors that are not parameters, grads, buffers or optimizer state):"]
     order = sorted(groups.items(), key=lambda kv: -sum(r.used for r in kv[1]))
-    for holder, rs in order:
+    shown_groups = order if verbose else order[:HELD_BY_GROUPS]
+    for holder, rs in shown_groups:
         total = sum(r.used for r in rs)
         out.append(f"  {readable_size(total):>10s}  {len(rs):>5d} tensor{'s' if len(rs) != 1 else ' '}"
-                   f"  {_cut(holder, 200)}")
+                   f"  {_cut(_short_frames(holder), 200)}")
         shown = rs if verbose else rs[:1]
         for r in shown:
-            out.append(f"{'':19s}{_cut(r.name, 40)}: {_cut(r.owner or '', 400)}")
+            out.append(f"{'':19s}{_cut(r.name, 80)}: {_cut(_short_frames(r.owner or ''), 400)}")
         if len(rs) > len(shown):
-            out.append(f"{'':19s}… {len(rs) - len(shown)} more (verbose=True lists them)")
+            out.append(f"{'':19s}\u2026 {len(rs) - len(shown)} more (verbose=True lists them)")
+    rest = order[len(shown_groups):]
+    if rest:
+        nbytes = sum(r.used for _, rs in rest for r in rs)
+        out.append(f"  {readable_size(nbytes):>10s}  in {len(rest)} more holders "
+                   "(verbose=True lists them)")
     return out
+
+
+def _unnamed_hint(rows: Sequence[Row]) -> List[str]:
+    """The last line of a report made without owners: the bytes of the tensors with no name but
+    Tensor<i>, and what names what holds them."""
+    unnamed = [r for r in rows if r.kind == "other" and r.used]
+    if not unnamed:
+        return []
+    nbytes = sum(r.used for r in unnamed)
+    return [f"Unnamed tensors: {readable_size(nbytes)} in {len(unnamed)} tensor"
+            f"{'s' if len(unnamed) != 1 else ''}; report(owners=True) names what holds each one."]
+
+
+_FRAME_AT = re.compile(r" at (?:[^\s()]*/)?([^\s/()]+:\d+) \(thread MainThread\)")
+
+
+def _short_frames(s: str) -> str:
+    """A frame's label as the report prints it: its file's name rather than its path, and the
+    main thread unsaid (``forward() at transformer.py:538``)."""
+    return _FRAME_AT.sub(r" at \1", s)
 
 
 def _cut(s: str, n: int) -> str:
@@ -283,14 +321,15 @@ class MemReporter:
 
     def report(self, verbose: bool = False, device: Optional[DeviceLike] = None,
                owners: bool = False, *, gather: bool = False, group: Any = None,
-               dst: int = 0) -> None:
+               dst: int = 0, max_objects: Optional[int] = None) -> None:
         """Print memlab's table for every device (or ``device``), with the explained footer and,
         with ``owners``, what holds each tensor that is not a parameter, grad, buffer or
         optimizer state (grouped by owner, with subtotals; ``verbose`` lists every chain).
 
         ``gather=True``: a collective instead (every rank of ``group`` calls it): each rank's
         summary of ``device`` from this reporter's names, gathered to rank ``dst``, which
-        prints one table of every rank (tensorgc.gather_report; the others print nothing)."""
+        prints one table of every rank (tensorgc.gather_report; the others print nothing).
+        ``max_objects``: the owner search's bound (see collect)."""
         if gather:
             from ._summaries import TOP_DEFAULT, gather_summaries, summary_now
 
@@ -299,7 +338,8 @@ class MemReporter:
             if rep is not None:
                 print(rep.format(verbose=verbose))
             return
-        print(self.collect(device=device, owners=owners).format(verbose=verbose))
+        print(self.collect(device=device, owners=owners, max_objects=max_objects)
+              .format(verbose=verbose))
 
     def publish(self, every: float = 60.0, device: Optional[DeviceLike] = None,
                 top: int = 20) -> Publisher:
@@ -310,15 +350,18 @@ class MemReporter:
 
         return Publisher(self, every, device, top)
 
-    def collect(self, device: Optional[DeviceLike] = None, owners: bool = False) -> Report:
+    def collect(self, device: Optional[DeviceLike] = None, owners: bool = False, *,
+                max_objects: Optional[int] = None) -> Report:
         """The report as data (see Report, Row). A CUDA ``device`` on a machine without CUDA
         gives an empty report and a WARNING on logger "tensorgc" that says why. ``owners``:
-        fill Row.owner and Row.holder (tensorgc.owners: one pass over the whole heap, about 1.5
-        full collections, so it is asked for, not the default of a report a job takes often)."""
-        return self._collect(device, True, owners)
+        fill Row.owner and Row.holder and name each unnamed row by its holder
+        (tensorgc.owners: one pass over the whole heap, about 1.5 full collections, so it is
+        asked for, not the default of a report a job takes often); ``max_objects`` bounds that
+        pass (None: every object alive, as tensorgc.owners)."""
+        return self._collect(device, True, owners, max_objects)
 
     def _collect(self, device: Optional[DeviceLike], warn: bool,
-                 owners: bool = False) -> Report:
+                 owners: bool = False, max_objects: Optional[int] = None) -> Report:
         filt = _parse_device(device)
         if warn:
             _warn_no_cuda(filt, device)
@@ -335,9 +378,14 @@ class MemReporter:
             live = _tensorgc._live_tensors()       # every tensor object the collector tracks
             paths: Dict[int, Tuple[Any, str]] = {}
             named.extend(_saved_for_backward(live, named, paths=paths))
-            owner_of = _owners_of(named, live, paths) if owners else {}
+            if owners:
+                from .owner_chains import _check_max_objects
+
+                _check_max_objects(max_objects)
+            owner_of = _owners_of(named, live, paths, max_objects=max_objects) if owners else {}
             rep = self._build(named, live, filt, owner_of)
             rep.device = None if device is None else str(device)
+            rep.owners = bool(owners)
             return rep
         finally:
             del named, live  # no tensor outlives the call
@@ -403,21 +451,30 @@ class MemReporter:
                 entries.append((t, None, "other"))
         infos = _tensorgc._tensor_rows([e[0] for e in entries])
 
-        # (name, kind, shape, dtype, device, dev_type, dev_index, numel, ptr, nbytes, storage)
+        # (name, kind, shape, dtype, device, dev_type, dev_index, numel, ptr, nbytes, storage,
+        #  chain, shares_with); named[i]: whether row i has a name other than Tensor<i>
         rows_raw: List[List[Any]] = []
+        named_row: List[bool] = []
         counter = 0
         owner_of = owner_of or {}
+        model_ptrs: Dict[Tuple[str, int], str] = {}  # storages of the model's rows -> kind
         for (t, label, kind), info in zip(entries, infos):
             chain = owner_of.get(id(t))
             (ptr, _own, dev, dev_type, dev_index, shape, dtype, numel, _sparse, how, parts,
              nbytes, _none) = info
             if not _matches(filt, dev_type, dev_index) or numel == 0:
                 continue
-            if label is None:
+            if kind == "saved_for_backward" and ptr and (dev, ptr) in model_ptrs:
+                kind, chain = model_ptrs[(dev, ptr)], None  # a saved alias of a parameter
+            by_holder = _name_by_chain(chain, kind, label)
+            if by_holder is not None:
+                name = by_holder
+            elif label is None:
                 name = f"{type(t).__name__}{counter}"
                 counter += 1
             else:
                 name = label
+            is_named = label is not None or by_holder is not None
             if parts:
                 # a sparse tensor's indices and values, a wrapper's inner tensors: a row each,
                 # so that a storage shared with another tensor is still counted once
@@ -426,10 +483,16 @@ class MemReporter:
                     p2, _, d2s, t2, i2, s2, d2, e2, _, _, _, n2, _ = sub
                     rows_raw.append([f"{name}.{part}", kind, s2, d2, d2s, t2, i2, e2, p2, n2,
                                      how, chain])
+                    named_row.append(is_named)
+                    if kind in MODEL_KINDS and p2:
+                        model_ptrs.setdefault((d2s, p2), kind)
                 del subs
             else:
                 rows_raw.append([name, kind, shape, dtype, dev, dev_type, dev_index, numel, ptr,
                                  nbytes, how, chain])
+                named_row.append(is_named)
+                if kind in MODEL_KINDS and ptr:
+                    model_ptrs.setdefault((dev, ptr), kind)
 
         # each storage once: the first row (named rows come first) counts it
         first_of: Dict[Tuple[str, int], str] = {}
@@ -469,7 +532,7 @@ class MemReporter:
             storages, which = [], []
             for i, r in enumerate(rows_raw):
                 if r[5] == "cuda" and r[8] and r[12] is None:  # r[12]: shares_with
-                    storages.append(((r[6] or 0), r[8], r[1] != "other"))
+                    storages.append(((r[6] or 0), r[8], named_row[i]))
                     which.append(i)
             per, ctot, unseen = _alloc.attribute(segs, storages)
             numbered = _alloc.blocks_in_order(segs)
@@ -508,7 +571,7 @@ class MemReporter:
         append = rows.append
         for dev in devices:
             totals.setdefault(dev, {}).update(numel=0, used=0, storage=0, named_storage=0,
-                                              storages=0, tensors=0)
+                                              storages=0, unnamed_storages=0, tensors=0)
         for i, (name, kind, shape, dtype, dev, dev_type, _idx, numel, ptr, nbytes, how,
                 chain, shares) in enumerate(rows_raw):
             sb = 0 if shares or nbytes is None else nbytes
@@ -516,14 +579,16 @@ class MemReporter:
             if chain is not None:
                 chains[len(rows)] = chain
             append(Row(name, kind, shape, dtype, dev, numel, sb, bb, shares, how,
-                       None if chain is None else str(chain),
-                       None if chain is None else chain.holder, ptr or None, site_of.get(i)))
+                       None if chain is None else str(chain), _holder_of(chain, kind, name),
+                       ptr or None, site_of.get(i)))
             tot = totals[dev]
             tot["numel"] += numel or 0
             tot["used"] += sb if bb is None else bb
             tot["storage"] += sb
-            if kind != "other":
+            if named_row[i]:
                 tot["named_storage"] += sb
+            elif sb:
+                tot["unnamed_storages"] += 1
             if sb:
                 tot["storages"] += 1
             tot["tensors"] += 1
@@ -536,7 +601,7 @@ class MemReporter:
 
 def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
                paths: Dict[int, Tuple[Any, str]], limit: int = 200000,
-               only: Optional[Set[int]] = None,
+               only: Optional[Set[int]] = None, max_objects: Optional[int] = None,
                roots: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Dict[int, Any]:
     """id(tensor) -> tensorgc.owner_chains.Chain for the tensors that are not a parameter, grad,
     buffer or optimizer state: one search for all of them and for the live tensors with a
@@ -548,11 +613,17 @@ def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
     ``only`` (ids): the chains of these tensors alone, the same as without it. The search then
     looks for them and for the live tensors whose graph leads to a node that saves one of them
     or feeds one (a leaf's AccumulateGrad): a node takes its chain from the first of the sorted
-    starts that reaches it, and the first is among those. ``roots``: the search's named roots
-    (tensorgc.owners)."""
-    from .owner_chains import owners as _search
+    starts that reaches it, and the first is among those. ``max_objects``: the search's bound
+    (None: the heap's size); ``roots``: {label: {name: object}} roots searched first
+    (tensorgc.owners; the pytest plugin's fixture values). A tensor named as a parameter, grad,
+    buffer or optimizer state gets no chain, even when a node saves it too: its first name, the
+    model's, is its row's."""
+    from .owner_chains import _chains
 
-    kinds = {id(t): k for t, _, k in named}
+    kinds: Dict[int, str] = {}
+    for t, _, kind in named:
+        kinds.setdefault(id(t), kind)
+    paths = {k: v for k, v in paths.items() if kinds.get(k) not in MODEL_KINDS}
     targets = [t for t in live if kinds.get(id(t), "other") == "other"
                and (only is None or id(t) in only)]
     index = {id(t): i for i, t in enumerate(targets)}
@@ -572,7 +643,7 @@ def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
             if id(t) not in index:
                 index[id(t)] = len(targets)
                 targets.append(t)
-    chains = _search(targets, roots=roots)
+    chains = _chains(targets, max_objects, named=roots)
     out: Dict[int, Any] = {}
     for t, c in zip(targets, chains):
         if kinds.get(id(t), "other") == "other":
@@ -614,6 +685,42 @@ def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
         del keep, via, queue
     del targets, chains, starts
     return out
+
+
+def _name_by_chain(chain: Any, kind: str, label: Optional[str]) -> Optional[str]:
+    """A row's name from what holds it, when its chain is a root's: an unnamed tensor is named by
+    its holder (``__main__.loss_history[3]``; a leaf reached through another tensor's graph
+    ``leaf ← __main__.loss_history[3]``), a tensor saved for backward by its node and the tensor
+    whose graph keeps it (``saved by MulBackward0 (self) ← __main__.loss_history[3]``), except in a
+    forward pass in progress, where the module its node belongs to says more. None: the row keeps
+    its own name (or Tensor<i>)."""
+    if chain is None or kind in MODEL_KINDS:
+        return None
+    name = chain.name
+    if name is None:
+        return None
+    if label is None:
+        through = any(e.startswith(".grad_fn") for e in chain.edges)
+        return f"leaf \u2190 {name}" if through else name
+    if kind == "saved_for_backward" and not chain.in_flight:
+        return f"{label} \u2190 {name}"
+    return None
+
+
+def _holder_of(chain: Any, kind: str, name: str) -> Optional[str]:
+    """What a person would call a row's holder: the chain's named owner, or for a tensor saved by
+    a forward pass in progress the module its node belongs to (``activations of layers.3 (forward
+    in flight)``), so that a forward's activations are counted by module, not as one local."""
+    if chain is None:
+        return None
+    if kind == "saved_for_backward" and chain.in_flight:
+        m = _MODULE_IN_NAME.search(name)
+        if m:
+            return f"activations of {m.group(1)} (forward in flight)"
+    return str(chain.holder)
+
+
+_MODULE_IN_NAME = re.compile(" (?:\u2190|after) (\\S+)$")
 
 
 def _starts_reaching(starts: List[Tuple[Any, Any]], goals: Set[int], leaves: Set[int],
@@ -674,28 +781,46 @@ def _saved_attrs(node: object) -> Tuple[str, ...]:
 def _module_of(node: object, pname_of: Dict[int, str]) -> Optional[str]:
     """Where a node's op ran, from the parameters it accumulates into: "← layers.3" when its
     own inputs include a parameter (directly or through one view/transpose node), "after
-    layers.3" when only its inputs' op does (an activation following that module), else None."""
-    frontier = [node]
-    for depth in range(3):
-        nxt: List[object] = []
-        for n in frontier:
-            for child, _ in getattr(n, "next_functions", ()) or ():
-                if child is None:
-                    continue
-                var = getattr(child, "variable", None)
-                if var is not None:
-                    name = pname_of.get(id(var))
-                    if name:
-                        mod = name.split("+")[0].rsplit(".", 1)[0] if "." in name else name
-                        # depth 0: a parameter input; 1: through a view of one (Linear's weight
-                        # goes through TBackward0), or the previous op's parameter
-                        own = depth == 0 or (depth == 1 and n is not node and _is_view(n))
-                        return f"← {mod}" if own else f"after {mod}"
-                else:
-                    nxt.append(child)
-        frontier = nxt
+    layers.3" when only an op before it does (an activation following that module: the nearest
+    one, at most _MODULE_DEPTH ops back, reshapes and views not counted, _MODULE_NODES nodes
+    looked at), else None."""
+    queue: Deque[Tuple[object, int]] = collections.deque([(node, 0)])
+    seen: Set[int] = {id(node)}
+    while queue:
+        n, ops = queue.popleft()
+        for child, _ in getattr(n, "next_functions", ()) or ():
+            if child is None:
+                continue
+            var = getattr(child, "variable", None)
+            if var is not None:
+                name = pname_of.get(id(var))
+                if name:
+                    mod = name.split("+")[0].rsplit(".", 1)[0] if "." in name else name
+                    # a parameter input, or one through a view of it (Linear's weight goes
+                    # through TBackward0); else an op before this one took it
+                    own = n is node or (ops == 0 and n in _children(node) and _is_view(n))
+                    return f"\u2190 {mod}" if own else f"after {mod}"
+                continue
+            if id(child) in seen or len(seen) >= _MODULE_NODES:
+                continue
+            seen.add(id(child))
+            if type(child).__name__.startswith(_RESHAPE_NODES):
+                queue.appendleft((child, ops))  # a view of the same values: no op further
+            elif ops + 1 < _MODULE_DEPTH:
+                queue.append((child, ops + 1))
     return None
 
+
+def _children(node: object) -> List[object]:
+    return [c for c, _ in getattr(node, "next_functions", ()) or () if c is not None]
+
+
+_MODULE_DEPTH = 8  # ops back from a node that saves a tensor, looking for a module's parameter
+_MODULE_NODES = 64  # nodes looked at, at most, per node
+_RESHAPE_NODES = ("ViewBackward", "UnsafeViewBackward", "ReshapeAliasBackward", "TBackward",
+                  "TransposeBackward", "PermuteBackward", "ExpandBackward", "SqueezeBackward",
+                  "UnsqueezeBackward", "SelectBackward", "SliceBackward", "CloneBackward",
+                  "AliasBackward", "UnbindBackward", "SplitBackward", "SplitWithSizesBackward")
 
 _VIEW_NODES = ("TBackward", "ViewBackward", "TransposeBackward", "PermuteBackward",
                "ExpandBackward", "UnsqueezeBackward", "SqueezeBackward", "ReshapeAliasBackward",

@@ -254,13 +254,46 @@ def _set_thread_local(mod, cls):
     mod.tl = loc
 
 
+def _thread_local_edge(thread):
+    """How a threading.local's per-thread dict reads: with its thread's name where the thread's
+    state dict shows which thread it is (up to 3.12; 3.13 keys the dicts by an object only the C
+    thread state holds)."""
+    return f"(thread-local, thread {thread})" if sys.version_info < (3, 13) else "(thread-local)"
+
+
 def test_threading_local_value_set_in_this_thread(mod):
     _set_thread_local(mod, threading.local)
     c = owner(mod.tl.v)
     assert c.kind == "root"
     assert c.root == ROOT
-    assert c.edges == (".tl", "(thread-local)", ".v")
+    assert c.edges == (".tl", _thread_local_edge(threading.current_thread().name), ".v")
     assert c.types == ("module", "_local", "dict", "Payload")
+
+
+def _set_in_thread(module, ready, release, refs):
+    module.tl.v = Payload()  # through the module: this frame holds no shorter way to it
+    refs.append(weakref.ref(module.tl.v))
+    ready.set()
+    release.wait(10)
+
+
+def test_threading_local_value_set_in_another_thread_names_it(mod):
+    mod.tl = threading.local()
+    mod.tl.v = Payload()  # this thread's value: another holder, not the one asked about
+    ready, release, refs = threading.Event(), threading.Event(), []
+    th = threading.Thread(target=_set_in_thread, args=(mod, ready, release, refs),
+                          name="tgc-loader-3", daemon=True)
+    th.start()
+    try:
+        assert ready.wait(10)
+        c = owner(refs[0]())
+        mine = owner(mod.tl.v)
+    finally:
+        release.set()
+        th.join(10)
+    assert c.kind == "root" and c.root == ROOT
+    assert c.edges == (".tl", _thread_local_edge("tgc-loader-3"), ".v")
+    assert mine.edges == (".tl", _thread_local_edge(threading.current_thread().name), ".v")
 
 
 class _MyLocal(threading.local):
@@ -270,7 +303,41 @@ class _MyLocal(threading.local):
 def test_threading_local_subclass_value(mod):
     _set_thread_local(mod, _MyLocal)
     c = owner(mod.tl.v)
-    assert c.edges == (".tl", "(thread-local)", ".v")
+    assert c.edges == (".tl", _thread_local_edge(threading.current_thread().name), ".v")
+
+
+def _batches():
+    cache = [Payload()]
+    yield weakref.ref(cache[0])
+    yield None
+
+
+def test_a_generators_local_names_its_function(mod):
+    mod.gen = _batches()
+    ref = next(mod.gen)
+    c = owner(ref())
+    assert c.kind == "root" and c.root == ROOT
+    assert c.edges == (".gen", "_batches() local cache", "[0]")
+    assert c.types == ("module", "generator", "list", "Payload")
+    assert c.name == f"{MOD_NAME}.gen _batches() local cache[0]"
+    mod.gen.close()
+
+
+async def _serve(refs):
+    request = Payload()
+    refs.append(weakref.ref(request))
+    await types.coroutine(lambda: (yield))()
+
+
+def test_a_coroutines_local_names_its_function(mod):
+    refs = []
+    mod.task = _serve(refs)
+    mod.task.send(None)  # runs to its first await: the local is set
+    c = owner(refs[0]())
+    mod.task.close()
+    assert c.kind == "root" and c.root == ROOT
+    assert c.edges == (".task", "_serve() local request")
+    assert c.types == ("module", "coroutine", "Payload")
 
 
 def test_local_variable_of_the_calling_function():
@@ -284,6 +351,32 @@ def test_local_variable_of_the_calling_function():
     assert c.edges == ("local target",)
     assert c.types == ("dict", "Payload")
     assert c.holder == f"{c.root} local target"
+
+
+def test_the_callers_own_local_is_not_the_answer_when_something_else_holds_it(mod):
+    target = Payload()
+    mod.keep = {"step": target}
+    c = owner(target)  # this frame still holds target: the answer is the other holder
+    assert c.kind == "root" and c.root == ROOT
+    assert c.edges == (".keep", "['step']")
+    assert c.others == 0  # the caller's own reference is not counted as another holder
+    (c2,) = owners([target])
+    assert c2.edges == (".keep", "['step']")
+
+
+def test_the_callers_local_is_named_after_a_deeper_holder(mod):
+    """Searched last means after everything else, however deep: a chain of ten references from
+    a module beats the caller's one-step local."""
+    target = Payload()
+    box = mod.deep = [target]
+    for _ in range(9):
+        box = [box]
+        mod.deep = box
+    del box
+    c = owner(target)
+    assert c.kind == "root" and c.root == ROOT
+    assert c.edges == (".deep",) + ("[0]",) * 10
+    assert c.text(fold=False).endswith("[0] [0] [0]")
 
 
 def _hold_in_thread(ready, release, refs):
@@ -622,6 +715,81 @@ def test_max_objects_one_gives_unknown_for_a_deep_target(mod):
     # the full search finds it
     full = owner(mod.deep[0][0][0][0])
     assert full.edges == (".deep", "[0]", "[0]", "[0]", "[0]")
+
+
+def _deep_behind_untracked(mod, n):
+    """A target found only after ``n`` containers the collector does not track (atomic tuples:
+    gc.get_objects() does not list them): the module's dict reaches ``big`` and ``path`` on one
+    level, big's n tuples on the next, and the target two levels further."""
+    mod.big = [(i, -i) for i in range(n)]
+    mod.path = [[[Payload()]]]
+    gc.collect()  # untracks the atomic tuples
+
+
+def test_default_max_objects_covers_a_heap_of_untracked_containers(mod):
+    n = 300_000
+    _deep_behind_untracked(mod, n)
+    assert not gc.is_tracked(mod.big[0])
+    target = mod.path[0][0][0]
+    c = owner(target)  # the default: the heap's size, untracked containers included
+    assert c.kind == "root" and c.edges == (".path", "[0]", "[0]", "[0]")
+    small = owner(target, max_objects=n // 2)  # a bound below the heap's size stops short
+    assert small.kind == "unknown"
+    assert small.root == f"not reached within max_objects={n // 2}"
+
+
+def test_max_objects_none_is_the_default(mod):
+    mod.x = [Payload()]
+    assert owner(mod.x[0], max_objects=None).edges == (".x", "[0]")
+    assert owners([mod.x[0]], max_objects=None)[0].edges == (".x", "[0]")
+
+
+def test_default_max_objects_constant_is_deprecated():
+    import tensorgc.owner_chains as oc
+
+    with pytest.warns(DeprecationWarning, match="max_objects=None"):
+        assert oc.DEFAULT_MAX_OBJECTS == 10_000_000
+    with pytest.raises(AttributeError):
+        oc.NO_SUCH_NAME  # noqa: B018
+
+
+def test_a_target_held_from_c_and_by_our_own_lists_is_outside():
+    """The search's own lists (owner()'s list of targets, its frames' locals) hold the target
+    too; their references are subtracted once each, so the one from C is what is left over
+    (subtracting a list listed twice twice would leave none: a false 'garbage')."""
+    address = _incref(Payload())
+    try:
+        c = owner(ctypes.cast(address, ctypes.py_object).value)
+        c2, c3 = owners([ctypes.cast(address, ctypes.py_object).value] * 2)
+    finally:
+        _decref(address)
+    for chain in (c, c2, c3):
+        assert chain.kind == "outside"
+        assert chain.root == "held outside Python (1 reference no Python object shows): Payload"
+
+
+class _Node:
+    def __init__(self, nxt):
+        self.next = nxt
+
+
+def test_a_run_of_one_attribute_is_folded_to_its_first_and_last(mod):
+    node = _Node(Payload())
+    for _ in range(9):
+        node = _Node(node)
+    mod.head = node
+    del node
+    c = owner(mod.head.next.next.next.next.next.next.next.next.next.next)
+    assert c.edges == (".head",) + (".next",) * 10
+    assert str(c) == f"{ROOT} .head .next \u2026 8 more .next \u2026 .next"
+    assert c.text(fold=False) == f"{ROOT} .head" + " .next" * 10
+    assert c.name == f"{MOD_NAME}.head.next \u2026 8 more .next \u2026 .next"
+
+
+def test_a_short_run_is_not_folded(mod):
+    mod.head = _Node(_Node(_Node(Payload())))
+    c = owner(mod.head.next.next.next)
+    assert str(c) == f"{ROOT} .head .next .next .next"
 
 
 # ---------------------------------------------------------------------- side effects
@@ -1041,11 +1209,16 @@ def test_a_cut_chain_keeps_the_holder(mod):
 
     c = owner(leaf())
     assert c.holder == f"{MOD_NAME}.deep"
-    assert c.edges[:2] == (".deep", "\u2026") and c.edges[-1] == "[0]"
+    # module -> its dict -> deep: 2 references read ".deep"; then 1,000 list items. The chain
+    # keeps the last 252 and says how many of the ones between it left out.
+    assert c.edges[:2] == (".deep", "\u2026 748 references left out \u2026")
+    assert c.edges[2:] == ("[0]",) * 252
+    assert 2 + 748 + 252 == 2 + 1000
     assert len(c.edges) == len(c.types) - 1 <= 256
+    assert "\u2026 748 references left out \u2026 [0] \u2026 250 more items \u2026 [0]" in str(c)
 
 
-@pytest.mark.parametrize("bad", [True, 2.5, "3", None])
+@pytest.mark.parametrize("bad", [True, 2.5, "3", [1]])
 def test_max_objects_of_another_type_is_a_type_error(bad):
     with pytest.raises(TypeError, match="max_objects must be an int"):
         owners([Payload()], max_objects=bad)

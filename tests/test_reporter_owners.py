@@ -1,0 +1,239 @@
+"""MemReporter with owner chains (collect(owners=True)), on CPU tensors: rows named by what
+holds them, a Held-by section a person can read (a parameter's saved alias counted as the
+parameter, a forward in flight grouped by module, long runs of graph references folded), the
+line of a report without owners that says how many bytes have no name, and the search's bound
+passed through collect, report and growth.
+
+Objects kept by a module global live in a fresh module registered in sys.modules (the `mod`
+fixture), so names read "tgc_holders_fixture.NAME"."""
+import gc
+import re
+import sys
+import types
+
+import pytest
+torch = pytest.importorskip("torch")  # the torch-free run skips these
+
+import tensorgc
+from tensorgc import MemReporter
+from tensorgc.reporter import MODEL_KINDS, readable_size
+
+MOD_NAME = "tgc_holders_fixture"
+
+
+@pytest.fixture
+def mod():
+    """A fresh module, registered in sys.modules for the test and removed after it."""
+    m = types.ModuleType(MOD_NAME)
+    sys.modules[MOD_NAME] = m
+    try:
+        yield m
+    finally:
+        sys.modules.pop(MOD_NAME, None)
+        m.__dict__.clear()
+        gc.collect()
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+
+
+def _held_by(text):
+    return text[text.index("Held by"):].splitlines()
+
+
+def test_rows_are_named_by_their_holder(mod):
+    model = _mlp()
+    mod.loss_history = []
+    for _ in range(4):
+        mod.loss_history.append(model(torch.randn(4, 16)).pow(2).sum())  # no backward
+    mod.cache = {"batch": torch.ones(10)}
+    rep = MemReporter(model).collect(owners=True)
+    names = {r.name: r for r in rep.rows}
+    for i in range(4):
+        loss = names[f"{MOD_NAME}.loss_history[{i}]"]
+        assert loss.kind == "other" and loss.shape == ()
+        saved = [r for r in rep.rows
+                 if r.name.endswith(f" \u2190 {MOD_NAME}.loss_history[{i}]")]
+        # per step: the first Linear's input, ReLU's result, pow's operand (the second Linear's
+        # input is ReLU's result: a view row of it, named as well)
+        assert {r.name.split(" \u2190 ")[0] for r in saved} == {
+            "saved by AddmmBackward0 (mat1)", "saved by ReluBackward0 (result) after 0",
+            "saved by PowBackward0 (self) after 2"}, [r.name for r in saved]
+        assert all(r.kind == "saved_for_backward" and r.name.startswith("saved by ")
+                   for r in saved)
+    assert names[f"{MOD_NAME}.cache['batch']"].storage_bytes == 40
+    mine = [r for r in rep.rows if r.holder and r.holder.startswith(MOD_NAME)]
+    assert mine and not [r for r in mine if re.fullmatch(r"Tensor\d+", r.name)]
+    text = rep.format()
+    assert f"{MOD_NAME}.loss_history[3]" in text
+    assert "report(owners=True) names" not in text  # the hint is for reports without owners
+
+
+def test_a_report_without_owners_ends_with_the_bytes_that_have_no_name(mod):
+    mod.cache = [torch.ones(100), torch.ones(28)]
+    rep = MemReporter().collect(device="cpu")
+    unnamed = [r for r in rep.rows if r.kind == "other" and r.used]
+    assert len(unnamed) >= 2  # ours, and any another test left alive
+    lines = rep.format().splitlines()
+    assert lines[-1] == "-" * len(lines[-1])
+    n = len(unnamed)
+    assert lines[-2] == (f"Unnamed tensors: {readable_size(sum(r.used for r in unnamed))} in {n} "
+                         f"tensor{'s' if n != 1 else ''}; report(owners=True) names what holds "
+                         "each one.")
+    assert any(re.fullmatch(r"Tensor\d+", r.name) for r in unnamed)
+    with_owners = MemReporter().collect(device="cpu", owners=True)
+    assert "Unnamed tensors:" not in with_owners.format()
+    assert {r.name for r in with_owners.rows} >= {f"{MOD_NAME}.cache[0]", f"{MOD_NAME}.cache[1]"}
+
+
+def test_no_hint_when_every_tensor_is_named():
+    model = torch.nn.Linear(3, 3)
+    rep = MemReporter(model).collect(device="meta")  # nothing there
+    assert "Unnamed tensors" not in rep.format()
+
+
+def test_a_saved_alias_of_a_parameter_is_the_parameter(mod):
+    """Linear saves its weight, transposed (addmm's mat2): a view of the parameter. It is counted
+    as the parameter, never as something a holder keeps."""
+    model = _mlp()
+    mod.losses = [model(torch.randn(4, 16)).sum()]
+    rep = MemReporter(model).collect(owners=True)
+    # the first Linear's input needs no grad: only the second one saves its weight
+    (mat2,) = [r for r in rep.rows if "(mat2)" in r.name]
+    assert mat2.kind == "parameter" and mat2.storage_bytes == 0
+    assert mat2.shares_with == "2.weight"
+    assert mat2.owner is None and mat2.holder is None
+    held = _held_by(rep.format(verbose=True))
+    assert not [line for line in held if "(mat2)" in line]
+    assert any(line.endswith(f"  {MOD_NAME}.losses") for line in held)
+
+
+def test_a_forward_in_flight_is_grouped_by_module():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    seen = {}
+
+    def stop_here(module, inputs, output):
+        seen["rep"] = MemReporter(model).collect(owners=True)
+
+    handle = model[3].register_forward_hook(stop_here)
+    try:
+        out = model(torch.randn(8, 16))
+    finally:
+        handle.remove()
+    rep = seen.pop("rep")
+    saved = [r for r in rep.rows if r.kind == "saved_for_backward"]
+    assert saved
+    by_holder = {}
+    for r in saved:
+        by_holder.setdefault(r.holder, []).append(r.name)
+    # the first Linear's input and ReLU's result after it; the second Linear's input and the
+    # second ReLU's result after it
+    assert set(by_holder) == {"activations of 0 (forward in flight)",
+                              "activations of 2 (forward in flight)"}, by_holder
+    assert "saved by AddmmBackward0 (mat1) \u2190 0" in by_holder[
+        "activations of 0 (forward in flight)"]
+    # the rows keep the module's name; no running frame's local is put on them
+    assert all(n.count("\u2190") <= 1 for n in sum(by_holder.values(), []))
+    held = _held_by(rep.format())
+    assert any(line.endswith("  activations of 0 (forward in flight)") for line in held)
+    assert any(line.endswith("  activations of 2 (forward in flight)") for line in held)
+    del out
+
+
+def test_long_runs_of_graph_references_are_folded_in_held_by(mod):
+    x = torch.randn(64, requires_grad=True)
+    y = x * 2  # saves nothing of x's: the scalar; the chain's end is the leaf's AccumulateGrad
+    for _ in range(10):
+        y = y.sin()  # each saves its input: the graph's saved tensors are ten steps deep
+    mod.result = y
+    del x, y
+    rep = MemReporter().collect(owners=True)
+    deepest = [r for r in rep.rows
+               if r.owner and r.owner.startswith(f"module {MOD_NAME} .result .grad_fn")
+               and "SinBackward0 saved self" in r.owner]
+    assert len(deepest) == 10
+    far = max(deepest, key=lambda r: len(rep.chains[rep.rows.index(r)].edges))
+    chain = rep.chains[rep.rows.index(far)]
+    assert chain.text(fold=False).count(".next_functions[0]") == 9
+    assert re.search(r"\.next_functions\[0\] \u2192 SinBackward0 \u2026 7 more \.next_functions "
+                     r"\u2026 \.next_functions\[0\] \u2192 SinBackward0 saved self$", far.owner)
+    text = rep.format(verbose=True)
+    assert f"{far.name}: {far.owner}" in text
+
+
+def test_max_objects_passes_through_collect_report_and_growth(mod, capsys):
+    mod.deep = [[[[torch.ones(3)]]]]
+    rep = MemReporter().collect(owners=True, max_objects=1)
+    row = next(r for r in rep.rows if r.shape == (3,) and r.holder)
+    assert row.owner == "not reached within max_objects=1"
+    assert row.name.startswith("Tensor")  # no holder known: the row keeps its number
+    full = MemReporter().collect(owners=True)
+    assert f"{MOD_NAME}.deep[0][0][0][0]" in {r.name for r in full.rows}
+    MemReporter().report(owners=True, max_objects=1)
+    assert "not reached within max_objects=1" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="max_objects"):
+        MemReporter().collect(owners=True, max_objects=0)
+    with pytest.raises(TypeError, match="max_objects"):
+        MemReporter().collect(owners=True, max_objects="3")
+
+    before = tensorgc.checkpoint()
+    mod.more = [[[[torch.ones(5)]]]]
+    g = tensorgc.growth(before, max_objects=1)
+    (new,) = [r for r in g.rows if r.shape == (5,)]
+    assert new.owner == "not reached within max_objects=1"
+    g = tensorgc.growth(before)
+    (new,) = [r for r in g.rows if r.shape == (5,)]
+    assert new.holder == f"{MOD_NAME}.more"
+    with pytest.raises(ValueError, match="max_objects"):
+        tensorgc.growth(before, max_objects=0)
+
+
+def test_model_rows_are_never_renamed(mod):
+    model = _mlp()
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(4, 16)).sum().backward()
+    opt.step()
+    mod.also = [model[0].weight]  # a holder of a parameter does not rename it
+    rep = MemReporter(model, optimizer=opt).collect(owners=True)
+    names = {r.name for r in rep.rows if r.kind in MODEL_KINDS}
+    assert {"0.weight", "0.weight.grad", "AdamW.0.weight.exp_avg"} <= names
+    assert not [n for n in names if MOD_NAME in n]
+
+
+def test_a_module_held_outside_the_model_reads_as_torch_names_it(mod):
+    mod.spare = torch.nn.Sequential(torch.nn.Linear(2, 3))
+    rep = MemReporter().collect(owners=True)
+    names = {r.name for r in rep.rows}
+    assert {f"{MOD_NAME}.spare.0.weight", f"{MOD_NAME}.spare.0.bias"} <= names
+    w = next(r for r in rep.rows if r.name == f"{MOD_NAME}.spare.0.weight")
+    assert w.owner == f"module {MOD_NAME} .spare ._modules ['0'] ._parameters ['weight']"
+
+
+def test_the_real_model_tool_names_the_bytes_of_a_transformer_mid_forward(capsys):
+    """tools/real_model_report.py on the CPU, small: a TransformerEncoder with AdamW stopped in
+    its middle layer's forward; its activations are grouped by module and the share it prints
+    is of the storages the report names."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools",
+                        "real_model_report.py")
+    spec = importlib.util.spec_from_file_location("real_model_report", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(["--device", "cpu", "--layers", "2", "--d-model", "32", "--seq", "8",
+                      "--batch", "2", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    held = _held_by(out)
+    assert any(line.endswith("  activations of 0.layers.0.self_attn (forward in flight)")
+               for line in held)
+    assert any(line.endswith("  activations of 0.layers.0.linear1 (forward in flight)")
+               for line in held)
+    m = re.search(r"^cpu: ([0-9.]+)% named of the storages", out, re.M)
+    assert m and float(m.group(1)) >= 99.0
+    assert "0.layers.1.linear1.weight" in out and "AdamW.0.layers.1.linear1.weight.exp_avg" in out

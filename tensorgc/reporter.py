@@ -696,6 +696,8 @@ def _name_by_chain(chain: Any, kind: str, label: Optional[str]) -> Optional[str]
     its own name (or Tensor<i>)."""
     if chain is None or kind in MODEL_KINDS:
         return None
+    if label is None and chain.kind == "outside":
+        return "held outside Python"  # only C or C++ code holds it (a saved view's base, say)
     name = chain.name
     if name is None:
         return None

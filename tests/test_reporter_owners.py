@@ -237,3 +237,23 @@ def test_the_real_model_tool_names_the_bytes_of_a_transformer_mid_forward(capsys
     m = re.search(r"^cpu: ([0-9.]+)% named of the storages", out, re.M)
     assert m and float(m.group(1)) >= 99.0
     assert "0.layers.1.linear1.weight" in out and "AdamW.0.layers.1.linear1.weight.exp_avg" in out
+
+
+def test_a_tensor_only_c_code_holds_is_named_so():
+    """A tensor no Python object holds (only C or C++ code: the base of a view autograd saved,
+    say) is named for that, not Tensor<i>."""
+    import ctypes
+
+    import tensorgc
+
+    t = torch.zeros(7, 11, 13)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(t))  # the reference C code would hold
+    address = id(t)
+    del t
+    try:
+        rep = tensorgc.MemReporter().collect(device="cpu", owners=True)
+        (row,) = [r for r in rep.rows if r.shape == (7, 11, 13)]
+        assert row.name == "held outside Python"
+        assert row.holder is not None and row.holder.startswith("held outside Python")
+    finally:
+        ctypes.pythonapi.Py_DecRef(ctypes.cast(address, ctypes.py_object))

@@ -361,8 +361,6 @@ int tgc_ps__rd_fill(S *s, size_t need);
 unsigned char *tgc_ps__rd_big(S *s, size_t k);
 /* A text line, the newline excluded (*line points into buf until the next read). 0, or -1. */
 int tgc_ps__rd_line(S *s, const unsigned char **line, size_t *len);
-/* GET's and PUT's decimal memo index. 0, or -1. */
-int tgc_ps__text_index(S *s, const unsigned char *p, size_t len, uint64_t *idx);
 /* The machine's NEED and next opcode when flim is reached. 0, or -1. */
 int tgc_ps__need_slow(S *s, size_t k);
 int tgc_ps__next_op_slow(S *s);

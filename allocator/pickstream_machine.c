@@ -1,12 +1,13 @@
 /* pickstream_machine.c: the streaming loader's opcode machine (tgc_ps_run; shared declarations
- * in pickstream_int.h): a stack of tagged values with its marks and memo, the opcodes
- * pickscan.c accepts and its rules of form, strings checked as the unpickler decodes them, and
- * each value routed where its container puts it: onto the trace's path (pickstream_rows.c) or
- * into a builder object. */
+ * in pickstream_int.h): a stack of tagged values with its marks and memo, the opcodes and rules
+ * of form it shares with pickscan.c (pickrules.h), strings checked as the unpickler decodes them,
+ * and each value routed where its container puts it: onto the trace's path (pickstream_rows.c)
+ * or into a builder object. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pickrules.h"
 #include "pickstream_int.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -461,8 +462,9 @@ memo_get(S *s, uint64_t idx)
 static int
 memo_put(S *s, uint64_t idx)
 {
-    if (above_mark(s) == 0) {
-        tgc_ps__fail(s, TGC_PS_UNDERFLOW, 0, 0, 0);
+    tgc_ps_result rule;
+    if (tgc_ps__rule_take(above_mark(s), 1, &rule) != TGC_PS_OK) {
+        tgc_ps__fail(s, rule.code, rule.a, rule.b, rule.c);
         return -1;
     }
     val *v = &s->st[s->n - 1];
@@ -627,65 +629,6 @@ push_payload(S *s, unsigned op, const unsigned char *p, size_t k)
     return push_obj(s, s->b.scalar(s->b.ctx, &sc), 0);
 }
 
-static int
-refused(unsigned op)
-{
-    switch (op) {
-    case 'R': case 'b': case 'o': case 0x81: case 0x92: case 'P': case 'Q':
-    case 0x82: case 0x83: case 0x84: case 0x97: case 0x98:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-/* A name from the file, for a message: printable ASCII kept, a backslash doubled, any other
- * code point escaped as \xNN, \uNNNN or \UNNNNNNNN; cut with "..." where the next piece would
- * pass NAME_LIMIT characters (snapshot._printable writes the same from a str). p is UTF-8, lone
- * surrogates allowed; a stray byte (never passed) would read as its own code point. */
-#define NAME_LIMIT 200
-#define NAME_CAP (NAME_LIMIT + 4)
-static void
-escape_name(char out[NAME_CAP], const unsigned char *p, size_t n)
-{
-    size_t used = 0, i = 0;
-    while (i < n) {
-        uint32_t cp = p[i];
-        size_t k = cp < 0x80 ? 0 : cp >= 0xF0 ? 3 : cp >= 0xE0 ? 2 : cp >= 0xC0 ? 1 : 0;
-        if (k > 0 && i + k < n) {
-            cp &= 0x3Fu >> k;
-            for (size_t j = 1; j <= k; j++) {
-                cp = cp << 6 | (p[i + j] & 0x3Fu);
-            }
-        }
-        else {
-            k = 0;
-        }
-        i += k + 1;
-        char piece[12];
-        if (cp >= 0x20 && cp < 0x7F && cp != '\\') {
-            piece[0] = (char)cp;
-            piece[1] = 0;
-        }
-        else if (cp == '\\') {
-            memcpy(piece, "\\\\", 3);
-        }
-        else {
-            snprintf(piece, sizeof(piece), cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x"
-                                                                            : "\\U%08x", cp);
-        }
-        size_t len = strlen(piece);
-        if (used + len > NAME_LIMIT) {
-            memcpy(out + used, "...", 3);
-            used += 3;
-            break;
-        }
-        memcpy(out + used, piece, len);
-        used += len;
-    }
-    out[used] = 0;
-}
-
 /* GLOBAL, INST or STACK_GLOBAL with both names (UTF-8): refused by them, escaped. */
 static int
 lookup(S *s, const char *mod, const char *name)
@@ -698,7 +641,7 @@ lookup(S *s, const char *mod, const char *name)
 /* One of GLOBAL's or INST's name lines into out, escaped, checked as the unpickler checks it
  * (an empty name reads as truncated; GLOBAL decodes UTF-8, INST ASCII). 0, or -1. */
 static int
-name_line(S *s, unsigned op, char out[NAME_CAP])
+name_line(S *s, unsigned op, char out[TGC_PS_NAME_CAP])
 {
     const unsigned char *line;
     size_t len;
@@ -713,7 +656,7 @@ name_line(S *s, unsigned op, char out[NAME_CAP])
         return tgc_ps__fail_text(s, TGC_PS_CORRUPT, "a name after %s that is not %s",
                                  op == 'c' ? "GLOBAL" : "INST", op == 'c' ? "UTF-8" : "ASCII");
     }
-    escape_name(out, line, len);
+    tgc_ps__escape_name(out, line, len);
     return 0;
 }
 
@@ -726,8 +669,13 @@ name_line(S *s, unsigned op, char out[NAME_CAP])
 #define NEED(k) do { if (s->flim - s->lo < (size_t)(k)) { \
                          CHECK(tgc_ps__need_slow(s, (size_t)(k))); } \
                 } while (0)
-#define POPMARK(m) do { if (s->nmarks == 0 || s->marks[s->nmarks - 1] > s->n) { \
-                            FAIL(TGC_PS_UNDERFLOW, 0, 0, 0); } \
+/* A rule of pickrules.h that does not hold fails the load with its verdict (at the opcode's
+ * end; RULE_AT: at p). */
+#define RULE(x) do { if ((x) != TGC_PS_OK) { FAIL(rule.code, rule.a, rule.b, rule.c); } } while (0)
+#define RULE_AT(p, x) do { if ((x) != TGC_PS_OK) { \
+                               tgc_ps__fail_at(s, rule.code, (p), rule.a, rule.b, rule.c); \
+                               goto failed; } } while (0)
+#define POPMARK(m) do { RULE(tgc_ps__rule_popmark(s->marks, s->nmarks, s->n, &rule)); \
                         (m) = s->marks[--s->nmarks]; \
                         s->fence = s->nmarks ? s->marks[s->nmarks - 1] : 0; } while (0)
 #define KEYS_CHEAP(from, step, code) do { \
@@ -738,6 +686,7 @@ name_line(S *s, unsigned op, char out[NAME_CAP])
 int
 tgc_ps_run(tgc_ps_stream *s, void **result)
 {
+    tgc_ps_result rule;  /* the last rule's verdict */
     *result = NULL;
     for (;;) {
         s->op_end = s->off;
@@ -761,30 +710,17 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
                 goto failed;
             }
             break;
-        case 0x95:  /* FRAME: whole opcodes inside, and not inside another (pickscan's rules) */
-            if (s->frame_end != NO_FRAME) {
-                FAIL(TGC_PS_FRAME_NESTED, s->frame_end - (s->off - 1), 0, 0);
-            }
+        case 0x95:  /* FRAME: whole opcodes inside (NEED, rd_line), and not inside another */
+            RULE(tgc_ps__rule_frame(s->frame_end != NO_FRAME, s->frame_end, s->off - 1, &rule));
             NEED(8);
             k = le(HERE, 8);
             ADV(8);
-            if (k > tgc_ps__known_size(s) - s->off) {
-                tgc_ps__fail_at(s, TGC_PS_DECLARES, s->off, op, k, tgc_ps__known_size(s) - s->off);
-                goto failed;
-            }
+            RULE_AT(s->off, tgc_ps__rule_declared(op, k, tgc_ps__known_size(s) - s->off, &rule));
             s->frame_end = s->off + k;
             tgc_ps__set_flim(s);
             break;
-        case 0x2E: {  /* STOP: the result alone on the stack (pickscan's rule) */
-            if (s->nmarks > 0) {
-                FAIL(TGC_PS_STOP_MARK, s->nmarks, 0, 0);
-            }
-            if (s->n == 0) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
-            if (s->n > 1) {
-                FAIL(TGC_PS_STOP_STACK, s->n - 1, 0, 0);
-            }
+        case 0x2E: {  /* STOP: the result alone on the stack */
+            RULE(tgc_ps__rule_stop(s->nmarks, s->n, &rule));
             val top = s->st[--s->n];
             void *o = tgc_ps__box(s, &top);
             int rc = tgc_ps__drop(s, &top);
@@ -850,9 +786,7 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             CHECK(drop_range(s, m));
             break;
         case 0x32: {  /* DUP */
-            if (above_mark(s) == 0) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
+            RULE(tgc_ps__rule_take(above_mark(s), 1, &rule));
             val v = s->st[s->n - 1];
             if (v.kind == V_FRAMES || v.kind == V_FDICT) {
                 tgc_ps__fail_text(s, TGC_PS_UNSUPPORTED,
@@ -919,12 +853,7 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             NEED(width);
             k = le(HERE, width);
             ADV(width);
-            int negative = (op == 'T' || op == 0x8B) && (k & 0x80000000u);
-            if (negative || k > tgc_ps__known_size(s) - s->off) {
-                tgc_ps__fail_at(s, TGC_PS_DECLARES, s->off, op, negative ? UINT64_MAX : k,
-                                tgc_ps__known_size(s) - s->off);
-                goto failed;
-            }
+            RULE_AT(s->off, tgc_ps__rule_declared(op, k, tgc_ps__known_size(s) - s->off, &rule));
             if (k > SIZE_MAX - 1) {
                 tgc_ps__nomem(s);
                 goto failed;
@@ -963,9 +892,7 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             CHECK(push_obj(s, s->b.make(s->b.ctx, TGC_PSB_TUPLE, NULL, 0), F_COSTLY));
             break;
         case 0x85: case 0x86: case 0x87:  /* TUPLE1..3 */
-            if (above_mark(s) < op - 0x84u) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
+            RULE(tgc_ps__rule_take(above_mark(s), op - 0x84u, &rule));
             CHECK(make_from(s, TGC_PSB_TUPLE, s->n - (op - 0x84u), F_COSTLY));
             break;
         case 0x74:  /* TUPLE */
@@ -992,9 +919,7 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             break;
         case 0x75:  /* SETITEMS */
             POPMARK(m);
-            if (m <= s->n - above_mark(s)) {  /* the dict must be above the next mark */
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
+            RULE(tgc_ps__rule_batch(m, s->fence, &rule));  /* the dict above the next mark */
             KEYS_CHEAP(m, 2, TGC_PS_BAD_KEY);
             if ((s->n - m) % 2) {
                 tgc_ps__fail_text(s, TGC_PS_CORRUPT, "odd number of items for SETITEMS");
@@ -1003,9 +928,7 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             CHECK(extend(s, TGC_PSB_SETITEMS, m));
             break;
         case 0x73:  /* SETITEM */
-            if (above_mark(s) < 3) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
+            RULE(tgc_ps__rule_take(above_mark(s), 3, &rule));
             if (klass(s, &s->st[s->n - 2]) != TGC_PSK_CHEAP) {
                 FAIL(TGC_PS_BAD_KEY, 0, 0, 0);
             }
@@ -1013,22 +936,16 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             break;
         case 0x65:  /* APPENDS */
             POPMARK(m);
-            if (m <= s->n - above_mark(s)) {  /* the list must be above the next mark */
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
+            RULE(tgc_ps__rule_batch(m, s->fence, &rule));  /* the list above the next mark */
             CHECK(extend(s, TGC_PSB_APPENDS, m));
             break;
         case 0x61:  /* APPEND */
-            if (above_mark(s) < 2) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
+            RULE(tgc_ps__rule_take(above_mark(s), 2, &rule));
             CHECK(extend(s, TGC_PSB_APPENDS, s->n - 1));
             break;
         case 0x90:  /* ADDITEMS */
             POPMARK(m);
-            if (m <= s->n - above_mark(s)) {  /* the set must be above the next mark */
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
+            RULE(tgc_ps__rule_batch(m, s->fence, &rule));  /* the set above the next mark */
             KEYS_CHEAP(m, 1, TGC_PS_BAD_MEMBER);
             CHECK(extend(s, TGC_PSB_ADDITEMS, m));
             break;
@@ -1039,20 +956,15 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             CHECK(memo_get(s, idx));
             break;
         case 0x94:  /* MEMOIZE (memo_put checks the stack) */
-            if (s->memo_set > tgc_ps__known_size(s)) {
-                tgc_ps__fail_at(s, TGC_PS_MEMO_PAST, s->off, s->memo_set, s->off, 0);
-                goto failed;
-            }
+            RULE_AT(s->off, tgc_ps__rule_memoize(s->memo_set, tgc_ps__known_size(s), s->off,
+                                                 &rule));
             CHECK(memo_put(s, s->memo_set));
             break;
         case 0x71: case 0x72:  /* BINPUT, LONG_BINPUT */
             NEED(op == 0x71 ? 1 : 4);
             idx = le(HERE, op == 0x71 ? 1 : 4);
             ADV(op == 0x71 ? 1 : 4);
-            if (idx > s->off) {  /* as pickscan: the unpickler sizes its memo by the index */
-                tgc_ps__fail_at(s, TGC_PS_MEMO_PAST, s->off, idx, s->off, 0);
-                goto failed;
-            }
+            RULE_AT(s->off, tgc_ps__rule_put(idx, s->off, &rule));
             s->op_end = s->off;
             CHECK(memo_put(s, idx));
             break;
@@ -1060,15 +972,13 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             const unsigned char *line;
             size_t len;
             CHECK(tgc_ps__rd_line(s, &line, &len));
-            CHECK(tgc_ps__text_index(s, line, len, &idx));
+            RULE(tgc_ps__rule_text_index(line, len, &idx, &rule));
             if (op == 'g') {
                 CHECK(memo_get(s, idx));
             }
             else {
                 s->op_end = s->off;
-                if (idx > s->off) {
-                    FAIL(TGC_PS_MEMO_PAST, idx, s->off, 0);
-                }
+                RULE(tgc_ps__rule_put(idx, s->off, &rule));
                 CHECK(memo_put(s, idx));
             }
             break;
@@ -1082,7 +992,7 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             break;
         }
         case 'c': case 'i': {  /* GLOBAL, INST: refused by their names */
-            char mod[NAME_CAP], name[NAME_CAP];
+            char mod[TGC_PS_NAME_CAP], name[TGC_PS_NAME_CAP];
             if (op == 'i' && s->nmarks == 0) {  /* INST takes its arguments' mark first */
                 FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
             }
@@ -1093,21 +1003,20 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             goto failed;
         }
         case 0x93: {  /* STACK_GLOBAL */
-            if (above_mark(s) < 2) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
-            char names[2][NAME_CAP];
+            RULE(tgc_ps__rule_take(above_mark(s), 2, &rule));
+            char names[2][TGC_PS_NAME_CAP];
             for (int i = 0; i < 2; i++) {
                 const val *v = &s->st[s->n - 2 + i];
                 tgc_ps_scalar sc;
                 if (v->kind == V_STR) {
-                    escape_name(names[i], (const unsigned char *)s->sb + s->strs[v->b].off,
-                                s->strs[v->b].len);
+                    tgc_ps__escape_name(names[i],
+                                        (const unsigned char *)s->sb + s->strs[v->b].off,
+                                        s->strs[v->b].len);
                 }
                 else if (v->kind == V_OBJ && !(v->flags & F_COSTLY) && v->role == R_NONE &&
                          s->b.unbox(s->b.ctx, (void *)(uintptr_t)v->b, &sc) == 0 &&
                          sc.kind == TGC_PSS_STR) {  /* a long string, boxed at once */
-                    escape_name(names[i], (const unsigned char *)sc.p, sc.n);
+                    tgc_ps__escape_name(names[i], (const unsigned char *)sc.p, sc.n);
                 }
                 else {
                     tgc_ps__fail_text(s, TGC_PS_CORRUPT, "STACK_GLOBAL requires str");
@@ -1117,11 +1026,9 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             lookup(s, names[0], names[1]);
             goto failed;
         }
-        default:
-            if (refused(op)) {
-                FAIL(TGC_PS_REFUSED, op, 0, 0);
-            }
-            FAIL(TGC_PS_UNKNOWN, op, 0, 0);
+        default:  /* refused, or no opcode (pickrules.h's table) */
+            tgc_ps__rule_other_op(op, &rule);
+            FAIL(rule.code, rule.a, rule.b, rule.c);
         }
     }
 failed:

@@ -123,24 +123,6 @@ tgc_ps__rd_line(S *s, const unsigned char **line, size_t *len)
     }
 }
 
-int
-tgc_ps__text_index(S *s, const unsigned char *p, size_t len, uint64_t *idx)
-{
-    if (len == 0 || len > 19) {
-        tgc_ps__fail(s, TGC_PS_MEMO_NAN, 0, 0, 0);
-        return -1;
-    }
-    *idx = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (p[i] < '0' || p[i] > '9') {
-            tgc_ps__fail(s, TGC_PS_MEMO_NAN, 0, 0, 0);
-            return -1;
-        }
-        *idx = *idx * 10 + (uint64_t)(p[i] - '0');
-    }
-    return 0;
-}
-
 /* NEED's slow path (fewer than k bytes before flim): k more bytes of the opcode, which must
  * lie in its frame (checked first: a frame lies within the file) and in the file. 0, or -1. */
 int

@@ -85,10 +85,16 @@ build/test_units: tests/c/test_units.c $(UNIT_SOURCES) $(wildcard cycles/*.h inc
 	@mkdir -p build
 	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c $(UNIT_SOURCES) -o $@ $(UNIT_LIBS)
 
-build/test_pickstream: tests/c/test_pickstream.c allocator/pickstream.c allocator/pickscan.c include/tensorgc/pickstream.h include/tensorgc/pickscan.h
+# The streaming loader's engine and the pre-scan, with the rules they share (plain C;
+# pickstream_py.c, the loader's Python builder, is not in it).
+PICKSTREAM_SOURCES := allocator/pickstream.c allocator/pickstream_intern.c allocator/pickstream_read.c \
+  allocator/pickstream_values.c allocator/pickstream_rows.c allocator/pickstream_machine.c \
+  allocator/pickscan.c allocator/pickrules.c
+build/test_pickstream: tests/c/test_pickstream.c $(PICKSTREAM_SOURCES) allocator/pickstream_int.h \
+  allocator/pickrules.h include/tensorgc/pickstream.h include/tensorgc/pickscan.h
 	@mkdir -p build
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude \
-	  tests/c/test_pickstream.c allocator/pickstream.c allocator/pickscan.c -o $@
+	  tests/c/test_pickstream.c $(PICKSTREAM_SOURCES) -o $@
 
 build/test_device: tests/c/test_device.c allocator/device.c include/tensorgc/device.h
 	@mkdir -p build

@@ -1,9 +1,11 @@
 /* pickscan.c: the pickle pre-scan of snapshot files (see pickscan.h). A loop over opcodes with
- * a byte-per-object stack, a mark stack and a byte-per-index memo. Plain C. */
+ * a byte-per-object stack, a mark stack and a byte-per-index memo; the rules it shares with the
+ * streaming loader are pickrules.h's. Plain C. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tensorgc/pickscan.h"
+#include "pickrules.h"
 
 enum { CHEAP = 0, UNHASHABLE = 1, COSTLY = 2, UNSET = 0xFF };
 #define NO_FRAME SIZE_MAX
@@ -69,20 +71,13 @@ ps_le(const unsigned char *p, int width)
     return x;
 }
 
-static int
-ps_refused(unsigned op)
-{
-    switch (op) {
-    case 'R': case 'b': case 'o': case 0x81: case 0x92: case 'P': case 'Q':
-    case 0x82: case 0x83: case 0x84: case 0x97: case 0x98:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 #define FAIL(code_, x_, y_, z_) do { out->code = (code_); out->a = (x_); out->b = (y_); \
                                      out->c = (z_); goto done; } while (0)
+/* A rule of pickrules.h that does not hold fails the scan with its verdict (at p for RULE_AT). */
+#define RULE(x) do { if ((x) != TGC_PS_OK) { FAIL(rule.code, rule.a, rule.b, rule.c); } } while (0)
+#define RULE_AT(p, x) do { if ((x) != TGC_PS_OK) { out->pos = (p); \
+                                                     FAIL(rule.code, rule.a, rule.b, rule.c); } \
+                      } while (0)
 /* k more bytes of the opcode: inside a frame they must be in it (checked first: a frame lies
  * within the data), else in the data */
 #define NEED(k) do { if (frame_end != NO_FRAME && (size_t)(k) > frame_end - pos) { \
@@ -90,11 +85,11 @@ ps_refused(unsigned op)
                      if ((size_t)(k) > n - pos) { FAIL(TGC_PS_TRUNCATED, 0, 0, 0); } } while (0)
 /* The values above the top mark: the unpickler pops none below it (its fence). */
 #define ABOVE() (st.n - (mk.n ? mk.v[mk.n - 1] : 0))
-#define HAVE(k) do { if (ABOVE() < (size_t)(k)) { FAIL(TGC_PS_UNDERFLOW, 0, 0, 0); } } while (0)
+#define HAVE(k) RULE(tgc_ps__rule_take(ABOVE(), (size_t)(k), &rule))
 #define POPN(k) do { HAVE(k); st.n -= (k); } while (0)
 #define PUSH(k) do { if (ps_push(&st, (k)) < 0) { FAIL(TGC_PS_NOMEM, 0, 0, 0); } } while (0)
-#define POPMARK(m) do { if (mk.n == 0 || mk.v[mk.n - 1] > st.n) { \
-                            FAIL(TGC_PS_UNDERFLOW, 0, 0, 0); } (m) = mk.v[--mk.n]; } while (0)
+#define POPMARK(m) do { RULE(tgc_ps__rule_popmark(mk.v, mk.n, st.n, &rule)); \
+                        (m) = mk.v[--mk.n]; } while (0)
 
 void
 tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
@@ -104,6 +99,7 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
     uint8_t *memo = malloc(n + 2);  /* indices never exceed the bytes read (checked below) */
     size_t memo_count = 0, pos = 0;  /* memo_count: the slots set, MEMOIZE's index (CPython's) */
     size_t frame_end = NO_FRAME;  /* the end of the frame the scan is in */
+    tgc_ps_result rule;           /* the last rule's verdict */
     memset(out, 0, sizeof(*out));
     if (memo == NULL) {
         out->code = TGC_PS_NOMEM;
@@ -132,9 +128,7 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
             PUSH(memo[idx]);
             break;
         case 0x94:  /* MEMOIZE */
-            if (memo_count > n) {
-                FAIL(TGC_PS_MEMO_PAST, memo_count, pos, 0);
-            }
+            RULE(tgc_ps__rule_memoize(memo_count, n, pos, &rule));
             HAVE(1);
             idx = memo_count;  /* the count of slots set: not past the ones PUT set */
             if (memo[idx] == UNSET) {
@@ -147,10 +141,7 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
             NEED(op == 0x71 ? 1 : 4);
             idx = ps_le(data + pos, op == 0x71 ? 1 : 4);
             pos += op == 0x71 ? 1 : 4;
-            if (idx > pos) {  /* the unpickler sizes its memo to twice the largest index */
-                out->pos = pos;
-                FAIL(TGC_PS_MEMO_PAST, idx, pos, 0);
-            }
+            RULE_AT(pos, tgc_ps__rule_put(idx, pos, &rule));
             HAVE(1);
             if (memo[idx] == UNSET) {
                 memo_count++;
@@ -193,8 +184,8 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
         case 0x75:  /* SETITEMS */
         case 0x64:  /* DICT */
             POPMARK(m);
-            if (op == 0x75 && m <= st.n - ABOVE()) {  /* the dict must be above the next mark */
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+            if (op == 0x75) {  /* the dict must be above the next mark */
+                RULE(tgc_ps__rule_batch(m, st.n - ABOVE(), &rule));
             }
             for (size_t i = m; i < st.n; i += 2) {
                 if (st.v[i] != CHEAP) {
@@ -216,8 +207,8 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
         case 0x65:  /* APPENDS */
         case 0x31:  /* POP_MARK */
             POPMARK(m);
-            if (op == 0x65 && m <= st.n - ABOVE()) {  /* the list must be above the next mark */
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+            if (op == 0x65) {  /* the list must be above the next mark */
+                RULE(tgc_ps__rule_batch(m, st.n - ABOVE(), &rule));
             }
             st.n = m;
             break;
@@ -238,8 +229,8 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
         case 0x90:  /* ADDITEMS */
         case 0x91:  /* FROZENSET */
             POPMARK(m);
-            if (op == 0x90 && m <= st.n - ABOVE()) {  /* the set must be above the next mark */
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+            if (op == 0x90) {  /* the set must be above the next mark */
+                RULE(tgc_ps__rule_batch(m, st.n - ABOVE(), &rule));
             }
             for (size_t i = m; i < st.n; i++) {
                 if (st.v[i] != CHEAP) {
@@ -262,17 +253,13 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
         case 'X': case 'B': case 'T': case 0x8B:        /* 4-byte lengths */
         case 0x8D: case 0x8E: case 0x96: case 0x95: {   /* 8-byte lengths, FRAME */
             int width = (op == 'X' || op == 'B' || op == 'T' || op == 0x8B) ? 4 : 8;
-            if (op == 0x95 && frame_end != NO_FRAME) {
-                FAIL(TGC_PS_FRAME_NESTED, frame_end - (pos - 1), 0, 0);
+            if (op == 0x95) {
+                RULE(tgc_ps__rule_frame(frame_end != NO_FRAME, frame_end, pos - 1, &rule));
             }
             NEED(width);
             k = ps_le(data + pos, width);
             pos += width;
-            int negative = (op == 'T' || op == 0x8B) && (k & 0x80000000u);
-            if (negative || k > n - pos) {
-                out->pos = pos;
-                FAIL(TGC_PS_DECLARES, op, negative ? (uint64_t)-1 : k, n - pos);
-            }
+            RULE_AT(pos, tgc_ps__rule_declared(op, k, n - pos, &rule));
             if (op == 0x95) {  /* FRAME: only a length; the opcodes inside are scanned */
                 frame_end = pos + k;
                 break;
@@ -288,16 +275,8 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
             NEED(1);
             pos += 1;
             break;
-        case 0x2E:  /* STOP: the result alone on the stack (pickle.dump never leaves more) */
-            if (mk.n > 0) {
-                FAIL(TGC_PS_STOP_MARK, mk.n, 0, 0);
-            }
-            if (st.n == 0) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
-            if (st.n > 1) {
-                FAIL(TGC_PS_STOP_STACK, st.n - 1, 0, 0);
-            }
+        case 0x2E:  /* STOP: the result alone on the stack */
+            RULE(tgc_ps__rule_stop(mk.n, st.n, &rule));
             out->code = TGC_PS_OK;
             out->pos = pos;
             goto done;
@@ -326,16 +305,7 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
             size_t len = (size_t)(nl - (data + pos)), start = pos;
             pos += len + 1;
             if (op == 'g' || op == 'p') {
-                if (len == 0 || len > 19) {
-                    FAIL(TGC_PS_MEMO_NAN, 0, 0, 0);
-                }
-                idx = 0;
-                for (size_t i = 0; i < len; i++) {
-                    if (data[start + i] < '0' || data[start + i] > '9') {
-                        FAIL(TGC_PS_MEMO_NAN, 0, 0, 0);
-                    }
-                    idx = idx * 10 + (data[start + i] - '0');
-                }
+                RULE(tgc_ps__rule_text_index(data + start, len, &idx, &rule));
                 if (op == 'g') {
                     if (idx > n || memo[idx] == UNSET) {
                         FAIL(TGC_PS_MEMO_UNSET, idx, 0, 0);
@@ -344,9 +314,7 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
                 }
                 else {
                     out->pos = pos;
-                    if (idx > pos) {
-                        FAIL(TGC_PS_MEMO_PAST, idx, pos, 0);
-                    }
+                    RULE(tgc_ps__rule_put(idx, pos, &rule));
                     HAVE(1);
                     if (memo[idx] == UNSET) {
                         memo_count++;
@@ -362,11 +330,9 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
         case 'c': case 0x93: case 'i':  /* GLOBAL, STACK_GLOBAL, INST */
             out->code = TGC_PS_LOOKUP;
             goto done;
-        default:
-            if (ps_refused(op)) {
-                FAIL(TGC_PS_REFUSED, op, 0, 0);
-            }
-            FAIL(TGC_PS_UNKNOWN, op, 0, 0);
+        default:  /* refused, or no opcode (pickrules.h's table) */
+            tgc_ps__rule_other_op(op, &rule);
+            FAIL(rule.code, rule.a, rule.b, rule.c);
         }
     }
 done:

@@ -417,7 +417,7 @@ def write_failure(exc: BaseException) -> str:
     return f"{why}; {left}" if left else why
 
 
-_NAME_LIMIT = 200  # pickstream.c's NAME_LIMIT
+_NAME_LIMIT = 200  # allocator/pickrules.h's TGC_PS_NAME_LIMIT
 
 
 def _printable(text: str, limit: int = _NAME_LIMIT) -> str:
@@ -425,7 +425,7 @@ def _printable(text: str, limit: int = _NAME_LIMIT) -> str:
     printable ASCII kept, a backslash doubled, any other character escaped as \xNN, \uNNNN or
     \UNNNNNNNN, so that no newline or control character of the file reaches a log line or a
     terminal; cut with "..." where the next piece would pass ``limit`` characters.
-    allocator/pickstream.c's escape_name writes the same for the streaming loader."""
+    allocator/pickrules.c's tgc_ps__escape_name writes the same for the streaming loader."""
     out = []
     used = 0
     for ch in text:

@@ -1,5 +1,6 @@
-/* pickstream.h: the contract of tensorgc's streaming snapshot loader (allocator/pickstream.c),
- * plain C. The binding's builder, which makes Python objects, is allocator/pickstream_py.c.
+/* pickstream.h: the contract of tensorgc's streaming snapshot loader (allocator/pickstream.c
+ * and the pickstream_*.c beside it, which share allocator/pickstream_int.h), plain C. The
+ * binding's builder, which makes Python objects, is allocator/pickstream_py.c.
  *
  * A restricted pickle machine for untrusted snapshot files (protocols 2 to 5). It reads the file
  * through a callback in chunks of TGC_PS_CHUNK bytes, never the whole file, takes the opcodes

@@ -1,13 +1,15 @@
-/* test_pickstream.c: the streaming snapshot loader's engine (allocator/pickstream.c) with no
+/* test_pickstream.c: the streaming snapshot loader's engine (allocator/pickstream*.c) with no
  * interpreter around: a builder of counted nodes (so a leaked or twice-released object shows),
  * a source that hands the file over in odd chunk sizes (every refill path), the H100 sample and
  * a protocol-2 pickle loaded and their rows checked, then every truncation and thousands of
  * random byte flips: never a crash, every node released. The rules the engine shares with the
  * pre-scan (allocator/pickscan.c: frames, marks, STOP, memo counting) give both the same code
- * on the same bytes, at every chunk size. `make valgrind` runs it under memcheck. Exits
+ * on the same bytes, at every chunk size, and every opcode byte gets from both what the
+ * reader's table (allocator/pickrules.h) says of it. `make valgrind` runs it under memcheck. Exits
  * non-zero after the checks if one failed. */
 #include "tensorgc/pickscan.h"
 #include "tensorgc/pickstream.h"
+#include "../../allocator/pickrules.h"  /* the opcode table both front ends answer to */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -643,6 +645,63 @@ check_rules(void)
     CHECK(strcmp(last_err.text + strlen(last_err.text) - 4, "n...") == 0);
 }
 
+/* Each opcode byte after PROTO 4, with zero bytes for its arguments: what the table refuses
+ * or does not know, both front ends refuse with that code and the byte, at the byte; what it
+ * says is looked up, the pre-scan refuses by name and the loader never calls unknown or
+ * refused; what it says is read, neither calls unknown, refused or looked up (the zeros after
+ * it may be refused as no opcode, with byte 0). */
+static void
+check_opcode_table(void)
+{
+    int counts[4] = {0, 0, 0, 0};
+    for (unsigned op = 0; op < 256; op++) {
+        unsigned char data[3 + 16];
+        memset(data, 0, sizeof(data));
+        data[0] = 0x80;
+        data[1] = 4;
+        data[2] = (unsigned char)op;
+        int cls = tgc_ps__opclass[op];
+        CHECK(cls >= TGC_PS_OP_UNKNOWN && cls <= TGC_PS_OP_REFUSED);
+        counts[cls & 3]++;
+        tgc_ps_result scan;
+        tgc_pickle_scan(data, sizeof(data), &scan);
+        int code = load(data, sizeof(data), 5, 0, NULL);
+        CHECK_EQ_U(live, 0);
+        int scan_refuses_op = (scan.code == TGC_PS_UNKNOWN || scan.code == TGC_PS_REFUSED) &&
+                              scan.a == op;
+        int load_refuses_op = (code == TGC_PS_UNKNOWN || code == TGC_PS_REFUSED) &&
+                              last_err.a == op;
+        if (cls == TGC_PS_OP_UNKNOWN || cls == TGC_PS_OP_REFUSED) {
+            int want = cls == TGC_PS_OP_UNKNOWN ? TGC_PS_UNKNOWN : TGC_PS_REFUSED;
+            if (scan.code != want || scan.a != op || scan.pos != 3 || code != want ||
+                last_err.a != op || last_err.pos != 3) {
+                fprintf(stderr, "opcode 0x%02x: pre-scan %d (a %llu at %llu), loader %d (a %llu "
+                        "at %llu), not %d\n", op, scan.code, (unsigned long long)scan.a,
+                        (unsigned long long)scan.pos, code, (unsigned long long)last_err.a,
+                        (unsigned long long)last_err.pos, want);
+                failures++;
+            }
+        }
+        else if (cls == TGC_PS_OP_LOOKUP) {
+            if (scan.code != TGC_PS_LOOKUP || load_refuses_op) {
+                fprintf(stderr, "opcode 0x%02x (looked up): pre-scan %d, loader %d\n", op,
+                        scan.code, code);
+                failures++;
+            }
+        }
+        else if (scan_refuses_op || load_refuses_op || scan.code == TGC_PS_LOOKUP ||
+                 code == TGC_PS_LOOKUP) {
+            fprintf(stderr, "opcode 0x%02x (read): pre-scan %d, loader %d\n", op, scan.code,
+                    code);
+            failures++;
+        }
+    }
+    /* pickle's protocols 0 to 5 have 68 opcodes: 53 read, 3 looked up, 12 refused */
+    CHECK_EQ_U(counts[TGC_PS_OP_READ], 53);
+    CHECK_EQ_U(counts[TGC_PS_OP_LOOKUP], 3);
+    CHECK_EQ_U(counts[TGC_PS_OP_REFUSED], 12);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -670,6 +729,7 @@ main(int argc, char **argv)
     CHECK_EQ_U(rows, 1);
     CHECK_EQ_U(live, 0);
     check_rules();
+    check_opcode_table();
     /* every truncation: an error (truncated or declaring more than is left), nothing leaked */
     for (size_t cut = 0; cut < n; cut++) {
         int code = load(data, cut, 7, 0, NULL);

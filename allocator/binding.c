@@ -62,21 +62,79 @@ trace_columns(PyObject *Py_UNUSED(module), PyObject *trace)
 }
 
 PyDoc_STRVAR(detail_doc,
-"_detail($module, cols, pre, use_free_requested, max_stacks, /)\n--\n\n"
-"Every allocation of a trace on the replay's clock, varint-encoded for the timeline page's\n"
-"detail view (allocator/detail.c), a dict.");
+"_detail($module, cols, pre, use_free_requested, max_stacks, /, *, max_allocs=-1, columns=0,\n"
+"        cats=None, raw=False)\n--\n\n"
+"Every allocation of a trace on the trace's own clock, varint-encoded for the timeline page\n"
+"(allocator/detail.c), a dict: max_allocs >= 0 encodes that many of the largest; columns > 0\n"
+"adds the active bytes by column (by category with cats: a category byte per allocation);\n"
+"raw adds the allocations' arrays as bytes.");
 
 static PyObject *
-detail(PyObject *Py_UNUSED(module), PyObject *args)
+detail(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
 {
-    PyObject *cols, *pre;
-    int use_req;
-    unsigned int max_stacks;
-    if (!PyArg_ParseTuple(args, "O!O!pI:_detail", &PyTuple_Type, &cols, &PyList_Type, &pre,
-                          &use_req, &max_stacks)) {
+    static char *kwlist[] = {"", "", "", "", "max_allocs", "columns", "cats", "raw", NULL};
+    PyObject *cols, *pre, *cats = Py_None;
+    int use_req, raw = 0;
+    unsigned int max_stacks, columns = 0;
+    Py_ssize_t max_allocs = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!pI|$nIOp:_detail", kwlist, &PyTuple_Type,
+                                     &cols, &PyList_Type, &pre, &use_req, &max_stacks,
+                                     &max_allocs, &columns, &cats, &raw)) {
         return NULL;
     }
-    return tgc_alloc_detail(cols, pre, use_req, max_stacks);
+    if (columns > 100000) {
+        PyErr_SetString(PyExc_ValueError, "columns must be 0..100000");
+        return NULL;
+    }
+    return tgc_alloc_detail(cols, pre, use_req, max_stacks, max_allocs, columns, cats, raw);
+}
+
+PyDoc_STRVAR(stack_frames_doc,
+"_stack_frames($module, stacks, used, max_frames, max_ids, /)\n--\n\n"
+"The stacks used by a timeline page with their frames interned (allocator/page.c):\n"
+"(frames, ids, lens, full).");
+
+static PyObject *
+stack_frames(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *stacks, *used;
+    Py_ssize_t max_frames, max_ids;
+    if (!PyArg_ParseTuple(args, "O!O!nn:_stack_frames", &PyList_Type, &stacks, &PyList_Type,
+                          &used, &max_frames, &max_ids)) {
+        return NULL;
+    }
+    return tgc_alloc_stack_frames(stacks, used, max_frames, max_ids);
+}
+
+PyDoc_STRVAR(trace_streams_doc,
+"_trace_streams($module, trace, /)\n--\n\n"
+"The stream of each entry of a trace (a list of entry dicts) as int64 bytes (allocator/page.c).");
+
+static PyObject *
+trace_streams(PyObject *Py_UNUSED(module), PyObject *trace)
+{
+    if (!PyList_Check(trace)) {
+        PyErr_SetString(PyExc_TypeError, "_trace_streams() takes a list");
+        return NULL;
+    }
+    return tgc_alloc_trace_streams(trace);
+}
+
+PyDoc_STRVAR(series_doc,
+"_series($module, a, f, s, events, cats, columns, /)\n--\n\n"
+"The active bytes over a trace by column, by category with cats, and at its peak, of the\n"
+"allocations given as _detail's raw arrays (allocator/detail.c), a dict.");
+
+static PyObject *
+series(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *a, *f, *s, *cats;
+    unsigned long long events;
+    unsigned int columns;
+    if (!PyArg_ParseTuple(args, "SSSKOI:_series", &a, &f, &s, &events, &cats, &columns)) {
+        return NULL;
+    }
+    return tgc_alloc_series(a, f, s, events, cats, columns);
 }
 
 PyDoc_STRVAR(segmap_doc,
@@ -197,7 +255,10 @@ PyMethodDef tgc_alloc_methods[] = {
     {"_timeline", (PyCFunction)timeline, METH_VARARGS, timeline_doc},
     {"_segmap", (PyCFunction)segmap, METH_VARARGS, segmap_doc},
     {"_trace_columns", (PyCFunction)trace_columns, METH_O, trace_columns_doc},
-    {"_detail", (PyCFunction)detail, METH_VARARGS, detail_doc},
+    {"_detail", (PyCFunction)(void (*)(void))detail, METH_VARARGS | METH_KEYWORDS, detail_doc},
+    {"_stack_frames", (PyCFunction)stack_frames, METH_VARARGS, stack_frames_doc},
+    {"_trace_streams", (PyCFunction)trace_streams, METH_O, trace_streams_doc},
+    {"_series", (PyCFunction)series, METH_VARARGS, series_doc},
     {"_pickle_scan", (PyCFunction)pickle_scan, METH_O, pickle_scan_doc},
     {"_check_trace", (PyCFunction)check_trace, METH_VARARGS, check_trace_doc},
     {"_pickle_stream", (PyCFunction)pickle_stream, METH_VARARGS, pickle_stream_doc},

@@ -356,6 +356,18 @@
     return segModelCache;
   }
   function model() { return S.view === "segs" ? segModel() : memModel(); }
+  function segLegend() {  // the segment timeline's colours: stream and pool
+    var el = $("tgc-seglegend"), md = segModel();
+    if (el.firstChild) return;
+    el.appendChild(document.createTextNode("segments by stream and pool:"));
+    md.groups.forEach(function (g, i) {
+      var sw = document.createElement("span"); sw.className = "sw";
+      sw.style.background = md.palette[Math.min(i, 14)];
+      el.appendChild(sw);
+      el.appendChild(document.createTextNode(g));
+    });
+    el.appendChild(document.createTextNode(" — the line: the allocated bytes"));
+  }
 
   // ---------------------------------------------------------------- layout and paint
   var dpr = 1, W = 0, H = 0, PL = 64, PR = 8, PT = 8, PB = 34;  // CSS px: plot area margins
@@ -442,7 +454,7 @@
   }
   // sweeps the columns once: stacks the drawn items (offsets, their changes in L.verts) and
   // paints them, then the rest by colour above them, into an ImageData
-  function paint(Lt) {
+  function paint(Lt, dry) {
     var md = Lt.md, P = Lt.P, Hd = canvas.height, img = ctx.createImageData(P, Hd),
         buf = new Uint32Array(img.data.buffer), bg = 0xffffffff, ys = Hd / Lt.ymax;
     buf.fill(bg);
@@ -496,8 +508,18 @@
         }
       }
     }
+    if (dry) return;
     Lt.verts = verts;
     ctx.putImageData(img, 0, 0);
+  }
+  // the layout and the paint of a few ranges, thrown away: the browser compiles them before the
+  // first zoom rather than during it
+  function warm() {
+    if (!M || !M.n || S.view !== "mem") return;
+    var md = model(), n = M.n;
+    [[0, n], [n * 0.3, n * 0.6], [n * 0.45, n * 0.47]].forEach(function (r) {
+      paint(layout(md, r[0], Math.max(r[1], r[0] + 2), S.K), true);
+    });
   }
   function mix(c) {  // a band's top row: its colour, a little lighter
     var r = c & 255, g = (c >> 8) & 255, b2 = (c >> 16) & 255;
@@ -526,6 +548,11 @@
     l.setAttribute("stroke", stroke);
     parent.appendChild(l);
   }
+  var measure = document.createElement("canvas").getContext("2d");
+  function textWidth(s) {  // the width of a tick's label (11px sans-serif), without a layout
+    measure.font = "11px sans-serif";
+    return measure.measureText(s).width;
+  }
   function drawAxes() {
     clear(xaxis); clear(yaxis);
     var e0 = S.e0, e1 = S.e1, step = Math.max(1, niceStep(e1 - e0, Math.max(2, Math.floor(W / 170))));
@@ -547,8 +574,9 @@
         if (tl !== prevLabel) label += " (" + tl + ")";
         prevLabel = tl;
       }
-      var anchor = x < PL + 60 ? "start" : x > PL + W - 80 ? "end" : "middle";
-      svgText(xaxis, x, PT + H + 16, "tick", label, anchor);
+      var t = svgText(xaxis, x, PT + H + 16, "tick", label), tw = textWidth(label);
+      var right = PL + W + PR, cx = Math.max(tw / 2 + 1, Math.min(right - tw / 2 - 1, x));
+      if (cx !== x) t.setAttribute("x", cx.toFixed(1));  // kept whole inside the plot's box
       svgLine(xaxis, x, PT + H, x, PT + H + 4, "#888");
     });
     var top = L ? L.ymax : 1, unit = 1, ui = 0;
@@ -605,15 +633,7 @@
       octx.strokeStyle = "#e000c0"; octx.lineWidth = 1.6;
       forDrawn(function (q, j) { if (S.match[j]) { bandPath(q); octx.stroke(); } });
     }
-    if (S.view === "mem") {
-      M.events.forEach(function (ev) {
-        if (ev[1] !== 4 || ev[0] < S.e0 - 1 || ev[0] > S.e1) return;
-        var x = xOf(ev[0] + 0.5);
-        octx.strokeStyle = "#d00"; octx.lineWidth = 2;
-        octx.beginPath(); octx.moveTo(x, 0); octx.lineTo(x, H); octx.stroke();
-      });
-      if (data.compare) drawBaseline();
-    }
+    if (S.view === "mem" && data.compare) drawBaseline();
     if (S.view === "segs") {  // the allocated bytes over the reserved segments
       octx.strokeStyle = "#222"; octx.lineWidth = 1; octx.beginPath();
       var ys = H / L.ymax;
@@ -628,6 +648,14 @@
       var cx = xOf(S.cur + 0.5);
       octx.beginPath(); octx.moveTo(cx, 0); octx.lineTo(cx, H); octx.stroke();
       octx.setLineDash([]);
+    }
+    if (S.view === "mem") {  // the OOMs, over everything
+      M.events.forEach(function (ev) {
+        if (ev[1] !== 4 || ev[0] < S.e0 - 1 || ev[0] > S.e1) return;
+        var x = xOf(ev[0] + 0.5);
+        octx.strokeStyle = "#d00"; octx.lineWidth = 2;
+        octx.beginPath(); octx.moveTo(x, 0); octx.lineTo(x, H); octx.stroke();
+      });
     }
     var pinned = drawnIndex(S.view === "segs" ? S.selSeg : S.sel);
     if (pinned >= 0) {
@@ -787,6 +815,7 @@
   function pinAlloc(j) {
     S.sel = j;
     clear(panel);
+    panel.removeAttribute("data-j");
     if (j < 0) return;
     panel.appendChild(h3("Allocation " + fmtBytes(M.S[j])));
     panel.appendChild(dl(allocRows(j)));
@@ -878,7 +907,14 @@
   }
   function clickAt(ev) {
     var pt = plotXY(ev), h = hitAt(pt.x, pt.y);
-    if (!h) return;
+    if (!h) {  // a click on nothing lets go of the pinned one
+      S.sel = -1; S.selSeg = -1;
+      clear(panel);
+      panel.removeAttribute("data-j");
+      panel.appendChild(document.createTextNode("Click an allocation, a block or an event to pin it here."));
+      drawOverlay();
+      return;
+    }
     if (h.oom !== undefined) { zoomTo(M.events[h.oom][0]); return; }
     S.cur = h.t;
     if (h.area !== undefined) pinArea(h);
@@ -908,7 +944,7 @@
       if (S.view === "state") showInfo();
     });
   });
-  window.addEventListener("resize", function () { if (M) { size(); navBase = null; apply(); } });
+  window.addEventListener("resize", function () { if (M) { size(); navBase = null; navc.width = 0; apply(); } });
 
   // ---------------------------------------------------------------- search
   var searchTimer = null;
@@ -1215,18 +1251,23 @@
   });
 
   // ---------------------------------------------------------------- the navigator
-  var navEl = $("tgc-nav"), navc = $("tgc-navc"), navBase = null, navDrag = null;
+  var navEl = $("tgc-nav"), navc = $("tgc-navc"), navo = $("tgc-navo"), navBase = null, navDrag = null;
   function drawNav() {
     var w = navEl.clientWidth, h = navEl.clientHeight;
-    if (navc.width !== Math.round(w * dpr)) { navc.width = Math.round(w * dpr); navc.height = Math.round(h * dpr); navBase = null; }
-    navc.style.width = w + "px"; navc.style.height = h + "px";
+    if (navc.width !== Math.round(w * dpr)) {
+      [navc, navo].forEach(function (c) {
+        c.width = Math.round(w * dpr); c.height = Math.round(h * dpr);
+        c.style.width = w + "px"; c.style.height = h + "px";
+      });
+      navBase = null;
+    }
     var c = navc.getContext("2d"), P = navc.width, Hd = navc.height;
     if (!navBase && L && S.view === "mem" && S.e0 === 0 && S.e1 === M.n) {
       // the plot shows the whole trace: the navigator is that picture, smaller
       c.setTransform(1, 0, 0, 1, 0, 0);
       c.clearRect(0, 0, P, Hd);
       c.drawImage(canvas, 0, 0, P, Hd);
-      navBase = c.getImageData(0, 0, P, Hd);
+      navBase = true;
     }
     if (!navBase) {  // the whole trace by category (or its total), once
       var img = c.createImageData(P, Hd), buf = new Uint32Array(img.data.buffer), n = M.n, ymax = 1;
@@ -1248,19 +1289,20 @@
           y += rest[cc];
         }
       }
-      navBase = img;
+      c.putImageData(img, 0, 0);
+      navBase = true;
     }
-    c.putImageData(navBase, 0, 0);
-    c.setTransform(dpr, 0, 0, dpr, 0, 0);
+    var o = navo.getContext("2d");
+    o.setTransform(dpr, 0, 0, dpr, 0, 0);
+    o.clearRect(0, 0, w, h);
     var x0 = S.e0 / Math.max(M.n, 1) * w, x1 = S.e1 / Math.max(M.n, 1) * w;
-    c.fillStyle = "rgba(0,0,0,0.18)";
-    c.fillRect(0, 0, x0, h); c.fillRect(x1, 0, w - x1, h);
-    c.strokeStyle = "#3a8fd9"; c.lineWidth = 1.5; c.strokeRect(x0 + 0.5, 0.5, Math.max(1, x1 - x0 - 1), h - 1);
+    o.fillStyle = "rgba(0,0,0,0.18)";
+    o.fillRect(0, 0, x0, h); o.fillRect(x1, 0, w - x1, h);
+    o.strokeStyle = "#3a8fd9"; o.lineWidth = 1.5; o.strokeRect(x0 + 0.5, 0.5, Math.max(1, x1 - x0 - 1), h - 1);
     if (S.cur >= 0) {
       var cx = (S.cur + 0.5) / Math.max(M.n, 1) * w;
-      c.strokeStyle = "#333"; c.setLineDash([3, 2]); c.beginPath(); c.moveTo(cx, 0); c.lineTo(cx, h); c.stroke(); c.setLineDash([]);
+      o.strokeStyle = "#333"; o.setLineDash([3, 2]); o.beginPath(); o.moveTo(cx, 0); o.lineTo(cx, h); o.stroke(); o.setLineDash([]);
     }
-    c.setTransform(1, 0, 0, 1, 0, 0);
   }
   navEl.addEventListener("mousedown", function (ev) {
     if (!M) return;
@@ -1288,6 +1330,9 @@
     $("tgc-view-cmp").hidden = v !== "cmp";
     hideTip(); hover = null;
     document.body.setAttribute("data-view", v);
+    $("tgc-legend").style.display = v === "segs" ? "none" : "";
+    $("tgc-seglegend").hidden = v !== "segs";
+    if (v === "segs") segLegend();
     if (v === "state") {
       if (S.cur < 0 && S.sel >= 0) S.cur = Math.max(0, Math.min(M.n - 1, M.A[S.sel]));
       if (S.cur >= 0 && (S.cur < S.e0 || S.cur >= S.e1)) S.cur = Math.max(0, Math.floor(S.e0));
@@ -1385,6 +1430,22 @@
       var r = canvas.getBoundingClientRect(), d = ctx.getImageData(Math.floor((cx - r.left) * dpr), Math.floor((cy - r.top) * dpr), 1, 1).data;
       return [d[0], d[1], d[2]];
     },
+    overlayPixel: function (cx, cy) {
+      var r = overlay.getBoundingClientRect(), d = octx.getImageData(Math.floor((cx - r.left) * dpr), Math.floor((cy - r.top) * dpr), 1, 1).data;
+      return [d[0], d[1], d[2], d[3]];
+    },
+    statePixel: function (cx, cy) {
+      var r = segc.getBoundingClientRect(), d = segc.getContext("2d").getImageData(Math.floor((cx - r.left) * dpr), Math.floor((cy - r.top) * dpr), 1, 1).data;
+      return [d[0], d[1], d[2]];
+    },
+    // a point (client coordinates) inside the block of allocation j in the state view, or null
+    blockPoint: function (j) {
+      if (!segLayout) return null;
+      var b = segLayout.blocks.filter(function (x) { return x.j === j; })[0], r = segc.getBoundingClientRect();
+      return b ? { x: r.left + b.x + Math.max(b.w, 1) / 2, y: r.top + 2 + b.s.row * segLayout.rh + segLayout.rh * 0.4 } : null;
+    },
+    blocks: function () { return segLayout ? segLayout.blocks.map(function (b) { return b.j; }) : []; },
+    xOfEvent: function (e) { var r = canvas.getBoundingClientRect(); return r.left + xOf(e); },
     version: function (j) { return version(j); },
     model: function () { return M; },
     stack: function (k) { return stackLines(k, 0).lines; },
@@ -1402,7 +1463,7 @@
     performance.mark("tgc-ready");
     plotEl.setAttribute("data-decode-ms", M.decodeMs.toFixed(1));
     plotEl.setAttribute("data-ready", "1");
-    setTimeout(function () { if (!M.order) M.order = sizeOrder(M.S, M.N, data.unit); times(); }, 0);
+    setTimeout(function () { if (!M.order) M.order = sizeOrder(M.S, M.N, data.unit); times(); warm(); }, 0);
   }).catch(function (err) {
     status.textContent = "The page could not read its data: " + err.message;
     plotEl.setAttribute("data-error", String(err.message));

@@ -492,16 +492,18 @@ def _model(snap: Snapshot, index: int, categories: Optional[Mapping[int, str]] =
         if kd == 0:
             events.append([i, 0, "", 0, 0, 0, 0, _text(_action_of(trace, i))])
             continue
-        extra = 0
+        extra, size = 0, sizes[i]
         if kd == _KINDS["oom"]:
             if devfree is not None:
                 extra = devfree[i]
-            else:
+            else:  # the columns of a list hold no OOM's numbers: its entry does
                 e = trace[i]
                 v = e.get("device_free") if isinstance(e, dict) else None
                 extra = v if isinstance(v, int) and 0 <= v < 1 << 64 else 0
-            m.ooms.append([i, sizes[i], extra])
-        events.append([i, kd, _hex(addrs[i]), sizes[i], streams[i], dense_of(stack_col[i]),
+                v = e.get("size") if isinstance(e, dict) else None
+                size = v if isinstance(v, int) and 0 <= v < 1 << 64 else 0
+            m.ooms.append([i, size, extra])
+        events.append([i, kd, _hex(addrs[i]), size, streams[i], dense_of(stack_col[i]),
                        extra, ""])
     # segments: the trace's, then those alive at the end that it never made
     segs = []
@@ -754,6 +756,8 @@ _STYLE = (
     "table.peak td,table.peak th{border:1px solid #ddd;padding:2px 6px;text-align:left}"
     "table.cmp td.b,table.peak td:first-child{text-align:right}table.cmp tr.row{cursor:pointer}"
     "caption{text-align:left;font-weight:bold}.note{color:#555;font-size:12px}"
+    "#tgc-seglegend span.sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 10px;"
+    "vertical-align:middle}"
     "[hidden]{display:none!important}")
 
 
@@ -788,7 +792,8 @@ def _views_html(categories: bool) -> str:
             'xmlns="http://www.w3.org/2000/svg"><g id="tgc-yaxis"></g><g id="tgc-xaxis"></g>'
             "</svg></div>")
     nav = ('<div class="navlabel">{label}</div><div class="nav" id="tgc-nav" '
-           'title="the whole trace: drag to choose a range"><canvas id="tgc-navc"></canvas></div>')
+           'title="the whole trace: drag to choose a range"><canvas id="tgc-navc"></canvas>'
+           '<canvas id="tgc-navo"></canvas></div>')
     state = ('<section id="tgc-view-state" hidden><div class="state"><div class="events" '
              'id="tgc-events" tabindex="0"><div id="tgc-events-in"></div></div><div '
              'class="segpane" id="tgc-segpane"><canvas id="tgc-segc"></canvas></div></div>'
@@ -819,7 +824,8 @@ def _page(title: str, summary: str, legend: str, ooms: List[List[Any]], data: Di
             + _html.escape(title) + "</title><style>" + _STYLE + "</style></head><body>"
             + "<h2>" + _html.escape(title) + "</h2><p class=\"summary\">"
             + _html.escape(summary) + "</p>" + notes + _tabs(compare) + bar
-            + '<div class="bar">' + legend + "</div>" + oom_html
+            + '<div class="bar" id="tgc-legend-bar">' + legend
+            + '<span id="tgc-seglegend" hidden></span></div>' + oom_html
             + '<div class="wrap"><div class="main">' + _views_html(data["cats"]["known"])
             + '</div><aside id="tgc-panel">Click an allocation, a block or an event to pin it '
             "here: its size, address, category, name and stack.</aside></div>"

@@ -62,23 +62,24 @@ trace_columns(PyObject *Py_UNUSED(module), PyObject *trace)
 }
 
 PyDoc_STRVAR(detail_doc,
-"_detail($module, cols, pre, use_free_requested, max_stacks, /, *, max_allocs=-1, columns=0,\n"
-"        cats=None, raw=False)\n--\n\n"
+"_detail($module, cols, pre, use_free_requested, max_stacks, labels=None, /, *, max_allocs=-1,\n"
+"        columns=0, cats=None, raw=False)\n--\n\n"
 "Every allocation of a trace on the trace's own clock, varint-encoded for the timeline page\n"
-"(allocator/detail.c), a dict: max_allocs >= 0 encodes that many of the largest; columns > 0\n"
-"adds the active bytes by column (by category with cats: a category byte per allocation);\n"
-"raw adds the allocations' arrays as bytes.");
+"(allocator/detail.c), a dict: labels=(entry_labels, pre_labels, entry_names, pre_names, names)\n"
+"from _timeline also gives each allocation its label (cats) and name index; max_allocs >= 0\n"
+"encodes that many of the largest; columns > 0 adds the active bytes by column (by category\n"
+"with cats: a category byte per allocation); raw adds the allocations' arrays as bytes.");
 
 static PyObject *
 detail(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"", "", "", "", "max_allocs", "columns", "cats", "raw", NULL};
-    PyObject *cols, *pre, *cats = Py_None;
+    static char *kwlist[] = {"", "", "", "", "", "max_allocs", "columns", "cats", "raw", NULL};
+    PyObject *cols, *pre, *labels = Py_None, *cats = Py_None;
     int use_req, raw = 0;
     unsigned int max_stacks, columns = 0;
     Py_ssize_t max_allocs = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!pI|$nIOp:_detail", kwlist, &PyTuple_Type,
-                                     &cols, &PyList_Type, &pre, &use_req, &max_stacks,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!pI|O$nIOp:_detail", kwlist, &PyTuple_Type,
+                                     &cols, &PyList_Type, &pre, &use_req, &max_stacks, &labels,
                                      &max_allocs, &columns, &cats, &raw)) {
         return NULL;
     }
@@ -86,7 +87,8 @@ detail(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "columns must be 0..100000");
         return NULL;
     }
-    return tgc_alloc_detail(cols, pre, use_req, max_stacks, max_allocs, columns, cats, raw);
+    return tgc_alloc_detail(cols, pre, use_req, max_stacks, labels, max_allocs, columns, cats,
+                            raw);
 }
 
 PyDoc_STRVAR(stack_frames_doc,
@@ -135,6 +137,21 @@ series(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     }
     return tgc_alloc_series(a, f, s, events, cats, columns);
+}
+
+PyDoc_STRVAR(stack_hints_doc,
+"_stack_hints($module, stacks, /)\n--\n\n"
+"What each stack (a list of frames lists) says of its allocations: one hint per stack\n"
+"(include/tensorgc/infer.h), as bytes.");
+
+static PyObject *
+stack_hints(PyObject *Py_UNUSED(module), PyObject *stacks)
+{
+    if (!PyList_Check(stacks)) {
+        PyErr_SetString(PyExc_TypeError, "_stack_hints() takes a list");
+        return NULL;
+    }
+    return tgc_alloc_stack_hints(stacks);
 }
 
 PyDoc_STRVAR(segmap_doc,
@@ -259,6 +276,7 @@ PyMethodDef tgc_alloc_methods[] = {
     {"_stack_frames", (PyCFunction)stack_frames, METH_VARARGS, stack_frames_doc},
     {"_trace_streams", (PyCFunction)trace_streams, METH_O, trace_streams_doc},
     {"_series", (PyCFunction)series, METH_VARARGS, series_doc},
+    {"_stack_hints", (PyCFunction)stack_hints, METH_O, stack_hints_doc},
     {"_pickle_scan", (PyCFunction)pickle_scan, METH_O, pickle_scan_doc},
     {"_check_trace", (PyCFunction)check_trace, METH_VARARGS, check_trace_doc},
     {"_pickle_stream", (PyCFunction)pickle_stream, METH_VARARGS, pickle_stream_doc},

@@ -7,7 +7,9 @@
 #include <Python.h>
 
 #include "tensorgc/detail.h"
+#include "tensorgc/infer.h"
 #include "tensorgc/ptrmap.h"
+#include "tensorgc/timeline.h"
 #include "convert.h"
 
 #define COL_STACK_FRAMES 64  /* frames compared when telling equal stacks apart */
@@ -380,7 +382,9 @@ tgc_alloc_columns(PyObject *trace)
                 T[i] = x;
             }
         }
-        if (k != TGC_TK_OTHER) {  /* an allocation's stack, and a free's, a segment's, ... */
+        if (k != TGC_TK_OTHER) {
+            /* an allocation's stack, a free's (zero_grad freeing a grad says what the block was),
+             * a segment's, an OOM's */
             uint32_t id = col__stack_id(&st, col__get(e, keys.frames));
             if (id == UINT32_MAX) {
                 goto done;
@@ -559,9 +563,41 @@ done:
     return r;
 }
 
+/* labels: (entry_labels, pre_labels, entry_names, pre_names, names) as _timeline returns the
+ * first four (bytes; names: the list the name indices point into, passed through), into *l with
+ * pointers into the bytes (the caller's tuple keeps them). */
+static int
+col__labels(PyObject *labels, size_t n, size_t npre, tgc_detail_labels *l)
+{
+    static const size_t width[4] = {1, 1, 4, 4};
+    size_t count[4] = {n, npre, n, npre};
+    const void *p[4];
+    if (!PyTuple_Check(labels) || PyTuple_GET_SIZE(labels) != 5 ||
+        !PyList_Check(PyTuple_GET_ITEM(labels, 4))) {
+        PyErr_SetString(PyExc_TypeError, "labels: expected (entry_labels, pre_labels, "
+                        "entry_names, pre_names: bytes, names: list)");
+        return -1;
+    }
+    for (int j = 0; j < 4; j++) {
+        PyObject *b = PyTuple_GET_ITEM(labels, j);
+        if (!PyBytes_Check(b) || (size_t)PyBytes_GET_SIZE(b) != count[j] * width[j]) {
+            PyErr_SetString(PyExc_ValueError, "labels: one label and one name per trace entry "
+                            "and per block of pre");
+            return -1;
+        }
+        p[j] = PyBytes_AS_STRING(b);
+    }
+    l->entry_label = p[0];
+    l->pre_label = p[1];
+    l->entry_name = p[2];
+    l->pre_name = p[3];
+    return 0;
+}
+
 PyObject *
 tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned max_stacks,
-                 Py_ssize_t max_allocs, unsigned columns, PyObject *cats, int raw)
+                 PyObject *labels, Py_ssize_t max_allocs, unsigned columns, PyObject *cats,
+                 int raw)
 {
     tgc_tcols c;
     tgc_detail d;
@@ -575,9 +611,14 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
     int timed = 0;
     PyObject *result = NULL, *streams = NULL, *used = NULL, *segs = NULL, *other = NULL;
     PyObject *keep_b = NULL, *times_b = NULL, *series = NULL, *raws = NULL;
-    int built = 0, rc;
+    PyObject *labs = NULL, *name_index = NULL, *catnames = NULL;
+    tgc_detail_labels lab;
+    int built = 0, rc, with_labels = labels != NULL && labels != Py_None;
     size_t npre_kept = 0, nkept = 0;
     if (tgc_alloc_cols(cols, &c) < 0 || col__pre(pre, &pa, &ps, &pk, &np) < 0) {
+        goto done;
+    }
+    if (with_labels && col__labels(labels, c.n, np, &lab) < 0) {
         goto done;
     }
     /* the stack ids index the columns' stacks (and size the engine's table of them) */
@@ -607,7 +648,7 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
     Py_BEGIN_ALLOW_THREADS  /* plain C over the bytes the caller's tuple keeps alive */
     rc = tgc_detail_build(&c, pa, ps, pk, np, use_free_requested ? TGC_TK_FREE_REQUESTED
                                                                  : TGC_TK_FREE_COMPLETED,
-                          max_stacks, &d);
+                          max_stacks, with_labels ? &lab : NULL, &d);
     if (rc == 0) {
         built = 1;
         if (max_allocs >= 0 && (size_t)max_allocs < d.n) {
@@ -688,6 +729,23 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
         }
         PyList_SET_ITEM(segs, (Py_ssize_t)g, row);  /* stolen */
     }
+    if (with_labels) {  /* every allocation's label and name index, the unkept ones too */
+        labs = PyBytes_FromStringAndSize((const char *)d.label, (Py_ssize_t)d.n);
+        name_index = PyBytes_FromStringAndSize((const char *)d.name,
+                                               (Py_ssize_t)(d.n * sizeof(uint32_t)));
+        catnames = PyTuple_New(TGC_NCAT);
+        for (int k = 0; catnames != NULL && k < TGC_NCAT; k++) {
+            PyObject *x = PyUnicode_FromString(tgc_category_names[k]);
+            if (x == NULL) {
+                Py_CLEAR(catnames);
+                break;
+            }
+            PyTuple_SET_ITEM(catnames, k, x);  /* stolen */
+        }
+        if (labs == NULL || name_index == NULL || catnames == NULL) {
+            goto done;
+        }
+    }
     if (raw) {
         raws = Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:N}",
                              "a", col__raw(d.a, d.n, 8), "f", col__raw(d.f, d.n, 8),
@@ -701,7 +759,7 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
         raws = Py_NewRef(Py_None);
     }
     result = Py_BuildValue("{s:O,s:K,s:K,s:n,s:n,s:n,s:n,s:K,s:O,s:O,s:O,s:O,s:L,s:O,s:O,s:O,"
-                           "s:O}",
+                           "s:O,s:O,s:O,s:O,s:O}",
                            "streams", streams, "unit", (unsigned long long)enc.unit,
                            "xunit", (unsigned long long)enc.xunit, "n", (Py_ssize_t)nkept,
                            "total", (Py_ssize_t)d.n, "npre", (Py_ssize_t)npre_kept,
@@ -710,7 +768,11 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
                            "segments", segs, "other", other, "times", times_b,
                            "t0", (long long)t0, "keep", keep_b,
                            "series", series != NULL ? series : Py_None, "raw", raws,
-                           "timed", timed ? Py_True : Py_False);
+                           "timed", timed ? Py_True : Py_False,
+                           "cats", labs ? labs : Py_None,
+                           "categories", catnames ? catnames : Py_None,
+                           "name_index", name_index ? name_index : Py_None,
+                           "names", with_labels ? PyTuple_GET_ITEM(labels, 4) : Py_None);
 done:
     if (built) {
         tgc_detail_free(&d);
@@ -730,5 +792,132 @@ done:
     Py_XDECREF(times_b);
     Py_XDECREF(series);
     Py_XDECREF(raws);
+    Py_XDECREF(labs);
+    Py_XDECREF(name_index);
+    Py_XDECREF(catnames);
     return result;
+}
+
+/* The frames of one stack's window (tgc_hint_window) as tgc_frames, pointing into the UTF-8 of
+ * their file and name strings, which keep[] holds (new references: the caller drops them).
+ * frames: held by the caller. Frames not of the plain shape read as (NULL, NULL). */
+static size_t
+col__window(const col_keys *k, PyObject *frames, tgc_frame *fr, PyObject **keep, size_t *nkeep,
+            int *python)
+{
+    size_t len = (size_t)PyList_GET_SIZE(frames), head, tail, nf = 0;
+    tgc_hint_window(len, &head, &tail);
+    for (size_t j = 0; j < len; j = j + 1 == head ? tail : j + 1) {
+        PyObject *f = col__item(frames, (Py_ssize_t)j);  /* new; NULL once the list shrank */
+        if (f == NULL) {
+            break;
+        }
+        tgc_frame *out = &fr[nf++];
+        memset(out, 0, sizeof(*out));
+        if (PyDict_CheckExact(f)) {
+            PyObject *file = col__get(f, k->filename), *name;
+            Py_XINCREF(file);  /* held across the next lookups */
+            name = col__get(f, k->name);
+            Py_XINCREF(name);
+            PyObject *line = col__get(f, k->line);  /* borrowed: read before any other code */
+            int overflow = 0;
+            long long ln = line != NULL && PyLong_CheckExact(line)
+                           ? PyLong_AsLongLongAndOverflow(line, &overflow) : 0;
+            if (overflow || (ln == -1 && PyErr_Occurred())) {
+                ln = 0;
+            }
+            PyErr_Clear();
+            Py_ssize_t n;
+            if (file != NULL && PyUnicode_CheckExact(file) &&
+                (out->file = PyUnicode_AsUTF8AndSize(file, &n)) != NULL) {
+                out->file_len = (size_t)n;
+            }
+            PyErr_Clear();  /* a lone surrogate has no UTF-8: the field says nothing */
+            if (name != NULL && PyUnicode_CheckExact(name) &&
+                (out->name = PyUnicode_AsUTF8AndSize(name, &n)) != NULL) {
+                out->name_len = (size_t)n;
+            }
+            PyErr_Clear();
+            out->line = ln;
+            keep[(*nkeep)++] = file;  /* may be NULL: Py_XDECREF'd */
+            keep[(*nkeep)++] = name;
+            if (out->file == NULL || out->name == NULL) {
+                out->file = out->name = NULL;
+            }
+            else if (tgc_frame_is_python(out)) {
+                *python = 1;
+            }
+        }
+        Py_DECREF(f);
+    }
+    return nf;
+}
+
+PyObject *
+tgc_alloc_stack_hints(PyObject *stacks)
+{
+    PyObject *items = PySequence_Tuple(stacks);  /* new: a fixed copy of the list */
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    int64_t *lines = malloc(((size_t)n + 1) * sizeof(int64_t));
+    col_keys keys = {0};
+    tgc_frame fr[2 * TGC_HINT_FRAMES];
+    PyObject *keep[4 * TGC_HINT_FRAMES];
+    size_t python_stacks = 0;
+    int64_t first_apply = INT64_MAX;
+    if (out == NULL || col__keys(&keys) < 0) {
+        goto error;
+    }
+    if (lines == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    uint8_t *h = (uint8_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *frames = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple holds it */
+        h[i] = TGC_HINT(TGC_HP_UNKNOWN, TGC_HK_PLAIN);
+        lines[i] = -1;
+        if (!PyList_Check(frames)) {
+            continue;
+        }
+        if (PyList_GET_SIZE(frames) == 0) {
+            h[i] = TGC_HINT(TGC_HP_FRAMELESS, TGC_HK_PLAIN);  /* undone below without Python */
+            continue;
+        }
+        size_t nkeep = 0;
+        int python = 0;
+        size_t nf = col__window(&keys, frames, fr, keep, &nkeep, &python);
+        h[i] = tgc_stack_hint(fr, nf, TGC_HINT(TGC_HP_UNKNOWN, TGC_HK_PLAIN), &lines[i]);
+        for (size_t j = 0; j < nkeep; j++) {
+            Py_XDECREF(keep[j]);
+        }
+        python_stacks += python;
+        if (lines[i] >= 0 && lines[i] < first_apply) {
+            first_apply = lines[i];
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* _apply moves parameters at one line and buffers (and grads) at later ones */
+        if (lines[i] >= 0 && lines[i] > first_apply) {
+            h[i] = TGC_HINT(TGC_HINT_PHASE(h[i]), TGC_HK_BUFFER);
+        }
+        /* no Python anywhere (a trace recorded without Python frames): a stack without frames
+         * says nothing of its thread */
+        if (python_stacks == 0 && h[i] == TGC_HINT(TGC_HP_FRAMELESS, TGC_HK_PLAIN)) {
+            h[i] = TGC_HINT(TGC_HP_UNKNOWN, TGC_HK_PLAIN);
+        }
+    }
+    col__keys_clear(&keys);
+    free(lines);
+    Py_DECREF(items);
+    return out;
+error:
+    col__keys_clear(&keys);
+    free(lines);
+    Py_XDECREF(out);
+    Py_DECREF(items);
+    return NULL;
 }

@@ -28,10 +28,14 @@ PyObject *tgc_alloc_columns(PyObject *trace);
  * must outlive its use); 0, or -1 with TypeError/ValueError. */
 int tgc_alloc_cols(PyObject *cols, tgc_tcols *out);
 /* The data of the timeline page (detail.h): {streams, unit, xunit, n, total, npre, npre_total,
- * events, used, segments, other, times, t0, keep, series, raw}; see binding.c's _detail. */
+ * events, used, segments, other, times, t0, timed, keep, series, raw, cats, categories,
+ * name_index, names}; labels: None, or the replay's (see columns.c's col__labels); see
+ * binding.c's _detail for the rest. */
 PyObject *tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested,
-                           unsigned max_stacks, Py_ssize_t max_allocs, unsigned columns,
-                           PyObject *cats, int raw);
+                           unsigned max_stacks, PyObject *labels, Py_ssize_t max_allocs,
+                           unsigned columns, PyObject *cats, int raw);
+/* One hint (include/tensorgc/infer.h) per stack of a list of frames lists, as bytes. */
+PyObject *tgc_alloc_stack_hints(PyObject *stacks);
 
 /* The series of detail.h as a dict {max, at, bycat, peak, peak_at, peak_bycat, top}. */
 PyObject *tgc_alloc_series_dict(const tgc_series *s);
@@ -53,7 +57,7 @@ PyObject *tgc_alloc_series(PyObject *a, PyObject *f, PyObject *s, unsigned long 
 
 /* trace.c */
 /* The Active Memory Timeline of one device's trace (its columns), with `pre` the blocks alive
- * at the end; classify None or (spans, grads, named). */
+ * at the end; classify None or (spans, grads, named[, hints, pre_hints, names]). */
 PyObject *tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned detail,
                              int use_free_requested, PyObject *classify);
 /* The segments and allocations of one device after trace[0:upto]. */

@@ -14,6 +14,7 @@ typedef struct {
     size_t cap;
     size_t segcap;
     size_t othercap;
+    const tgc_detail_labels *lab;   /* NULL: no labels */
 } dt_out;
 
 static int
@@ -30,21 +31,33 @@ dt__grow(dt_out *o)
     d->field = p;
     DT_GROW(a) DT_GROW(f) DT_GROW(c) DT_GROW(s) DT_GROW(x) DT_GROW(e) DT_GROW(w)
     DT_GROW(k) DT_GROW(r) DT_GROW(v)
+    if (o->lab != NULL) {
+        DT_GROW(label) DT_GROW(name)
+    }
 #undef DT_GROW
     o->cap = c;
     return 0;
 }
 
-/* A new allocation, alive to the end until its free is seen; its index, or NONE. */
+/* A new allocation, alive to the end until its free is seen; its index, or NONE. `entry` (a
+ * trace entry) or `pre` (a block of pre), the other SIZE_MAX, is where the replay wrote its
+ * label. */
 static uint32_t
 dt__add(dt_out *o, uint64_t a, uint64_t s, uint64_t x, int64_t e, uint32_t k, uint32_t v,
-        int64_t w)
+        int64_t w, size_t entry, size_t pre)
 {
     if (dt__grow(o) < 0) {
         return NONE;
     }
     tgc_detail *d = o->d;
     size_t j = d->n++;
+    if (o->lab != NULL) {
+        const tgc_detail_labels *l = o->lab;
+        d->label[j] = entry != SIZE_MAX ? (l->entry_label ? l->entry_label[entry] : 0)
+                                        : (l->pre_label ? l->pre_label[pre] : 0);
+        d->name[j] = entry != SIZE_MAX ? (l->entry_name ? l->entry_name[entry] : 0)
+                                       : (l->pre_name ? l->pre_name[pre] : 0);
+    }
     d->a[j] = a;
     d->f[j] = TGC_DETAIL_ALIVE;
     d->c[j] = TGC_DETAIL_ALIVE;
@@ -153,10 +166,10 @@ dt__dense(tgc_detail *out, uint32_t *dense, uint32_t k, uint32_t max_stacks, uin
 int
 tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *pre_size,
                  const uint32_t *pre_stack, size_t npre, int free_kind, uint32_t max_stacks,
-                 tgc_detail *out)
+                 const tgc_detail_labels *labels, tgc_detail *out)
 {
     memset(out, 0, sizeof(*out));
-    dt_out o = {out, 0, 0, 0};
+    dt_out o = {out, 0, 0, 0, labels};
     size_t n = c->n, nseg_ev = 0, nslot_max = n + npre + 1;
     tgc_ptrmap map = {0}, segmap = {0};
     uint32_t *open = NULL, *pend = NULL, *vcount = NULL, *pre_v = NULL;
@@ -232,7 +245,7 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
             uint32_t s = dt__slot(&map, &top, c->addr[i], &nslots, 1);
             if (open[s] == NONE) {
                 if (dt__add(&o, 0, c->size[i], c->addr[i], -1, 0, vcount[s],
-                            c->stream ? c->stream[i] : 0) == NONE) {
+                            c->stream ? c->stream[i] : 0, i, SIZE_MAX) == NONE) {
                     goto done;
                 }
             }
@@ -263,7 +276,7 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
         if (dt__dense(out, dense, pre_stack ? pre_stack[p] : 0, max_stacks, &k) < 0) {
             goto done;
         }
-        uint32_t j = dt__add(&o, 0, pre_size[p], pre_addr[p], -1, k, pre_v[p], 0);
+        uint32_t j = dt__add(&o, 0, pre_size[p], pre_addr[p], -1, k, pre_v[p], 0, SIZE_MAX, p);
         if (j == NONE) {
             goto done;
         }
@@ -279,7 +292,7 @@ tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *p
                 goto done;
             }
             uint32_t j = dt__add(&o, (uint64_t)i, c->size[i], addr, (int64_t)i, k, vcount[s],
-                                 c->stream ? c->stream[i] : 0);
+                                 c->stream ? c->stream[i] : 0, i, SIZE_MAX);
             if (j == NONE) {
                 goto done;
             }
@@ -373,6 +386,8 @@ tgc_detail_free(tgc_detail *d)
     free(d->k);
     free(d->r);
     free(d->v);
+    free(d->label);
+    free(d->name);
     free(d->used);
     free(d->seg);
     free(d->other);

@@ -1,16 +1,18 @@
 /* timeline.c: replays an allocator trace into the Active Memory Timeline (see timeline.h):
  * pairs allocations with their frees through an address table, keeps the `detail` largest as
  * bands, and sweeps the columns once to stack them; optionally classifies each allocation (grad
- * marks are matched during the pairing, while the table holds the allocations alive at their
- * time) and sums the active bytes per category in the same sweep. Plain C. */
+ * and name marks are matched during the pairing, while the table holds the allocations alive at
+ * their time; the stacks' hints give the inferred rules, infer.c the inferred spans) and sums
+ * the active bytes per category in the same sweep. Plain C. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "tensorgc/infer.h"
 #include "tensorgc/ptrmap.h"
 #include "tensorgc/timeline.h"
 
 const char *const tgc_category_names[TGC_NCAT] = {
-    "parameter", "buffer", "optimizer_state", "grad", "activation", "temporary", "other",
+    "parameter", "buffer", "optimizer_state", "grad", "input", "activation", "temporary", "other",
 };
 
 typedef struct {
@@ -19,9 +21,13 @@ typedef struct {
                               alive at the end */
     uint32_t alloc_event, free_event;
     size_t start, end;     /* event positions: alive in [start, end) */
+    size_t pos;            /* the event that makes it (ALLOC, PRE), or frees it when it began
+                              before the trace without a PRE event */
     uint32_t band;         /* index into bands, UINT32_MAX when summarized */
+    uint32_t name;         /* a name mark's, 0: none */
     uint8_t pre;           /* alive from the start without an event of its own at `start` */
     uint8_t grad;          /* a grad mark found it alive */
+    uint8_t ahint, fhint;  /* the hints of the stacks that allocated and freed it */
     uint8_t category, rule;
 } tl_alloc;
 
@@ -79,21 +85,37 @@ tl__grad_by_time(const void *x, const void *y)
     return a->time < b->time ? -1 : a->time > b->time;
 }
 
+static int
+tl__i64_cmp(const void *x, const void *y)
+{
+    const int64_t *a = x, *b = y;
+    return *a < *b ? -1 : *a > *b;
+}
+
+static int
+tl__name_by_time(const void *x, const void *y)
+{
+    const tgc_name_mark *a = x, *b = y;
+    return a->time < b->time ? -1 : a->time > b->time;
+}
+
 /* Sorts a copy of the spans by (phase, start) and merges the overlapping ones of each phase in
  * place: a duplicate (the optimizer's own hook and torch's annotation of the same step) or a
  * nested span of the same phase then counts once. *buf is the caller's to free. */
 static int
-tl__phases(const tgc_classify *cls, tgc_span **buf, tl_phase ph[TGC_NPHASE])
+tl__phases(const tgc_span *spans, size_t nspans, tgc_span **buf, size_t *nbuf,
+           tl_phase ph[TGC_NPHASE])
 {
     memset(ph, 0, TGC_NPHASE * sizeof(tl_phase));
-    *buf = malloc((cls->nspans ? cls->nspans : 1) * sizeof(tgc_span));
+    *nbuf = 0;
+    *buf = malloc((nspans ? nspans : 1) * sizeof(tgc_span));
     if (*buf == NULL) {
         return -1;
     }
     size_t n = 0;
-    for (size_t i = 0; i < cls->nspans; i++) {
-        if (cls->spans[i].phase < TGC_NPHASE && cls->spans[i].t0 <= cls->spans[i].t1) {
-            (*buf)[n++] = cls->spans[i];
+    for (size_t i = 0; i < nspans; i++) {
+        if (spans[i].phase < TGC_NPHASE && spans[i].t0 <= spans[i].t1) {
+            (*buf)[n++] = spans[i];
         }
     }
     qsort(*buf, n, sizeof(tgc_span), tl__span_by_phase_start);
@@ -115,6 +137,7 @@ tl__phases(const tgc_classify *cls, tgc_span **buf, tl_phase ph[TGC_NPHASE])
         }
         p->n++;
     }
+    *nbuf = out;
     return 0;
 }
 
@@ -135,40 +158,199 @@ tl__span_at(const tl_phase *p, int64_t t)
     return lo > 0 && t <= p->v[lo - 1].t1 ? &p->v[lo - 1] : NULL;
 }
 
-/* Rules 3-6 of timeline.h for an allocation that is neither named nor a grad. `named_end`: the
- * reporter named the blocks alive at the end, so one of them it did not name holds no tensor it
- * could see (a cuBLAS workspace made in the first forward): not an activation. */
-static void
-tl__by_span(tl_alloc *a, const tl_phase ph[TGC_NPHASE], int named_end)
+/* The start of the first span of p starting after t; INT64_MAX: none. */
+static int64_t
+tl__next_start(const tl_phase *p, int64_t t)
 {
+    size_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->v[mid].t0 <= t) {
+            lo = mid + 1;
+        }
+        else {
+            hi = mid;
+        }
+    }
+    return lo < p->n ? p->v[lo].t0 : INT64_MAX;
+}
+
+/* What the inferred rules read besides the allocation: the inferred and the recorded spans,
+ * and the times of the frees whose stacks say grad (zero_grad's), sorted. */
+typedef struct {
+    const tl_phase *iph, *rph;
+    const int64_t *gfree;
+    size_t ngfree;
+} tl_infer_ctx;
+
+/* Whether a grad's free (zero_grad) came in (t0, t1). */
+static int
+tl__grad_freed_within(const tl_infer_ctx *x, int64_t t0, int64_t t1)
+{
+    size_t lo = 0, hi = x->ngfree;  /* the first free after t0 is at lo */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (x->gfree[mid] <= t0) {
+            lo = mid + 1;
+        }
+        else {
+            hi = mid;
+        }
+    }
+    return lo < x->ngfree && x->gfree[lo] < t1;
+}
+
+/* Rules 3-5 (recorded spans) or 10-12 (inferred: x not NULL) of timeline.h: the innermost span
+ * holding the allocation's start decides; 0 when none does. `named_end`: the reporter named the
+ * blocks alive at the end, so a recorded forward's block alive then that it did not name holds
+ * no tensor it could see (a cuBLAS workspace made in the first forward): not an activation. */
+static int
+tl__by_span(tl_alloc *a, const tl_phase ph[TGC_NPHASE], int named_end, const tl_infer_ctx *x)
+{
+    int inferred = x != NULL;
     static const uint8_t order[3] = {TGC_PHASE_OPTIMIZER, TGC_PHASE_FORWARD, TGC_PHASE_BACKWARD};
-    static const uint8_t kept[TGC_NPHASE] = {TGC_CAT_ACTIVATION, TGC_CAT_OTHER,
-                                             TGC_CAT_OPTIMIZER_STATE};
-    static const uint8_t rule[TGC_NPHASE] = {4, 5, 3};
+    static const uint8_t kept[2][TGC_NPHASE] = {
+        {TGC_CAT_ACTIVATION, TGC_CAT_OTHER, TGC_CAT_OPTIMIZER_STATE},
+        /* inferred: what outlives a backward is its grads (no grad marks tell them apart) */
+        {TGC_CAT_ACTIVATION, TGC_CAT_GRAD, TGC_CAT_OPTIMIZER_STATE}};
+    static const uint8_t rule[2][TGC_NPHASE] = {{4, 5, 3}, {11, 12, 10}};
     const tgc_span *best = NULL;
     uint8_t phase = 0;
-    if (a->t0 != TGC_TIME_NONE) {
-        /* the innermost span: the latest start (an LBFGS closure's forward inside its step) */
-        for (int j = 0; j < 3; j++) {
-            const tgc_span *s = tl__span_at(&ph[order[j]], a->t0);
-            if (s != NULL && (best == NULL || s->t0 > best->t0)) {
-                best = s;
-                phase = order[j];
-            }
+    if (a->t0 == TGC_TIME_NONE) {
+        return 0;
+    }
+    /* the innermost span: the latest start (an LBFGS closure's forward inside its step) */
+    for (int j = 0; j < 3; j++) {
+        const tgc_span *s = tl__span_at(&ph[order[j]], a->t0);
+        if (s != NULL && (best == NULL || s->t0 > best->t0)) {
+            best = s;
+            phase = order[j];
         }
     }
     if (best == NULL) {
-        a->category = TGC_CAT_OTHER;
-        a->rule = 6;
-        return;
+        return 0;
     }
     /* alive at the end is never "freed by t1", even in a span still open at the snapshot */
     int freed = a->t1 != INT64_MAX && a->t1 <= best->t1;
-    a->category = freed ? TGC_CAT_TEMPORARY : kept[phase];
-    if (a->category == TGC_CAT_ACTIVATION && a->t1 == INT64_MAX && named_end) {
+    a->category = freed ? TGC_CAT_TEMPORARY : kept[inferred][phase];
+    if (!inferred && a->category == TGC_CAT_ACTIVATION && a->t1 == INT64_MAX && named_end) {
         a->category = TGC_CAT_OTHER;
     }
-    a->rule = rule[phase];
+    /* outlived its backward, but a zero_grad that freed grads after it did not free it (the
+     * engine thread's cuBLAS workspace, seen without C++ frames): no grad */
+    if (inferred && a->category == TGC_CAT_GRAD &&
+        tl__grad_freed_within(x, best->t1, a->t1)) {
+        a->category = TGC_CAT_OTHER;
+    }
+    /* kept into the next forward and through a step's start: no activation of this forward
+     * (the forward thread's cuBLAS workspace, seen without C++ frames; a kept loss history) */
+    if (inferred && a->category == TGC_CAT_ACTIVATION &&
+        tl__next_start(&x->iph[TGC_PHASE_FORWARD], best->t1) < a->t1) {
+        int64_t step = tl__next_start(&x->iph[TGC_PHASE_OPTIMIZER], a->t0);
+        int64_t rstep = tl__next_start(&x->rph[TGC_PHASE_OPTIMIZER], a->t0);
+        if ((rstep < step ? rstep : step) < a->t1) {
+            a->category = TGC_CAT_OTHER;
+        }
+    }
+    a->rule = rule[inferred][phase];
+    return 1;
+}
+
+/* Rules 8-14 of timeline.h, from the stacks' hints and the inferred spans (x->iph; x->rph: the
+ * recorded ones, whose forwards an input batch may feed too); 0 when none applies. */
+static int
+tl__infer(tl_alloc *a, const tl_infer_ctx *x)
+{
+    const tl_phase *iph = x->iph, *rph = x->rph;
+    uint8_t ak = TGC_HINT_KIND(a->ahint), fk = TGC_HINT_KIND(a->fhint);
+    uint8_t ap = TGC_HINT_PHASE(a->ahint);
+    if (ak == TGC_HK_PARAM || ak == TGC_HK_BUFFER) {
+        a->category = ak == TGC_HK_PARAM ? TGC_CAT_PARAMETER : TGC_CAT_BUFFER;
+        a->rule = 8;
+        return 1;
+    }
+    if (ak == TGC_HK_GRAD || fk == TGC_HK_UNGRAD) {
+        /* AccumulateGrad's sum freed inside its backward was a step of it (the span rule says
+         * temporary); freed by zero_grad, or kept, it was the grad */
+        const tgc_span *bw = a->t0 != TGC_TIME_NONE && fk != TGC_HK_UNGRAD
+                             ? tl__span_at(&iph[TGC_PHASE_BACKWARD], a->t0) : NULL;
+        if (bw == NULL || a->t1 > bw->t1) {
+            a->category = TGC_CAT_GRAD;
+            a->rule = 9;
+            return 1;
+        }
+    }
+    if (ak == TGC_HK_WORKSPACE) {
+        a->category = TGC_CAT_OTHER;
+        a->rule = 14;
+        return 1;
+    }
+    if (a->t0 == TGC_TIME_NONE) {
+        /* made before the trace, alive at its start: its own stack's phase, outlived */
+        static const uint8_t by_phase[][2] = {
+            [TGC_HP_OPTIMIZER] = {TGC_CAT_OPTIMIZER_STATE, 10},
+            [TGC_HP_FORWARD] = {TGC_CAT_ACTIVATION, 11},
+            [TGC_HP_BACKWARD] = {TGC_CAT_GRAD, 12}, [TGC_HP_FRAMELESS] = {TGC_CAT_GRAD, 12}};
+        if (ap < sizeof(by_phase) / sizeof(by_phase[0]) && by_phase[ap][1] != 0) {
+            a->category = by_phase[ap][0];
+            a->rule = by_phase[ap][1];
+            /* alive through the whole trace: through its forwards and steps it is no
+             * activation, through zero_grad's frees of the grads no grad (as in tl__by_span) */
+            if (a->t1 == INT64_MAX &&
+                ((a->category == TGC_CAT_ACTIVATION && iph[TGC_PHASE_FORWARD].n > 0 &&
+                  iph[TGC_PHASE_OPTIMIZER].n + rph[TGC_PHASE_OPTIMIZER].n > 0) ||
+                 (a->category == TGC_CAT_GRAD && x->ngfree > 0))) {
+                a->category = TGC_CAT_OTHER;
+            }
+            return 1;
+        }
+        /* no stack of its own, freed by a backward: what a forward saved for it */
+        uint8_t fp = TGC_HINT_PHASE(a->fhint);
+        if (ap == TGC_HP_UNKNOWN && (fp == TGC_HP_BACKWARD || fp == TGC_HP_FRAMELESS) &&
+            a->t1 != INT64_MAX && tl__span_at(&iph[TGC_PHASE_BACKWARD], a->t1) != NULL) {
+            a->category = TGC_CAT_ACTIVATION;
+            a->rule = 15;
+            return 1;
+        }
+        return 0;
+    }
+    if (tl__by_span(a, iph, 0, x)) {
+        return 1;
+    }
+    if (ap == TGC_HP_OUTSIDE) {
+        int64_t next = tl__next_start(&iph[TGC_PHASE_FORWARD], a->t0);
+        int64_t rnext = tl__next_start(&rph[TGC_PHASE_FORWARD], a->t0);
+        int64_t first = INT64_MAX;
+        if (rnext < next) {
+            next = rnext;
+        }
+        for (int k = 0; k < 2; k++) {
+            const tl_phase *p = k ? &rph[TGC_PHASE_FORWARD] : &iph[TGC_PHASE_FORWARD];
+            if (p->n > 0 && p->v[0].t0 < first) {
+                first = p->v[0].t0;
+            }
+        }
+        /* alive into the forward that follows; one alive at the end must be made after the
+         * first forward (a tensor made at setup and kept is no batch) */
+        if (next != INT64_MAX && a->t1 > next && (a->t1 != INT64_MAX || a->t0 > first)) {
+            a->category = TGC_CAT_INPUT;
+            a->rule = 13;
+            return 1;
+        }
+        /* made and freed by the loop's code before any phase began again (a metric) */
+        int64_t again = INT64_MAX;
+        for (int ph = 0; ph < TGC_NPHASE; ph++) {
+            int64_t t = tl__next_start(&iph[ph], a->t0), r = tl__next_start(&rph[ph], a->t0);
+            again = t < again ? t : again;
+            again = r < again ? r : again;
+        }
+        if (a->t1 != INT64_MAX && a->t1 < again) {
+            a->category = TGC_CAT_TEMPORARY;
+            a->rule = 13;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 void
@@ -184,6 +366,9 @@ tgc_timeline_free(tgc_timeline *t)
     free(t->peak);
     free(t->small);
     free(t->cat_active);
+    free(t->label);
+    free(t->name);
+    free(t->inferred);
     memset(t, 0, sizeof(*t));
 }
 
@@ -198,6 +383,20 @@ tl__mark_grad(const tgc_ptrmap *map, const uint32_t *slot_of, tl_alloc *al, uint
     uint32_t s = tgc_ptrmap_get(map, (const void *)(uintptr_t)(addr + 1));
     if (s != UINT32_MAX && slot_of[s] != UINT32_MAX) {
         al[slot_of[s]].grad = 1;
+    }
+}
+
+/* Applies a name mark the same way. */
+static void
+tl__mark_name(const tgc_ptrmap *map, const uint32_t *slot_of, tl_alloc *al,
+              const tgc_name_mark *m)
+{
+    if (m->addr == UINT64_MAX) {
+        return;
+    }
+    uint32_t s = tgc_ptrmap_get(map, (const void *)(uintptr_t)(m->addr + 1));
+    if (s != UINT32_MAX && slot_of[s] != UINT32_MAX) {
+        al[slot_of[s]].name = m->name;
     }
 }
 
@@ -218,9 +417,14 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
     uint32_t *who = NULL;           /* with categories, per event: the allocation it makes or
                                        frees (UINT32_MAX: none, or a PRE counted at 0) */
     tgc_grad_mark *grads = NULL;    /* cls->grads sorted by time */
+    tgc_name_mark *names = NULL;    /* cls->names sorted by time */
     tgc_span *spans = NULL;         /* the merged spans, owned by phases */
-    tl_phase phases[TGC_NPHASE] = {{NULL, 0}};
-    size_t g = 0, ng = cls != NULL ? cls->ngrads : 0;
+    tgc_span *found = NULL;         /* the spans inferred from the hints, before merging */
+    int64_t *gfree = NULL;          /* times of the frees of grads (zero_grad's), sorted */
+    size_t ngfree = 0;
+    tl_phase phases[TGC_NPHASE] = {{NULL, 0}}, iphases[TGC_NPHASE] = {{NULL, 0}};
+    size_t g = 0, ng = cls != NULL ? cls->ngrads : 0, nspans = 0, nfound = 0;
+    size_t m = 0, nnm = cls != NULL && cls->names != NULL ? cls->nnames : 0;
     int rc = -1;
 
     /* Pass 1: pair ALLOC/FREE by address. Pre-existing allocations start at event 0. */
@@ -235,13 +439,29 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
     if (cls != NULL) {
         who = malloc((n + 1) * sizeof(uint32_t));
         grads = malloc((ng ? ng : 1) * sizeof(tgc_grad_mark));
-        if (who == NULL || grads == NULL || tl__phases(cls, &spans, phases) < 0) {
+        names = malloc((nnm ? nnm : 1) * sizeof(tgc_name_mark));
+        if (who == NULL || grads == NULL || names == NULL ||
+            tl__phases(cls->spans, cls->nspans, &spans, &nspans, phases) < 0) {
             goto done;
         }
         if (ng) {
             memcpy(grads, cls->grads, ng * sizeof(tgc_grad_mark));
         }
         qsort(grads, ng, sizeof(tgc_grad_mark), tl__grad_by_time);
+        if (nnm) {
+            memcpy(names, cls->names, nnm * sizeof(tgc_name_mark));
+        }
+        qsort(names, nnm, sizeof(tgc_name_mark), tl__name_by_time);
+        if (cls->infer) {
+            tgc_span *merged = NULL;
+            size_t nmerged = 0;
+            if (tgc_infer_spans(ev, n, &found, &nfound) < 0 ||
+                tl__phases(found, nfound, &merged, &nmerged, iphases) < 0) {
+                goto done;
+            }
+            out->inferred = merged;  /* iphases point into it; the caller sees it too */
+            out->ninferred = nmerged;
+        }
     }
     size_t nslots = 0;
     for (size_t i = 0; i < n; i++) {
@@ -252,9 +472,13 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
         if (e->kind == TGC_EV_OOM) {
             continue;
         }
-        /* grad marks made before this event: the events up to their time are in the table */
+        /* grad and name marks made before this event: the events up to their time are in
+         * the table */
         while (g < ng && grads[g].time < e->time) {
             tl__mark_grad(&map, slot_of, al, grads[g++].addr);
+        }
+        while (m < nnm && names[m].time < e->time) {
+            tl__mark_name(&map, slot_of, al, &names[m++]);
         }
         if (nal == cap) {
             size_t c = cap ? cap * 2 : 1024;
@@ -279,6 +503,8 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
             a->size = e->size;
             a->alloc_event = e->index;
             a->free_event = UINT32_MAX;
+            a->pos = i;
+            a->ahint = e->hint;
             a->pre = e->kind == TGC_EV_PRE;
             a->start = a->pre ? 0 : i;
             a->t0 = a->pre ? TGC_TIME_NONE : e->time;
@@ -300,6 +526,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
                 a->addr = e->addr;
                 a->size = e->size;
                 a->alloc_event = UINT32_MAX;
+                a->pos = i;
                 a->start = 0;
                 a->pre = 1;
                 a->t0 = TGC_TIME_NONE;
@@ -310,6 +537,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
             al[k].end = i;
             al[k].t1 = e->time;
             al[k].free_event = e->index;
+            al[k].fhint = e->hint;
             delta[i] -= (int64_t)al[k].size;
             if (who != NULL) {
                 who[i] = k;
@@ -322,10 +550,27 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
     while (g < ng) {  /* marks after the last event: against the final state */
         tl__mark_grad(&map, slot_of, al, grads[g++].addr);
     }
+    while (m < nnm) {
+        tl__mark_name(&map, slot_of, al, &names[m++]);
+    }
     out->nallocs = nal;
 
     /* Categories: rule 1 (named, alive at the end) through the table's final state, then the
      * others in order. */
+    if (cls != NULL && cls->infer) {
+        gfree = malloc((n + 1) * sizeof(int64_t));
+        if (gfree == NULL) {
+            goto done;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (ev[i].kind == TGC_EV_FREE && TGC_HINT_KIND(ev[i].hint) == TGC_HK_UNGRAD &&
+                ev[i].time != TGC_TIME_NONE) {
+                gfree[ngfree++] = ev[i].time;
+            }
+        }
+        qsort(gfree, ngfree, sizeof(int64_t), tl__i64_cmp);
+    }
+    tl_infer_ctx ictx = {iphases, phases, gfree, ngfree};
     if (cls != NULL) {
         for (size_t i = 0; i < cls->nnamed; i++) {
             const tgc_named *nm = &cls->named[i];
@@ -347,7 +592,24 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
                 al[k].rule = 2;
                 continue;
             }
-            tl__by_span(&al[k], phases, cls->nnamed > 0);
+            if (tl__by_span(&al[k], phases, cls->nnamed > 0, NULL) ||
+                (cls->infer && tl__infer(&al[k], &ictx))) {
+                continue;
+            }
+            al[k].category = TGC_CAT_OTHER;
+            al[k].rule = 6;
+        }
+        /* each allocation's label and name, at the event that makes it (or frees it, when it
+         * has none of its own) */
+        out->label = calloc(n + 1, 1);
+        out->name = calloc(n + 1, sizeof(uint32_t));
+        if (out->label == NULL || out->name == NULL) {
+            goto done;
+        }
+        for (size_t k = 0; k < nal; k++) {
+            out->label[al[k].pos] = TGC_LABEL(al[k].category, al[k].rule);
+            out->name[al[k].pos] = al[k].name;
+            out->rule_allocs[al[k].rule & 15]++;
         }
     }
     else {
@@ -483,7 +745,10 @@ done:
     free(delta);
     free(who);
     free(grads);
+    free(names);
     free(spans);
+    free(found);
+    free(gfree);
     free(al);
     free(order);
     return rc;

@@ -77,34 +77,66 @@ conv__row(PyObject *t, Py_ssize_t i, Py_ssize_t n, const char *what)
     return r;
 }
 
-/* The classification's inputs: cl is (spans, grads, named), lists of (phase, t0, t1),
- * (addr, time) and (addr, category) tuples of ints. Arrays are malloc'd into *c (the caller
- * frees c->spans, c->grads, c->named). */
+/* The stacks' hints of a classify tuple: hints (per stack id) and pre_hints (per block of
+ * `pre`), borrowed from bytes objects the tuple holds, or NULL. */
+typedef struct {
+    const uint8_t *hints, *pre_hints;
+    size_t nhints, npre_hints;
+} conv_hints;
+
+/* The classification's inputs: cl is (spans, grads, named) or (spans, grads, named, hints,
+ * pre_hints, names): lists of (phase, t0, t1), (addr, time) and (addr, category) tuples of ints;
+ * hints: bytes, one hint (infer.h) per stack id of the columns, or None (no inference);
+ * pre_hints: bytes, one per block of `pre`, or None; names: a list of (addr, time, name index)
+ * tuples (time None: at the end). Arrays are malloc'd into *c (the caller frees c->spans,
+ * c->grads, c->named, c->names). */
 static int
-conv__classify(PyObject *cl, tgc_classify *c)
+conv__classify(PyObject *cl, tgc_classify *c, conv_hints *h)
 {
-    PyObject *sp = NULL, *gr = NULL, *nm = NULL;  /* new: fixed copies of the three lists */
+    PyObject *sp = NULL, *gr = NULL, *nm = NULL, *na = NULL;  /* new: fixed copies of the lists */
     tgc_span *spans = NULL;
     tgc_grad_mark *grads = NULL;
     tgc_named *named = NULL;
+    tgc_name_mark *names = NULL;
     int rc = -1;
     memset(c, 0, sizeof(*c));
-    if (!PyTuple_Check(cl) || PyTuple_GET_SIZE(cl) != 3 || !PyList_Check(PyTuple_GET_ITEM(cl, 0)) ||
-        !PyList_Check(PyTuple_GET_ITEM(cl, 1)) || !PyList_Check(PyTuple_GET_ITEM(cl, 2))) {
-        PyErr_SetString(PyExc_TypeError, "classify must be (spans: list, grads: list, named: list)");
+    memset(h, 0, sizeof(*h));
+    Py_ssize_t size = PyTuple_Check(cl) ? PyTuple_GET_SIZE(cl) : 0;
+    if ((size != 3 && size != 6) || !PyList_Check(PyTuple_GET_ITEM(cl, 0)) ||
+        !PyList_Check(PyTuple_GET_ITEM(cl, 1)) || !PyList_Check(PyTuple_GET_ITEM(cl, 2)) ||
+        (size == 6 && ((PyTuple_GET_ITEM(cl, 3) != Py_None && !PyBytes_Check(PyTuple_GET_ITEM(cl, 3))) ||
+                       (PyTuple_GET_ITEM(cl, 4) != Py_None && !PyBytes_Check(PyTuple_GET_ITEM(cl, 4))) ||
+                       !PyList_Check(PyTuple_GET_ITEM(cl, 5))))) {
+        PyErr_SetString(PyExc_TypeError, "classify must be (spans: list, grads: list, named: list"
+                        "[, hints: bytes | None, pre_hints: bytes | None, names: list])");
         return -1;
+    }
+    if (size == 6) {
+        PyObject *hb = PyTuple_GET_ITEM(cl, 3), *pb = PyTuple_GET_ITEM(cl, 4);
+        if (hb != Py_None) {
+            h->hints = (const uint8_t *)PyBytes_AS_STRING(hb);
+            h->nhints = (size_t)PyBytes_GET_SIZE(hb);
+            c->infer = 1;
+        }
+        if (pb != Py_None) {
+            h->pre_hints = (const uint8_t *)PyBytes_AS_STRING(pb);
+            h->npre_hints = (size_t)PyBytes_GET_SIZE(pb);
+        }
     }
     sp = PyList_AsTuple(PyTuple_GET_ITEM(cl, 0));
     gr = sp ? PyList_AsTuple(PyTuple_GET_ITEM(cl, 1)) : NULL;
     nm = gr ? PyList_AsTuple(PyTuple_GET_ITEM(cl, 2)) : NULL;
-    if (nm == NULL) {
+    na = nm == NULL ? NULL : size == 6 ? PyList_AsTuple(PyTuple_GET_ITEM(cl, 5)) : PyTuple_New(0);
+    if (na == NULL) {
         goto done;
     }
     Py_ssize_t ns = PyTuple_GET_SIZE(sp), ng = PyTuple_GET_SIZE(gr), nn = PyTuple_GET_SIZE(nm);
+    Py_ssize_t nna = PyTuple_GET_SIZE(na);
     spans = malloc((size_t)(ns ? ns : 1) * sizeof(tgc_span));
     grads = malloc((size_t)(ng ? ng : 1) * sizeof(tgc_grad_mark));
     named = malloc((size_t)(nn ? nn : 1) * sizeof(tgc_named));
-    if (spans == NULL || grads == NULL || named == NULL) {
+    names = malloc((size_t)(nna ? nna : 1) * sizeof(tgc_name_mark));
+    if (spans == NULL || grads == NULL || named == NULL || names == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -144,24 +176,57 @@ conv__classify(PyObject *cl, tgc_classify *c)
         }
         named[i].category = (uint8_t)cat;
     }
+    for (Py_ssize_t i = 0; i < nna; i++) {
+        PyObject *r = conv__row(na, i, 3, "name mark");
+        int64_t index;
+        if (r == NULL || conv__addr(PyTuple_GET_ITEM(r, 0), &names[i].addr, "a name's address") < 0) {
+            goto done;
+        }
+        if (PyTuple_GET_ITEM(r, 1) == Py_None) {
+            names[i].time = INT64_MAX;  /* alive at the end */
+        }
+        else if (conv__i64(PyTuple_GET_ITEM(r, 1), &names[i].time, "a name's time") < 0) {
+            goto done;
+        }
+        if (conv__i64(PyTuple_GET_ITEM(r, 2), &index, "a name's index") < 0) {
+            goto done;
+        }
+        if (index < 0 || index > UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "name mark %zd: index out of range", i);
+            goto done;
+        }
+        names[i].name = (uint32_t)index;
+    }
     c->spans = spans;
     c->nspans = (size_t)ns;
     c->grads = grads;
     c->ngrads = (size_t)ng;
     c->named = named;
     c->nnamed = (size_t)nn;
+    c->names = names;
+    c->nnames = (size_t)nna;
     spans = NULL;
     grads = NULL;
     named = NULL;
+    names = NULL;
     rc = 0;
 done:
     free(spans);
     free(grads);
     free(named);
+    free(names);
     Py_XDECREF(sp);
     Py_XDECREF(gr);
     Py_XDECREF(nm);
+    Py_XDECREF(na);
     return rc;
+}
+
+/* bytes of n native uint32 values */
+static PyObject *
+conv__u32_bytes(const uint32_t *v, size_t n)
+{
+    return PyBytes_FromStringAndSize((const char *)v, (Py_ssize_t)(n * sizeof(uint32_t)));
 }
 
 static PyObject *
@@ -193,9 +258,14 @@ conv__categories(const uint64_t *v, size_t stride, uint32_t n)
  *   before it. Event indices in the result are positions in trace
  *   (pre-existing ones: -1); oom_at pairs each OOM's trace position with its event position
  *   (the replay's clock, which places it in a column). classify: None, or (spans, grads,
- *   named) for categories over time (see conv__classify and timeline.h); each band then ends
- *   with its category and rule, and cat_active (per category, per column), at_peak,
- *   peak_event (trace position, -1: before the trace) are filled. */
+ *   named[, hints, pre_hints, names]) for categories over time (see conv__classify and
+ *   timeline.h); each band then ends with its category and rule, and cat_active (per category,
+ *   per column), at_peak, peak_event (trace position, -1: before the trace) are filled, and
+ *   labels (bytes, per trace entry: the TGC_LABEL of the allocation its alloc entry makes, or
+ *   its free frees when that one began before the trace; 0 elsewhere), pre_labels (per block
+ *   of pre; 0 for those the trace allocates), name_index and pre_name_index (the same, native
+ *   uint32: the name marks' indices), inferred_spans [(phase, t0, t1)], rules (allocations per
+ *   rule, 16 counts). */
 PyObject *
 tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned detail,
                    int use_free_requested, PyObject *classify)
@@ -215,16 +285,22 @@ tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned det
     PyObject *pres = PyList_AsTuple(pre);  /* new: a fixed copy */
     PyObject *result = NULL, *oom_at = NULL, *ooms = NULL, *bands = NULL;
     PyObject *names = NULL, *cats = NULL, *at_peak = NULL;
+    PyObject *labels = NULL, *pre_labels = NULL, *name_index = NULL, *pre_name_index = NULL;
+    PyObject *inferred = NULL, *rules = NULL;
     tgc_event *ev = NULL;
+    uint32_t *pre_of = NULL;  /* the PRE events' blocks: their positions in pre */
+    uint8_t *lab = NULL, *pre_lab = NULL;
+    uint32_t *nam = NULL, *pre_nam = NULL;
     tgc_timeline tl = {0};
     tgc_classify cls = {0};
+    conv_hints hints = {0};
     tgc_ptrmap allocs = {0};  /* addresses the trace allocates (+1: 0 is the empty key) */
     int built = 0, with_cls = classify != NULL && classify != Py_None;
     uint8_t free_kind = use_free_requested ? TGC_TK_FREE_REQUESTED : TGC_TK_FREE_COMPLETED;
     if (pres == NULL) {
         goto done;
     }
-    if (with_cls && conv__classify(classify, &cls) < 0) {
+    if (with_cls && conv__classify(classify, &cls, &hints) < 0) {
         goto done;
     }
     /* times are read only to classify: a bad one the columns noted is an error then */
@@ -244,10 +320,15 @@ tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned det
         PyErr_SetString(PyExc_ValueError, "trace too long");
         goto done;
     }
+    if (hints.pre_hints != NULL && hints.npre_hints != (size_t)np) {
+        PyErr_SetString(PyExc_ValueError, "classify: pre_hints must hold one hint per block of pre");
+        goto done;
+    }
     ev = malloc((nt + (size_t)np + 1) * sizeof(tgc_event));
+    pre_of = malloc(((size_t)np + 1) * sizeof(uint32_t));
     oom_at = PyList_New(0);
-    if (ev == NULL || oom_at == NULL) {
-        if (ev == NULL) {
+    if (ev == NULL || pre_of == NULL || oom_at == NULL) {
+        if (oom_at != NULL) {
             PyErr_NoMemory();
         }
         goto done;
@@ -277,8 +358,11 @@ tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned det
         if (tgc_ptrmap_get(&allocs, (const void *)(uintptr_t)(addr + 1)) != UINT32_MAX) {
             continue;  /* allocated in the trace: that allocation is it */
         }
-        ev[n++] = (tgc_event){addr, size, TGC_TIME_NONE, UINT32_MAX, TGC_EV_PRE};
+        pre_of[n] = (uint32_t)i;
+        ev[n++] = (tgc_event){addr, size, TGC_TIME_NONE, UINT32_MAX, TGC_EV_PRE,
+                              hints.pre_hints != NULL ? hints.pre_hints[i] : 0};
     }
+    size_t npre = n;
     /* an entry without a time takes the previous entry's */
     int64_t time = TGC_TIME_NONE;
     for (size_t i = 0; i < nt; i++) {
@@ -300,8 +384,10 @@ tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned det
                 goto done;
             }
         }
+        uint32_t sid = c.stack[i];
         ev[n++] = (tgc_event){kind == TGC_EV_OOM ? 0 : c.addr[i], kind == TGC_EV_OOM ? 0 : c.size[i],
-                              time, (uint32_t)i, (uint8_t)kind};
+                              time, (uint32_t)i, (uint8_t)kind,
+                              hints.hints != NULL && sid < hints.nhints ? hints.hints[sid] : 0};
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS  /* plain C over our own arrays */
@@ -353,13 +439,50 @@ tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned det
     if (with_cls) {
         cats = conv__categories(tl.cat_active, TGC_NCAT, tl.columns);
         at_peak = conv__u64_list(tl.at_peak, TGC_NCAT);
-        if (cats == NULL || at_peak == NULL) {
+        rules = conv__u64_list(tl.rule_allocs, 16);
+        inferred = PyList_New((Py_ssize_t)tl.ninferred);
+        if (cats == NULL || at_peak == NULL || rules == NULL || inferred == NULL) {
+            goto done;
+        }
+        for (size_t k = 0; k < tl.ninferred; k++) {
+            PyObject *sp = Py_BuildValue("(iLL)", (int)tl.inferred[k].phase,
+                                         (long long)tl.inferred[k].t0, (long long)tl.inferred[k].t1);
+            if (sp == NULL) {
+                goto done;
+            }
+            PyList_SET_ITEM(inferred, (Py_ssize_t)k, sp);  /* stolen */
+        }
+        /* the labels by trace entry and by block of pre, from the events' */
+        lab = calloc(nt + 1, 1);
+        pre_lab = calloc((size_t)np + 1, 1);
+        nam = calloc(nt + 1, sizeof(uint32_t));
+        pre_nam = calloc((size_t)np + 1, sizeof(uint32_t));
+        if (lab == NULL || pre_lab == NULL || nam == NULL || pre_nam == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (i < npre) {
+                pre_lab[pre_of[i]] = tl.label[i];
+                pre_nam[pre_of[i]] = tl.name[i];
+            }
+            else if (ev[i].index < nt) {
+                lab[ev[i].index] = tl.label[i];
+                nam[ev[i].index] = tl.name[i];
+            }
+        }
+        labels = PyBytes_FromStringAndSize((const char *)lab, (Py_ssize_t)nt);
+        pre_labels = PyBytes_FromStringAndSize((const char *)pre_lab, np);
+        name_index = conv__u32_bytes(nam, nt);
+        pre_name_index = conv__u32_bytes(pre_nam, (size_t)np);
+        if (labels == NULL || pre_labels == NULL || name_index == NULL || pre_name_index == NULL) {
             goto done;
         }
     }
     Py_ssize_t peak_event = tl.peak_pos == SIZE_MAX || ev[tl.peak_pos].index == UINT32_MAX
                             ? -1 : (Py_ssize_t)ev[tl.peak_pos].index;
-    result = Py_BuildValue("{s:N,s:N,s:N,s:K,s:n,s:O,s:O,s:O,s:n,s:O,s:O,s:O,s:n,s:n}",
+    result = Py_BuildValue("{s:N,s:N,s:N,s:K,s:n,s:O,s:O,s:O,s:n,s:O,s:O,s:O,s:n,s:n,"
+                           "s:O,s:O,s:O,s:O,s:O,s:O}",
                            "active", conv__u64_list(tl.active, tl.columns),
                            "peak", conv__u64_list(tl.peak, tl.columns),
                            "small", conv__u64_list(tl.small, tl.columns),
@@ -369,16 +492,34 @@ tgc_alloc_timeline(PyObject *cols, PyObject *pre, unsigned columns, unsigned det
                            "cat_active", cats ? cats : Py_None,
                            "at_peak", at_peak ? at_peak : Py_None, "peak_event", peak_event,
                            "peak_pos", tl.peak_pos == SIZE_MAX ? (Py_ssize_t)-1
-                                                               : (Py_ssize_t)tl.peak_pos);
+                                                               : (Py_ssize_t)tl.peak_pos,
+                           "labels", labels ? labels : Py_None,
+                           "pre_labels", pre_labels ? pre_labels : Py_None,
+                           "name_index", name_index ? name_index : Py_None,
+                           "pre_name_index", pre_name_index ? pre_name_index : Py_None,
+                           "inferred_spans", inferred ? inferred : Py_None,
+                           "rules", rules ? rules : Py_None);
 done:
     if (built) {
         tgc_timeline_free(&tl);
     }
     free(ev);
+    free(pre_of);
+    free(lab);
+    free(pre_lab);
+    free(nam);
+    free(pre_nam);
     free((void *)cls.spans);
     free((void *)cls.grads);
     free((void *)cls.named);
+    free((void *)cls.names);
     tgc_ptrmap_free(&allocs);
+    Py_XDECREF(labels);
+    Py_XDECREF(pre_labels);
+    Py_XDECREF(name_index);
+    Py_XDECREF(pre_name_index);
+    Py_XDECREF(inferred);
+    Py_XDECREF(rules);
     Py_XDECREF(pres);
     Py_XDECREF(oom_at);
     Py_XDECREF(ooms);

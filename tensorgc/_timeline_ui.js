@@ -79,7 +79,8 @@
     }
     var C = parts.CT && parts.CT.length === N ? parts.CT : null;
     var cat = new Uint8Array(N), rule = new Uint8Array(N), ncat = data.cats.names.length;
-    if (C) for (j = 0; j < N; j++) { var c = C[j] & 15; cat[j] = c < ncat ? c : NONE; rule[j] = C[j] >> 4; }
+    // a label: the category in its low four bits, why in the high four (0: of no category)
+    if (C) for (j = 0; j < N; j++) { var c = C[j] & 15; rule[j] = C[j] >> 4; cat[j] = c < ncat && rule[j] ? c : NONE; }
     else cat.fill(NONE);
     var fi = u32(parts.FI || new Uint8Array(0)), fl = u32(parts.FL || new Uint8Array(0)),
         ff = u32(parts.FF || new Uint8Array(0)), starts = new Uint32Array(fl.length + 1);
@@ -232,12 +233,12 @@
     return "event " + num(e) + (t ? " (" + t + ")" : "");
   }
   function catName(c) { return c < data.cats.names.length ? data.cats.names[c] : "no category"; }
-  function ruleText(j) {
-    var r = data.cats.rules[String(M.rule[j])];
-    return r ? " (" + r + ")" : "";
+  function catText(j) {  // "activation (inferred from the stacks: ...)", or the name alone
+    if (M.cat[j] === NONE) return "no category";
+    return data.cats.labels[String(M.cat[j] | M.rule[j] << 4)] || catName(M.cat[j]);
   }
   function nameOf(j) {
-    if (M.NI) { var k = M.NI[j]; return k > 0 && k <= M.names.length ? M.names[k - 1] : ""; }
+    if (M.NI) { var k = M.NI[j]; return k > 0 && k < M.names.length ? M.names[k] : ""; }
     return M.F[j] === ALIVE ? M.namesAt[hex(M.X[j])] || "" : "";
   }
   // the frames of stack k (1-based dense id), filtered as the toggles say
@@ -293,7 +294,7 @@
     var rows = [["size", fmtSize(M.S[j])], ["address", "0x" + hex(M.X[j]) + "  (" + version(j) + ")"]];
     var nm = nameOf(j);
     if (nm) rows.unshift(["name", nm]);
-    rows.push(["category", catName(M.cat[j]) + (M.cat[j] !== NONE ? ruleText(j) : "")]);
+    rows.push(["category", catText(j)]);
     rows.push(["allocated", j < data.npre ? "before the trace" : when(M.A[j])]);
     rows.push(["freed", M.F[j] === ALIVE ? "alive at the end" : when(M.F[j]) +
                (M.Fc[j] >= 0 ? ", completed at event " + num(M.Fc[j]) : "")]);

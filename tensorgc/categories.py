@@ -1,13 +1,16 @@
-"""Categories over time: which allocations were parameters, grads, optimizer state, activations
-or temporaries, for every allocation of a trace, not only those alive at the snapshot.
+"""Categories over time: which allocations were parameters, grads, optimizer state, inputs,
+activations or temporaries, for every allocation of a trace, not only those alive at the snapshot.
 
 ``categorize(model, optimizer)`` puts cheap hooks on the model and the optimizer that note, in
 memory and on the allocator's clock (unix microseconds, as trace entries' ``time_us``), when each
-forward, backward and optimizer step ran and where each parameter's grad landed. ``snapshot()``
-attaches these marks to the snapshot under ``"tensorgc_categories"`` (with the reporter's names
-of the blocks alive then), so a dumped file is self-describing; the C replay
-(allocator/timeline.c) turns them into a category per allocation. This module also validates the
-key of a file (untrusted input) and gathers the replay's inputs.
+forward, backward and optimizer step ran, where each parameter's grad landed and the names of
+the parameters, grads and optimizer states. ``snapshot()`` attaches these marks to the snapshot
+under ``"tensorgc_categories"`` (with the reporter's names of the blocks alive then), so a dumped
+file is self-describing; the C replay (allocator/timeline.c) turns them into a category per
+allocation. Where nothing was recorded (a snapshot torch wrote alone), the categories are
+inferred from the allocations' stacks (allocator/infer.c: the phase each stack ran in and what
+it says of its block; the replay's rules 8-14). This module also validates the key of a file
+(untrusted input) and gathers the replay's inputs, recorded and inferred.
 
     with tensorgc.categorize(model, opt):
         train(...)
@@ -20,9 +23,10 @@ import threading
 import time
 import weakref
 from array import array
-from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence,
-                    Tuple, TypedDict, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, NamedTuple,
+                    Optional, Sequence, Tuple, TypedDict, Union)
 
+from . import _tensorgc
 from ._errors import SnapshotError
 from ._types import Snapshot
 
@@ -30,13 +34,15 @@ if TYPE_CHECKING:
     import torch
     from torch.utils.hooks import RemovableHandle
 
-__all__ = ["categorize", "Categorizer", "PHASES", "CATEGORIES", "MAX_MARKS"]
+__all__ = ["categorize", "Categorizer", "PHASES", "CATEGORIES", "MAX_MARKS",
+           "classification_inputs", "describe_label"]
 
 logger = logging.getLogger("tensorgc")
 
 PHASES = ("forward", "backward", "optimizer")  # codes 0, 1, 2: TGC_PHASE_* of timeline.h
 # TGC_CAT_* of timeline.h, in stacking order (bottom first); the replay returns the same tuple
-CATEGORIES = ("parameter", "buffer", "optimizer_state", "grad", "activation", "temporary", "other")
+CATEGORIES = ("parameter", "buffer", "optimizer_state", "grad", "input", "activation", "temporary",
+              "other")
 # the reporter's kinds that are a category under another name: a tensor saved for backward is an
 # activation (alive at the end: the snapshot was taken, or the OOM hit, with a graph alive)
 ALIASES = {"saved_for_backward": "activation"}
@@ -47,14 +53,16 @@ _INT64 = (-(1 << 63), 1 << 63)
 
 Span = Tuple[int, int, int]       # (phase code, t0_us, t1_us)
 GradMark = Tuple[int, int, int]   # (device, storage address, t_us)
+NameMark = Tuple[int, int, int, str]  # (device, storage address, t_us, name)
 Named = Dict[int, Dict[int, str]]  # {device: {block address: category}}
 Parsed = Tuple[List[Span], List[GradMark], Named, Dict[str, int]]
 ReplayInputs = Tuple[List[Span], List[Tuple[int, int]], List[Tuple[int, int]]]
 
 
-class Dropped(TypedDict):
+class Dropped(TypedDict, total=False):
     spans: int
     grads: int
+    names: int
 
 
 class Marks(TypedDict):
@@ -62,6 +70,7 @@ class Marks(TypedDict):
     version: int
     spans: List[List[Any]]   # [phase name, t0_us, t1_us]
     grads: List[List[int]]   # [device (-1: CPU), storage address, t_us]
+    name_marks: List[List[Any]]  # [device, storage address, t_us, name]
     dropped: Dropped
 
 
@@ -77,8 +86,8 @@ OPEN = (1 << 63) - 1  # the end of a span still open at the snapshot (INT64_MAX 
 
 
 class _Ring:
-    """Rows of three ints in compact arrays, the oldest overwritten past ``cap`` (and counted).
-    Appends come from autograd's threads too: a lock keeps the three columns aligned."""
+    """Rows of a few ints in compact arrays (one per column), the oldest overwritten past ``cap``
+    (and counted). Appends come from autograd's threads too: a lock keeps the columns aligned."""
 
     def __init__(self, cap: int, codes: str) -> None:
         self.cap = cap
@@ -91,16 +100,16 @@ class _Ring:
         self.next = 0  # once full: the oldest row, overwritten next
         self.dropped = 0
 
-    def append(self, a: int, b: int, c: int) -> None:
+    def append(self, *row: int) -> None:
         with self.lock:
-            x, y, z = self.cols
-            if len(x) < self.cap:
-                x.append(a)
-                y.append(b)
-                z.append(c)
+            cols = self.cols
+            if len(cols[0]) < self.cap:
+                for c, v in zip(cols, row):
+                    c.append(v)
                 return
             i = self.next
-            x[i], y[i], z[i] = a, b, c
+            for c, v in zip(cols, row):
+                c[i] = v
             self.next = (i + 1) % self.cap
             self.dropped += 1
 
@@ -144,6 +153,14 @@ class Categorizer:
         self._optimizer = weakref.ref(optimizer) if optimizer is not None else None
         self._spans = _Ring(max_marks, "qqq")   # phase code, t0, t1
         self._grads = _Ring(max_marks, "qQq")   # device (-1: CPU), storage address, time
+        self._names = _Ring(max_marks, "qQqq")  # device, storage address, time, name id
+        self._name_list: List[str] = []         # name id -> name (cut to NAME_MAX)
+        self._name_ids: Dict[str, int] = {}
+        # id(parameter) -> (a weak reference to it, its name): the parameter's own name in the
+        # model (or its place in the optimizer's groups), checked by identity when read
+        self._pnames: Dict[int, Tuple[Any, str]] = {}
+        self._named_at: Dict[Tuple[int, str], int] = {}  # (id(param), state key) -> address
+        self._state_count = -1  # len(optimizer.state) when the states were last named
         self._hooks: List[RemovableHandle] = []
         self._active = True
         self._fw_open: Dict[int, int] = {}   # thread id -> start of the forward running on it
@@ -168,12 +185,15 @@ class Categorizer:
         if model is not None:
             self._hooks.append(model.register_forward_pre_hook(self._forward_pre))
             self._hooks.append(model.register_forward_hook(self._forward))
-            for p in model.parameters():
+            for name, p in model.named_parameters():
                 params.setdefault(id(p), p)
+                self._pnames.setdefault(id(p), (weakref.ref(p), name))
         if optimizer is not None:
-            for group in optimizer.param_groups:
-                for p in group.get("params", ()):
+            for g, group in enumerate(optimizer.param_groups):
+                for i, p in enumerate(group.get("params", ())):
                     params.setdefault(id(p), p)
+                    if isinstance(p, torch.Tensor):
+                        self._pnames.setdefault(id(p), (weakref.ref(p), f"param_groups.{g}.{i}"))
             if hasattr(optimizer, "register_step_pre_hook"):  # torch >= 2.0
                 self._hooks.append(optimizer.register_step_pre_hook(self._step_pre))
                 self._hooks.append(optimizer.register_step_post_hook(self._step_post))
@@ -267,6 +287,19 @@ class Categorizer:
         except Exception:  # noqa: BLE001
             self._failed("backward end")
 
+    def _pname(self, p: Any) -> Optional[str]:
+        entry = self._pnames.get(id(p))
+        return entry[1] if entry is not None and entry[0]() is p else None
+
+    def _name_id(self, name: str) -> int:
+        name = name[:NAME_MAX]
+        nid = self._name_ids.get(name)
+        if nid is None:  # two threads at once may append it twice: the id is the first
+            nid = self._name_ids.setdefault(name, len(self._name_list))
+            if nid == len(self._name_list):
+                self._name_list.append(name)
+        return nid
+
     def _grad(self, p: torch.Tensor) -> None:
         if not self._active:
             return
@@ -277,9 +310,41 @@ class Categorizer:
             # the storage's start, which is the allocation's address (a grad that is a view of a
             # bucket, as DDP's gradient_as_bucket_view makes, marks the bucket)
             addr = g.data_ptr() - int(g.storage_offset()) * g.element_size()
-            self._grads.append(g.get_device(), addr, _now())
+            t = _now()
+            dev = g.get_device()
+            self._grads.append(dev, addr, t)
+            name = self._pname(p)
+            if name is not None:  # every step: a grad set to None comes back as a new block
+                self._names.append(dev, addr, t, self._name_id(name + ".grad"))
         except Exception:  # noqa: BLE001
             self._failed("grad")
+
+    def _name_states(self, optimizer: Any) -> None:
+        """Name marks for the parameters and their optimizer states, when the optimizer holds
+        states it had not (its first step: they are made then and keep their blocks)."""
+        import torch
+
+        state = getattr(optimizer, "state", None)
+        if not isinstance(state, Mapping) or len(state) == self._state_count:
+            return
+        self._state_count = len(state)
+        t = _now()
+        for group in optimizer.param_groups:
+            for p in group.get("params", ()):
+                name = self._pname(p)
+                if name is None or not isinstance(p, torch.Tensor):
+                    continue
+                tensors = [("", p)] + [(str(k), v) for k, v in state.get(p, {}).items()
+                                       if isinstance(v, torch.Tensor)]
+                for key, v in tensors:
+                    if v.device.type == "cpu" or v.numel() == 0:
+                        continue  # torch's Adam keeps its step count on the CPU
+                    addr = v.data_ptr() - int(v.storage_offset()) * v.element_size()
+                    if self._named_at.get((id(p), key)) == addr:
+                        continue
+                    self._named_at[(id(p), key)] = addr
+                    self._names.append(v.get_device(), addr, t,
+                                       self._name_id(f"{name}.{key}" if key else name))
 
     def _step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._active:
@@ -297,6 +362,7 @@ class Categorizer:
             t0, self._opt_open = self._opt_open, None
             if t0 is not None:
                 self._spans.append(2, t0, _now())
+            self._name_states(optimizer)
         except Exception:  # noqa: BLE001
             self._failed("optimizer step")
 
@@ -304,10 +370,14 @@ class Categorizer:
 
     def marks(self) -> Marks:
         """The marks as the snapshot key holds them (without "named"): a dict with version,
-        spans [[phase, t0_us, t1_us]], grads [[device, addr, t_us]] and dropped counts. Spans
-        still open (a snapshot inside a forward, a backward, a step: an OOM) end now."""
+        spans [[phase, t0_us, t1_us]], grads [[device, addr, t_us]], name_marks [[device, addr,
+        t_us, name]] and dropped counts. Spans still open (a snapshot inside a forward, a
+        backward, a step: an OOM) end now."""
         rows, sd = self._spans.rows()
         grads, gd = self._grads.rows()
+        names, nd = self._names.rows()
+        table = list(self._name_list)
+        name_marks = [[d, a, t, table[i]] for d, a, t, i in names if 0 <= i < len(table)]
         spans: List[List[Any]] = [[PHASES[p], t0, t1] for p, t0, t1 in rows]
         now = _now()
         for t0 in list(self._fw_open.values()):
@@ -315,18 +385,20 @@ class Categorizer:
         for phase, t_open in (("backward", self._bw_open), ("optimizer", self._opt_open)):
             if t_open is not None:
                 spans.append([phase, t_open, max(now, t_open)])
-        return {"version": VERSION, "spans": spans, "grads": grads,
-                "dropped": {"spans": sd, "grads": gd}}
+        return {"version": VERSION, "spans": spans, "grads": grads, "name_marks": name_marks,
+                "dropped": {"spans": sd, "grads": gd, "names": nd}}
 
     @property
     def dropped(self) -> int:
-        return self._spans.dropped + self._grads.dropped
+        return self._spans.dropped + self._grads.dropped + self._names.dropped
 
     def clear(self) -> None:
         """Forget the marks recorded so far (the hooks stay)."""
-        for ring in (self._spans, self._grads):
+        for ring in (self._spans, self._grads, self._names):
             with ring.lock:
                 ring.clear()
+        self._named_at.clear()
+        self._state_count = -1
 
     def model(self) -> Optional[torch.nn.Module]:
         return self._model() if self._model is not None else None
@@ -403,14 +475,17 @@ def snapshot_key(
     handles = active()
     if not handles:
         return None
-    key: SnapshotKey = {"version": VERSION, "spans": [], "grads": [],
-                        "dropped": {"spans": 0, "grads": 0}}
+    key: SnapshotKey = {"version": VERSION, "spans": [], "grads": [], "name_marks": [],
+                        "dropped": {"spans": 0, "grads": 0, "names": 0}}
     for h in handles:
         m = h.marks()
         key["spans"] += m["spans"]
         key["grads"] += m["grads"]
-        key["dropped"]["spans"] += m["dropped"]["spans"]
-        key["dropped"]["grads"] += m["dropped"]["grads"]
+        key["name_marks"] += m["name_marks"]
+        got, total = m["dropped"], key["dropped"]
+        total["spans"] = total.get("spans", 0) + got.get("spans", 0)
+        total["grads"] = total.get("grads", 0) + got.get("grads", 0)
+        total["names"] = total.get("names", 0) + got.get("names", 0)
     found: Tuple[Named, Dict[int, Dict[int, str]]] = (
         _named_now(handles) if named is None or names is None else ({}, {}))
     given: Mapping[Any, Mapping[int, str]] = found[0] if named is None else named
@@ -543,7 +618,27 @@ def parse(value: object, where: str = "snapshot",
         if not _int(v, 0):
             raise bad(f"'dropped' counts must be ints >= 0 ({_cut(k)}: {_cut(v)})")
     _parse_names(value.get("names", {}), bad, nbytes)
+    _parse_name_marks(value.get("name_marks", []), bad, nbytes)
     return out_spans, out_grads, out_named, dropped
+
+
+def _parse_name_marks(marks: object, bad: Callable[[str], SnapshotError],
+                      nbytes: Optional[int]) -> List[NameMark]:
+    """KEY's "name_marks", checked: [(device, address, t_us, name)], each name cut to NAME_MAX."""
+    if not isinstance(marks, list):
+        raise bad(f"'name_marks' must be a list, not {type(marks).__name__}")
+    if nbytes is not None and len(marks) > nbytes:
+        raise bad(f"{len(marks):,} name marks in {nbytes:,} bytes: the file repeats lists "
+                  "through the memo")
+    out: List[NameMark] = []
+    for i, m in enumerate(marks):
+        if (not isinstance(m, (list, tuple)) or len(m) != 4 or not _int(m[0], -1, 128)
+                or not _int(m[1], 0, (1 << 64) - 1) or not _int(m[2])
+                or not isinstance(m[3], str)):
+            raise bad(f"name mark {i} must be [device, addr, t, name] (ints and a str), "
+                      f"not {_cut(m)}")
+        out.append((m[0], m[1], m[2], m[3][:NAME_MAX]))
+    return out
 
 
 def _parse_names(names: object, bad: Callable[[str], SnapshotError],
@@ -566,6 +661,20 @@ def _parse_names(names: object, bad: Callable[[str], SnapshotError],
                           f"str, not {_cut(name)}")
             d[addr] = name[:NAME_MAX]
     return out
+
+
+def name_marks_of(snap: object, device: int) -> List[Tuple[int, int, str]]:
+    """[(block address, t_us, tensor name)] of one device from the snapshot's KEY: names given
+    while the run went (a grad named at each step, an optimizer state when it was made); [] for
+    none or a malformed KEY (load_snapshot's to refuse)."""
+    value = snap.get(KEY) if isinstance(snap, dict) else None
+    if not isinstance(value, dict) or value.get("version") != VERSION:
+        return []
+    try:
+        marks = _parse_name_marks(value.get("name_marks", []), SnapshotError, None)
+    except SnapshotError:
+        return []
+    return [(a, t, n) for d, a, t, n in marks if d == device]
 
 
 def names_of(snap: object, device: int) -> Dict[int, str]:
@@ -609,21 +718,87 @@ def annotation_spans(snap: object) -> List[Span]:
     return spans
 
 
-def replay_inputs(snap: Snapshot, device: int,
-                  categories: Optional[Mapping[int, str]] = None
-                  ) -> Tuple[Optional[ReplayInputs], bool]:
-    """The C replay's classify argument for one device, or None when nothing classifies:
-    (spans, grads, named) from the snapshot's KEY (validated here too: a dict handed over
-    without load_snapshot), torch's optimizer annotations, and ``categories`` ({addr: kind},
-    a MemReporter's block_kinds of this device; it wins over the file's). Also says whether
-    there were marks (spans or grads) at all."""
+# An allocation's label (the replay's, and the page's "cats"): its category in the low 4 bits,
+# the rule that gave it in the high 4 (timeline.h); rules 8-15 are inferred from the stacks, so
+# bit 7 says "inferred". Rule 0: not classified.
+LABEL_INFERRED = 0x80
+# why the replay gave an allocation its category (timeline.h's rules)
+RULES = {0: "not classified", 1: "named by the reporter at the snapshot",
+         2: "a grad landed in it", 3: "allocated in an optimizer step",
+         4: "allocated in a forward", 5: "allocated in a backward",
+         6: "allocated outside forward, backward and steps",
+         8: "inferred from the stack: made by Module.to, a module's constructor or torch.nn.init",
+         9: "inferred from the stack: AccumulateGrad made it or zero_grad freed it",
+         10: "inferred from the stacks: allocated in an optimizer step",
+         11: "inferred from the stacks: allocated in a forward",
+         12: "inferred from the stacks: allocated in a backward",
+         13: "inferred from the stack: made by the training loop between the phases",
+         14: "inferred from the stack: a library's workspace (cuBLAS)",
+         15: "inferred from the stack: made before the trace, freed by a backward"}
+_SPAN_RULES = (3, 4, 5, 10, 11, 12)
+MAX_NAMES = 50_000  # distinct tensor names one replay carries (more: unnamed)
+HINT_PHASES = ("unknown", "frameless", "outside", "forward", "backward", "optimizer")  # infer.h
+HINT_KINDS = ("plain", "parameter", "buffer", "grad", "workspace", "ungrad")
+
+
+def describe_label(label: int) -> str:
+    """'activation (inferred from the stacks: allocated in a forward, alive after it)': what an
+    allocation's label (the replay's ``labels``, the page's ``cats``) says."""
+    cat, rule = label & 15, label >> 4
+    name = CATEGORIES[cat] if cat < len(CATEGORIES) else "?"
+    why = RULES.get(rule, f"rule {rule}")
+    if rule in _SPAN_RULES:
+        why += (", freed inside it" if name == "temporary" else
+                ", alive after it" if name != "other" else
+                ", kept past the next forward and a step" if rule == 11 else
+                ", alive after it but not freed by zero_grad" if rule == 12 else ", alive after it")
+    elif rule == 13:
+        why += ", alive into the next forward" if name == "input" else ", freed before the next"
+    return f"{name.replace('_', ' ')} ({why})"
+
+
+class Inputs(NamedTuple):
+    """What the replay classifies with, for one device (see inputs())."""
+    classify: Optional[Tuple[Any, ...]]  # _tensorgc._timeline's classify argument, or None
+    marks: bool        # recorded phase or grad marks take part
+    infer: bool        # the stacks' hints take part
+    names: List[str]   # names[i]: the tensor name of name index i; names[0] == "" (none)
+    recorded: Dict[str, int]  # counts of the recorded inputs, by kind
+
+
+def stack_hints(stacks: List[Any]) -> bytes:
+    """One hint per stack (a list of frames lists; include/tensorgc/infer.h): the phase it ran
+    in (HINT_PHASES, the low 3 bits) and what it says of its block (HINT_KINDS, bits 3-5)."""
+    return _tensorgc._stack_hints(stacks if isinstance(stacks, list) else list(stacks))
+
+
+def _telling(hints: Optional[bytes]) -> bool:
+    """Whether any hint can classify: a phase (forward, backward, optimizer) or a kind."""
+    if not hints:
+        return False
+    told = hints.translate(bytes(0 if (h & 7) < 3 and not (h >> 3) else 1 for h in range(256)))
+    return told.count(1) > 0
+
+
+def inputs(snap: Snapshot, device: int, categories: Optional[Mapping[int, str]] = None,
+           cols: Optional[Sequence[Any]] = None, pre_frames: Optional[Sequence[Any]] = None,
+           names: Optional[Mapping[int, str]] = None) -> Inputs:
+    """The replay's inputs for one device. Recorded: the snapshot's KEY (validated here too: a
+    dict handed over without load_snapshot), torch's optimizer annotations, ``categories``
+    ({addr: kind} of the blocks alive at the end, a MemReporter's; it wins over the file's).
+    Inferred: the hints of the trace's stacks (``cols``: its columns, timeline.trace_columns)
+    and of the blocks alive at the end (``pre_frames``: their frames lists, in the order of the
+    replay's ``pre``), used where the recorded ones say nothing. Names: the KEY's name marks and
+    names, and ``names`` ({addr: name} of blocks alive at the end; wins over the file's)."""
     parsed = parse(snap[KEY]) if isinstance(snap, dict) and KEY in snap else None
     spans, grads, named = [], [], {}
     if parsed is not None:
         spans = list(parsed[0])
         grads = [(a, t) for d, a, t in parsed[1] if d == device]
         named = dict(parsed[2].get(device, {}))
-    spans += annotation_spans(snap)
+    annotations = annotation_spans(snap)
+    recorded = {"spans": len(spans), "annotation_spans": len(annotations), "grads": len(grads)}
+    spans += annotations
     if categories:
         named.update((a, k) for a, k in categories.items() if isinstance(a, int))
     traces = (snap.get("device_traces") or []) if isinstance(snap, dict) else []
@@ -635,7 +810,90 @@ def replay_inputs(snap: Snapshot, device: int,
     named_rows = [(a, codes[ALIASES.get(k, k)]) for a, k in named.items()
                   if ALIASES.get(k, k) in codes and ALIASES.get(k, k) != "other"
                   and _int(a, 0, (1 << 64) - 1)]
+    recorded["named"] = len(named_rows)
+    # the stacks: a trace whose times the columns found bad is replayed without them
+    hints = pre_hints = None
+    if cols is not None and len(cols) > 5 and not (len(cols) > 7 and cols[6] >= 0):
+        hints = stack_hints(cols[5])
+        if pre_frames:
+            # a block's frames are empty when it predates the recording: that says nothing
+            told = stack_hints([f if isinstance(f, list) else [] for f in pre_frames])
+            pre_hints = bytes(h if isinstance(f, list) and f else 0
+                              for h, f in zip(told, pre_frames))
+        if not (_telling(hints) or _telling(pre_hints)):
+            hints = pre_hints = None
+    infer = hints is not None
+    # names: while the run went, then those of the blocks alive at the end
+    table: List[str] = [""]
+    ids: Dict[str, int] = {"": 0}
+
+    def nid(name: str) -> int:
+        i = ids.get(name)
+        if i is None:
+            if len(table) > MAX_NAMES:
+                return 0
+            i = ids[name] = len(table)
+            table.append(name)
+        return i
+
+    name_rows: List[Tuple[int, Optional[int], int]] = [
+        (a, t, nid(n)) for a, t, n in name_marks_of(snap, device)]
+    recorded["name_marks"] = len(name_rows)
+    end = dict(names_of(snap, device))
+    end.update((a, n[:NAME_MAX]) for a, n in (names or {}).items()
+               if _int(a, 0, (1 << 64) - 1) and isinstance(n, str))
+    recorded["names"] = len(end)
+    name_rows += [(a, None, nid(n)) for a, n in end.items()]
     marks = bool(spans or grads)
-    if not (marks or named_rows):
+    if not (marks or named_rows or infer):
+        return Inputs(None, False, False, table, recorded)
+    classify = (spans, grads, named_rows, hints, pre_hints, name_rows)
+    return Inputs(classify, marks, infer, table, recorded)
+
+
+def replay_inputs(snap: Snapshot, device: int,
+                  categories: Optional[Mapping[int, str]] = None
+                  ) -> Tuple[Optional[ReplayInputs], bool]:
+    """The recorded part of the C replay's classify argument for one device, or None when
+    nothing recorded classifies: (spans, grads, named) from the snapshot's KEY, torch's
+    optimizer annotations and ``categories`` (see inputs(), which adds the stacks' hints and
+    the names). Also says whether there were marks (spans or grads) at all."""
+    got = inputs(snap, device, categories)
+    if got.classify is None:
         return None, False
-    return (spans, grads, named_rows), marks
+    spans, grads, named = got.classify[:3]
+    return (spans, grads, named), got.marks
+
+
+def classification_inputs(snap: Snapshot, device: Any = "cuda") -> Dict[str, Any]:
+    """What classifies the allocations of one device, recorded or inferred: {"device",
+    "source" ("recorded", "inferred", "recorded+inferred" or None: nothing classifies),
+    "recorded": counts of spans (tensorgc.categorize's), annotation_spans (torch's optimizer
+    steps), grads (grad marks), named (blocks alive at the end the reporter named), names and
+    name_marks; "inferred": None, or {"stacks": distinct stacks, "phases": {phase: stacks},
+    "kinds": {kind: stacks}, "spans": [(phase, t0_us, t1_us)] the spans inferred from them},
+    "allocations": {rule text: allocations} (the rules that gave the categories)}."""
+    from ._devices import snapshot_device
+    from .timeline import _replay
+
+    index = snapshot_device(snap, device, required=False)
+    tl = _replay(snap, index, 1, 0, None)[0]
+    got: Inputs = tl["inputs"]
+    inferred = None
+    if got.infer:
+        hints = got.classify[3] if got.classify is not None else b""
+        inferred = {"stacks": len(hints),
+                    "phases": {p: sum(1 for h in hints if h & 7 == i)
+                               for i, p in enumerate(HINT_PHASES)},
+                    "kinds": {k: sum(1 for h in hints if h >> 3 == i)
+                              for i, k in enumerate(HINT_KINDS)},
+                    "spans": [(PHASES[p], t0, t1) for p, t0, t1 in tl["inferred_spans"] or []]}
+    rules = tl.get("rules") or []
+    used = {RULES.get(r, f"rule {r}"): n for r, n in enumerate(rules) if n}
+    recorded_used = any(n for r, n in enumerate(rules) if 1 <= r <= 5)
+    inferred_used = any(n for r, n in enumerate(rules) if r >= 8)
+    source = (None if got.classify is None else "recorded+inferred"
+              if recorded_used and inferred_used else "inferred" if inferred_used
+              else "recorded")
+    return {"device": index, "source": source, "recorded": got.recorded, "inferred": inferred,
+            "allocations": used}

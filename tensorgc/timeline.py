@@ -35,7 +35,7 @@ from . import _tensorgc
 from ._devices import DeviceLike, snapshot_device
 from ._lean import P_ACTION, LeanTrace
 from ._types import Frame, Snapshot, Trace
-from .categories import CATEGORIES, NAME_MAX, names_of, replay_inputs
+from .categories import CATEGORIES, NAME_MAX, RULES, describe_label, inputs, names_of
 from .reporter import readable_size as R
 
 __all__ = ["timeline", "timeline_html", "replay", "peak_breakdown", "categories_at_peak"]
@@ -48,16 +48,21 @@ StrPath = Union[str, "os.PathLike[str]"]
 
 
 def replay(snap: Snapshot, device: DeviceLike = "cuda", columns: int = WIDTH, detail: int = 300,
-           categories: Optional[Mapping[int, str]] = None) -> Tuple[Replay, Trace]:
+           categories: Optional[Mapping[int, str]] = None,
+           names: Optional[Mapping[int, str]] = None) -> Tuple[Replay, Trace]:
     """The C replay of one device's trace: dict with active/peak/small per column, bands
     (alloc_event, free_event, size, col0, col1, offsets, addr, category, rule), ooms and oom_at
     (trace position, event position), max. With anything to classify by (the snapshot's
-    "tensorgc_categories", torch's optimizer annotations, or ``categories``: {block address:
-    kind} of the blocks alive at the end), also cat_active ({category: bytes per column}),
-    at_peak ({category: bytes}) and peak_event; "marks" says whether phase or grad marks took
-    part (else only the named blocks are known). A device the snapshot does not hold replays
-    an empty trace."""
-    tl, trace, _ = _replay(snap, device, columns, detail, categories)
+    "tensorgc_categories", torch's optimizer annotations, ``categories``: {block address: kind}
+    of the blocks alive at the end, or the allocations' stacks, from which the categories are
+    inferred where nothing recorded says), also cat_active ({category: bytes per column}),
+    at_peak ({category: bytes}), peak_event, labels/pre_labels (each allocation's label, see
+    categories.describe_label, by trace entry and by block alive at the end), name_index/
+    pre_name_index and names (its tensor name), inferred_spans and rules (allocations per
+    rule); "marks" says whether phase or grad marks, recorded or inferred, took part (else only
+    the named blocks are known), "inferred" whether any category was inferred. A device the
+    snapshot does not hold replays an empty trace."""
+    tl, trace, _ = _replay(snap, device, columns, detail, categories, names)
     return tl, trace
 
 
@@ -95,7 +100,8 @@ def _page_columns(trace: Trace, cols: Columns) -> Columns:
 
 
 def _replay(snap: Snapshot, device: DeviceLike, columns: int, detail: int,
-            categories: Optional[Mapping[int, str]]) -> Tuple[Replay, Trace, Columns]:
+            categories: Optional[Mapping[int, str]],
+            names: Optional[Mapping[int, str]] = None) -> Tuple[Replay, Trace, Columns]:
     traces = snap.get("device_traces") or []
     index = snapshot_device(snap, device, required=False)
     trace: Trace = traces[index] if index < len(traces) else []
@@ -103,45 +109,59 @@ def _replay(snap: Snapshot, device: DeviceLike, columns: int, detail: int,
     use_req = bytes([_FREE_REQUESTED]) in cols[0]
     # every block alive at the end; the replay keeps those whose address the trace never
     # allocates (they predate it)
-    pre = _alive_at_end(snap, index)
-    classify, marks = replay_inputs(snap, index, categories)
-    tl = _tensorgc._timeline(cols, pre, int(columns), int(detail), use_req, classify)
-    names = tl["categories"]
-    tl["marks"] = marks
+    blocks = _alive_blocks(snap, index)
+    pre = [(b["address"], b["size"]) for b in blocks]
+    got = inputs(snap, index, categories, cols=cols, pre_frames=[b.get("frames") for b in blocks],
+                 names=names)
+    tl = _tensorgc._timeline(cols, pre, int(columns), int(detail), use_req, got.classify)
+    cats = tl["categories"]
+    rules = tl["rules"] or []
+    tl["inferred"] = any(n for r, n in enumerate(rules) if r >= 8)
+    tl["marks"] = got.marks or bool(tl["inferred_spans"]) or tl["inferred"]
+    tl["inputs"] = got
+    tl["names"] = got.names
     tl["use_req"] = use_req
     tl["pre"] = pre
     if tl["cat_active"] is not None:
-        tl["cat_active"] = dict(zip(names, tl["cat_active"]))
-        tl["at_peak"] = dict(zip(names, tl["at_peak"]))
+        tl["cat_active"] = dict(zip(cats, tl["cat_active"]))
+        tl["at_peak"] = dict(zip(cats, tl["at_peak"]))
     return tl, trace, cols
 
 
-def _alive_at_end(snap: Snapshot, index: int) -> List[Tuple[Any, Any]]:
-    """(address, size) of every block of the device allocated at the snapshot."""
-    return [(b["address"], b["size"])
-            for s in snap.get("segments", []) if s.get("device") == index
+def _alive_blocks(snap: Snapshot, index: int) -> List[Dict[str, Any]]:
+    """Every block dict of the device allocated at the snapshot."""
+    return [b for s in snap.get("segments", []) if s.get("device") == index
             for b in s.get("blocks", [])
             if b.get("state") == "active_allocated" and "address" in b]
 
 
+def _alive_at_end(snap: Snapshot, index: int) -> List[Tuple[Any, Any]]:
+    """(address, size) of every block of the device allocated at the snapshot."""
+    return [(b["address"], b["size"]) for b in _alive_blocks(snap, index)]
+
+
 def peak_breakdown(tl: Replay) -> Optional[str]:
-    """'at the peak (event N): activation 1.2G, parameter 800M, ...' (largest first; None
-    without categories)."""
+    """'at the peak (event N, 2.1G): activation 1.2G, parameter 800M, ...' (largest first; None
+    without categories); "inferred from the stacks" (or "partly") when rules 8-14 gave
+    categories."""
     if not tl.get("at_peak"):
         return None
     parts = [f"{k.replace('_', ' ')} {R(v)}"
              for k, v in sorted(tl["at_peak"].items(), key=lambda kv: -kv[1]) if v]
     at = (f"event {tl['peak_event']:,}" if tl["peak_event"] >= 0 else "before the trace")
-    return f"at the peak ({at}, {R(tl['max'])}): " + (", ".join(parts) or "nothing")
+    rules = tl.get("rules") or []
+    how = ""
+    if tl.get("inferred"):
+        recorded = any(n for r, n in enumerate(rules) if 1 <= r <= 5)
+        how = "; partly inferred from the stacks" if recorded else "; inferred from the stacks"
+    return f"at the peak ({at}, {R(tl['max'])}{how}): " + (", ".join(parts) or "nothing")
 
 
 def categories_at_peak(snap: Snapshot, device: DeviceLike = "cuda") -> Optional[str]:
     """The peak's breakdown by category for one device (the replay in one column, no bands), or
-    None when the snapshot has nothing to classify by."""
+    None when the snapshot has nothing to classify by (nothing recorded, no telling stack)."""
     index = snapshot_device(snap, device, required=False)
-    if replay_inputs(snap, index)[0] is None:
-        return None
-    return peak_breakdown(replay(snap, device=index, columns=1, detail=0)[0])
+    return peak_breakdown(_replay(snap, index, 1, 0, None)[0])
 
 
 SCAN_FRAMES = 256  # frames looked at per stack: a file may repeat one long stack everywhere
@@ -224,14 +244,10 @@ FALLBACK_BANDS = 100_000  # allocations the replay classifies for the page witho
 COMPRESS_OVER = 16_384  # bytes of binary data past which the page carries it deflated
 
 CATEGORY_COLORS = {"parameter": "#7b3fb5", "grad": "#d93b3b", "optimizer_state": "#f0a030",
-                   "activation": "#3a8fd9", "buffer": "#2a9d8f", "temporary": "#9ccc65",
-                   "other": "#b8860b"}
+                   "activation": "#3a8fd9", "buffer": "#2a9d8f", "input": "#c2649a",
+                   "temporary": "#9ccc65", "other": "#b8860b"}
 # colours for category names of another source (a caller's kinds, a newer classifier)
 _MORE_COLORS = ("#e377c2", "#17becf", "#bcbd22", "#8c564b", "#ff7f0e", "#1f77b4", "#2ca02c")
-# why the replay gave an allocation its category (timeline.h's rules)
-RULES = {1: "named by the reporter at the snapshot", 2: "a grad landed in it",
-         3: "allocated in an optimizer step", 4: "allocated in a forward",
-         5: "allocated in a backward", 6: "allocated outside forward, backward and steps"}
 NO_CATEGORY = 15  # the page's category index of an allocation of no category (hatched)
 
 # frame flags (the page's filters)
@@ -304,59 +320,50 @@ class _Model:
         self.top: List[int] = []
         self.ooms: List[List[Any]] = []
         self.marks = False
-        self.classified = False
+        self.inferred = False
+        self.recorded = False
+        self.got: Any = None
 
 
-def _cats_of(m: _Model, snap: Snapshot, index: int, cols: Columns, pre: List[Tuple[int, int]],
-             use_req: bool, categories: Optional[Mapping[int, str]]) -> None:
-    """Every allocation's category (m.cats, m.cat_names). The detail engine's own when it gives
-    them ("cats": low four bits the category, high four the rule); else the C replay's for the
-    FALLBACK_BANDS largest (the rest: of no category); then the caller's kinds of blocks alive at
-    the end (``categories``) win for those blocks."""
+def _labels_of(m: _Model, snap: Snapshot, index: int, cols: Columns,
+               blocks: List[Dict[str, Any]], use_req: bool,
+               categories: Optional[Mapping[int, str]],
+               names: Optional[Mapping[int, str]]) -> Optional[Tuple[Any, ...]]:
+    """The replay's label (category | rule << 4) and name index of every trace entry and block
+    alive at the end, for _detail to give each allocation its own; None when nothing classifies
+    (nothing recorded, no telling stack). Sets m.marks and m.inferred as the replay says."""
+    pre = [(b["address"], b["size"]) for b in blocks]
+    got = inputs(snap, index, categories, cols=cols, pre_frames=[b.get("frames") for b in blocks],
+                 names=names)
+    m.got = got
+    if got.classify is None:
+        return None
+    tl = _tensorgc._timeline(cols, pre, 1, 0, use_req, got.classify)
+    rules = tl["rules"] or []
+    m.inferred = any(n for r, n in enumerate(rules) if r >= 8)
+    m.recorded = any(n for r, n in enumerate(rules) if 1 <= r <= 5)
+    m.marks = got.marks or bool(tl["inferred_spans"]) or m.inferred
+    if tl.get("labels") is None:
+        return None
+    return (tl["labels"], tl["pre_labels"], tl["name_index"], tl["pre_name_index"], got.names)
+
+
+def _cats_of(m: _Model, categories: Optional[Mapping[int, str]]) -> None:
+    """Every allocation's label (m.cats: the category in the low four bits, the rule in the high
+    four, rule 0: of no category) and the category names, from the detail engine; then the
+    caller's kinds of blocks alive at the end (``categories``) win for those blocks, under the
+    caller's name (cut, escaped) when it is none of ours."""
     d = m.d
     total = d["total"]
-    classify, marks = replay_inputs(snap, index, categories)
-    m.marks = marks
-    names = list(d.get("categories") or d.get("category_names") or CATEGORIES)
-    cats: Optional[bytearray] = None
-    if isinstance(d.get("cats"), (bytes, bytearray)) and len(d["cats"]) == total:
-        cats = bytearray(d["cats"])
-        m.classified = True
-    elif classify is not None:
-        tl = _tensorgc._timeline(cols, pre, 1, min(FALLBACK_BANDS, max(total, 1)), use_req,
-                                 classify)
-        names = list(tl["categories"])
-        cats = bytearray([NO_CATEGORY]) * total
-        raw = d["raw"]
-        a = memoryview(raw["a"]).cast("Q")
-        x = memoryview(raw["x"]).cast("Q")
-        npre = d["npre_total"]
-        pre_at: Dict[int, List[int]] = {}
-        for j in range(npre):
-            pre_at.setdefault(x[j], []).append(j)
-        for alloc_ev, _free, _size, _c0, _c1, _offs, addr, cat, rule in tl["bands"]:
-            if alloc_ev >= 0:
-                j = bisect.bisect_left(a, alloc_ev, npre, total)
-                if j >= total or a[j] != alloc_ev:
-                    continue
-            else:
-                js = pre_at.get(addr)
-                if not js:
-                    continue
-                j = js.pop(0)
-            # without marks only the named blocks are known: the others are of no category
-            if marks or rule == 1:
-                cats[j] = (cat & 15) | (rule & 15) << 4
-        m.classified = True
+    names = list(d.get("categories") or CATEGORIES)
+    cats = bytearray(d["cats"]) if isinstance(d.get("cats"), (bytes, bytearray)) else None
     if categories:
-        # the caller's kinds of the blocks alive at the end (Report.block_kinds): those blocks'
-        # category, under the caller's name (cut, escaped) when it is none of ours
         raw = d["raw"]
         f = memoryview(raw["f"]).cast("Q")
         x = memoryview(raw["x"]).cast("Q")
         want = {a: _text(k)[:40] for a, k in categories.items() if isinstance(a, int)}
         if cats is None:
-            cats = bytearray([NO_CATEGORY]) * total
+            cats = bytearray(total)
         for j in range(total):
             if f[j] == 2**64 - 1 and x[j] in want:
                 kind = {"saved_for_backward": "activation"}.get(want[x[j]], want[x[j]])
@@ -365,7 +372,6 @@ def _cats_of(m: _Model, snap: Snapshot, index: int, cols: Columns, pre: List[Tup
                         continue
                     names.append(kind)
                 cats[j] = names.index(kind) | 1 << 4
-        m.classified = True
     m.cats = cats
     m.cat_names = names
 
@@ -433,26 +439,22 @@ def _model(snap: Snapshot, index: int, categories: Optional[Mapping[int, str]] =
     m.n = n
     # the blocks alive at the end, with their stacks (a block from before the trace has no
     # alloc entry: the block's own frames say where it was made)
+    blocks = _alive_blocks(snap, index)
+    labels = _labels_of(m, snap, index, cols, blocks, use_req, categories, names)
     stacks = list(cols[5])
-    pre: List[Tuple[int, int]] = []
     pre_k: List[Tuple[int, int, int]] = []
-    for s in snap.get("segments", []):
-        if s.get("device") != index:
-            continue
-        for b in s.get("blocks", []):
-            if b.get("state") == "active_allocated" and "address" in b:
-                pre.append((b["address"], b["size"]))
-                fr = b.get("frames")
-                k = 0
-                if isinstance(fr, list) and fr:
-                    k = len(stacks)
-                    stacks.append(fr)
-                pre_k.append((b["address"], b["size"], k))
+    for b in blocks:
+        fr = b.get("frames")
+        k = 0
+        if isinstance(fr, list) and fr:
+            k = len(stacks)
+            stacks.append(fr)
+        pre_k.append((b["address"], b["size"], k))
     pcols = tuple(cols[:5]) + (stacks,) + tuple(cols[6:])
-    d = _tensorgc._detail(pcols, pre_k, use_req, DETAIL_STACKS,
+    d = _tensorgc._detail(pcols, pre_k, use_req, DETAIL_STACKS, labels,
                           max_allocs=DETAIL_MAX if max_allocs is None else max_allocs, raw=True)
     m.d = d
-    _cats_of(m, snap, index, cols, pre, use_req, categories)
+    _cats_of(m, categories)
     raw = d["raw"]
     d["series"] = _tensorgc._series(raw["a"], raw["f"], raw["s"], n,
                                     bytes(m.cats) if m.cats is not None else None,
@@ -598,7 +600,7 @@ def _name_index(index: bytes, keep: Optional[bytes], limit: int) -> bytes:
     v = array("I", index)
     if keep is not None:
         v = array("I", (x for x, k in zip(v, keep) if k))
-    return array("I", (x if x <= limit else 0 for x in v)).tobytes()
+    return array("I", (x if x < limit else 0 for x in v)).tobytes()
 
 
 def _streams_of(d: Mapping[str, Any]) -> List[Tuple[str, str, bytes]]:
@@ -606,12 +608,21 @@ def _streams_of(d: Mapping[str, Any]) -> List[Tuple[str, str, bytes]]:
 
 
 def _legend_data(m: _Model) -> Dict[str, Any]:
+    """The categories' names and colours, and what each label present says (the category and
+    why: categories.describe_label)."""
     names = [n if isinstance(n, str) else "?" for n in m.cat_names]
     colors = [CATEGORY_COLORS.get(n, _MORE_COLORS[i % len(_MORE_COLORS)])
               for i, n in enumerate(names)]
+    labels = {}
+    for label in sorted(set(m.cats or b"")):
+        cat, rule = label & 15, label >> 4
+        if rule == 0 or cat >= len(names):
+            continue
+        labels[str(label)] = (describe_label(label) if cat < len(CATEGORIES)
+                              and names[cat] == CATEGORIES[cat] else
+                              f"{_text(names[cat])} ({RULES.get(rule, '?')})")
     return {"names": [_text(n).replace("_", " ") for n in names], "colors": colors,
-            "rules": {str(k): v for k, v in RULES.items()}, "known": m.cats is not None,
-            "marks": m.marks}
+            "labels": labels, "known": m.cats is not None, "marks": m.marks}
 
 
 def _blob(parts: List[Tuple[str, str, bytes]]) -> Dict[str, Any]:
@@ -639,8 +650,8 @@ def _peak_table(m: _Model) -> str:
         cat = "no category"
         if m.cats is not None and (m.cats[j] & 15) < len(m.cat_names):
             cat = _text(m.cat_names[m.cats[j] & 15]).replace("_", " ")
-            why = RULES.get(m.cats[j] >> 4)
-            cat += f" ({why})" if why and m.marks else ""
+            if m.cats[j] >> 4 and m.marks and (m.cats[j] & 15) < len(CATEGORIES):
+                cat = describe_label(m.cats[j])
         when = (f"event {a[j]:,}" if j >= m.d["npre_total"] else "before the trace")
         rows.append(f"<tr><td>{_html.escape(R(s[j]))}</td><td>{_html.escape(cat)}</td>"
                     f"<td>{_html.escape(when)}</td><td><code>b{x[j]:x}</code></td>"
@@ -701,9 +712,12 @@ def _summary(m: _Model, breakdown: Dict[str, int], detail: int) -> str:
                  f"{d['n']:,}: it carries the {d['n']:,} largest, the rest are summarized.")
     parts = [f"{k.replace('_', ' ') if k else 'no category'} {R(v)}"
              for k, v in sorted(breakdown.items(), key=lambda kv: -kv[1]) if v]
+    how = ""
+    if m.inferred:
+        how = "; partly inferred from the stacks" if m.recorded else "; inferred from the stacks"
     if m.cats is not None and parts:
-        text += f" At the peak ({at}, {R(m.peak)}): " + ", ".join(parts) + "."
-    if m.cats is not None and not m.marks and not isinstance(m.d.get("cats"), bytes):
+        text += f" At the peak ({at}, {R(m.peak)}{how}): " + ", ".join(parts) + "."
+    if m.cats is not None and not m.marks:
         text += (" Only the blocks named at the snapshot are known here (no phase or grad "
                  "marks: tensorgc.categorize records them); the rest has no category.")
     return text
@@ -913,7 +927,7 @@ def _alive_groups(m: _Model) -> Dict[Tuple[str, str, str], List[int]]:
         c = m.cats[j] & 15 if m.cats is not None else NO_CATEGORY
         cat = _text(m.cat_names[c]).replace("_", " ") if c < len(m.cat_names) else "no category"
         if name_idx is not None:
-            name = m.names[name_idx[j] - 1] if 0 < name_idx[j] <= len(m.names) else ""
+            name = m.names[name_idx[j]] if 0 < name_idx[j] < len(m.names) else ""
         else:
             name = names_at.get(_hex(x[j]), "")
         if k[j] not in sites:

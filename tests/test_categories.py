@@ -99,7 +99,7 @@ def test_every_rule_exact_bytes_per_category_per_column():
     # by hand, at the end: P 4M + X 1M (buffer) + S 3M + Y 256K
     end = {k: v[-1] for k, v in tl["cat_active"].items()}
     assert end == {"parameter": 4 * MB, "buffer": MB, "optimizer_state": 3 * MB, "grad": 0,
-                   "activation": 0, "temporary": 0, "other": 256 * KB}
+                   "input": 0, "activation": 0, "temporary": 0, "other": 256 * KB}
     alive = {b[6]: (tl["categories"][b[7]], b[8]) for b in tl["bands"] if b[1] < 0}
     assert alive[0x1000] == ("parameter", 1) and alive[0x3000] == ("buffer", 1)
     assert alive[0x8000] == ("other", 6)
@@ -113,7 +113,8 @@ def test_every_rule_exact_bytes_per_category_per_column():
     assert tl["max"] == 4 * MB + MB + 256 * KB + 3 * MB + MB
     assert trace[tl["peak_event"]]["time_us"] == 520
     assert tl["at_peak"] == {"parameter": 4 * MB, "buffer": 0, "optimizer_state": 3 * MB,
-                             "grad": MB, "activation": 0, "temporary": MB, "other": 256 * KB}
+                             "grad": MB, "input": 0, "activation": 0, "temporary": MB,
+                             "other": 256 * KB}
 
 
 def test_columns_sum_to_active_and_stay_exact_with_fewer_columns():
@@ -220,7 +221,7 @@ def test_explicit_categories_win_over_the_file_and_other_names_nothing():
     (([(0, 1)], [], []), ValueError), (([(3, 1, 2)], [], []), ValueError),
     (([(0, 5, 2)], [], []), ValueError), (([(0, "a", 2)], [], []), ValueError),
     (([(0, 1 << 63, 2)], [], []), ValueError), (([], [(-1, 5)], []), ValueError),
-    (([], [((1 << 64) - 1, 5)], []), ValueError), (([], [], [(1, 7)]), ValueError),
+    (([], [((1 << 64) - 1, 5)], []), ValueError), (([], [], [(1, 8)]), ValueError),
     (([], [], [[1, 0]]), ValueError), (([], [(1.5, 2)], []), ValueError),
 ])
 def test_the_binding_checks_its_inputs(classify, err):
@@ -454,12 +455,16 @@ def test_real_hooks_record_spans_and_grads_in_order():
     assert all(t0 <= t1 for _, t0, t1 in spans)
     flat = [t for _, t0, t1 in spans for t in (t0, t1)]
     assert flat == sorted(flat)  # the phases follow each other, step after step
-    assert len(grads) == 4 * 3 and m["dropped"] == {"spans": 0, "grads": 0}
+    assert len(grads) == 4 * 3 and m["dropped"] == {"spans": 0, "grads": 0, "names": 0}
     for k in range(3):
         _, b0, b1 = spans[3 * k + 1]
         step = grads[4 * k:4 * k + 4]
         assert all(d == -1 and b0 <= t <= b1 for d, _, t in step)  # CPU; inside the backward
         assert {a for _, a, _ in step} == ptrs[k]
+    # each grad named as it lands, by the model's parameter names (CPU: no states named)
+    assert [n[:3] for n in m["name_marks"]] == grads
+    assert {n[3] for n in m["name_marks"]} == {"0.weight.grad", "0.bias.grad", "2.weight.grad",
+                                               "2.bias.grad"}
 
 
 def test_remove_takes_every_hook_off_and_holds_no_model():
@@ -521,12 +526,12 @@ def test_marks_are_bounded_and_keep_the_newest():
     with categorize(model, opt, max_marks=5) as h:
         _train(model, opt, 4, torch.randn(2, 4))
         m = h.marks()
-    assert len(m["spans"]) == 5 and m["dropped"] == {"spans": 7, "grads": 3}
+    assert len(m["spans"]) == 5 and m["dropped"] == {"spans": 7, "grads": 3, "names": 3}
     # the newest five of 4 x (forward, backward, optimizer), oldest first
     assert [s[0] for s in m["spans"]] == ["backward", "optimizer", "forward", "backward",
                                           "optimizer"]
     assert m["spans"] == sorted(m["spans"], key=lambda s: s[1])
-    assert len(m["grads"]) == 5 and h.dropped == 10
+    assert len(m["grads"]) == 5 and len(m["name_marks"]) == 5 and h.dropped == 13
     with pytest.raises(ValueError):
         categorize(model, max_marks=0)
 

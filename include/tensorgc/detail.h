@@ -25,8 +25,11 @@
  * made and ended it (-1: none), and memory_viz's segment version ("s<hex>_<v>": segment frees
  * and unmaps at that address before it); a segment freed but not made in the trace starts at 0.
  * The entries no allocation accounts for (OOMs, segment events, other actions, a free_completed
- * that completes no free), as trace positions in `other`.
- * Cost O(n + npre) time, about 100 bytes per allocation plus 16 per entry for the address table.
+ * that completes no free), as trace positions in `other`. With labels (tgc_detail_labels,
+ * optional), each allocation also gets a label byte and a name index, read where the replay
+ * (timeline.c) wrote them: at its alloc entry, at its free entry when it began before the
+ * trace, or at its block of pre.
+ * Cost O(n + npre) time, about 105 bytes per allocation plus 16 per entry for the address table.
  *
  * Encoding (tgc_detail_encode): nine streams of LEB128 varints, one value per allocation --
  * A: a[j] - a[j-1] (a[-1] = 0); D: f[j] - a[j] + 1, or 0 alive at the end; S: s[j] / unit;
@@ -63,6 +66,13 @@ typedef struct {
 } tgc_tcols;
 
 #define TGC_DETAIL_ALIVE UINT64_MAX
+
+/* The replay's per-allocation labels (timeline.h's TGC_LABEL) and name indices, by trace entry
+ * (n each) and by block of pre (npre each); NULL arrays read as 0. */
+typedef struct {
+    const uint8_t *entry_label, *pre_label;
+    const uint32_t *entry_name, *pre_name;
+} tgc_detail_labels;
 #define TGC_DETAIL_STREAMS 9
 #define TGC_DETAIL_SEG_FIELDS 7
 #define TGC_SERIES_TOP 8
@@ -73,6 +83,8 @@ typedef struct {
     uint64_t *a, *f, *c, *s, *x;
     int64_t *e, *w;
     uint32_t *k, *r, *v;
+    uint8_t *label;                 /* with labels, else NULL */
+    uint32_t *name;                 /* with labels, else NULL */
     uint32_t *used;                 /* used[k - 1]: the caller's stack id */
     size_t nused;
     uint64_t events;                /* the clock's length: the trace's */
@@ -90,10 +102,11 @@ typedef struct {
 } tgc_detail_enc;
 
 /* free_kind: TGC_TK_FREE_REQUESTED or TGC_TK_FREE_COMPLETED, the action that frees. pre_stack:
- * NULL, or the caller's stack id of each pre-existing block. */
+ * NULL, or the caller's stack id of each pre-existing block. labels: NULL, or the replay's
+ * labels (out->label and out->name are then filled). */
 int tgc_detail_build(const tgc_tcols *c, const uint64_t *pre_addr, const uint64_t *pre_size,
                      const uint32_t *pre_stack, size_t npre, int free_kind, uint32_t max_stacks,
-                     tgc_detail *out);
+                     const tgc_detail_labels *labels, tgc_detail *out);
 void tgc_detail_free(tgc_detail *d);
 /* keep: NULL (every allocation), or one byte per allocation, nonzero for those encoded. */
 int tgc_detail_encode(const tgc_detail *d, const uint8_t *keep, tgc_detail_enc *out);

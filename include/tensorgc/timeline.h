@@ -10,16 +10,33 @@
  * functions return 0, or -1 when out of memory or on invalid arguments.
  *
  * Categories over time (optional, tgc_classify): each allocation also gets a category, from the
- * first of these rules that applies (times in the trace's clock, unix microseconds):
+ * first of these rules that applies (times in the trace's clock, unix microseconds). Recorded
+ * (tensorgc.categorize's marks, the reporter's names, torch's own step annotations):
  *   1. alive at the end and named (addr -> category, from the reporter): that category;
  *   2. a grad mark (addr, t) finds it alive at t (t_alloc <= t < t_free): grad;
  *   3-5. allocated inside a phase span [t0, t1] (optimizer step, forward, backward; nested
  *      spans: the innermost, i.e. latest start; equal starts in that order): freed by t1 ->
  *      temporary, else optimizer_state / activation / other -- but a forward's block alive at
  *      the end that the reporter did not name (when it named any) holds no tensor: other;
+ * inferred from the stacks (with cls->infer; the events' hints, infer.h), where none of 1-5 did:
+ *   8. its stack allocated it as a parameter or a buffer (Module.to, a module's __init__...);
+ *   9. its stack says grad: allocated by AccumulateGrad (and not freed inside that backward),
+ *      or freed by zero_grad or p.grad = None;
+ *   14. its stack made a library workspace (cuBLAS): other;
+ *   10-12. allocated inside a span inferred from the stacks (tgc_infer_spans; innermost as in
+ *      3-5): freed by its end -> temporary, else optimizer_state / activation / grad;
+ *      alive before the trace (no start time): its own stack's phase decides, as if it
+ *      outlived its span (a block's stack from the snapshot's segments);
+ *   15. alive before the trace without a stack of its own, freed inside an inferred backward
+ *      by a backward's stack: activation (what a forward saved for it);
+ *   13. made by the training loop's own code (OUTSIDE) outside every span: alive when the
+ *      next forward begins, and freed in the trace or made after its first forward: input;
+ *      freed before any span begins again: temporary;
+ * and last:
  *   6. other.
  * Then the active bytes of each category at the end of each column and at the peak, for
- * O(events + marks log marks + allocations log spans + columns x TGC_NCAT). */
+ * O(events + marks log marks + allocations log spans + columns x TGC_NCAT). A rule number
+ * fits 4 bits; those of 8 and up are the inferred ones (TGC_RULE_INFERRED). */
 #ifndef TENSORGC_TIMELINE_H
 #define TENSORGC_TIMELINE_H
 
@@ -34,7 +51,7 @@ enum { TGC_EV_ALLOC = 0, TGC_EV_FREE = 1, TGC_EV_OOM = 2, TGC_EV_PRE = 3 };
 
 /* Stacking order, bottom first; tgc_category_names[] spells them. */
 enum {
-    TGC_CAT_PARAMETER = 0, TGC_CAT_BUFFER, TGC_CAT_OPTIMIZER_STATE, TGC_CAT_GRAD,
+    TGC_CAT_PARAMETER = 0, TGC_CAT_BUFFER, TGC_CAT_OPTIMIZER_STATE, TGC_CAT_GRAD, TGC_CAT_INPUT,
     TGC_CAT_ACTIVATION, TGC_CAT_TEMPORARY, TGC_CAT_OTHER, TGC_NCAT
 };
 extern const char *const tgc_category_names[TGC_NCAT];
@@ -50,6 +67,7 @@ typedef struct {
     int64_t time;      /* microseconds; TGC_TIME_NONE when unknown (PRE) */
     uint32_t index;    /* the caller's index of the event (for stacks and hover) */
     uint8_t kind;
+    uint8_t hint;      /* what its stack says (infer.h's TGC_HINT); 0: nothing */
 } tgc_event;
 
 typedef struct {
@@ -67,6 +85,14 @@ typedef struct {
     uint8_t category;  /* TGC_CAT_*; TGC_CAT_OTHER is ignored (it names nothing) */
 } tgc_named;
 
+/* A tensor's name: the allocation alive at addr at `time` (INT64_MAX: at the end) is called
+ * name (the caller's index into its names; 0 is none). Later marks win. */
+typedef struct {
+    uint64_t addr;
+    int64_t time;
+    uint32_t name;
+} tgc_name_mark;
+
 /* The classification's inputs, in any order (the engine sorts its own copies). */
 typedef struct {
     const tgc_span *spans;
@@ -75,7 +101,16 @@ typedef struct {
     size_t ngrads;
     const tgc_named *named;
     size_t nnamed;
+    int infer;                     /* apply rules 8-14 with the events' hints */
+    const tgc_name_mark *names;    /* may be NULL */
+    size_t nnames;
 } tgc_classify;
+
+/* An allocation's label: its category in the low 4 bits, the rule that gave it in the high 4;
+ * TGC_RULE_INFERRED (bit 7) is set exactly when the rule is an inferred one (8-15). Rule 0:
+ * no classification (the category is then TGC_CAT_OTHER). */
+#define TGC_LABEL(category, rule) ((uint8_t)((category) | ((rule) << 4)))
+#define TGC_RULE_INFERRED 0x80
 
 typedef struct {
     uint32_t alloc_event;   /* index (caller's) of the ALLOC/PRE event; UINT32_MAX: unknown */
@@ -101,6 +136,14 @@ typedef struct {
     uint64_t *cat_active;   /* cat_active[c * TGC_NCAT + k]: bytes of category k, end of column c */
     uint64_t at_peak[TGC_NCAT];  /* bytes per category when max_active was first reached */
     size_t peak_pos;        /* the event position (into ev) that reached it; SIZE_MAX: none */
+    uint8_t *label;         /* per event position (n): the TGC_LABEL of the allocation its
+                               ALLOC or PRE event makes, or its FREE frees when that allocation
+                               began before the trace (no event of its own); 0 elsewhere */
+    uint32_t *name;         /* per event position, at the same events: its name (0: none) */
+    tgc_span *inferred;     /* the spans inferred from the hints (with cls->infer), merged as
+                               the recorded ones, by phase then start */
+    size_t ninferred;
+    uint64_t rule_allocs[16];  /* allocations per rule */
 } tgc_timeline;
 
 /* events in order; column of event i is i * columns / n (time by event count, as memory_viz).

@@ -11,7 +11,9 @@
 (function () {
   "use strict";
   var $ = function (id) { return document.getElementById(id); };
+  performance.mark("tgc-script");
   var data = JSON.parse($("tgc-data").textContent);
+  performance.mark("tgc-parsed");
   var plotEl = $("tgc-plot"), canvas = $("tgc-canvas"), overlay = $("tgc-overlay");
   var axes = $("tgc-axes"), xaxis = $("tgc-xaxis"), yaxis = $("tgc-yaxis");
   var panel = $("tgc-panel"), tip = $("tgc-tip"), status = $("tgc-status");
@@ -25,17 +27,23 @@
   var L = null;  // the current plot's layout
 
   // ---------------------------------------------------------------- decoding
-  // the data's bytes: base64 decoded (and inflated) by the browser itself, through fetch of a
-  // data: URL and a DecompressionStream
+  // the data's bytes: base64 decoded (by the browser's own decoder where it has one), then
+  // inflated by its DecompressionStream
+  function b64bytes(s) {
+    if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(s);
+    var bin = atob(s), n = bin.length, out = new Uint8Array(n);
+    for (var i = 0; i < n; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
   function inflate(blob) {
-    var url = "data:application/octet-stream;base64," + blob.b64;
-    if (blob.z && typeof DecompressionStream === "undefined")
+    var bytes = b64bytes(blob.b64);
+    if (!blob.z) return Promise.resolve(bytes);
+    if (typeof DecompressionStream === "undefined")
       return Promise.reject(new Error("this browser cannot inflate the page's data " +
                                       "(DecompressionStream): use a current browser"));
-    return fetch(url).then(function (r) {
-      return blob.z ? new Response(r.body.pipeThrough(new DecompressionStream("deflate"))).arrayBuffer()
-                    : r.arrayBuffer();
-    }).then(function (b) { return new Uint8Array(b); });
+    var ds = new DecompressionStream("deflate");
+    return new Response(new Blob([bytes]).stream().pipeThrough(ds)).arrayBuffer()
+      .then(function (b) { return new Uint8Array(b); });
   }
   // n LEB128 varints into a Float64Array (values past 2**28 through multiplication)
   function varints(bytes, n) {
@@ -275,6 +283,24 @@
       M.stackText[k] = s.join("\n").toLowerCase();
     }
     return M.stackText[k];
+  }
+  // the first frame of the user's own code (not native, not torch's, not the interpreter's)
+  function userFrame(k) {
+    if (!k || k > M.fl.length) return "";
+    var a = M.fs[k - 1], b = a + M.fl[k - 1];
+    for (var i = a; i < b; i++) {
+      var fr = M.frames[M.fi[i]];
+      if (!(fr[2] & 7)) return fr[0] + " " + fr[1];
+    }
+    return "";
+  }
+  function fromLine(el, k) {
+    var u = userFrame(k);
+    if (!u) return;
+    var d = document.createElement("div");
+    d.className = "from";
+    d.textContent = "from " + u;
+    el.appendChild(d);
   }
   function stackPre(k, limit, title) {
     var pre = document.createElement("pre");
@@ -761,6 +787,7 @@
     el.appendChild(dl(allocRows(j).filter(function (r) { return r[0] !== "name"; })));
     var k = M.K[j], title = null;
     if (!k && M.R[j]) { k = M.R[j]; title = "alloc not recorded, stack trace for free:"; }
+    fromLine(el, k);
     el.appendChild(stackPre(k, 14, title));
   }
   function tipArea(el, h, pinned) {
@@ -774,8 +801,9 @@
       var d = document.createElement("div");
       d.textContent = (pinned ? big.count + " allocation" + (big.count === 1 ? "" : "s") + "; " : "") +
         "the largest, " + version(big.j) + " " + fmtBytes(M.S[big.j]) +
-        (nameOf(big.j) ? " (" + nameOf(big.j) + ")" : "") + ", from:";
+        (nameOf(big.j) ? " (" + nameOf(big.j) + ")" : "") + ":";
       el.appendChild(d);
+      fromLine(el, M.K[big.j]);
       el.appendChild(stackPre(M.K[big.j], 10));
     }
     var note = document.createElement("div");
@@ -802,6 +830,7 @@
     d.textContent = "OOM at " + when(ev[0]) + ": requested " + fmtSize(ev[3]) + ", the device had " +
       fmtSize(ev[6]) + " free" + (ev[4] ? " (stream " + ev[4] + ")" : "");
     el.appendChild(d);
+    fromLine(el, ev[5]);
     el.appendChild(stackPre(ev[5], 14));
   }
   function tipSeg(el, q) {
@@ -811,6 +840,7 @@
     el.appendChild(d);
     el.appendChild(dl([["made", g[0] === 0 && g[6] === 0 ? "before the trace or at event 0" : when(g[0])],
                        ["freed", g[1] < 0 ? "alive at the end" : when(g[1])]]));
+    fromLine(el, g[6]);
     el.appendChild(stackPre(g[6], 14));
   }
   function pinAlloc(j) {
@@ -1084,12 +1114,12 @@
     var i = S.cur < 0 ? rr.lo + rr.count - 1 : S.cur + d;
     selectEvent(Math.max(rr.lo, Math.min(rr.lo + rr.count - 1, i)));
   });
-  function selectEvent(i) {
+  function selectEvent(i, keepSel) {
     if (i < 0 || i >= M.n) return;
     entries();
     S.cur = i;
     var j = M.EJ[i];
-    if (j >= 0) S.sel = j;
+    if (j >= 0 && !keepSel) S.sel = j;  // an event of an allocation pins it
     var rr = rangeRows(), r = i - rr.lo;
     if (r * ROW < evBox.scrollTop) evBox.scrollTop = r * ROW;
     else if ((r + 1) * ROW > evBox.scrollTop + evBox.clientHeight) evBox.scrollTop = (r + 1) * ROW - evBox.clientHeight;
@@ -1308,14 +1338,16 @@
   navEl.addEventListener("mousedown", function (ev) {
     if (!M) return;
     var r = navc.getBoundingClientRect(), e = (ev.clientX - r.left) / r.width * M.n;
-    navDrag = e >= S.e0 && e <= S.e1 ? { pan: true, x: ev.clientX, e0: S.e0, e1: S.e1 } : { pan: false, start: e };
+    var whole = S.e1 - S.e0 >= M.n;
+    navDrag = !whole && e >= S.e0 && e <= S.e1 ? { pan: true, x: ev.clientX, e0: S.e0, e1: S.e1 }
+                                               : { pan: false, start: e };
     ev.preventDefault();
   });
   window.addEventListener("mousemove", function (ev) {
     if (!navDrag) return;
     var r = navc.getBoundingClientRect(), e = (ev.clientX - r.left) / r.width * M.n;
     if (navDrag.pan) { var de = (ev.clientX - navDrag.x) / r.width * M.n; setRange(navDrag.e0 + de, navDrag.e1 + de); }
-    else setRange(Math.min(e, navDrag.start), Math.max(e, navDrag.start));
+    else if (Math.abs(e - navDrag.start) / M.n * r.width > 3) setRange(Math.min(e, navDrag.start), Math.max(e, navDrag.start));
   });
   window.addEventListener("mouseup", function () { navDrag = null; });
 
@@ -1338,7 +1370,7 @@
       if (S.cur < 0 && S.sel >= 0) S.cur = Math.max(0, Math.min(M.n - 1, M.A[S.sel]));
       if (S.cur >= 0 && (S.cur < S.e0 || S.cur >= S.e1)) S.cur = Math.max(0, Math.floor(S.e0));
       apply();
-      selectEvent(S.cur >= 0 ? S.cur : Math.max(0, Math.ceil(S.e1) - 1));
+      selectEvent(S.cur >= 0 ? S.cur : Math.max(0, Math.ceil(S.e1) - 1), true);
       evBox.focus();
     } else if (v === "cmp") { drawCompare(); drawNav(); }
     else { size(); apply(); if (v === "mem" && S.sel >= 0) pinAlloc(S.sel); }
@@ -1409,14 +1441,15 @@
                                   drawn: L ? L.drawn.length : 0, inView: L ? L.inView : 0 }; },
     view: setView,
     range: function (a, b) { setRange(a, b); },
-    // a point (client coordinates) inside drawn item j of the current plot, or null
+    // a point (client coordinates) inside drawn item j of the current plot (where it is 3
+    // pixels tall or more), or null
     pointOf: function (j) {
       var q = drawnIndex(j);
       if (q < 0) return null;
       var v = L.verts[q], best = null, s = L.md.S[j], ys = H / L.ymax;
       for (var i = 0; i < v.length; i += 2) {
         var xa = v[i], xb = i + 2 < v.length ? v[i + 2] : L.p1[q], hpx = s * ys;
-        if (!best || (xb - xa) * hpx > best.area) best = { area: (xb - xa) * hpx, x: (xa + xb) / 2 / dpr, y: H - (v[i + 1] + s / 2) * ys };
+        if (hpx >= 3 && (!best || (xb - xa) * hpx > best.area)) best = { area: (xb - xa) * hpx, x: (xa + xb) / 2 / dpr, y: H - (v[i + 1] + s / 2) * ys };
       }
       var r = canvas.getBoundingClientRect();
       return best ? { x: r.left + best.x, y: r.top + best.y } : null;
@@ -1446,8 +1479,25 @@
       return b ? { x: r.left + b.x + Math.max(b.w, 1) / 2, y: r.top + 2 + b.s.row * segLayout.rh + segLayout.rh * 0.4 } : null;
     },
     blocks: function () { return segLayout ? segLayout.blocks.map(function (b) { return b.j; }) : []; },
+    // a point (client coordinates) in the widest free gap of a segment of the state view
+    gapPoint: function () {
+      if (!segLayout) return null;
+      var r = segc.getBoundingClientRect(), best = null;
+      segLayout.merged.forEach(function (s) {
+        var xs = segLayout.xs, x0 = 2 + s.off * xs, x1 = x0 + s.size * xs, used = [];
+        segLayout.blocks.forEach(function (b) { if (b.s === s) used.push([b.x, b.x + Math.max(b.w, 1)]); });
+        used.sort(function (p, q) { return p[0] - q[0]; });
+        var at = x0;
+        used.concat([[x1, x1]]).forEach(function (u) {
+          if (u[0] - at > (best ? best.w : 4)) best = { w: u[0] - at, x: (at + u[0]) / 2, y: 2 + s.row * segLayout.rh + segLayout.rh * 0.4 };
+          at = Math.max(at, u[1]);
+        });
+      });
+      return best ? { x: r.left + best.x, y: r.top + best.y } : null;
+    },
     xOfEvent: function (e) { var r = canvas.getBoundingClientRect(); return r.left + xOf(e); },
     version: function (j) { return version(j); },
+    name: function (j) { return nameOf(j); },
     model: function () { return M; },
     stack: function (k) { return stackLines(k, 0).lines; },
     plotBox: function () { var r = canvas.getBoundingClientRect(); return { x: r.left, y: r.top, width: r.width, height: r.height }; },
@@ -1457,7 +1507,9 @@
   colors = data.cats.colors.map(rgba);
   while (colors.length < NC) colors.push(rgba("#888888"));
   inflate(data.blob).then(function (bytes) {
+    performance.mark("tgc-inflated");
     decode(bytes);
+    performance.mark("tgc-decoded");
     S.e1 = Math.max(M.n, 1);
     size();
     apply();

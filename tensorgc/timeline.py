@@ -237,7 +237,7 @@ FRAME_IDS_MAX = 2_000_000  # frame ids in all the stacks
 FRAME_TEXT_MAX = 4_000_000  # characters of frame text (distinct frames past it: "?")
 SEGMENTS_MAX = 20_000  # segments the page knows
 EVENTS_MAX = 100_000  # trace entries no allocation accounts for (OOMs, segment events, ...)
-NAMES_MAX = 20_000  # tensor names the page carries
+NAMES_MAX = 50_000  # tensor names the page carries
 OOM_MARKS = 1_000  # OOM buttons in the page's markup (all OOMs are in its data)
 SERIES_COLUMNS = 2_000  # columns of a snapshot's curve where the page carries one
 FALLBACK_BANDS = 100_000  # allocations the replay classifies for the page without categories
@@ -544,9 +544,11 @@ def _model(snap: Snapshot, index: int, categories: Optional[Mapping[int, str]] =
     # names: the detail engine's of every allocation, else those the reporter gave the blocks
     # alive at the end (the page finds them by address)
     called: Dict[int, str] = {}
-    if isinstance(d.get("names"), list) and isinstance(d.get("name_index"), (bytes, bytearray)):
+    if isinstance(d.get("names"), list) and isinstance(d.get("name_index"), (bytes, bytearray)) \
+            and len(d["names"]) > 1:
         m.names = [_text(v)[:NAME_MAX] for v in d["names"][:NAMES_MAX]]
-        m.parts.append(("NI", "u32", _name_index(d["name_index"], keep, len(m.names))))
+        m.parts.append(("NI", "u32", _name_index(d["name_index"], keep, len(m.names),
+                                                 len(d["names"]))))
     else:
         called = dict(names_of(snap, index))
         called.update((a, v) for a, v in (names or {}).items() if isinstance(a, int)
@@ -593,10 +595,13 @@ def _pool(info: Mapping[str, Any], size: int) -> str:
     return "small?" if size == 2 << 20 else "large?"
 
 
-def _name_index(index: bytes, keep: Optional[bytes], limit: int) -> bytes:
-    """The detail engine's per-allocation name index (uint32, 0: none) of the kept ones."""
+def _name_index(index: bytes, keep: Optional[bytes], limit: int, names: int) -> bytes:
+    """The detail engine's per-allocation name index (uint32, 0: none) of the kept ones; those
+    past the `limit` names the page carries read 0."""
     from array import array
 
+    if keep is None and names <= limit:
+        return bytes(index)  # every index points into the names, all carried
     v = array("I", index)
     if keep is not None:
         v = array("I", (x for x, k in zip(v, keep) if k))
@@ -753,7 +758,7 @@ _STYLE = (
     "overflow:auto;border:1px solid #ccc;padding:8px;font-size:12px}"
     "#tgc-panel dt{font-weight:bold;float:left;width:6.5em;clear:left}"
     "#tgc-panel dd{margin-left:7em;word-break:break-all}"
-    "pre.stack{white-space:pre-wrap;word-break:break-all;font-size:11px;margin:4px 0}"
+    ".from{font-weight:bold;margin:2px 0}pre.stack{white-space:pre-wrap;word-break:break-all;font-size:11px;margin:4px 0}"
     "pre.stack .n{color:#777}pre.stack .t{color:#555}pre.stack .r{color:#999;font-style:italic}"
     ".tip{position:fixed;z-index:9;max-width:46em;max-height:70vh;overflow:hidden;"
     "background:#fffffa;border:1px solid #999;box-shadow:2px 2px 6px #0003;padding:6px;"

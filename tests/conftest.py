@@ -32,6 +32,7 @@ from _util import DEVICE, IS_CUDA  # noqa: E402
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a test of many seconds (-m 'not slow' skips it)")
     if IS_CUDA and (torch is None or not torch.cuda.is_available()):
         raise pytest.UsageError(
             f"TENSORGC_TEST_DEVICE={DEVICE!r} but torch.cuda.is_available() is False"

@@ -25,6 +25,7 @@
   var S = { view: "mem", e0: 0, e1: 1, sel: -1, cur: -1, K: data.detail, q: "", match: null,
             filt: { native: false, torch: false, fold: true, noise: true } };
   var L = null;  // the current plot's layout
+  var ready = false;  // painted once: what the first paint waits for no more
 
   // ---------------------------------------------------------------- decoding
   // the data's bytes: base64 decoded (by the browser's own decoder where it has one), then
@@ -35,16 +36,38 @@
     for (var i = 0; i < n; i++) out[i] = bin.charCodeAt(i);
     return out;
   }
+  // -> {first: a promise of the bytes once the first paint's parts are in, all: of all of them}
   function inflate(blob) {
     var bytes = b64bytes(blob.b64);
-    if (!blob.z) return Promise.resolve(bytes);
-    if (typeof DecompressionStream === "undefined")
-      return Promise.reject(new Error("this browser cannot inflate the page's data " +
-                                      "(DecompressionStream): use a current browser"));
-    var ds = new DecompressionStream("deflate");
-    return new Response(new Blob([bytes]).stream().pipeThrough(ds)).arrayBuffer()
-      .then(function (b) { return new Uint8Array(b); });
+    if (!blob.z) return { first: Promise.resolve(bytes), all: Promise.resolve(bytes) };
+    if (typeof DecompressionStream === "undefined") {
+      var no = Promise.reject(new Error("this browser cannot inflate the page's data " +
+                                        "(DecompressionStream): use a current browser"));
+      return { first: no, all: no };
+    }
+    var total = 0, need = 0;
+    blob.parts.forEach(function (p) {
+      total += p[2];
+      if (FIRST.indexOf(p[0]) >= 0) need = total;
+    });
+    var out = new Uint8Array(total), filled = 0, firstDone = null, firstFail = null;
+    var first = new Promise(function (res, rej) { firstDone = res; firstFail = rej; });
+    var reader = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate")).getReader();
+    var all = new Promise(function (res, rej) {
+      function pump() {
+        reader.read().then(function (r) {
+          if (r.done) { firstDone(out); res(out); return; }
+          out.set(r.value.subarray(0, Math.max(0, total - filled)), filled);
+          filled += r.value.length;
+          if (filled >= need) firstDone(out);
+          pump();
+        }).catch(function (e) { firstFail(e); rej(e); });
+      }
+      pump();
+    });
+    return { first: first, all: all };
   }
+  var FIRST = ["A", "D", "S", "CT"];  // the first paint's parts (timeline.py's FIRST_PARTS)
   // n LEB128 varints into a Float64Array (values past 2**28 through multiplication)
   function varints(bytes, n) {
     var out = new Float64Array(n), p = 0, len = bytes.length;
@@ -71,19 +94,15 @@
   function decode(bytes) {
     var t0 = performance.now(), parts = {}, off = 0;
     data.blob.parts.forEach(function (p) { parts[p[0]] = bytes.subarray(off, off + p[2]); off += p[2]; });
-    var N = data.allocs, n = data.n, j, a = 0, x = 0, u = data.unit, xu = data.xunit;
-    var A = varints(parts.A, N), F = varints(parts.D, N), Sz = varints(parts.S, N),
-        K = varints(parts.K, N), X = varints(parts.X, N), Fc = varints(parts.C, N),
-        R = varints(parts.R, N), V = varints(parts.V, N), W = varints(parts.W, N);
+    // what the first paint needs: when each allocation lives, its size and category; the rest
+    // (stacks, addresses, completions, versions, streams) right after it, or at first need
+    var N = data.allocs, n = data.n, j, a = 0, u = data.unit;
+    var A = varints(parts.A, N), F = varints(parts.D, N), Sz = varints(parts.S, N);
     for (j = 0; j < N; j++) {
       a += A[j]; A[j] = a;
       var d = F[j];
       F[j] = d ? a + d - 1 : ALIVE;
-      Fc[j] = Fc[j] && d ? a + d - 1 + Fc[j] : -1;
       Sz[j] *= u;
-      var z = X[j];
-      x += (z % 2 ? -(z + 1) / 2 : z / 2) * xu; X[j] = x;
-      if (W[j]) W[j] = unzig(W[j]);
     }
     var C = parts.CT && parts.CT.length === N ? parts.CT : null;
     var cat = new Uint8Array(N), rule = new Uint8Array(N), ncat = data.cats.names.length;
@@ -93,7 +112,8 @@
     var fi = u32(parts.FI || new Uint8Array(0)), fl = u32(parts.FL || new Uint8Array(0)),
         ff = u32(parts.FF || new Uint8Array(0)), starts = new Uint32Array(fl.length + 1);
     for (j = 0; j < fl.length; j++) starts[j + 1] = starts[j] + fl[j];
-    M = { n: n, N: N, A: A, F: F, Fc: Fc, S: Sz, K: K, X: X, R: R, V: V, W: W, cat: cat,
+    M = { n: n, N: N, A: A, F: F, Fc: null, S: Sz, K: null, X: null, R: null, V: null, W: null, cat: cat,
+          parts: parts,
           rule: rule, T: null, Tbytes: data.timed ? parts.T : null, fi: fi, fl: fl, ff: ff,
           fs: starts, frames: data.frames,
           NI: parts.NI ? u32(parts.NI) : null, names: data.names || [],
@@ -101,9 +121,23 @@
           freeKind: data.free === "free_requested" ? 2 : 3, order: null };
     buildTotals();
     M.decodeMs = performance.now() - t0;
-    window.tgcModel = M;
+    window.tgcModel = M;  // for tests and the curious (tgc.model() decodes it all first)
   }
-  function times() {  // the trace's times (µs), decoded on first need
+  function full() {  // the streams the first paint did without, once they are in
+    if (!M || M.K || !M.complete) return;
+    var N = M.N, p = M.parts, j, x = 0, xu = data.xunit;
+    var K = varints(p.K, N), X = varints(p.X, N), Fc = varints(p.C, N), R = varints(p.R, N),
+        V = varints(p.V, N), W = varints(p.W, N), F = M.F;
+    for (j = 0; j < N; j++) {
+      var z = X[j];
+      x += (z % 2 ? -(z + 1) / 2 : z / 2) * xu; X[j] = x;
+      Fc[j] = Fc[j] && F[j] !== ALIVE ? F[j] + Fc[j] : -1;
+      if (W[j]) W[j] = unzig(W[j]);
+    }
+    M.K = K; M.X = X; M.Fc = Fc; M.R = R; M.V = V; M.W = W;
+  }
+  function times(later) {  // the trace's times (µs), decoded on first need (not for the first paint)
+    if (later && !M.T) return null;
     if (!M.T && M.Tbytes && M.Tbytes.length) {
       var T = varints(M.Tbytes, M.n), t = data.t0;
       for (var i = 0; i < M.n; i++) { t += unzig(T[i]); T[i] = t; }
@@ -116,6 +150,7 @@
   // data.events it is, or -1 when the page does not carry it; its kind (EK). Made on first need.
   function entries() {
     if (M.EJ) return;
+    full();
     var n = M.n, N = M.N, EJ = new Int32Array(n).fill(-1), EK = new Uint8Array(n), j, a, f, fc;
     var A = M.A, F = M.F, Fc = M.Fc, fk = M.freeKind;
     for (j = data.npre; j < N; j++) { a = A[j]; if (a < n) { EJ[a] = j; EK[a] = 1; } }
@@ -481,49 +516,70 @@
   }
   // sweeps the columns once: stacks the drawn items (offsets, their changes in L.verts) and
   // paints them, then the rest by colour above them, into an ImageData
+  // Sweeps the columns once: stacks the drawn items and paints them, then the rest by colour
+  // above them, into an ImageData. An item's offset changes only where one below it leaves (a
+  // newcomer goes on top), so the offsets are redone above the lowest that left, and each item
+  // is painted as rectangles: one per run of columns at one offset (L.verts: where they start).
+  var imgCache = null;
   function paint(Lt, dry) {
-    var md = Lt.md, P = Lt.P, Hd = canvas.height, img = ctx.createImageData(P, Hd),
-        buf = new Uint32Array(img.data.buffer), bg = 0xffffffff, ys = Hd / Lt.ymax;
-    buf.fill(bg);
+    var md = Lt.md, P = Lt.P, Hd = canvas.height, ys = Hd / Lt.ymax;
+    if (!imgCache || imgCache.width !== P || imgCache.height !== Hd) imgCache = ctx.createImageData(P, Hd);
+    var img = imgCache, buf = new Uint32Array(img.data.buffer);
+    buf.fill(0xffffffff);
     var nd = Lt.drawn.length, enter = bucket(P, Lt.drawn, Lt.p0), leave = bucket(P, Lt.drawn, Lt.p1);
-    var live = new Int32Array(nd), nlive = 0, dead = new Uint8Array(nd), last = new Float64Array(nd).fill(-1);
-    var verts = new Array(nd), dc = new Float64Array(NC), rest = new Float64Array(NC);
+    var live = new Int32Array(nd), pos = new Int32Array(nd), nlive = 0, off = new Float64Array(nd),
+        from = new Int32Array(nd), dead = new Uint8Array(nd), verts = new Array(nd),
+        dc = new Float64Array(NC), rest = new Float64Array(NC), S2 = md.S, col = md.col, D = Lt.drawn;
     var cols = md.colors, sep = cols.map(function (c) { return mix(c); });
-    for (var q = 0; q < nd; q++) verts[q] = [];
-    var p, k, y, b, j, r0, r1, r, c, colr;
+    var p, k, b, q, c, y, top = 0, r0, r1, r, colr;
+    for (q = 0; q < nd; q++) verts[q] = [];
+    // band b from column `from[b]` to column pe (exclusive) at its offset
+    function flush(b, pe) {
+      var pa = from[b];
+      if (pe <= pa) return;
+      var s = S2[D[b]], o = off[b], cc = col[D[b]];
+      var ra = Math.ceil(Hd - (o + s) * ys - 0.5), rb = Math.ceil(Hd - o * ys - 0.5);
+      if (ra < 0) ra = 0;
+      if (rb <= ra) return;
+      if (cc === NONE && md.hatchNone) {
+        for (var rr = ra; rr < rb; rr++) for (var pp = pa, base = rr * P; pp < pe; pp++) buf[base + pp] = hatch[(pp + rr) % 6 < 2 ? 1 : 0];
+        return;
+      }
+      var cl = cols[cc] || cols[0];
+      buf.fill(rb - ra >= 4 ? sep[cc] || cl : cl, ra * P + pa, ra * P + pe);
+      for (var r2 = ra + 1; r2 < rb; r2++) buf.fill(cl, r2 * P + pa, r2 * P + pe);
+    }
     for (p = 0; p < P; p++) {
-      var rem = false;
-      for (k = leave.start[p]; k < leave.start[p + 1]; k++) { dead[leave.items[k]] = 1; rem = true; }
-      if (rem) {
-        var w = 0;
-        for (k = 0; k < nlive; k++) if (!dead[live[k]]) live[w++] = live[k];
+      var qmin = nlive;
+      for (k = leave.start[p]; k < leave.start[p + 1]; k++) {
+        b = leave.items[k];
+        if (dead[b] || Lt.p0[b] >= p) { dead[b] = 1; continue; }  // never shown
+        dead[b] = 1;
+        flush(b, p);
+        dc[col[D[b]]] -= S2[D[b]];
+        if (pos[b] < qmin) qmin = pos[b];
+      }
+      if (qmin < nlive) {  // close the gaps, then move down those above the lowest that left
+        var w = qmin;
+        for (q = qmin; q < nlive; q++) { b = live[q]; if (!dead[b]) { live[w] = b; pos[b] = w; w++; } }
         nlive = w;
+        y = qmin > 0 ? off[live[qmin - 1]] + S2[D[live[qmin - 1]]] : 0;
+        for (q = qmin; q < nlive; q++) {
+          b = live[q];
+          if (off[b] !== y) { flush(b, p); off[b] = y; from[b] = p; verts[b].push(p, y); }
+          y += S2[D[b]];
+        }
+        top = y;
       }
       for (k = enter.start[p]; k < enter.start[p + 1]; k++) {
         b = enter.items[k];
-        if (Lt.p1[b] > p) live[nlive++] = b;
+        if (Lt.p1[b] <= p) continue;
+        live[nlive] = b; pos[b] = nlive++; off[b] = top; from[b] = p; verts[b].push(p, top);
+        top += S2[D[b]]; dc[col[D[b]]] += S2[D[b]];
       }
-      y = 0;
-      for (c = 0; c < NC; c++) dc[c] = 0;
-      for (k = 0; k < nlive; k++) {
-        b = live[k]; j = Lt.drawn[b];
-        if (y !== last[b]) { verts[b].push(p, y); last[b] = y; }
-        var s = md.S[j], cc = md.col[j];
-        r0 = Math.ceil(Hd - (y + s) * ys - 0.5); r1 = Math.ceil(Hd - y * ys - 0.5);
-        if (r0 < 0) r0 = 0;
-        if (r1 > r0) {
-          if (cc === NONE && md.hatchNone) {
-            for (r = r0; r < r1; r++) buf[r * P + p] = hatch[(p + r) % 6 < 2 ? 1 : 0];
-          } else {
-            colr = cols[cc] || cols[0];
-            buf[r0 * P + p] = r1 - r0 >= 4 ? sep[cc] || colr : colr;
-            for (r = r0 + 1; r < r1; r++) buf[r * P + p] = colr;
-          }
-        }
-        y += s; dc[cc] += s;
-      }
-      if (md.rest) {
+      if (md.rest) {  // the rest, by colour, above the drawn ones
         md.rest(Lt.tp[p], rest);
+        y = top;
         for (c = 0; c < NC; c++) {
           var v = rest[c] - dc[c];
           if (v <= 0) continue;
@@ -535,6 +591,7 @@
         }
       }
     }
+    for (q = 0; q < nlive; q++) flush(live[q], P);
     if (dry) return;
     Lt.verts = verts;
     ctx.putImageData(img, 0, 0);
@@ -587,7 +644,7 @@
     for (var e = Math.ceil(e0 / step) * step; e <= e1 + 1e-9; e += step) ticks.push(e);
     // seconds: enough decimals that neighbours differ; a time equal to the previous one's is
     // written once
-    var T = times();
+    var T = times(!ready);
     var secs = ticks.map(function (e) { return T && e < M.n ? (T[Math.min(M.n - 1, Math.floor(e))] - T[0]) / 1e6 : null; });
     var dmin = Infinity;
     for (var i = 1; i < secs.length; i++) if (secs[i] !== null && secs[i - 1] !== null && secs[i] !== secs[i - 1])
@@ -844,6 +901,7 @@
     el.appendChild(stackPre(g[6], 14));
   }
   function pinAlloc(j) {
+    full();
     S.sel = j;
     clear(panel);
     panel.removeAttribute("data-j");
@@ -925,18 +983,27 @@
     if (!d.moved) clickAt(ev);
   });
   function hoverAt(ev) {
-    if (!ev || !L || (S.view !== "mem" && S.view !== "segs")) return;
-    var pt = plotXY(ev), h = hitAt(pt.x, pt.y);
+    if (!ev || !L || (S.view !== "mem" && S.view !== "segs") || !M.K && (full(), !M.K)) return;
+    var t0 = performance.now(), pt = plotXY(ev), h = hitAt(pt.x, pt.y);
+    hoverDone(h, ev, t0);
+  }
+  function hoverDone(h, ev, t0) {
     hover = h;
-    if (!h) { hideTip(); drawOverlay(); plotEl.removeAttribute("data-hover"); return; }
+    if (!h) {
+      hideTip(); drawOverlay(); plotEl.removeAttribute("data-hover");
+      plotEl.setAttribute("data-hover-ms", (performance.now() - t0).toFixed(2));
+      return;
+    }
     if (h.oom !== undefined) showTip(ev, function (el) { tipOom(el, h.oom); });
     else if (h.area !== undefined) showTip(ev, function (el) { tipArea(el, h); });
     else if (S.view === "segs") showTip(ev, function (el) { tipSeg(el, h.j); });
     else showTip(ev, function (el) { tipAlloc(el, h.j); });
     plotEl.setAttribute("data-hover", h.j !== undefined ? "j" + h.j : h.area !== undefined ? "c" + h.area : "oom");
     drawOverlay();
+    plotEl.setAttribute("data-hover-ms", (performance.now() - t0).toFixed(2));
   }
   function clickAt(ev) {
+    if (!M.K && (full(), !M.K)) return;
     var pt = plotXY(ev), h = hitAt(pt.x, pt.y);
     if (!h) {  // a click on nothing lets go of the pinned one
       S.sel = -1; S.selSeg = -1;
@@ -975,7 +1042,7 @@
       if (S.view === "state") showInfo();
     });
   });
-  window.addEventListener("resize", function () { if (M) { size(); navBase = null; navc.width = 0; apply(); } });
+  window.addEventListener("resize", function () { if (M) { size(); navBase = null; navSize = null; navc.width = 0; apply(); } });
 
   // ---------------------------------------------------------------- search
   var searchTimer = null;
@@ -984,6 +1051,7 @@
     searchTimer = setTimeout(runSearch, 60);
   });
   function runSearch() {
+    if (M && !M.K && (full(), !M.K)) { searchTimer = setTimeout(runSearch, 100); return; }
     var q = search.value.trim().toLowerCase();
     S.q = q;
     if (!q || !M) { S.match = null; apply(); return; }
@@ -1023,6 +1091,7 @@
   // ---------------------------------------------------------------- allocations alive at t
   var alive = null;  // a max-tree of the allocations' ends (freed or completed), by index
   function aliveAt(t, fn) {
+    full();
     if (!alive) {
       var P = 1, N = M.N;
       while (P < N) P *= 2;
@@ -1283,8 +1352,11 @@
 
   // ---------------------------------------------------------------- the navigator
   var navEl = $("tgc-nav"), navc = $("tgc-navc"), navo = $("tgc-navo"), navBase = null, navDrag = null;
+  var navSize = null;  // read once (and on resize): reading it after the axes change would lay
+                      // the page out again on every step
   function drawNav() {
-    var w = navEl.clientWidth, h = navEl.clientHeight;
+    if (!navSize) navSize = { w: navEl.clientWidth, h: navEl.clientHeight };
+    var w = navSize.w, h = navSize.h;
     if (navc.width !== Math.round(w * dpr)) {
       [navc, navo].forEach(function (c) {
         c.width = Math.round(w * dpr); c.height = Math.round(h * dpr);
@@ -1354,6 +1426,7 @@
   // ---------------------------------------------------------------- views
   function setView(v) {
     if (!M || !document.getElementById("tgc-tab-" + v)) return;
+    if (!M.K && (full(), !M.K)) return;
     S.view = v;
     document.querySelectorAll(".tabs button").forEach(function (b) {
       b.setAttribute("aria-selected", b.getAttribute("data-view") === v ? "true" : "false");
@@ -1498,7 +1571,7 @@
     xOfEvent: function (e) { var r = canvas.getBoundingClientRect(); return r.left + xOf(e); },
     version: function (j) { return version(j); },
     name: function (j) { return nameOf(j); },
-    model: function () { return M; },
+    model: function () { full(); return M; },
     stack: function (k) { return stackLines(k, 0).lines; },
     plotBox: function () { var r = canvas.getBoundingClientRect(); return { x: r.left, y: r.top, width: r.width, height: r.height }; },
   };
@@ -1506,7 +1579,8 @@
   // ---------------------------------------------------------------- start
   colors = data.cats.colors.map(rgba);
   while (colors.length < NC) colors.push(rgba("#888888"));
-  inflate(data.blob).then(function (bytes) {
+  var got = inflate(data.blob);
+  got.first.then(function (bytes) {
     performance.mark("tgc-inflated");
     decode(bytes);
     performance.mark("tgc-decoded");
@@ -1516,7 +1590,17 @@
     performance.mark("tgc-ready");
     plotEl.setAttribute("data-decode-ms", M.decodeMs.toFixed(1));
     plotEl.setAttribute("data-ready", "1");
-    setTimeout(function () { if (!M.order) M.order = sizeOrder(M.S, M.N, data.unit); times(); warm(); }, 0);
+    ready = true;
+    return got.all;
+  }).then(function () {
+    setTimeout(function () {
+      M.complete = true;
+      full();
+      if (times()) drawAxes();
+      if (!M.order) M.order = sizeOrder(M.S, M.N, data.unit);
+      warm();
+      plotEl.setAttribute("data-full", "1");  // everything decoded
+    }, 0);
   }).catch(function (err) {
     status.textContent = "The page could not read its data: " + err.message;
     plotEl.setAttribute("data-error", String(err.message));

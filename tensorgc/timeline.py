@@ -630,9 +630,15 @@ def _legend_data(m: _Model) -> Dict[str, Any]:
             "labels": labels, "known": m.cats is not None, "marks": m.marks}
 
 
+FIRST_PARTS = ("A", "D", "S", "CT")  # what the page's first paint reads: they come first
+
+
 def _blob(parts: List[Tuple[str, str, bytes]]) -> Dict[str, Any]:
     """The binary parts as one base64 text (deflated past COMPRESS_OVER bytes: the page inflates
-    it with the browser's DecompressionStream), with each part's name, format and length."""
+    it with the browser's DecompressionStream), with each part's name, format and length; the
+    parts of the first paint first, so that it can start before the rest is inflated."""
+    parts = sorted(parts, key=lambda p: (p[0] not in FIRST_PARTS,
+                                         FIRST_PARTS.index(p[0]) if p[0] in FIRST_PARTS else 0))
     raw = b"".join(p[2] for p in parts)
     z = len(raw) > COMPRESS_OVER
     body = zlib.compress(raw, 1) if z else raw

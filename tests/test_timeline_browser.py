@@ -87,7 +87,7 @@ def open_page(browser, tmp_path, html, name="timeline.html"):
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(path.as_uri())
-    page.wait_for_selector("#tgc-plot[data-ready]")
+    page.wait_for_selector("#tgc-plot[data-full]")
     return page, errors
 
 

@@ -400,7 +400,7 @@
     for (var q = 0; q < N; q++) {
       var g = segs[idx[q]];
       A[q] = g[0]; F[q] = g[1] < 0 ? ALIVE : g[1]; Sz[q] = g[2];
-      var key = "stream " + g[4] + ", " + g[5] + " pool";
+      var key = "stream " + g[4] + ", " + g[5] + " pool";  // inferred or known: one group
       if (groups[key] === undefined) { groups[key] = names.length; names.push(key); }
       col[q] = Math.min(groups[key], 14);
       order.push(q);
@@ -733,7 +733,7 @@
       octx.beginPath(); octx.moveTo(cx, 0); octx.lineTo(cx, H); octx.stroke();
       octx.setLineDash([]);
     }
-    if (S.view === "mem") {  // the OOMs, over everything
+    if (S.view === "mem" || S.view === "segs") {  // the OOMs, over everything
       M.events.forEach(function (ev) {
         if (ev[1] !== 4 || ev[0] < S.e0 - 1 || ev[0] > S.e1) return;
         var x = xOf(ev[0] + 0.5);
@@ -797,7 +797,7 @@
   // {oom: row}, or null
   function hitAt(x, y) {
     if (!L || x < 0 || y < 0 || x >= W || y >= H) return null;
-    if (S.view === "mem") {
+    if (S.view === "mem" || S.view === "segs") {
       for (var r = 0; r < M.events.length; r++) {
         var ev = M.events[r];
         if (ev[1] === 4 && Math.abs(xOf(ev[0] + 0.5) - x) <= 3) return { oom: r, t: ev[0] };
@@ -836,16 +836,17 @@
     tip.style.left = x + "px"; tip.style.top = y + "px";
   }
   function hideTip() { tip.hidden = true; }
-  function tipAlloc(el, j) {
-    var head = document.createElement("div");
-    head.textContent = version(j) + " \u00b7 " + fmtBytes(M.S[j]) + " \u00b7 " + catName(M.cat[j]) +
-      (nameOf(j) ? " \u00b7 " + nameOf(j) : "");
-    el.appendChild(head);
-    el.appendChild(dl(allocRows(j).filter(function (r) { return r[0] !== "name"; })));
+  function tipAlloc(el, j) {  // a few lines: the panel (a click) has it all
+    var lines = [version(j) + " \u00b7 " + fmtBytes(M.S[j]) + " \u00b7 " + catText(j)];
+    if (nameOf(j)) lines.push(nameOf(j));
+    lines.push((j < data.npre ? "allocated before the trace" : "allocated at " + when(M.A[j])) +
+               (M.F[j] === ALIVE ? ", alive at the end" : ", freed at " + when(M.F[j])) +
+               (M.W[j] ? ", stream " + M.W[j] : ""));
+    lines.forEach(function (t) { var d = document.createElement("div"); d.textContent = t; el.appendChild(d); });
     var k = M.K[j], title = null;
     if (!k && M.R[j]) { k = M.R[j]; title = "alloc not recorded, stack trace for free:"; }
     fromLine(el, k);
-    el.appendChild(stackPre(k, 14, title));
+    el.appendChild(stackPre(k, 6, title));
   }
   function tipArea(el, h, pinned) {
     var head = document.createElement("div");
@@ -893,7 +894,8 @@
   function tipSeg(el, q) {
     var md = segModel(), g = M.segs[md.idx[q]], d = document.createElement("div");
     d.textContent = "s" + g[3] + "_" + g[7] + ": segment " + fmtSize(g[2]) + ", stream " + g[4] +
-      ", " + g[5] + " pool" + (g[8] ? ", expandable" : "");
+      ", " + g[5] + " pool" + (g[9] ? " (by its size: the snapshot no longer holds it)" : "") +
+      (g[8] ? ", expandable" : "");
     el.appendChild(d);
     el.appendChild(dl([["made", g[0] === 0 && g[6] === 0 ? "before the trace or at event 0" : when(g[0])],
                        ["freed", g[1] < 0 ? "alive at the end" : when(g[1])]]));
@@ -908,6 +910,7 @@
     if (j < 0) return;
     panel.appendChild(h3("Allocation " + fmtBytes(M.S[j])));
     panel.appendChild(dl(allocRows(j)));
+    fromLine(panel, M.K[j] || M.R[j]);
     panel.appendChild(stackPre(M.K[j], 0, M.K[j] ? "allocated at:" : "alloc not recorded"));
     if (M.R[j]) panel.appendChild(stackPre(M.R[j], 0, "freed at:"));
     panel.setAttribute("data-j", String(j));
@@ -1214,6 +1217,7 @@
         (M.EK[i] !== 1 ? (M.K[j] ? "" : "\nalloc not recorded, stack trace for free:") : "")));
     }
     var k = eventStack(i);
+    fromLine(info, k);
     info.appendChild(stackPre(k, 0, M.EK[i] === 1 || M.EK[i] >= 5 ? null : "the free's stack:"));
   }
   function showInfo() {  // the selected event, memory_viz's way: allocated / reserved, then it
@@ -1333,6 +1337,7 @@
         (h.block.pend ? " (freed, waiting for its stream to be done with it)" : "") +
         (M.W[j] ? " (stream " + M.W[j] + ")" : "") + "\n" + catName(M.cat[j]) +
         (nameOf(j) ? ", " + nameOf(j) : "") + "\n"));
+      fromLine(info, M.K[j] || M.R[j]);
       info.appendChild(stackPre(M.K[j] || M.R[j], 0, M.K[j] ? null : "alloc not recorded, stack trace for free:"));
       segc.setAttribute("data-hover", "b" + j);
     } else {
@@ -1340,6 +1345,7 @@
       info.appendChild(document.createTextNode("s" + s.g[3] + "_" + s.g[7] + ": segment " + fmtSize(s.size) +
         " allocated, " + fmtSize(free) + " free in its gaps (stream " + s.g[4] + ", " + s.g[5] + " pool), " +
         s.blocks + " block" + (s.blocks === 1 ? "" : "s") + "\n"));
+      fromLine(info, s.g[6]);
       info.appendChild(stackPre(s.g[6], 0));
       segc.setAttribute("data-hover", "s" + s.gi);
     }
@@ -1445,7 +1451,10 @@
       apply();
       selectEvent(S.cur >= 0 ? S.cur : Math.max(0, Math.ceil(S.e1) - 1), true);
       evBox.focus();
-    } else if (v === "cmp") { drawCompare(); drawNav(); }
+    } else if (v === "cmp") {
+      drawCompare(); drawNav();
+      status.textContent = "alive at the end of this snapshot and not of the baseline";
+    }
     else { size(); apply(); if (v === "mem" && S.sel >= 0) pinAlloc(S.sel); }
   }
   document.querySelectorAll(".tabs button").forEach(function (b) {

@@ -523,8 +523,9 @@ def _model(snap: Snapshot, index: int, categories: Optional[Mapping[int, str]] =
         k = dense_of(stack_col[by]) if by >= 0 else 0
         stream = streams[by] if by >= 0 else (streams[ended] if ended >= 0 else 0)
         expandable = (kinds[by] == _KINDS["segment_map"]) if by >= 0 else False
-        segs.append([start, end, size, _hex(addr), stream, _pool(info, size), k, version,
-                     1 if expandable else 0])
+        pool, guessed = _pool(info, size)
+        segs.append([start, end, size, _hex(addr), stream, pool, k, version,
+                     1 if expandable else 0, guessed])
     for addr, s in seg_info.items():
         if addr in made or len(segs) >= SEGMENTS_MAX:
             continue
@@ -538,8 +539,9 @@ def _model(snap: Snapshot, index: int, categories: Optional[Mapping[int, str]] =
             used.append(len(stacks) - 1)
             k = len(used)
         stream = s.get("stream") if isinstance(s.get("stream"), int) else 0
-        segs.append([0, -1, size, _hex(addr), stream, _pool(s, size), k,
-                     segfree_at.get(addr, 0), 1 if s.get("is_expandable") is True else 0])
+        pool, guessed = _pool(s, size)
+        segs.append([0, -1, size, _hex(addr), stream, pool, k, segfree_at.get(addr, 0),
+                     1 if s.get("is_expandable") is True else 0, guessed])
     _frames_of(m, stacks, used)
     # names: the detail engine's of every allocation, else those the reporter gave the blocks
     # alive at the end (the page finds them by address)
@@ -582,17 +584,18 @@ def _action_of(trace: Trace, i: int) -> object:
     return e.get("action") if isinstance(e, dict) else None
 
 
-def _pool(info: Mapping[str, Any], size: int) -> str:
-    """A segment's pool: the snapshot's segment_type (and private pool id) where it knows the
-    segment; else the caching allocator's rule (2 MiB segments are the small pool's)."""
+def _pool(info: Mapping[str, Any], size: int) -> Tuple[str, int]:
+    """A segment's pool, and 1 when it is guessed: the snapshot's segment_type (and private pool
+    id) where it knows the segment; else the caching allocator's rule (2 MiB segments are the
+    small pool's, the others the large pool's)."""
     kind = info.get("segment_type") if isinstance(info, Mapping) else None
     pool = info.get("segment_pool_id") if isinstance(info, Mapping) else None
     if isinstance(kind, str):
         out = _text(kind)[:20]
         if isinstance(pool, (tuple, list)) and any(pool):
             out += " (private pool " + ",".join(_text(p)[:20] for p in pool[:2]) + ")"
-        return out
-    return "small?" if size == 2 << 20 else "large?"
+        return out, 0
+    return ("small" if size == 2 << 20 else "large"), 1
 
 
 def _name_index(index: bytes, keep: Optional[bytes], limit: int, names: int) -> bytes:
@@ -769,7 +772,7 @@ _STYLE = (
     ".tip{position:fixed;z-index:9;max-width:46em;max-height:70vh;overflow:hidden;"
     "background:#fffffa;border:1px solid #999;box-shadow:2px 2px 6px #0003;padding:6px;"
     "font-size:12px;pointer-events:none}.tip pre{white-space:pre-wrap;word-break:break-all;"
-    "margin:4px 0 0;font-size:11px}.state{display:grid;grid-template-columns:minmax(22em,1fr) 2fr;"
+    "margin:4px 0 0;font-size:11px}.state{display:grid;grid-template-columns:minmax(40em,1fr) 1fr;"
     "gap:8px;height:600px}.events{overflow:auto;font:12px monospace;border:1px solid #ccc;"
     "position:relative;outline:none}.events div.row{position:absolute;left:0;right:0;height:16px;"
     "line-height:16px;white-space:pre;padding-left:4px;cursor:pointer}.events div.sel"

@@ -457,13 +457,28 @@
       top[p] = n ? md.tot[tp[p]] : 0;
     }
     var lo0 = Math.max(0, Math.floor(e0)), hi0 = Math.min(n - 1, Math.ceil(e1) - 1);
-    // alive somewhere in range: A <= hi0 and F > lo0
-    var inView = 0, N = md.N, A = md.A, F = md.F, Sz = md.S;
-    for (j = 0; j < N; j++) if (A[j] <= hi0 && F[j] > lo0) inView++;
+    // alive somewhere in range: A <= hi0 and F > lo0; as many as start by hi0, less those
+    // that ended by lo0 (they started before it)
+    var N = md.N, A = md.A, F = md.F, upto = upperBound(A, N, hi0), inView = 0, ix = null;
+    if (ready || md === segModelCache) {
+      ix = rangeIndex(md);
+      inView = upto - upperBound(ix.fs, N, lo0);
+    } else {  // the first paint does without the index (made right after it)
+      for (j = 0; j < upto; j++) if (F[j] > lo0) inView++;
+    }
     var all = inView <= Math.max(K, ZOOM_ALL) && e1 - e0 < n - 1e-9 || inView <= K;
     var want = all ? inView : K, drawn = [];
-    if (all) { for (j = 0; j < N; j++) if (A[j] <= hi0 && F[j] > lo0) drawn.push(j); }
-    else if (md.order) {
+    if (all && !ix) { for (j = 0; j < upto; j++) if (F[j] > lo0) drawn.push(j); }
+    else if (all) {  // by the max-tree of their ends: O(found log N)
+      var t = ix.tree, PT2 = ix.P, stack = [1, 0, PT2];
+      while (stack.length) {
+        var b = stack.pop(), a = stack.pop(), node = stack.pop();
+        if (a >= upto || t[node] <= lo0) continue;
+        if (node >= PT2) { drawn.push(node - PT2); continue; }
+        var m = (a + b) >> 1;
+        stack.push(2 * node + 1, m, b, 2 * node, a, m);
+      }
+    } else if (md.order) {
       for (q = 0; q < N && drawn.length < want; q++) {
         j = md.order[q];
         if (A[j] <= hi0 && F[j] > lo0) drawn.push(j);
@@ -480,6 +495,25 @@
     for (p = 0; p < P; p++) if (top[p] > ymax) ymax = top[p];
     return { md: md, e0: e0, e1: e1, P: P, tp: tp, top: top, drawn: drawn, p0: p0, p1: p1,
              ymax: ymax > 0 ? ymax * 1.05 : 1, inView: inView, all: nd === inView, verts: null };
+  }
+  function upperBound(arr, n, v) {  // how many of the sorted arr[0:n] are <= v
+    var lo = 0, hi = n;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (arr[mid] <= v) lo = mid + 1; else hi = mid; }
+    return lo;
+  }
+  // a model's ends, sorted, and a max-tree over them in index order (made once a model)
+  function rangeIndex(md) {
+    var holder = md === segModelCache ? md : M;
+    if (holder.rix) return holder.rix;
+    var N = md.N, fs = new Float64Array(N), P = 1, j;
+    fs.set(md.F.subarray ? md.F.subarray(0, N) : md.F);
+    fs.sort();
+    while (P < N) P *= 2;
+    var tree = new Float64Array(2 * P).fill(-1);
+    for (j = 0; j < N; j++) tree[P + j] = md.F[j];
+    for (j = P - 1; j >= 1; j--) tree[j] = Math.max(tree[2 * j], tree[2 * j + 1]);
+    holder.rix = { fs: fs, tree: tree, P: P };
+    return holder.rix;
   }
   // the `want` largest items alive in [lo, hi] (equal sizes: the earlier first), in index
   // order, by a selection over their keys (no sort of them all)
@@ -1607,6 +1641,7 @@
       full();
       if (times()) drawAxes();
       if (!M.order) M.order = sizeOrder(M.S, M.N, data.unit);
+      rangeIndex(memModel());
       warm();
       plotEl.setAttribute("data-full", "1");  // everything decoded
     }, 0);

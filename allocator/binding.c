@@ -63,32 +63,37 @@ trace_columns(PyObject *Py_UNUSED(module), PyObject *trace)
 
 PyDoc_STRVAR(detail_doc,
 "_detail($module, cols, pre, use_free_requested, max_stacks, labels=None, /, *, max_allocs=-1,\n"
-"        columns=0, cats=None, raw=False)\n--\n\n"
+"        columns=0, cats=None, raw=False, top=0)\n--\n\n"
 "Every allocation of a trace on the trace's own clock, varint-encoded for the timeline page\n"
 "(allocator/detail.c), a dict: labels=(entry_labels, pre_labels, entry_names, pre_names, names)\n"
 "from _timeline also gives each allocation its label (cats) and name index; max_allocs >= 0\n"
 "encodes that many of the largest; columns > 0 adds the active bytes by column (by category\n"
-"with cats: a category byte per allocation); raw adds the allocations' arrays as bytes.");
+"with cats: a category byte per allocation); raw adds the allocations' arrays as bytes; top > 0\n"
+"lists the top largest (their indexes among those encoded).");
 
 static PyObject *
 detail(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"", "", "", "", "", "max_allocs", "columns", "cats", "raw", NULL};
+    static char *kwlist[] = {"", "", "", "", "", "max_allocs", "columns", "cats", "raw", "top",
+                             NULL};
     PyObject *cols, *pre, *labels = Py_None, *cats = Py_None;
     int use_req, raw = 0;
     unsigned int max_stacks, columns = 0;
-    Py_ssize_t max_allocs = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!pI|O$nIOp:_detail", kwlist, &PyTuple_Type,
+    Py_ssize_t max_allocs = -1, top = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!pI|O$nIOpn:_detail", kwlist, &PyTuple_Type,
                                      &cols, &PyList_Type, &pre, &use_req, &max_stacks, &labels,
-                                     &max_allocs, &columns, &cats, &raw)) {
+                                     &max_allocs, &columns, &cats, &raw, &top)) {
         return NULL;
     }
     if (columns > 100000) {
         PyErr_SetString(PyExc_ValueError, "columns must be 0..100000");
         return NULL;
     }
+    if (top > max_allocs && max_allocs >= 0) {
+        top = max_allocs;
+    }
     return tgc_alloc_detail(cols, pre, use_req, max_stacks, labels, max_allocs, columns, cats,
-                            raw);
+                            raw, top);
 }
 
 PyDoc_STRVAR(stack_frames_doc,

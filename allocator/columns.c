@@ -597,7 +597,7 @@ col__labels(PyObject *labels, size_t n, size_t npre, tgc_detail_labels *l)
 PyObject *
 tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned max_stacks,
                  PyObject *labels, Py_ssize_t max_allocs, unsigned columns, PyObject *cats,
-                 int raw)
+                 int raw, Py_ssize_t top)
 {
     tgc_tcols c;
     tgc_detail d;
@@ -611,7 +611,8 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
     int timed = 0;
     PyObject *result = NULL, *streams = NULL, *used = NULL, *segs = NULL, *other = NULL;
     PyObject *keep_b = NULL, *times_b = NULL, *series = NULL, *raws = NULL;
-    PyObject *labs = NULL, *name_index = NULL, *catnames = NULL;
+    PyObject *labs = NULL, *name_index = NULL, *catnames = NULL, *tops = NULL;
+    uint8_t *topmask = NULL;
     tgc_detail_labels lab;
     int built = 0, rc, with_labels = labels != NULL && labels != Py_None;
     size_t npre_kept = 0, nkept = 0;
@@ -656,6 +657,10 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
             rc = keep == NULL ? -1 : 0;
         }
     }
+    if (rc == 0 && top > 0) {
+        topmask = tgc_detail_largest(&d, (size_t)top);
+        rc = topmask == NULL ? -1 : 0;
+    }
     if (rc == 0) {
         rc = tgc_detail_encode(&d, keep, &enc);
     }
@@ -689,8 +694,20 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
             goto done;
         }
     }
+    tops = PyList_New(0);
+    if (tops == NULL) {
+        goto done;
+    }
     for (size_t j = 0; j < d.n; j++) {
         int kept = keep == NULL || keep[j];
+        if (kept && topmask != NULL && topmask[j]) {  /* numbered among the kept ones */
+            PyObject *x = PyLong_FromSize_t(nkept);
+            int bad = x == NULL || PyList_Append(tops, x) < 0;
+            Py_XDECREF(x);
+            if (bad) {
+                goto done;
+            }
+        }
         nkept += kept;
         npre_kept += kept && j < d.npre;
     }
@@ -759,7 +776,7 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
         raws = Py_NewRef(Py_None);
     }
     result = Py_BuildValue("{s:O,s:K,s:K,s:n,s:n,s:n,s:n,s:K,s:O,s:O,s:O,s:O,s:L,s:O,s:O,s:O,"
-                           "s:O,s:O,s:O,s:O,s:O}",
+                           "s:O,s:O,s:O,s:O,s:O,s:O}",
                            "streams", streams, "unit", (unsigned long long)enc.unit,
                            "xunit", (unsigned long long)enc.xunit, "n", (Py_ssize_t)nkept,
                            "total", (Py_ssize_t)d.n, "npre", (Py_ssize_t)npre_kept,
@@ -772,7 +789,8 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
                            "cats", labs ? labs : Py_None,
                            "categories", catnames ? catnames : Py_None,
                            "name_index", name_index ? name_index : Py_None,
-                           "names", with_labels ? PyTuple_GET_ITEM(labels, 4) : Py_None);
+                           "names", with_labels ? PyTuple_GET_ITEM(labels, 4) : Py_None,
+                           "top", tops);
 done:
     if (built) {
         tgc_detail_free(&d);
@@ -795,6 +813,8 @@ done:
     Py_XDECREF(labs);
     Py_XDECREF(name_index);
     Py_XDECREF(catnames);
+    Py_XDECREF(tops);
+    free(topmask);
     return result;
 }
 

@@ -29,11 +29,11 @@ PyObject *tgc_alloc_columns(PyObject *trace);
 int tgc_alloc_cols(PyObject *cols, tgc_tcols *out);
 /* The data of the timeline page (detail.h): {streams, unit, xunit, n, total, npre, npre_total,
  * events, used, segments, other, times, t0, timed, keep, series, raw, cats, categories,
- * name_index, names}; labels: None, or the replay's (see columns.c's col__labels); see
+ * name_index, names, top}; labels: None, or the replay's (see columns.c's col__labels); see
  * binding.c's _detail for the rest. */
 PyObject *tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested,
                            unsigned max_stacks, PyObject *labels, Py_ssize_t max_allocs,
-                           unsigned columns, PyObject *cats, int raw);
+                           unsigned columns, PyObject *cats, int raw, Py_ssize_t top);
 /* One hint (include/tensorgc/infer.h) per stack of a list of frames lists, as bytes. */
 PyObject *tgc_alloc_stack_hints(PyObject *stacks);
 

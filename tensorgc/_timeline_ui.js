@@ -484,7 +484,14 @@
         if (A[j] <= hi0 && F[j] > lo0) drawn.push(j);
       }
       drawn.sort(function (x, y) { return x - y; });
-    } else drawn = largest(md, lo0, hi0, inView, want);
+    } else {
+      // the first paint: the largest of the whole trace came with the page
+      if (!ready && md.N === M.N && data.top && K === data.detail && e0 === 0 && e1 >= n) {
+        drawn = data.top.filter(function (j) { return A[j] <= hi0 && F[j] > lo0; });
+        if (drawn.length !== Math.min(want, inView)) drawn = null;
+      } else drawn = null;
+      if (!drawn) drawn = largest(md, lo0, hi0, inView, want);
+    }
     var nd = drawn.length, p0 = new Int32Array(nd), p1 = new Int32Array(nd);
     for (q = 0; q < nd; q++) {
       j = drawn[q];

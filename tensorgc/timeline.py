@@ -426,7 +426,7 @@ def _site_of(m: _Model, k: int) -> str:
 
 def _model(snap: Snapshot, index: int, categories: Optional[Mapping[int, str]] = None,
            names: Optional[Mapping[int, str]] = None, columns: int = 1,
-           max_allocs: Optional[int] = None) -> _Model:
+           max_allocs: Optional[int] = None, top: int = 0) -> _Model:
     """One device's page data: the C engines' output, its categories, stacks, names, segments
     and the entries no allocation accounts for."""
     m = _Model()
@@ -452,7 +452,8 @@ def _model(snap: Snapshot, index: int, categories: Optional[Mapping[int, str]] =
         pre_k.append((b["address"], b["size"], k))
     pcols = tuple(cols[:5]) + (stacks,) + tuple(cols[6:])
     d = _tensorgc._detail(pcols, pre_k, use_req, DETAIL_STACKS, labels,
-                          max_allocs=DETAIL_MAX if max_allocs is None else max_allocs, raw=True)
+                          max_allocs=DETAIL_MAX if max_allocs is None else max_allocs, raw=True,
+                          top=max(0, top))
     m.d = d
     _cats_of(m, categories)
     raw = d["raw"]
@@ -572,6 +573,7 @@ def _model(snap: Snapshot, index: int, categories: Optional[Mapping[int, str]] =
         "t0": d["t0"], "timed": d["timed"],
         "cats": _legend_data(m), "frames": m.frames, "segs": segs, "events": events,
         "names": m.names, "names_at": {_hex(a): v for a, v in called.items()},
+        "top": d["top"],  # the `top` largest: what the first paint draws one by one
         "stacks_cut": max(0, len(d["used"]) - DETAIL_STACKS) if len(d["used"]) > DETAIL_STACKS
         else 0, "events_cut": max(0, len(other) - EVENTS_MAX),
     }
@@ -900,7 +902,8 @@ def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300
     A device the snapshot does not hold is a ValueError (tensorgc.DeviceError) that lists the
     devices it holds: its page would be empty."""
     index = snapshot_device(snap, device)
-    m = _model(snap, index, categories, names, columns=SERIES_COLUMNS if baseline else 1)
+    m = _model(snap, index, categories, names, columns=SERIES_COLUMNS if baseline else 1,
+               top=min(max(0, int(detail)), 20000))
     breakdown = _breakdown(m)
     at = f"event {m.peak_at:,}" if m.peak_at >= 0 else "before the trace"
     head = title or f"Active memory timeline, cuda:{index}"

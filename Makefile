@@ -67,7 +67,7 @@ test: deps build ## Run the test suite (TENSORGC_TEST_DEVICE=cuda for CUDA tenso
 demo: deps build ## Run a leak with the detector on: prints the summary and the HTML page's path
 	$(PYTHON) demos/run_all.py
 
-bench: deps build ## Run the benchmarks (B1 overhead, B2 report cost, B3 reporter, B4 timeline, B5 line profiler, B6 pages, B7 owners); see docs/benchmarks.md
+bench: deps build ## Run the benchmarks (B1 overhead, B2 report cost, B3 reporter, B4 timeline, B5 line profiler, B6 pages, B7 owners, B8 gather_report, B10 growth); see docs/benchmarks.md
 	@# pytorch_memlab for B3's side-by-side; --no-deps: it would pull pandas and an unpinned torch
 	@$(PYTHON) -c "import importlib.util as u; exit(u.find_spec('pytorch_memlab') is None)" || \
 	  $(PYTHON) -m pip install -q --no-deps "pytorch_memlab==$(MEMLAB_VERSION)" "calmsize==0.1.3"
@@ -81,10 +81,10 @@ build/test_units: tests/c/test_units.c $(UNIT_SOURCES) $(wildcard cycles/*.h inc
 	@mkdir -p build
 	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c $(UNIT_SOURCES) -o $@ $(UNIT_LIBS)
 
-build/test_pickstream: tests/c/test_pickstream.c allocator/pickstream.c include/tensorgc/pickstream.h include/tensorgc/pickscan.h
+build/test_pickstream: tests/c/test_pickstream.c allocator/pickstream.c allocator/pickscan.c include/tensorgc/pickstream.h include/tensorgc/pickscan.h
 	@mkdir -p build
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude \
-	  tests/c/test_pickstream.c allocator/pickstream.c -o $@
+	  tests/c/test_pickstream.c allocator/pickstream.c allocator/pickscan.c -o $@
 
 build/test_device: tests/c/test_device.c allocator/device.c include/tensorgc/device.h
 	@mkdir -p build

@@ -10,6 +10,7 @@ import os
 import shlex
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -79,6 +80,11 @@ def cuda_headers():
     return [], []
 
 
+if sysconfig.get_config_var("Py_GIL_DISABLED"):
+    # include/tensorgc/compat.h stops the compiler too; this says it before anything is built.
+    sys.exit("tensorgc does not support free-threaded CPython builds (Py_GIL_DISABLED): the cycle "
+             "detector edits gc.garbage in place and reads reference counts without per-object "
+             "locks, which only the GIL makes safe. Build it with a standard (GIL) CPython.")
 gv = graphviz()
 cuda_inc, cuda_macros = cuda_headers()
 warnings = ["-Wall", "-Wextra", "-Wshadow", "-Wno-missing-field-initializers", "-Wno-cast-function-type"]

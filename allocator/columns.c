@@ -818,60 +818,83 @@ done:
     return result;
 }
 
-/* The frames of one stack's window (tgc_hint_window) as tgc_frames, pointing into the UTF-8 of
- * their file and name strings, which keep[] holds (new references: the caller drops them).
- * frames: held by the caller. Frames not of the plain shape read as (NULL, NULL). */
-static size_t
-col__window(const col_keys *k, PyObject *frames, tgc_frame *fr, PyObject **keep, size_t *nkeep,
-            int *python)
+/* The facts of frames (infer.h), each frame dict read once: torch's pickles share one dict
+ * among the stacks that hold the frame. The cache holds the dicts it names (keep), so that no
+ * other object takes their address while it does, and stops growing at its capacity. */
+typedef struct {
+    tgc_ptrmap map;              /* frame dict -> index into facts */
+    tgc_frame_facts *facts;
+    size_t n, cap;
+    PyObject *keep;              /* list */
+    const col_keys *keys;
+} col_facts;
+
+/* What one frame dict says: its file and name read as UTF-8 (exact str only, so no Python code
+ * runs), its line as an exact int. f: held by the caller. */
+static void
+col__frame_facts(const col_keys *k, PyObject *f, tgc_frame_facts *out)
 {
-    size_t len = (size_t)PyList_GET_SIZE(frames), head, tail, nf = 0;
-    tgc_hint_window(len, &head, &tail);
-    for (size_t j = 0; j < len; j = j + 1 == head ? tail : j + 1) {
-        PyObject *f = col__item(frames, (Py_ssize_t)j);  /* new; NULL once the list shrank */
-        if (f == NULL) {
-            break;
-        }
-        tgc_frame *out = &fr[nf++];
-        memset(out, 0, sizeof(*out));
-        if (PyDict_CheckExact(f)) {
-            PyObject *file = col__get(f, k->filename), *name;
-            Py_XINCREF(file);  /* held across the next lookups */
-            name = col__get(f, k->name);
-            Py_XINCREF(name);
-            PyObject *line = col__get(f, k->line);  /* borrowed: read before any other code */
-            int overflow = 0;
-            long long ln = line != NULL && PyLong_CheckExact(line)
-                           ? PyLong_AsLongLongAndOverflow(line, &overflow) : 0;
-            if (overflow || (ln == -1 && PyErr_Occurred())) {
-                ln = 0;
-            }
-            PyErr_Clear();
-            Py_ssize_t n;
-            if (file != NULL && PyUnicode_CheckExact(file) &&
-                (out->file = PyUnicode_AsUTF8AndSize(file, &n)) != NULL) {
-                out->file_len = (size_t)n;
-            }
-            PyErr_Clear();  /* a lone surrogate has no UTF-8: the field says nothing */
-            if (name != NULL && PyUnicode_CheckExact(name) &&
-                (out->name = PyUnicode_AsUTF8AndSize(name, &n)) != NULL) {
-                out->name_len = (size_t)n;
-            }
-            PyErr_Clear();
-            out->line = ln;
-            keep[(*nkeep)++] = file;  /* may be NULL: Py_XDECREF'd */
-            keep[(*nkeep)++] = name;
-            if (out->file == NULL || out->name == NULL) {
-                out->file = out->name = NULL;
-            }
-            else if (tgc_frame_is_python(out)) {
-                *python = 1;
-            }
-        }
-        Py_DECREF(f);
+    tgc_frame fr = {NULL, NULL, 0, 0, 0};
+    PyObject *file = col__get(f, k->filename), *name;
+    Py_XINCREF(file);  /* held across the next lookups */
+    name = col__get(f, k->name);
+    Py_XINCREF(name);
+    PyObject *line = col__get(f, k->line);  /* borrowed: read before any other code */
+    int overflow = 0;
+    long long ln = line != NULL && PyLong_CheckExact(line)
+                   ? PyLong_AsLongLongAndOverflow(line, &overflow) : 0;
+    if (overflow || (ln == -1 && PyErr_Occurred())) {
+        ln = 0;
     }
-    return nf;
+    PyErr_Clear();
+    Py_ssize_t n;
+    if (file != NULL && PyUnicode_CheckExact(file) &&
+        (fr.file = PyUnicode_AsUTF8AndSize(file, &n)) != NULL) {
+        fr.file_len = (size_t)n;
+    }
+    PyErr_Clear();  /* a lone surrogate has no UTF-8: the field says nothing */
+    if (name != NULL && PyUnicode_CheckExact(name) &&
+        (fr.name = PyUnicode_AsUTF8AndSize(name, &n)) != NULL) {
+        fr.name_len = (size_t)n;
+    }
+    PyErr_Clear();
+    fr.line = ln;
+    tgc_frame_facts_of(&fr, out);  /* the strings are held until here */
+    Py_XDECREF(file);
+    Py_XDECREF(name);
 }
+
+/* The facts of frames[j]; 0 bits for a frame that is no dict. -1 with an exception. */
+static int
+col__facts_at(col_facts *c, PyObject *frames, Py_ssize_t j, tgc_frame_facts *out)
+{
+    out->bits = 0;
+    out->apply_line = -1;
+    PyObject *f = col__item(frames, j);  /* new; NULL once the list shrank */
+    if (f == NULL || !PyDict_CheckExact(f)) {
+        Py_XDECREF(f);
+        return 0;
+    }
+    uint32_t k = tgc_ptrmap_get(&c->map, f);
+    if (k != UINT32_MAX) {
+        *out = c->facts[k];
+        Py_DECREF(f);
+        return 0;
+    }
+    col__frame_facts(c->keys, f, out);
+    if (c->n < c->cap) {
+        if (PyList_Append(c->keep, f) < 0) {
+            Py_DECREF(f);
+            return -1;
+        }
+        c->facts[c->n] = *out;
+        (void)tgc_ptrmap_put(&c->map, f, (uint32_t)c->n++);
+    }
+    Py_DECREF(f);
+    return 0;
+}
+
+#define COL_FACTS_CACHE (1u << 20)  /* distinct frames remembered */
 
 PyObject *
 tgc_alloc_stack_hints(PyObject *stacks)
@@ -884,36 +907,46 @@ tgc_alloc_stack_hints(PyObject *stacks)
     PyObject *out = PyBytes_FromStringAndSize(NULL, n);
     int64_t *lines = malloc(((size_t)n + 1) * sizeof(int64_t));
     col_keys keys = {0};
-    tgc_frame fr[2 * TGC_HINT_FRAMES];
-    PyObject *keep[4 * TGC_HINT_FRAMES];
-    size_t python_stacks = 0;
+    col_facts c = {{0}, NULL, 0, 0, NULL, &keys};
+    tgc_frame_facts fr[2 * TGC_HINT_FRAMES];
+    size_t python_stacks = 0, frames = 0;
     int64_t first_apply = INT64_MAX;
-    if (out == NULL || col__keys(&keys) < 0) {
+    if (out == NULL || col__keys(&keys) < 0 || (c.keep = PyList_New(0)) == NULL) {
         goto error;
     }
-    if (lines == NULL) {
+    for (Py_ssize_t i = 0; i < n; i++) {  /* the cache's size: the frames the windows read */
+        PyObject *st = PyTuple_GET_ITEM(items, i);
+        size_t len = PyList_Check(st) ? (size_t)PyList_GET_SIZE(st) : 0;
+        frames += len < 2 * TGC_HINT_FRAMES ? len : 2 * TGC_HINT_FRAMES;
+    }
+    c.cap = frames < COL_FACTS_CACHE ? frames : COL_FACTS_CACHE;
+    c.facts = malloc((c.cap + 1) * sizeof(tgc_frame_facts));
+    if (lines == NULL || c.facts == NULL || tgc_ptrmap_init(&c.map, c.cap + 1) < 0) {
         PyErr_NoMemory();
         goto error;
     }
     uint8_t *h = (uint8_t *)PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *frames = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple holds it */
+        PyObject *st = PyTuple_GET_ITEM(items, i);  /* borrowed; the tuple holds it */
         h[i] = TGC_HINT(TGC_HP_UNKNOWN, TGC_HK_PLAIN);
         lines[i] = -1;
-        if (!PyList_Check(frames)) {
+        if (!PyList_Check(st)) {
             continue;
         }
-        if (PyList_GET_SIZE(frames) == 0) {
+        size_t len = (size_t)PyList_GET_SIZE(st), head, tail, nf = 0;
+        if (len == 0) {
             h[i] = TGC_HINT(TGC_HP_FRAMELESS, TGC_HK_PLAIN);  /* undone below without Python */
             continue;
         }
-        size_t nkeep = 0;
+        tgc_hint_window(len, &head, &tail);
         int python = 0;
-        size_t nf = col__window(&keys, frames, fr, keep, &nkeep, &python);
-        h[i] = tgc_stack_hint(fr, nf, TGC_HINT(TGC_HP_UNKNOWN, TGC_HK_PLAIN), &lines[i]);
-        for (size_t j = 0; j < nkeep; j++) {
-            Py_XDECREF(keep[j]);
+        for (size_t j = 0; j < len; j = j + 1 == head ? tail : j + 1) {
+            if (col__facts_at(&c, st, (Py_ssize_t)j, &fr[nf]) < 0) {
+                goto error;
+            }
+            python |= (fr[nf++].bits & TGC_FF_PYTHON) != 0;
         }
+        h[i] = tgc_stack_hint(fr, nf, TGC_HINT(TGC_HP_UNKNOWN, TGC_HK_PLAIN), &lines[i]);
         python_stacks += python;
         if (lines[i] >= 0 && lines[i] < first_apply) {
             first_apply = lines[i];
@@ -930,14 +963,15 @@ tgc_alloc_stack_hints(PyObject *stacks)
             h[i] = TGC_HINT(TGC_HP_UNKNOWN, TGC_HK_PLAIN);
         }
     }
+    goto done;
+error:
+    Py_CLEAR(out);
+done:
     col__keys_clear(&keys);
+    tgc_ptrmap_free(&c.map);
+    free(c.facts);
+    Py_XDECREF(c.keep);
     free(lines);
     Py_DECREF(items);
     return out;
-error:
-    col__keys_clear(&keys);
-    free(lines);
-    Py_XDECREF(out);
-    Py_DECREF(items);
-    return NULL;
 }

@@ -53,8 +53,9 @@ inf__in(const char *s, size_t n, const char *const *names)
     return 0;
 }
 
-int
-tgc_frame_is_python(const tgc_frame *f)
+/* A Python frame: a ".py" file or a "<...>" pseudo-file (exec'd code, a notebook cell). */
+static int
+inf__python(const tgc_frame *f)
 {
     return inf__ends(f->file, f->file_len, ".py") ||
            (f->file_len >= 2 && f->file[0] == '<' && f->file[f->file_len - 1] == '>');
@@ -127,114 +128,137 @@ static const char *const autograd_entries[] = {"backward", "grad", "_make_grads"
 static const char *const recomputes[] = {"unpack_hook", "recompute_fn", NULL};
 static const char *const scaler_steps[] = {"unscale_", "_unscale_grads_", "step", "update", NULL};
 
-typedef struct {
-    int phase;         /* the innermost Python frame's phase, -1: none yet */
-    int kind;          /* the innermost Python frame's kind, -1: none yet */
-    int backward;      /* a backward frame anywhere (Python or the engine's C++) */
-    int accumulate, workspace, set_grad, user_init, python;
-    int64_t apply_line;
-} inf_scan;
-
-static void
-inf__python_frame(inf_scan *s, const tgc_frame *f)
+static uint16_t
+inf__python_facts(const tgc_frame *f, int64_t *apply_line)
 {
     const char *nm = f->name;
     size_t nn = f->name_len;
-    s->python++;
-    /* backward wins over every other phase: a recompute runs a forward inside it, the engine
-     * runs Python hooks */
+    uint16_t b = TGC_FF_PYTHON;
     if (inf__eq(nm, nn, "backward") ||
         (inf__torch(f, "autograd/__init__.py") && inf__in(nm, nn, autograd_entries)) ||
         (inf__torch(f, "autograd/graph.py") && inf__eq(nm, nn, "_engine_run_backward")) ||
         (inf__torch(f, "utils/checkpoint.py") && inf__in(nm, nn, recomputes))) {
-        s->backward = 1;
+        b |= TGC_FF_BACKWARD;
     }
     int module_py = inf__torch(f, "nn/modules/module.py");
-    if (s->phase < 0) {
-        if (module_py && inf__in(nm, nn, module_calls)) {
-            s->phase = TGC_HP_FORWARD;
-        }
-        else if ((inf__torch(f, "optim/") && !inf__eq(nm, nn, "zero_grad")) ||
-                 (inf__eq(nm, nn, "step") && inf__has(f->file, f->file_len, "optim")) ||
-                 inf__torch(f, "nn/utils/clip_grad.py") ||
-                 (inf__ends(f->file, f->file_len, "amp/grad_scaler.py") &&
-                  inf__in(nm, nn, scaler_steps))) {
-            s->phase = TGC_HP_OPTIMIZER;
-        }
+    if (module_py && inf__in(nm, nn, module_calls)) {
+        b |= TGC_FF_FORWARD;
     }
-    if (s->kind < 0) {
-        if (inf__eq(nm, nn, "zero_grad")) {
-            s->kind = TGC_HK_UNGRAD;
-        }
-        else if (module_py && inf__eq(nm, nn, "register_buffer")) {
-            s->kind = TGC_HK_BUFFER;
-        }
-        else if ((module_py && inf__in(nm, nn, module_moves)) ||
-                 (inf__nn_module_file(f) && inf__in(nm, nn, module_inits)) ||
-                 inf__torch(f, "nn/parameter.py") || inf__torch(f, "nn/init.py")) {
-            s->kind = TGC_HK_PARAM;
-        }
-        else if (inf__eq(nm, nn, "__init__") && !inf__torch_package(f)) {
-            s->user_init = 1;  /* a model's own constructor, if no phase is around it */
-        }
+    else if ((inf__torch(f, "optim/") && !inf__eq(nm, nn, "zero_grad")) ||
+             (inf__eq(nm, nn, "step") && inf__has(f->file, f->file_len, "optim")) ||
+             inf__torch(f, "nn/utils/clip_grad.py") ||
+             (inf__ends(f->file, f->file_len, "amp/grad_scaler.py") &&
+              inf__in(nm, nn, scaler_steps))) {
+        b |= TGC_FF_OPTIMIZER;
     }
-    if (module_py && inf__eq(nm, nn, "_apply") && s->apply_line < 0) {
-        s->apply_line = f->line;  /* the innermost one: the loop that moved this tensor */
+    if (inf__eq(nm, nn, "zero_grad")) {
+        b |= TGC_FF_UNGRAD;
     }
+    else if (module_py && inf__eq(nm, nn, "register_buffer")) {
+        b |= TGC_FF_BUFFER;
+    }
+    else if ((module_py && inf__in(nm, nn, module_moves)) ||
+             (inf__nn_module_file(f) && inf__in(nm, nn, module_inits)) ||
+             inf__torch(f, "nn/parameter.py") || inf__torch(f, "nn/init.py")) {
+        b |= TGC_FF_PARAM;
+    }
+    else if (inf__eq(nm, nn, "__init__") && !inf__torch_package(f)) {
+        b |= TGC_FF_USER_INIT;  /* a model's own constructor, if no phase is around it */
+    }
+    if (module_py && inf__eq(nm, nn, "_apply")) {
+        b |= TGC_FF_APPLY;
+        *apply_line = f->line;
+    }
+    return b;
 }
 
-static void
-inf__cpp_frame(inf_scan *s, const tgc_frame *f)
+static uint16_t
+inf__cpp_facts(const tgc_frame *f)
 {
     const char *nm = f->name;
     size_t nn = f->name_len;
+    uint16_t b = 0;
     if (inf__has(nm, nn, "torch::autograd::Engine::") ||
         inf__has(nm, nn, "PythonEngine::thread_init")) {
-        s->backward = 1;
+        b |= TGC_FF_BACKWARD;
     }
     if (inf__has(nm, nn, "AccumulateGrad::") ||
         inf__has(nm, nn, "c10d::Reducer::initialize_buckets")) {
-        s->accumulate = 1;
+        b |= TGC_FF_ACCUMULATE;
     }
     if (inf__has(nm, nn, "setWorkspaceForHandle") || inf__has(nm, nn, "BlasLtWorkspace")) {
-        s->workspace = 1;
+        b |= TGC_FF_WORKSPACE;
     }
     if (inf__has(nm, nn, "THPVariable_set_grad")) {
-        s->set_grad = 1;
+        b |= TGC_FF_SET_GRAD;
     }
+    return b;
+}
+
+void
+tgc_frame_facts_of(const tgc_frame *f, tgc_frame_facts *out)
+{
+    out->bits = 0;
+    out->apply_line = -1;
+    if (f->file == NULL || f->name == NULL) {
+        return;
+    }
+    out->bits = inf__python(f) ? inf__python_facts(f, &out->apply_line) : inf__cpp_facts(f);
 }
 
 uint8_t
-tgc_stack_hint(const tgc_frame *f, size_t nf, uint8_t frameless, int64_t *apply_line)
+tgc_stack_hint(const tgc_frame_facts *f, size_t nf, uint8_t frameless, int64_t *apply_line)
 {
-    inf_scan s = {-1, -1, 0, 0, 0, 0, 0, 0, -1};
+    int phase = -1, kind = -1, backward = 0, python = 0, user_init = 0;
+    uint16_t any = 0;  /* the C++ frames' facts, anywhere */
+    int64_t line = -1;
     *apply_line = -1;
     if (nf == 0) {
         return frameless;
     }
     for (size_t i = 0; i < nf; i++) {
-        if (f[i].file == NULL || f[i].name == NULL) {
+        uint16_t b = f[i].bits;
+        backward |= (b & TGC_FF_BACKWARD) != 0;
+        if (!(b & TGC_FF_PYTHON)) {
+            any |= b;
             continue;
         }
-        if (tgc_frame_is_python(&f[i])) {
-            inf__python_frame(&s, &f[i]);
+        python++;
+        /* Python frames go from the innermost out: the first of each sort decides */
+        if (phase < 0 && (b & (TGC_FF_FORWARD | TGC_FF_OPTIMIZER))) {
+            phase = b & TGC_FF_FORWARD ? TGC_HP_FORWARD : TGC_HP_OPTIMIZER;
         }
-        else {
-            inf__cpp_frame(&s, &f[i]);
+        if (kind < 0) {
+            if (b & TGC_FF_UNGRAD) {
+                kind = TGC_HK_UNGRAD;
+            }
+            else if (b & TGC_FF_BUFFER) {
+                kind = TGC_HK_BUFFER;
+            }
+            else if (b & TGC_FF_PARAM) {
+                kind = TGC_HK_PARAM;
+            }
+            else if (b & TGC_FF_USER_INIT) {
+                user_init = 1;
+            }
+        }
+        if ((b & TGC_FF_APPLY) && line < 0) {
+            line = f[i].apply_line;  /* the innermost one: the loop that moved this tensor */
         }
     }
-    if (s.accumulate) {
+    if (any & TGC_FF_ACCUMULATE) {
         return TGC_HINT(TGC_HP_BACKWARD, TGC_HK_GRAD);
     }
-    int phase = s.backward ? TGC_HP_BACKWARD : s.phase >= 0 ? s.phase
-                : s.python ? TGC_HP_OUTSIDE : TGC_HP_UNKNOWN;
-    int kind = s.workspace ? TGC_HK_WORKSPACE : s.set_grad ? TGC_HK_UNGRAD
-               : s.kind >= 0 ? s.kind
-               : s.user_init && phase == TGC_HP_OUTSIDE ? TGC_HK_PARAM : TGC_HK_PLAIN;
-    if (kind == TGC_HK_PARAM && s.kind == TGC_HK_PARAM) {
-        *apply_line = s.apply_line;
+    /* backward wins over every other phase: a recompute runs a forward inside it, the engine
+     * runs Python hooks */
+    int ph = backward ? TGC_HP_BACKWARD : phase >= 0 ? phase
+             : python ? TGC_HP_OUTSIDE : TGC_HP_UNKNOWN;
+    int k = any & TGC_FF_WORKSPACE ? TGC_HK_WORKSPACE : any & TGC_FF_SET_GRAD ? TGC_HK_UNGRAD
+            : kind >= 0 ? kind : user_init && ph == TGC_HP_OUTSIDE ? TGC_HK_PARAM : TGC_HK_PLAIN;
+    if (k == TGC_HK_PARAM && kind == TGC_HK_PARAM) {
+        *apply_line = line;
     }
-    return TGC_HINT(phase, kind);
+    return TGC_HINT(ph, k);
 }
 
 /* ---------------------------------------------------------------------- phase spans */

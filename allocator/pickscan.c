@@ -6,6 +6,7 @@
 #include "tensorgc/pickscan.h"
 
 enum { CHEAP = 0, UNHASHABLE = 1, COSTLY = 2, UNSET = 0xFF };
+#define NO_FRAME SIZE_MAX
 
 typedef struct {
     uint8_t *v;
@@ -82,9 +83,15 @@ ps_refused(unsigned op)
 
 #define FAIL(code_, x_, y_, z_) do { out->code = (code_); out->a = (x_); out->b = (y_); \
                                      out->c = (z_); goto done; } while (0)
-#define NEED(k) do { if ((size_t)(k) > n - pos) { FAIL(TGC_PS_TRUNCATED, 0, 0, 0); } } while (0)
-#define POPN(k) do { if (st.n < (size_t)(k)) { FAIL(TGC_PS_UNDERFLOW, 0, 0, 0); } \
-                     st.n -= (k); } while (0)
+/* k more bytes of the opcode: inside a frame they must be in it (checked first: a frame lies
+ * within the data), else in the data */
+#define NEED(k) do { if (frame_end != NO_FRAME && (size_t)(k) > frame_end - pos) { \
+                         FAIL(TGC_PS_FRAME_CROSSED, frame_end, 0, 0); } \
+                     if ((size_t)(k) > n - pos) { FAIL(TGC_PS_TRUNCATED, 0, 0, 0); } } while (0)
+/* The values above the top mark: the unpickler pops none below it (its fence). */
+#define ABOVE() (st.n - (mk.n ? mk.v[mk.n - 1] : 0))
+#define HAVE(k) do { if (ABOVE() < (size_t)(k)) { FAIL(TGC_PS_UNDERFLOW, 0, 0, 0); } } while (0)
+#define POPN(k) do { HAVE(k); st.n -= (k); } while (0)
 #define PUSH(k) do { if (ps_push(&st, (k)) < 0) { FAIL(TGC_PS_NOMEM, 0, 0, 0); } } while (0)
 #define POPMARK(m) do { if (mk.n == 0 || mk.v[mk.n - 1] > st.n) { \
                             FAIL(TGC_PS_UNDERFLOW, 0, 0, 0); } (m) = mk.v[--mk.n]; } while (0)
@@ -95,7 +102,8 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
     ps_bytes st = {0};
     ps_marks mk = {0};
     uint8_t *memo = malloc(n + 2);  /* indices never exceed the bytes read (checked below) */
-    size_t memo_count = 0, pos = 0;
+    size_t memo_count = 0, pos = 0;  /* memo_count: the slots set, MEMOIZE's index (CPython's) */
+    size_t frame_end = NO_FRAME;  /* the end of the frame the scan is in */
     memset(out, 0, sizeof(*out));
     if (memo == NULL) {
         out->code = TGC_PS_NOMEM;
@@ -104,6 +112,9 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
     memset(memo, UNSET, n + 2);
     for (;;) {
         out->pos = pos;
+        if (pos == frame_end) {
+            frame_end = NO_FRAME;
+        }
         NEED(1);
         unsigned op = data[pos++];
         out->pos = pos;
@@ -121,13 +132,15 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
             PUSH(memo[idx]);
             break;
         case 0x94:  /* MEMOIZE */
-            if (st.n == 0) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
             if (memo_count > n) {
                 FAIL(TGC_PS_MEMO_PAST, memo_count, pos, 0);
             }
-            memo[memo_count++] = st.v[st.n - 1];
+            HAVE(1);
+            idx = memo_count;  /* the count of slots set: not past the ones PUT set */
+            if (memo[idx] == UNSET) {
+                memo_count++;
+            }
+            memo[idx] = st.v[st.n - 1];
             break;
         case 0x71:  /* BINPUT */
         case 0x72:  /* LONG_BINPUT */
@@ -138,13 +151,11 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
                 out->pos = pos;
                 FAIL(TGC_PS_MEMO_PAST, idx, pos, 0);
             }
-            if (st.n == 0) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+            HAVE(1);
+            if (memo[idx] == UNSET) {
+                memo_count++;
             }
             memo[idx] = st.v[st.n - 1];
-            if (idx >= memo_count) {
-                memo_count = idx + 1;
-            }
             break;
         case 0x8C:  /* SHORT_BINUNICODE */
         case 0x43:  /* SHORT_BINBYTES */
@@ -182,6 +193,9 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
         case 0x75:  /* SETITEMS */
         case 0x64:  /* DICT */
             POPMARK(m);
+            if (op == 0x75 && m <= st.n - ABOVE()) {  /* the dict must be above the next mark */
+                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+            }
             for (size_t i = m; i < st.n; i += 2) {
                 if (st.v[i] != CHEAP) {
                     FAIL(TGC_PS_BAD_KEY, 0, 0, 0);
@@ -193,9 +207,7 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
             }
             break;
         case 0x73:  /* SETITEM */
-            if (st.n < 3) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
+            HAVE(3);
             if (st.v[st.n - 2] != CHEAP) {
                 FAIL(TGC_PS_BAD_KEY, 0, 0, 0);
             }
@@ -204,10 +216,14 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
         case 0x65:  /* APPENDS */
         case 0x31:  /* POP_MARK */
             POPMARK(m);
+            if (op == 0x65 && m <= st.n - ABOVE()) {  /* the list must be above the next mark */
+                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+            }
             st.n = m;
             break;
-        case 0x61:  /* APPEND */
-            POPN(1);
+        case 0x61:  /* APPEND: an item onto the list below it */
+            HAVE(2);
+            st.n -= 1;
             break;
         case 0x74:  /* TUPLE */
         case 0x6C:  /* LIST */
@@ -222,6 +238,9 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
         case 0x90:  /* ADDITEMS */
         case 0x91:  /* FROZENSET */
             POPMARK(m);
+            if (op == 0x90 && m <= st.n - ABOVE()) {  /* the set must be above the next mark */
+                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+            }
             for (size_t i = m; i < st.n; i++) {
                 if (st.v[i] != CHEAP) {
                     FAIL(TGC_PS_BAD_MEMBER, 0, 0, 0);
@@ -243,6 +262,9 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
         case 'X': case 'B': case 'T': case 0x8B:        /* 4-byte lengths */
         case 0x8D: case 0x8E: case 0x96: case 0x95: {   /* 8-byte lengths, FRAME */
             int width = (op == 'X' || op == 'B' || op == 'T' || op == 0x8B) ? 4 : 8;
+            if (op == 0x95 && frame_end != NO_FRAME) {
+                FAIL(TGC_PS_FRAME_NESTED, frame_end - (pos - 1), 0, 0);
+            }
             NEED(width);
             k = ps_le(data + pos, width);
             pos += width;
@@ -251,17 +273,31 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
                 out->pos = pos;
                 FAIL(TGC_PS_DECLARES, op, negative ? (uint64_t)-1 : k, n - pos);
             }
-            if (op != 0x95) {  /* FRAME: only a length; the opcodes inside are scanned */
-                pos += k;
-                PUSH(op == 0x96 ? UNHASHABLE : op == 0x8B ? (k > 8 ? COSTLY : CHEAP) : CHEAP);
+            if (op == 0x95) {  /* FRAME: only a length; the opcodes inside are scanned */
+                frame_end = pos + k;
+                break;
             }
+            if (frame_end != NO_FRAME && k > frame_end - pos) {
+                FAIL(TGC_PS_FRAME_CROSSED, frame_end, 0, 0);
+            }
+            pos += k;
+            PUSH(op == 0x96 ? UNHASHABLE : op == 0x8B ? (k > 8 ? COSTLY : CHEAP) : CHEAP);
             break;
         }
         case 0x80:  /* PROTO */
             NEED(1);
             pos += 1;
             break;
-        case 0x2E:  /* STOP */
+        case 0x2E:  /* STOP: the result alone on the stack (pickle.dump never leaves more) */
+            if (mk.n > 0) {
+                FAIL(TGC_PS_STOP_MARK, mk.n, 0, 0);
+            }
+            if (st.n == 0) {
+                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+            }
+            if (st.n > 1) {
+                FAIL(TGC_PS_STOP_STACK, st.n - 1, 0, 0);
+            }
             out->code = TGC_PS_OK;
             out->pos = pos;
             goto done;
@@ -274,15 +310,17 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
             }
             break;
         case 0x32:  /* DUP */
-            if (st.n == 0) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
+            HAVE(1);
             PUSH(st.v[st.n - 1]);
             break;
         case 'I': case 'L': case 'F': case 'S': case 'V': case 'g': case 'p': {
-            /* protocol 0: an argument up to the newline */
-            const unsigned char *nl = memchr(data + pos, '\n', n - pos);
+            /* protocol 0: an argument up to the newline, which a frame must hold */
+            size_t limit = frame_end != NO_FRAME ? frame_end : n;
+            const unsigned char *nl = memchr(data + pos, '\n', limit - pos);
             if (nl == NULL) {
+                if (frame_end != NO_FRAME) {
+                    FAIL(TGC_PS_FRAME_CROSSED, frame_end, 0, 0);
+                }
                 FAIL(TGC_PS_TRUNCATED, 0, 0, 0);
             }
             size_t len = (size_t)(nl - (data + pos)), start = pos;
@@ -309,13 +347,11 @@ tgc_pickle_scan(const unsigned char *data, size_t n, tgc_ps_result *out)
                     if (idx > pos) {
                         FAIL(TGC_PS_MEMO_PAST, idx, pos, 0);
                     }
-                    if (st.n == 0) {
-                        FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+                    HAVE(1);
+                    if (memo[idx] == UNSET) {
+                        memo_count++;
                     }
                     memo[idx] = st.v[st.n - 1];
-                    if (idx >= memo_count) {
-                        memo_count = idx + 1;
-                    }
                 }
             }
             else {

@@ -56,6 +56,7 @@ enum { M_OBJ, M_STR, M_INT, M_ENTRY, M_STACK, M_FRAME, M_OPEN, M_MISC };
 #define MEMO_PAGE_BITS 13
 #define MEMO_PAGE (1u << MEMO_PAGE_BITS)
 #define NO_MEMO UINT64_MAX
+#define NO_FRAME UINT64_MAX
 
 /* The keys the trace's path reads, interned first so that their string ids are these. */
 enum { K_ACTION, K_ADDR, K_SIZE, K_STREAM, K_TIME_US, K_DEVICE_FREE, K_FRAMES, K_FILENAME,
@@ -164,16 +165,20 @@ struct tgc_ps_stream {
     void *read_ctx;
     uint64_t size, max_bytes, seed;
     tgc_ps_error err;
-    /* the reader: unread bytes are buf[lo, hi); off is the file offset of buf[lo] */
+    /* the reader: unread bytes are buf[lo, hi); off is the file offset of buf[lo]. An opcode
+     * reads up to flim: hi, or where the FRAME it is in ends when that comes first (so one
+     * compare checks both; set_flim after hi, off or frame_end change other than by reading) */
     unsigned char *buf;
-    size_t lo, hi;
+    size_t lo, hi, flim;
     uint64_t off, total, op_end;
+    uint64_t frame_end;          /* the end of the FRAME being read, or NO_FRAME */
     int eof;
     /* the machine */
     val *st;
     size_t n, cap;
     size_t *marks;
     size_t nmarks, mcap;
+    size_t fence;                /* the top mark (0 without one): no opcode pops below it */
     uint64_t **memo;
     size_t npages;
     uint64_t memo_set;           /* slots set: MEMOIZE's index, as CPython's unpickler */
@@ -491,9 +496,10 @@ intern_str(S *s, const char *p, size_t n, uint32_t *sid)
     return 0;
 }
 
-/* UTF-8 as the unpickler decodes it ("surrogatepass": encoded surrogates are taken). */
-static int
-utf8_ok(const unsigned char *p, size_t n)
+/* UTF-8 as the unpickler decodes it: "surrogatepass" (encoded surrogates taken) for strings,
+ * "strict" (refused) for GLOBAL's names. */
+static inline int
+utf8_check(const unsigned char *p, size_t n, int strict)
 {
     size_t i = 0;
     while (i < n) {
@@ -519,6 +525,9 @@ utf8_ok(const unsigned char *p, size_t n)
             k = 2;
             if (c == 0xE0) {
                 lo = 0xA0;
+            }
+            else if (c == 0xED && strict) {
+                hi = 0x9F;
             }
         }
         else if (c >= 0xF0 && c <= 0xF4) {
@@ -547,6 +556,12 @@ utf8_ok(const unsigned char *p, size_t n)
         i += k + 1;
     }
     return 1;
+}
+
+static int
+utf8_ok(const unsigned char *p, size_t n)
+{
+    return utf8_check(p, n, 0);
 }
 
 static int
@@ -756,10 +771,29 @@ intern_extras(S *s, const pair *items, size_t n, uint32_t *id)
 /* ------------------------------------------------------------------------------------------ */
 /* The reader                                                                                  */
 
+static int rd_fill_raw(S *s, size_t need);
+
+static inline void
+set_flim(S *s)
+{
+    s->flim = s->hi;
+    if (s->frame_end != NO_FRAME && s->frame_end - s->off < s->hi - s->lo) {
+        s->flim = s->lo + (size_t)(s->frame_end - s->off);
+    }
+}
+
 /* At least `need` (<= TGC_PS_CHUNK) unread bytes in buf: 0, 1 when the file ends first, -1 on
  * a read error or past max_bytes. */
 static int
 rd_fill(S *s, size_t need)
+{
+    int r = rd_fill_raw(s, need);
+    set_flim(s);
+    return r;
+}
+
+static int
+rd_fill_raw(S *s, size_t need)
 {
     if (s->lo > 0) {
         memmove(s->buf, s->buf + s->lo, s->hi - s->lo);
@@ -822,6 +856,7 @@ rd_big(S *s, size_t k)
         }
     }
     s->off += k;
+    set_flim(s);
     return p;
 }
 
@@ -1116,11 +1151,11 @@ drop_range(S *s, size_t from)
     return rc;
 }
 
-/* What v holds as a field value: ints (bools are ints, as for isinstance), strings (interned:
- * *sid), or a type name. */
+/* What v holds as a field value: ints (bools are ints, as for isinstance; `boolean` says which
+ * were, for a column cannot give a bool back), strings (interned: *sid), or a type name. */
 enum { L_INT, L_UINT, L_BIG, L_STR, L_NONE, L_LIST, L_DICT, L_OTHER };
 typedef struct {
-    int kind;
+    int kind, boolean;
     int64_t i;
     uint64_t u;
     uint32_t sid;
@@ -1134,7 +1169,11 @@ look(S *s, val *v, look_t *out)
     out->type = kind_type(v->kind);
     switch (v->kind) {
     case V_NONE: out->kind = L_NONE; return 0;
-    case V_TRUE: case V_FALSE: out->kind = L_INT; out->i = v->kind == V_TRUE; return 0;
+    case V_TRUE: case V_FALSE:
+        out->kind = L_INT;
+        out->boolean = 1;
+        out->i = v->kind == V_TRUE;
+        return 0;
     case V_INT:
         if (v->flags & F_UNSIGNED) {
             out->kind = L_UINT;
@@ -1161,6 +1200,7 @@ look(S *s, val *v, look_t *out)
     case TGC_PSS_NONE: out->kind = L_NONE; break;
     case TGC_PSS_TRUE: case TGC_PSS_FALSE:
         out->kind = L_INT;
+        out->boolean = 1;
         out->i = sc.kind == TGC_PSS_TRUE;
         break;
     case TGC_PSS_INT: out->kind = L_INT; out->i = sc.i; break;
@@ -1222,6 +1262,18 @@ frame_set(S *s, uint32_t idx, val *k, val *v)
     int which = k->kind != V_STR ? -1 : k->b == K_FILENAME ? 0 : k->b == K_NAME ? 1
               : k->b == K_LINE ? 2 : -1;
     look_t l;
+    if (which >= 0) {
+        if (look(s, v, &l) < 0) {
+            return -1;
+        }
+        if (which == 2 && l.boolean) {  /* a bool line: valid, kept as it is with the others */
+            open_rec *r = &s->opens[idx];
+            r->ftype[2] = l.type;
+            r->fst[2] = FS_OK;
+            r->line_kind = 0;
+            which = -1;
+        }
+    }
     if (which < 0) {
         val kx, vx;
         void *kb = NULL, *vb = NULL;
@@ -1258,10 +1310,16 @@ frame_set(S *s, uint32_t idx, val *k, val *v)
         r->x[r->nx++] = (pair){kx, vx};
         return 0;
     }
-    if (look(s, v, &l) < 0) {
-        return -1;
-    }
     open_rec *r = &s->opens[idx];
+    if (which == 2) {  /* a line set again: a bool line set before is no more */
+        size_t j = 0;
+        for (size_t i = 0; i < r->nx; i++) {
+            if (!(r->x[i].k.kind == V_STR && r->x[i].k.b == K_LINE)) {
+                r->x[j++] = r->x[i];
+            }
+        }
+        r->nx = j;
+    }
     r->ftype[which] = l.type;
     if (which < 2) {
         r->fst[which] = l.kind == L_STR ? FS_OK : FS_TYPE;
@@ -1780,9 +1838,10 @@ row_frames(S *s, uint32_t d, uint32_t row, val *v)
     return 0;
 }
 
-/* An address, size or device_free: an int in [0, 2**64). */
+/* An address, size or device_free: an int in [0, 2**64). A bool is one, in the column for the
+ * readers, and kept as it is with the other fields too (they win when the entry is made). */
 static int
-row_u64(S *s, uint32_t d, uint32_t row, int field, int col, int bit, val *v)
+row_u64(S *s, uint32_t d, uint32_t row, int field, int col, int bit, val *k, val *v)
 {
     device *dv = &s->devs[d];
     look_t l;
@@ -1798,7 +1857,7 @@ row_u64(S *s, uint32_t d, uint32_t row, int field, int col, int bit, val *v)
     if (l.kind == L_INT || l.kind == L_UINT) {
         c[row] = l.kind == L_INT ? (uint64_t)l.i : l.u;
         clear_err(s, d, row, field);
-        return 0;
+        return l.boolean ? row_extra(s, d, row, k, v) : 0;
     }
     return set_err(s, d, row, field, l.kind == L_BIG ? E_RANGE : E_TYPE, l.type, 0);
 }
@@ -1833,11 +1892,11 @@ row_set(S *s, uint32_t d, uint32_t row, val *k, val *v)
         clear_err(s, d, row, F_ACTION);
         return 0;
     case K_ADDR:
-        return row_u64(s, d, row, F_ADDR, TGC_PS_COL_ADDR, TGC_PS_P_ADDR, v);
+        return row_u64(s, d, row, F_ADDR, TGC_PS_COL_ADDR, TGC_PS_P_ADDR, k, v);
     case K_SIZE:
-        return row_u64(s, d, row, F_SIZE, TGC_PS_COL_SIZE, TGC_PS_P_SIZE, v);
+        return row_u64(s, d, row, F_SIZE, TGC_PS_COL_SIZE, TGC_PS_P_SIZE, k, v);
     case K_DEVICE_FREE:
-        return row_u64(s, d, row, F_DEVFREE, TGC_PS_COL_DEVFREE, TGC_PS_P_DEVFREE, v);
+        return row_u64(s, d, row, F_DEVFREE, TGC_PS_COL_DEVFREE, TGC_PS_P_DEVFREE, k, v);
     case K_TIME_US:
         if (look(s, v, &l) < 0) {
             return -1;
@@ -1848,7 +1907,7 @@ row_set(S *s, uint32_t d, uint32_t row, val *k, val *v)
             present[row] |= TGC_PS_P_TIME;
             ((int64_t *)dv->col[TGC_PS_COL_TIME])[row] = l.i;
             clear_err(s, d, row, F_TIME);
-            return 0;
+            return l.boolean ? row_extra(s, d, row, k, v) : 0;  /* a bool: as row_u64 keeps it */
         }
         if (l.kind == L_UINT) {  /* valid, but no int64: kept with the other fields */
             clear_err(s, d, row, F_TIME);
@@ -2049,6 +2108,13 @@ device_fault(S *s, uint32_t d)
 
 /* ------------------------------------------------------------------------------------------ */
 /* The machine                                                                                 */
+
+/* The values above the top mark (the unpickler's fence): what an opcode may pop. */
+static inline size_t
+above_mark(const S *s)
+{
+    return s->n - s->fence;
+}
 
 static int push_slow(S *s, val v);
 
@@ -2396,7 +2462,7 @@ memo_get(S *s, uint64_t idx)
 static int
 memo_put(S *s, uint64_t idx)
 {
-    if (s->n == 0) {
+    if (above_mark(s) == 0) {
         fail(s, TGC_PS_UNDERFLOW, 0, 0, 0);
         return -1;
     }
@@ -2472,6 +2538,7 @@ release_machine(S *s)
     }
     s->n = 0;
     s->nmarks = 0;
+    s->fence = 0;
     for (size_t p = 0; p < s->npages; p++) {
         if (s->memo[p] == NULL) {
             continue;
@@ -2560,12 +2627,20 @@ push_payload(S *s, unsigned op, const unsigned char *p, size_t k)
     return push_obj(s, s->b.scalar(s->b.ctx, &sc), 0);
 }
 
-/* A text line (protocol 0 arguments, GLOBAL's names), the newline excluded. */
+/* A text line (protocol 0 arguments, GLOBAL's names), the newline excluded; inside a frame, the
+ * newline must be in it (pickscan's rule). */
 static int
 rd_line(S *s, const unsigned char **line, size_t *len)
 {
     for (;;) {
-        const unsigned char *nl = memchr(s->buf + s->lo, '\n', s->hi - s->lo);
+        size_t avail = s->hi - s->lo;
+        int capped = s->frame_end != NO_FRAME && s->frame_end - s->off <= avail;
+        const unsigned char *nl = memchr(s->buf + s->lo, '\n',
+                                         capped ? (size_t)(s->frame_end - s->off) : avail);
+        if (nl == NULL && capped) {
+            fail(s, TGC_PS_FRAME_CROSSED, s->frame_end, 0, 0);
+            return -1;
+        }
         if (nl != NULL) {
             *line = s->buf + s->lo;
             *len = (size_t)(nl - (s->buf + s->lo));
@@ -2618,24 +2693,119 @@ refused(unsigned op)
     }
 }
 
-/* A name of GLOBAL's for the message: cut, and kept printable. */
+/* A name from the file, for a message: printable ASCII kept, a backslash doubled, any other
+ * code point escaped as \xNN, \uNNNN or \UNNNNNNNN; cut with "..." where the next piece would
+ * pass NAME_LIMIT characters (snapshot._printable writes the same from a str). p is UTF-8, lone
+ * surrogates allowed; a stray byte (never passed) would read as its own code point. */
+#define NAME_LIMIT 200
+#define NAME_CAP (NAME_LIMIT + 4)
 static void
-name_part(char *out, size_t cap, const unsigned char *p, size_t n)
+escape_name(char out[NAME_CAP], const unsigned char *p, size_t n)
 {
-    size_t k = n < cap - 1 ? n : cap - 1;
-    memcpy(out, p, k);
-    out[k] = 0;
+    size_t used = 0, i = 0;
+    while (i < n) {
+        uint32_t cp = p[i];
+        size_t k = cp < 0x80 ? 0 : cp >= 0xF0 ? 3 : cp >= 0xE0 ? 2 : cp >= 0xC0 ? 1 : 0;
+        if (k > 0 && i + k < n) {
+            cp &= 0x3Fu >> k;
+            for (size_t j = 1; j <= k; j++) {
+                cp = cp << 6 | (p[i + j] & 0x3Fu);
+            }
+        }
+        else {
+            k = 0;
+        }
+        i += k + 1;
+        char piece[12];
+        if (cp >= 0x20 && cp < 0x7F && cp != '\\') {
+            piece[0] = (char)cp;
+            piece[1] = 0;
+        }
+        else if (cp == '\\') {
+            memcpy(piece, "\\\\", 3);
+        }
+        else {
+            snprintf(piece, sizeof(piece), cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x"
+                                                                            : "\\U%08x", cp);
+        }
+        size_t len = strlen(piece);
+        if (used + len > NAME_LIMIT) {
+            memcpy(out + used, "...", 3);
+            used += 3;
+            break;
+        }
+        memcpy(out + used, piece, len);
+        used += len;
+    }
+    out[used] = 0;
 }
 
+/* GLOBAL, INST or STACK_GLOBAL with both names (UTF-8): refused by them, escaped. */
 static int
-lookup(S *s, const unsigned char *mod, size_t nmod, const unsigned char *name, size_t nname)
+lookup(S *s, const char *mod, const char *name)
 {
-    char a[240], b[240];
-    name_part(a, sizeof(a), mod, nmod);
-    name_part(b, sizeof(b), name, nname);
-    snprintf(s->err.text, sizeof(s->err.text), "%s.%s", a, b);
+    snprintf(s->err.text, sizeof(s->err.text), "%s.%s", mod, name);
     fail(s, TGC_PS_LOOKUP, 0, 0, 0);
     return -1;
+}
+
+/* One of GLOBAL's or INST's name lines into out, escaped, checked as the unpickler checks it
+ * (an empty name reads as truncated; GLOBAL decodes UTF-8, INST ASCII). 0, or -1. */
+static int
+name_line(S *s, unsigned op, char out[NAME_CAP])
+{
+    const unsigned char *line;
+    size_t len;
+    if (rd_line(s, &line, &len) < 0) {
+        return -1;
+    }
+    if (len == 0) {
+        return fail_text(s, TGC_PS_CORRUPT, "an empty name after %s",
+                         op == 'c' ? "GLOBAL" : "INST");
+    }
+    if (op == 'c' ? !utf8_check(line, len, 1) : !ascii_ok(line, len)) {
+        return fail_text(s, TGC_PS_CORRUPT, "a name after %s that is not %s",
+                         op == 'c' ? "GLOBAL" : "INST", op == 'c' ? "UTF-8" : "ASCII");
+    }
+    escape_name(out, line, len);
+    return 0;
+}
+
+/* NEED's slow path (fewer than k bytes before flim): k more bytes of the opcode, which must
+ * lie in its frame (checked first: a frame lies within the file) and in the file. 0, or -1. */
+static int
+need_slow(S *s, size_t k)
+{
+    if (s->off + k > s->frame_end) {
+        fail(s, TGC_PS_FRAME_CROSSED, s->frame_end, 0, 0);
+        return -1;
+    }
+    if (s->hi - s->lo < k) {
+        int r = rd_fill(s, k);
+        if (r < 0) {
+            return -1;
+        }
+        if (r > 0) {
+            fail(s, TGC_PS_TRUNCATED, 0, 0, 0);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The next opcode's byte when none is before flim: past the end of its frame the opcodes are in
+ * none (or in the next FRAME), else the buffer is refilled. 0, or -1. */
+static int
+next_op_slow(S *s)
+{
+    if (s->off >= s->frame_end) {
+        s->frame_end = NO_FRAME;
+        set_flim(s);
+        if (s->flim > s->lo) {
+            return 0;
+        }
+    }
+    return need_slow(s, 1);
 }
 
 #define FAIL(code_, a_, b_, c_) do { fail(s, (code_), (a_), (b_), (c_)); goto failed; } while (0)
@@ -2643,12 +2813,12 @@ lookup(S *s, const unsigned char *mod, size_t nmod, const unsigned char *name, s
 #define AVAIL (s->hi - s->lo)
 #define HERE (s->buf + s->lo)
 #define ADV(k) do { s->lo += (k); s->off += (k); } while (0)
-#define NEED(k) do { if (AVAIL < (size_t)(k)) { int r_ = rd_fill(s, (size_t)(k)); \
-                         if (r_ < 0) { goto failed; } \
-                         if (r_ > 0) { FAIL(TGC_PS_TRUNCATED, 0, 0, 0); } } } while (0)
+#define NEED(k) do { if (s->flim - s->lo < (size_t)(k)) { CHECK(need_slow(s, (size_t)(k))); } \
+                } while (0)
 #define POPMARK(m) do { if (s->nmarks == 0 || s->marks[s->nmarks - 1] > s->n) { \
                             FAIL(TGC_PS_UNDERFLOW, 0, 0, 0); } \
-                        (m) = s->marks[--s->nmarks]; } while (0)
+                        (m) = s->marks[--s->nmarks]; \
+                        s->fence = s->nmarks ? s->marks[s->nmarks - 1] : 0; } while (0)
 #define KEYS_CHEAP(from, step, code) do { \
         for (size_t i_ = (from); i_ < s->n; i_ += (step)) { \
             if (klass(s, &s->st[i_]) != TGC_PSK_CHEAP) { FAIL((code), 0, 0, 0); } } \
@@ -2660,7 +2830,9 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
     *result = NULL;
     for (;;) {
         s->op_end = s->off;
-        NEED(1);
+        if (s->flim == s->lo) {
+            CHECK(next_op_slow(s));
+        }
         unsigned op = *HERE;
         ADV(1);
         s->op_end = s->off;
@@ -2677,7 +2849,10 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
                 goto failed;
             }
             break;
-        case 0x95:  /* FRAME: a length the opcodes inside need not respect; checked, no more */
+        case 0x95:  /* FRAME: whole opcodes inside, and not inside another (pickscan's rules) */
+            if (s->frame_end != NO_FRAME) {
+                FAIL(TGC_PS_FRAME_NESTED, s->frame_end - (s->off - 1), 0, 0);
+            }
             NEED(8);
             k = le(HERE, 8);
             ADV(8);
@@ -2685,10 +2860,18 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
                 fail_at(s, TGC_PS_DECLARES, s->off, op, k, known_size(s) - s->off);
                 goto failed;
             }
+            s->frame_end = s->off + k;
+            set_flim(s);
             break;
-        case 0x2E: {  /* STOP */
+        case 0x2E: {  /* STOP: the result alone on the stack (pickscan's rule) */
+            if (s->nmarks > 0) {
+                FAIL(TGC_PS_STOP_MARK, s->nmarks, 0, 0);
+            }
             if (s->n == 0) {
                 FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+            }
+            if (s->n > 1) {
+                FAIL(TGC_PS_STOP_STACK, s->n - 1, 0, 0);
             }
             val top = s->st[--s->n];
             void *o = box(s, &top);
@@ -2736,10 +2919,12 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
                 goto failed;
             }
             s->marks[s->nmarks++] = s->n;
+            s->fence = s->n;
             break;
         case 0x30:  /* POP: the item, or the mark when nothing is above it */
             if (s->nmarks > 0 && s->marks[s->nmarks - 1] == s->n) {
                 s->nmarks--;
+                s->fence = s->nmarks ? s->marks[s->nmarks - 1] : 0;
             }
             else {
                 if (s->n == 0) {
@@ -2753,7 +2938,7 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             CHECK(drop_range(s, m));
             break;
         case 0x32: {  /* DUP */
-            if (s->n == 0) {
+            if (above_mark(s) == 0) {
                 FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
             }
             val v = s->st[s->n - 1];
@@ -2831,13 +3016,16 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
                 nomem(s);
                 goto failed;
             }
-            if (k <= TGC_PS_CHUNK) {
+            if (k <= TGC_PS_CHUNK) {  /* NEED checks the frame too */
                 NEED(k);
                 CHECK(op == 0x8B ? push_long(s, HERE, (size_t)k)
                                  : push_payload(s, op, HERE, (size_t)k));
                 ADV(k);
             }
             else {
+                if (s->off + k > s->frame_end) {
+                    FAIL(TGC_PS_FRAME_CROSSED, s->frame_end, 0, 0);
+                }
                 unsigned char *big = rd_big(s, (size_t)k);
                 if (big == NULL) {
                     goto failed;
@@ -2862,7 +3050,7 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             CHECK(push_obj(s, s->b.make(s->b.ctx, TGC_PSB_TUPLE, NULL, 0), F_COSTLY));
             break;
         case 0x85: case 0x86: case 0x87:  /* TUPLE1..3 */
-            if (s->n < op - 0x84u) {
+            if (above_mark(s) < op - 0x84u) {
                 FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
             }
             CHECK(make_from(s, TGC_PSB_TUPLE, s->n - (op - 0x84u), F_COSTLY));
@@ -2891,10 +3079,10 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             break;
         case 0x75:  /* SETITEMS */
             POPMARK(m);
-            KEYS_CHEAP(m, 2, TGC_PS_BAD_KEY);
-            if (m == 0) {
+            if (m <= s->n - above_mark(s)) {  /* the dict must be above the next mark */
                 FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
             }
+            KEYS_CHEAP(m, 2, TGC_PS_BAD_KEY);
             if ((s->n - m) % 2) {
                 fail_text(s, TGC_PS_CORRUPT, "odd number of items for SETITEMS");
                 goto failed;
@@ -2902,36 +3090,33 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             CHECK(extend(s, TGC_PSB_SETITEMS, m));
             break;
         case 0x73:  /* SETITEM */
-            if (s->n < 3) {
+            if (above_mark(s) < 3) {
                 FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
             }
             if (klass(s, &s->st[s->n - 2]) != TGC_PSK_CHEAP) {
                 FAIL(TGC_PS_BAD_KEY, 0, 0, 0);
             }
-            if (s->nmarks && s->marks[s->nmarks - 1] > s->n - 2) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
             CHECK(extend(s, TGC_PSB_SETITEMS, s->n - 2));
             break;
         case 0x65:  /* APPENDS */
             POPMARK(m);
-            if (m == 0) {
+            if (m <= s->n - above_mark(s)) {  /* the list must be above the next mark */
                 FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
             }
             CHECK(extend(s, TGC_PSB_APPENDS, m));
             break;
         case 0x61:  /* APPEND */
-            if (s->n < 2 || (s->nmarks && s->marks[s->nmarks - 1] > s->n - 1)) {
+            if (above_mark(s) < 2) {
                 FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
             }
             CHECK(extend(s, TGC_PSB_APPENDS, s->n - 1));
             break;
         case 0x90:  /* ADDITEMS */
             POPMARK(m);
-            KEYS_CHEAP(m, 1, TGC_PS_BAD_MEMBER);
-            if (m == 0) {
+            if (m <= s->n - above_mark(s)) {  /* the set must be above the next mark */
                 FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
             }
+            KEYS_CHEAP(m, 1, TGC_PS_BAD_MEMBER);
             CHECK(extend(s, TGC_PSB_ADDITEMS, m));
             break;
         case 0x68: case 0x6A:  /* BINGET, LONG_BINGET */
@@ -2940,10 +3125,7 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             ADV(op == 0x68 ? 1 : 4);
             CHECK(memo_get(s, idx));
             break;
-        case 0x94:  /* MEMOIZE */
-            if (s->n == 0) {
-                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
-            }
+        case 0x94:  /* MEMOIZE (memo_put checks the stack) */
             if (s->memo_set > known_size(s)) {
                 fail_at(s, TGC_PS_MEMO_PAST, s->off, s->memo_set, s->off, 0);
                 goto failed;
@@ -2987,28 +3169,39 @@ tgc_ps_run(tgc_ps_stream *s, void **result)
             break;
         }
         case 'c': case 'i': {  /* GLOBAL, INST: refused by their names */
-            const unsigned char *mod, *name;
-            size_t nmod, nname;
-            CHECK(rd_line(s, &mod, &nmod));
-            char keep[240];
-            size_t nkeep = nmod < sizeof(keep) ? nmod : sizeof(keep);
-            memcpy(keep, mod, nkeep);  /* the next line may move the buffer */
-            CHECK(rd_line(s, &name, &nname));
+            char mod[NAME_CAP], name[NAME_CAP];
+            if (op == 'i' && s->nmarks == 0) {  /* INST takes its arguments' mark first */
+                FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
+            }
+            CHECK(name_line(s, op, mod));
+            CHECK(name_line(s, op, name));
             s->op_end = s->off;
-            lookup(s, (const unsigned char *)keep, nkeep, name, nname);
+            lookup(s, mod, name);
             goto failed;
         }
         case 0x93: {  /* STACK_GLOBAL */
-            if (s->n < 2) {
+            if (above_mark(s) < 2) {
                 FAIL(TGC_PS_UNDERFLOW, 0, 0, 0);
             }
-            const val *a = &s->st[s->n - 2], *b = &s->st[s->n - 1];
-            if (a->kind != V_STR || b->kind != V_STR) {
-                fail_text(s, TGC_PS_CORRUPT, "STACK_GLOBAL requires str");
-                goto failed;
+            char names[2][NAME_CAP];
+            for (int i = 0; i < 2; i++) {
+                const val *v = &s->st[s->n - 2 + i];
+                tgc_ps_scalar sc;
+                if (v->kind == V_STR) {
+                    escape_name(names[i], (const unsigned char *)s->sb + s->strs[v->b].off,
+                                s->strs[v->b].len);
+                }
+                else if (v->kind == V_OBJ && !(v->flags & F_COSTLY) && v->role == R_NONE &&
+                         s->b.unbox(s->b.ctx, (void *)(uintptr_t)v->b, &sc) == 0 &&
+                         sc.kind == TGC_PSS_STR) {  /* a long string, boxed at once */
+                    escape_name(names[i], (const unsigned char *)sc.p, sc.n);
+                }
+                else {
+                    fail_text(s, TGC_PS_CORRUPT, "STACK_GLOBAL requires str");
+                    goto failed;
+                }
             }
-            lookup(s, (const unsigned char *)s->sb + s->strs[a->b].off, s->strs[a->b].len,
-                   (const unsigned char *)s->sb + s->strs[b->b].off, s->strs[b->b].len);
+            lookup(s, names[0], names[1]);
             goto failed;
         }
         default:
@@ -3041,6 +3234,7 @@ tgc_ps_new(const tgc_ps_builder *b, tgc_ps_read_fn read, void *read_ctx, uint64_
     s->read_ctx = read_ctx;
     s->size = size;
     s->max_bytes = max_bytes;
+    s->frame_end = NO_FRAME;
     s->seed = mix64(seed ^ UINT64_C(0x243F6A8885A308D3));
     s->buf = malloc(TGC_PS_CHUNK);
     if (s->buf == NULL) {

@@ -256,7 +256,7 @@ tl__by_span(tl_alloc *a, const tl_phase ph[TGC_NPHASE], int named_end, const tl_
     return 1;
 }
 
-/* Rules 8-14 of timeline.h, from the stacks' hints and the inferred spans (x->iph; x->rph: the
+/* Rules 8-15 of timeline.h, from the stacks' hints and the inferred spans (x->iph; x->rph: the
  * recorded ones, whose forwards an input batch may feed too); 0 when none applies. */
 static int
 tl__infer(tl_alloc *a, const tl_infer_ctx *x)

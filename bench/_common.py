@@ -176,13 +176,15 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_worker(script: str, config: dict, timeout: float, grace: float = 180.0) -> dict:
-    """Run one measurement in a fresh interpreter; return its result dict.
+def run_worker(script: str, config: dict, timeout: float, grace: float = 180.0,
+               python: str | None = None) -> dict:
+    """Run one measurement in a fresh interpreter (``python``, default this one); return its
+    result dict.
 
     ``timeout`` bounds the measured section (enforced in the worker); the whole
     process gets ``timeout + grace`` (setup included) before it is killed.
     """
-    cmd = [sys.executable, script, "--worker", json.dumps(config)]
+    cmd = [python or sys.executable, script, "--worker", json.dumps(config)]
     hard = (timeout + grace) if timeout and timeout > 0 else None
     t0 = time.perf_counter()
     try:

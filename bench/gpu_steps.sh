@@ -79,6 +79,13 @@ for step in "$@"; do
         tests/test_cycles_island.py \
         -q -p no:cacheprovider -rs 2>&1 | tee -a "$OUT/young.log" | tail -5
       python3 bench/micro_collect.py --batches 9 2>&1 | tee "$OUT/micro.md" ;;
+    torchcompat)
+      # PyTorch's own test_cycles and test_memory_snapshot against tensorgc, and B11: what the
+      # allocator history that observe_tensor_cycles starts costs per allocation
+      TENSORGC_TEST_DEVICE=cuda python3 -m pytest tests/test_cuda.py tests/test_history.py tests/test_observer_errors.py \
+        tests/test_object_graph.py tests/test_flamegraph.py -q -p no:cacheprovider -rs 2>&1 \
+        | tee "$OUT/tests-torchcompat.log" | tail -8
+      "${PIN[@]}" python3 bench/b11_history.py --json "$OUT/b11.json" 2>"$OUT/b11.err" | tee "$OUT/b11.md" ;;
     index)
       python3 bench/micro_index.py --batches 15 2>&1 | tee "$OUT/micro-index.md" ;;
     profile)

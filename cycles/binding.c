@@ -19,6 +19,7 @@ handle_traverse(tgc_handle *h, visitproc visit, void *arg)
     Py_VISIT(h->module);
     Py_VISIT(h->callback);
     Py_VISIT(h->filter.predicate);
+    Py_VISIT(h->on_remove);
     return 0;
 }
 
@@ -27,6 +28,7 @@ handle_clear(tgc_handle *h)
 {
     Py_CLEAR(h->module);
     Py_CLEAR(h->callback);
+    Py_CLEAR(h->on_remove);
     tgc_filter_clear(&h->filter);
     return 0;
 }
@@ -392,6 +394,7 @@ register_observer(PyObject *module, PyObject *callback, PyObject *device, int ki
     h->module = NULL;
     h->cycles = NULL;
     h->callback = Py_NewRef(callback);
+    h->on_remove = NULL;
     h->kind = kind;
     memset(&h->filter, 0, sizeof(h->filter));
     PyObject_GC_Track((PyObject *)h);
@@ -486,7 +489,7 @@ render_svg(PyObject *module, PyObject *arg)
     size_t len = 0;
     int rc;
     rc = tgc_render_py(dot, (size_t)n, &svg, &len, err, sizeof(err), 0);
-    if (rc == TGC_RENDER_INTERRUPTED && PyErr_CheckSignals() < 0) {
+    if (rc == TGC_RENDER_INTERRUPTED && PyErr_Occurred()) {
         return NULL;  /* the program's SIGINT handler raised (KeyboardInterrupt) */
     }
     if (rc < 0) {
@@ -528,12 +531,178 @@ get_render_timeout(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
     return PyFloat_FromDouble(tgc_renderer_timeout());
 }
 
+PyDoc_STRVAR(set_observer_errors_doc,
+"set_observer_errors($module, mode, /)\n--\n\n"
+"What becomes of an exception an observer raises: 'log' (the default) logs it on logger\n"
+"'tensorgc'; 'raise' raises it in the program at its next Python call after the collection, in\n"
+"the thread that collected, as torch's observers do. Returns the previous mode.");
+
+static PyObject *
+set_observer_errors(PyObject *module, PyObject *arg)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    int mode;
+    if (PyUnicode_Check(arg) && PyUnicode_CompareWithASCIIString(arg, "log") == 0) {
+        mode = 0;
+    }
+    else if (PyUnicode_Check(arg) && PyUnicode_CompareWithASCIIString(arg, "raise") == 0) {
+        mode = 1;
+    }
+    else {
+        PyErr_Format(PyExc_ValueError, "observer errors: mode must be 'log' or 'raise', not %R",
+                     arg);
+        return NULL;
+    }
+    int old = c->raise_errors;
+    c->raise_errors = mode;
+    return PyUnicode_FromString(old ? "raise" : "log");
+}
+
+PyDoc_STRVAR(on_remove_doc,
+"_on_remove($module, handle, then, /)\n--\n\n"
+"then() is called once when handle is removed (at once when it is removed already). Internal:\n"
+"observe_tensor_cycles stops the allocator history it started.");
+
+static PyObject *
+on_remove(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    if (nargs != 2 || !PyObject_TypeCheck(args[0], c->handle_type) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_on_remove(handle, then): a Handle and a callable");
+        return NULL;
+    }
+    tgc_handle *h = (tgc_handle *)args[0];
+    if (h->module == NULL) {
+        PyObject *r = PyObject_CallNoArgs(args[1]);
+        if (r == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
+        Py_RETURN_NONE;
+    }
+    Py_XSETREF(h->on_remove, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(object_graph_doc,
+"_object_graph($module, objects, roots, /)\n--\n\n"
+"(labels, referrents, kept): the objects that reach a root, for tensorgc.create_graph.");
+
+static PyObject *
+object_graph(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_object_graph(objects, roots): two lists");
+        return NULL;
+    }
+    return tgc_objects_graph(tgc_state_of(module)->cycles, args[0], args[1]);
+}
+
+/* labels (str), contexts (str or None), roots (bool) per node; edges (int, int, str) tuples
+ * whose ints are node indices. 0, or -1 with TypeError or ValueError. */
+static int
+graph__check(PyObject *labels, PyObject *contexts, PyObject *roots, PyObject *edges)
+{
+    if (!PyList_Check(labels) || !PyList_Check(contexts) || !PyList_Check(roots) ||
+        !PyList_Check(edges)) {
+        PyErr_SetString(PyExc_TypeError, "_graph_dot(labels, contexts, roots, edges): four lists");
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(labels);
+    if (PyList_GET_SIZE(contexts) != n || PyList_GET_SIZE(roots) != n) {
+        PyErr_SetString(PyExc_ValueError, "labels, contexts and roots differ in length");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *c = PyList_GET_ITEM(contexts, i);
+        if (!PyUnicode_Check(PyList_GET_ITEM(labels, i)) || !PyBool_Check(PyList_GET_ITEM(roots, i)) ||
+            (c != Py_None && !PyUnicode_Check(c))) {
+            PyErr_Format(PyExc_TypeError, "node %zd: a str label, a bool root and a str or None "
+                         "context", i);
+            return -1;
+        }
+    }
+    for (Py_ssize_t e = 0; e < PyList_GET_SIZE(edges); e++) {
+        PyObject *t = PyList_GET_ITEM(edges, e);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3 || !PyLong_Check(PyTuple_GET_ITEM(t, 0)) ||
+            !PyLong_Check(PyTuple_GET_ITEM(t, 1)) || !PyUnicode_Check(PyTuple_GET_ITEM(t, 2))) {
+            PyErr_Format(PyExc_TypeError, "edge %zd: a (source, target, label) tuple", e);
+            return -1;
+        }
+        for (int k = 0; k < 2; k++) {
+            Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, k));
+            if (i == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                i = -1;
+            }
+            if (i < 0 || i >= n) {
+                PyErr_Format(PyExc_ValueError, "edge %zd: node %R is out of range (%zd nodes)",
+                             e, PyTuple_GET_ITEM(t, k), n);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(graph_dot_doc,
+"_graph_dot($module, labels, contexts, roots, edges, /)\n--\n\n"
+"(dot, text): the bounded drawing of a graph of nodes, for tensorgc.to_dot and to_html.");
+
+static PyObject *
+graph_dot(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "_graph_dot(labels, contexts, roots, edges): four lists");
+        return NULL;
+    }
+    if (graph__check(args[0], args[1], args[2], args[3]) < 0) {
+        return NULL;
+    }
+    tgc_buf dot = {0}, text = {0};
+    PyObject *r = NULL;
+    if (tgc_objects_dot(args[0], args[1], args[2], args[3], &dot, &text) == 0) {
+        PyObject *d = dot.oom ? PyErr_NoMemory()
+                              : PyUnicode_DecodeUTF8(dot.data ? dot.data : "",
+                                                     (Py_ssize_t)dot.len, "replace");
+        PyObject *t = d == NULL ? NULL : text.oom ? PyErr_NoMemory()
+                                : PyUnicode_DecodeUTF8(text.data ? text.data : "",
+                                                       (Py_ssize_t)text.len, "replace");
+        r = t ? PyTuple_Pack(2, d, t) : NULL;
+        Py_XDECREF(d);
+        Py_XDECREF(t);
+    }
+    tgc_buf_free(&dot);
+    tgc_buf_free(&text);
+    return r;
+}
+
+PyDoc_STRVAR(graph_page_doc,
+"_graph_page($module, title, text, dot, /)\n--\n\n"
+"The self-contained page of a drawing (laid out in the render worker), for tensorgc.to_html.");
+
+static PyObject *
+graph_page(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1]) ||
+        !PyUnicode_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "_graph_page(title, text, dot): three str");
+        return NULL;
+    }
+    return tgc_objects_page(tgc_state_of(module)->cycles, args[0], args[1], args[2]);
+}
+
 PyMethodDef tgc_cycles_methods[] = {
     {"observe_garbage", (PyCFunction)observe_garbage, METH_O, observe_garbage_doc},
     {"observe_cycles", (PyCFunction)(void (*)(void))observe_cycles, METH_VARARGS | METH_KEYWORDS,
      observe_cycles_doc},
     {"observe_tensor_cycles", (PyCFunction)(void (*)(void))observe_tensor_cycles,
      METH_VARARGS | METH_KEYWORDS, observe_tensor_cycles_doc},
+    {"set_observer_errors", (PyCFunction)set_observer_errors, METH_O, set_observer_errors_doc},
+    {"_on_remove", (PyCFunction)(void (*)(void))on_remove, METH_FASTCALL, on_remove_doc},
+    {"_object_graph", (PyCFunction)(void (*)(void))object_graph, METH_FASTCALL, object_graph_doc},
+    {"_graph_dot", (PyCFunction)(void (*)(void))graph_dot, METH_FASTCALL, graph_dot_doc},
+    {"_graph_page", (PyCFunction)(void (*)(void))graph_page, METH_FASTCALL, graph_page_doc},
     {"render_svg", (PyCFunction)render_svg, METH_O, render_svg_doc},
     {"set_render_timeout", (PyCFunction)set_render_timeout, METH_O, set_render_timeout_doc},
     {"get_render_timeout", (PyCFunction)get_render_timeout, METH_NOARGS, get_render_timeout_doc},
@@ -652,10 +821,32 @@ tgc_cycles_exec(PyObject *module, tgc_state *st)
         return -1;
     }
     /* The defaults users get: every shortcut the interpreter allows. */
-    c->young_ok = tgc_young_selfcheck();
+    c->young_ok = tgc_young_selfcheck(&c->young_why);
     c->young_scan = c->young_ok;
     c->seeded_on = 1;
     c->island_on = c->young_ok;
+    return 0;
+}
+
+/* features[name] = None, or why as a str. */
+static int
+binding__feature(PyObject *features, const char *name, int on, const char *why)
+{
+    PyObject *v = on ? Py_NewRef(Py_None) : PyUnicode_FromString(why);  /* new reference */
+    int rc = v != NULL ? PyDict_SetItemString(features, name, v) : -1;
+    Py_XDECREF(v);
+    return rc;
+}
+
+int
+tgc_cycles_features(const tgc_cycles *c, PyObject *features)
+{
+    /* All three stand on the pre-scan's reading of the collector's lists (young.c). */
+    if (binding__feature(features, "young_prescan", c->young_ok, c->young_why) < 0 ||
+        binding__feature(features, "finalizer_cycles", c->young_ok, c->young_why) < 0 ||
+        binding__feature(features, "owner_marks", c->young_ok, c->young_why) < 0) {
+        return -1;
+    }
     return 0;
 }
 
@@ -694,6 +885,7 @@ tgc_cycles_traverse(tgc_cycles *c, visitproc visit, void *arg)
     Py_VISIT(c->labels.attrs);  /* the fixed labels are str: nothing to traverse */
     Py_VISIT(c->garbage);
     Py_VISIT(c->island);
+    Py_VISIT(c->deferred);
     return 0;
 }
 
@@ -720,6 +912,7 @@ tgc_cycles_clear(tgc_cycles *c)
     tgc_labels_clear(&c->labels);
     Py_CLEAR(c->garbage);
     Py_CLEAR(c->island);
+    Py_CLEAR(c->deferred);
 }
 
 void

@@ -15,6 +15,10 @@ int tgc_cycles_exec(PyObject *module, tgc_state *st);
 /* Removes every observer and the hook, and stops the render worker (interpreter exit). 0, or -1
  * with an exception. */
 int tgc_cycles_shutdown(tgc_cycles *c);
+/* Adds the detector's features that depend on the interpreter to `features` (a dict): name ->
+ * None where on, or a str saying why off (tensorgc.features() reads it). 0, or -1 with an
+ * exception. */
+int tgc_cycles_features(const tgc_cycles *c, PyObject *features);
 /* m_traverse / m_clear / m_free of the part; each takes NULL (no exec yet). */
 int tgc_cycles_traverse(tgc_cycles *c, visitproc visit, void *arg);
 void tgc_cycles_clear(tgc_cycles *c);

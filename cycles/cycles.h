@@ -73,6 +73,15 @@ struct tgc_cycles {
     PyObject *hook;           /* our gc.callbacks entry, a builtin bound to the module */
     PyObject *observers;      /* list of tgc_handle, registration order */
     PyObject *logger;         /* logging.getLogger("tensorgc"), made on first use */
+    /* set_observer_errors: 0 logs what an observer raises (the default), 1 raises it in the
+     * program at its next Python call after the collection, in the thread that collected. */
+    int raise_errors;
+    /* The first exception an observer raised during this callback while raise_errors is on (a
+     * new reference, its traceback attached), handed to tgc_deliver once the callback ends;
+     * NULL otherwise. Later ones in the same callback are logged. */
+    PyObject *deferred;
+    int deliver_trailing;     /* a copy of the hook appended to gc.callbacks delivers `deferred`
+                                 after the other callbacks of this phase ran */
     PyObject *str_generation;
     /* Interned keys of the dicts a CycleReport hands out (.tensors, .groups), indexed by
      * TGC_KEY_*: a report builds them for every tensor and group, so their keys are made once. */
@@ -86,14 +95,16 @@ struct tgc_cycles {
     int unhook_pending;       /* the last observer left during "stop"; a trailing copy of the
                                  hook on gc.callbacks takes the hook off */
     int user_saveall;         /* the user had DEBUG_SAVEALL on: leave their garbage alone */
-    int interrupted;          /* a Ctrl-C stopped a layout during this callback: given back to
-                                 the program (PyErr_SetInterrupt) when the callback ends */
+    int interrupted;          /* a Ctrl-C stopped a layout, or interrupted Python code, during
+                                 this callback: given back to the program (PyErr_SetInterrupt)
+                                 when the callback ends (tgc_keep_interrupt) */
     long saved_flags;         /* the user's gc debug flags, restored in "stop" */
     Py_ssize_t garbage_len;   /* len(gc.garbage) at "start" */
     PyObject *garbage;        /* gc.garbage between "start" and "stop", new reference */
     PyObject *island;         /* the island "start" proved and "stop" reports (new reference),
                                  NULL otherwise (young.c's tgc_young_island) */
     int young_ok;             /* the pre-scan's self-check at module exec (young.h) */
+    const char *young_why;    /* ... and why not when it failed (static; "" when it passed) */
     /* The switches (hook.h's TGC_HOOK_*; turned through tgc_hook_switch, between collections). */
     int young_scan, seeded_on, island_on, island_crosscheck;
     tgc_hook_counters counters;  /* written by the hook only (GIL); hook.h */
@@ -108,5 +119,16 @@ struct tgc_cycles {
 /* Logs the pending exception on logger "tensorgc" with its traceback (observers.c); never
  * raises. */
 void tgc_log_exception(tgc_cycles *c, const char *what);
+/* An observer's failure (the pending exception): kept for tgc_deliver when raise_errors is on
+ * and we are inside our gc callback, logged (tgc_log_exception) otherwise; never raises. */
+void tgc_observer_failed(tgc_cycles *c, const char *what);
+/* Hands `deferred` to the program: the first Python event of this thread after the collection
+ * (a call, a return) raises it there, as torch's observers' exceptions do (observers.c). Called
+ * at the end of our gc callback, outside any other callback; never raises. */
+void tgc_deliver(tgc_cycles *c);
+/* When the pending exception is a KeyboardInterrupt (raised by Python code run inside our gc
+ * callback: the eval loop runs the program's SIGINT handler there), clears it and gives the
+ * interrupt back to the program (at the end of the callback when inside it): 1; else 0. */
+int tgc_keep_interrupt(tgc_cycles *c);
 
 #endif /* TGC_CYCLES_H */

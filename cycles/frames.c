@@ -7,13 +7,15 @@
  * profiler), and it is the same dict a user's locals() returned. So the owner-chain search
  * reads the slots instead, as frame.f_locals does, and touches nothing of the frame. The slots
  * are the interpreter's internals: this file is built with Py_BUILD_CORE (like young.c), where
- * compat.h says the layout is known (TGC_HAVE_FRAME_SLOTS); elsewhere tgc_frame_snapshot says
- * it cannot (3.13+ needs it not: its frame.f_locals is a proxy that keeps nothing). GIL. */
+ * compat.h says the layout is known (TGC_HAVE_FRAME_SLOTS) and, at run time, where
+ * common/internals.c agrees; elsewhere tgc_frame_snapshot says it cannot (3.13+ needs it not: its
+ * frame.f_locals is a proxy that keeps nothing). GIL. */
 #define Py_BUILD_CORE 1
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "tensorgc/compat.h"
+#include "tensorgc/internals.h"
 
 #if TGC_HAVE_FRAME_SLOTS
 #  include "internal/pycore_code.h"
@@ -29,6 +31,9 @@ tgc_frame_snapshot(PyObject *frame)
     if (!PyFrame_Check(frame)) {
         PyErr_SetString(PyExc_TypeError, "tgc_frame_snapshot: not a frame");
         return NULL;
+    }
+    if (!tgc_internals_ok()) {
+        return Py_NewRef(Py_NotImplemented);  /* not the interpreter this layout is of */
     }
     _PyInterpreterFrame *fr = ((PyFrameObject *)frame)->f_frame;
     PyCodeObject *co = fr->f_code;

@@ -517,6 +517,22 @@ tgc_pick(const tgc_graph *g, const tgc_analysis *a, uint32_t group, uint32_t bud
 }
 
 long
+tgc_ancestors(const tgc_graph *g, const uint8_t *is_target, uint8_t *anc)
+{
+    uint32_t *queue = malloc((g->n ? g->n : 1) * sizeof(uint32_t));
+    if (queue == NULL) {
+        return -1;
+    }
+    graph__ancestors(g, is_target, anc, queue);
+    long kept = 0;
+    for (uint32_t v = 0; v < g->n; v++) {
+        kept += anc[v];
+    }
+    free(queue);
+    return kept;
+}
+
+long
 tgc_relevant(const tgc_graph *g, const uint8_t *is_target, uint8_t *keep)
 {
     const uint32_t n = g->n;

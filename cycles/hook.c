@@ -378,6 +378,44 @@ hook__island_early(tgc_cycles *c, PyObject *info)
                   DELIVER_FINALIZE | DELIVER_YOUNG, NULL);
 }
 
+/* An observer's exception waits (raise_errors): it must reach the program, not another gc
+ * callback, whose exception the collector would only report as unraisable. When callbacks
+ * other than ours follow in this "stop", a copy of the hook appended to gc.callbacks (the
+ * collector walks the list by index, so it is called after them) hands it over; otherwise
+ * now. */
+static void
+hook__deliver_later(tgc_cycles *c)
+{
+    if (c->deliver_trailing) {
+        return;
+    }
+    if (hook__others_follow(c)) {
+        if (PyList_Append(c->gc_callbacks, c->hook) == 0) {
+            c->deliver_trailing = 1;
+            return;
+        }
+        PyErr_Clear();
+    }
+    tgc_deliver(c);
+}
+
+/* Takes the copy hook__deliver_later appended off gc.callbacks: the last entry, when it is the
+ * hook and not its only entry. Removing the list's last entry while the collector walks it ends
+ * the walk, which that copy was the end of. */
+static void
+hook__drop_trailing(tgc_cycles *c)
+{
+    PyObject *cbs = c->gc_callbacks;
+    Py_ssize_t n = PyList_GET_SIZE(cbs), copies = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        copies += PyList_GET_ITEM(cbs, i) == c->hook;
+    }
+    if (copies > 1 && PyList_GET_ITEM(cbs, n - 1) == c->hook &&
+        PySequence_DelItem(cbs, n - 1) < 0) {
+        PyErr_WriteUnraisable(c->hook);
+    }
+}
+
 /* 1 for "start", 2 for "stop", 0 for anything else. The collector passes a fresh ASCII str every
  * time (never interned), twice per collection: compared in place, without a call. */
 static int
@@ -397,22 +435,32 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
     if (!PyUnicode_Check(phase_s) || c->observers == NULL) {
         return;
     }
+    int phase = hook__phase(phase_s);
     if (c->unhook_pending && !c->busy) {
         /* the trailing copy appended by tgc_hook_remove: the last callback of this phase */
         c->unhook_pending = 0;
         if (PyList_GET_SIZE(c->observers) == 0 && tgc_hook_unhook(c) < 0) {
             PyErr_WriteUnraisable(c->hook);
         }
+        tgc_deliver(c);  /* an observer's exception, if one waits (raise_errors) */
         return;
     }
-    int phase = hook__phase(phase_s);
+    if (c->deliver_trailing && !c->busy) {
+        if (phase == 2) {
+            /* the copy hook__deliver_later appended: the last callback of this "stop" */
+            hook__drop_trailing(c);
+            tgc_deliver(c);
+            return;
+        }
+        tgc_deliver(c);  /* that copy never ran (gc.callbacks changed): now, before anything */
+    }
     if (phase == 1) {
         hook__start(c, info);
     }
     else if (phase == 2) {
         hook__stop(c, info);
     }
-    if (PyErr_Occurred()) {
+    if (PyErr_Occurred() && !tgc_keep_interrupt(c)) {
         /* never let our trouble escape into the collector */
         PyErr_WriteUnraisable(c->hook);
     }
@@ -421,6 +469,9 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
          * bytecode, not an observer (whose exception we would log). */
         c->interrupted = 0;
         PyErr_SetInterrupt();
+    }
+    if (c->deferred != NULL && !c->busy && phase == 2) {
+        hook__deliver_later(c);
     }
 }
 
@@ -437,9 +488,14 @@ tgc_hook_switch(tgc_cycles *c, int which, int on)
         PyErr_SetString(PyExc_ValueError, "no such switch");
         return -1;
     }
-    if (on && !c->young_ok && (which == TGC_HOOK_YOUNG_SCAN || which == TGC_HOOK_ISLAND)) {
-        PyErr_Format(PyExc_RuntimeError, "%s needs the young-generation pre-scan, which is not "
-                     "available on this interpreter", names[which]);
+    if (on && !c->young_ok && which == TGC_HOOK_YOUNG_SCAN) {
+        PyErr_Format(PyExc_RuntimeError, "%s is not available on this interpreter: %s",
+                     names[which], c->young_why);
+        return -1;
+    }
+    if (on && !c->young_ok && which == TGC_HOOK_ISLAND) {
+        PyErr_Format(PyExc_RuntimeError, "%s need the young-generation pre-scan, which is not "
+                     "available on this interpreter: %s", names[which], c->young_why);
         return -1;
     }
     on = on != 0;

@@ -30,6 +30,9 @@ typedef struct {
     PyObject *callback;   /* new reference */
     int kind;             /* TGC_OBS_* */
     tgc_filter filter;
+    PyObject *on_remove;  /* new reference or NULL: called once, without arguments, when the
+                             handle is removed (not at interpreter exit); what it raises is
+                             logged */
 } tgc_handle;
 
 /* Registers h (module: a new reference is taken) and puts the hook on gc.callbacks if it is

@@ -533,6 +533,26 @@ tgc_type_name(PyObject *obj)
     return tgc_cut(PyUnicode_FromString(dot ? dot + 1 : name), TGC_NAME_MAX);
 }
 
+PyObject *
+tgc_type_qualname(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (!PyType_HasFeature(tp, Py_TPFLAGS_HEAPTYPE)) {
+        return tgc_cut(PyUnicode_FromString(tp->tp_name), TGC_NAME_MAX);  /* "module.name" */
+    }
+    /* A class's own fields, read without attribute lookup: no metaclass code runs. */
+    PyObject *qual = ((PyHeapTypeObject *)tp)->ht_qualname;  /* borrowed */
+    PyObject *mod = tp->tp_dict ? PyDict_GetItemString(tp->tp_dict, "__module__") : NULL;
+    if (qual == NULL || !PyUnicode_Check(qual)) {
+        return tgc_type_name(obj);
+    }
+    if (mod == NULL || !PyUnicode_Check(mod) ||
+        PyUnicode_CompareWithASCIIString(mod, "builtins") == 0) {
+        return tgc_cut(Py_NewRef(qual), TGC_NAME_MAX);
+    }
+    return tgc_cut(PyUnicode_FromFormat("%U.%U", mod, qual), TGC_NAME_MAX);
+}
+
 /* repr() that cannot hurt: a raising or non-str __repr__ becomes a placeholder, newlines become
  * spaces, and the result is cut to `limit` characters. New reference. */
 static PyObject *

@@ -1,7 +1,8 @@
 /* observers.c: who listens to the collector hook (contract in hook.h): registering and removing
  * observers, keeping the hook on gc.callbacks only while someone listens, calling them on a
  * collection's garbage (one report per distinct device filter, settled before the garbage is
- * freed), and logging what they raise. */
+ * freed), and logging what they raise, or raising it in the program after the collection
+ * (set_observer_errors("raise"), cycles.h's tgc_deliver). */
 #include "cycles.h"
 #include "hook_int.h"
 void
@@ -10,9 +11,31 @@ tgc_filter_clear(tgc_filter *f)
     Py_CLEAR(f->predicate);
 }
 
+int
+tgc_keep_interrupt(tgc_cycles *c)
+{
+    if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        return 0;
+    }
+    /* A Ctrl-C while a repr, torch's metadata or an observer ran inside the callback was logged
+     * ("reading a tensor's metadata raised KeyboardInterrupt") and dropped: the program went on
+     * as if never interrupted. It is the program's: given back as an interrupted layout's is. */
+    PyErr_Clear();
+    if (c->busy) {
+        c->interrupted = 1;  /* at the end of the callback (hook.c); no more layouts until then */
+    }
+    else {
+        PyErr_SetInterrupt();
+    }
+    return 1;
+}
+
 void
 tgc_log_exception(tgc_cycles *c, const char *what)
 {
+    if (tgc_keep_interrupt(c)) {
+        return;
+    }
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (type == NULL) {
@@ -49,6 +72,114 @@ tgc_log_exception(tgc_cycles *c, const char *what)
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
+}
+
+void
+tgc_observer_failed(tgc_cycles *c, const char *what)
+{
+    if (!c->raise_errors || !c->busy || c->deferred != NULL) {
+        tgc_log_exception(c, what);  /* handles a KeyboardInterrupt too */
+        return;
+    }
+    if (tgc_keep_interrupt(c)) {
+        return;
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    c->deferred = value;  /* the reference moves */
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+}
+
+/* Delivery: the thread's profile function is swapped, for one event, for deliver__profile,
+ * which puts the previous one back, hands it the event, and raises the observer's exception in
+ * the frame that event belongs to (a call, a return: the program's next Python call after the
+ * collection), as torch's observe_garbage does from sys.setprofile. What it needs rides in its
+ * profile object: (exception, previous object or None, a capsule of the previous function). */
+typedef struct {
+    Py_tracefunc func;
+} deliver__prev;
+
+static const char deliver__capsule[] = "tensorgc.observer_error";
+
+static void
+deliver__capsule_free(PyObject *capsule)
+{
+    PyMem_Free(PyCapsule_GetPointer(capsule, deliver__capsule));
+}
+
+static int
+deliver__profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    Py_INCREF(obj);  /* PyEval_SetProfile drops the thread's reference */
+    PyObject *exc = PyTuple_GET_ITEM(obj, 0);
+    PyObject *prev = PyTuple_GET_ITEM(obj, 1);
+    deliver__prev *p = PyCapsule_GetPointer(PyTuple_GET_ITEM(obj, 2), deliver__capsule);
+    Py_tracefunc func = p != NULL ? p->func : NULL;
+    PyObject *prev_obj = prev == Py_None ? NULL : prev;
+    PyErr_Clear();
+    PyEval_SetProfile(func, prev_obj);
+    if (func != NULL && func(prev_obj, frame, what, arg) < 0) {
+        /* the program's own profiler raised: its exception goes on, with ours as its context */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyObject *ctx = value != NULL && PyExceptionInstance_Check(value)
+                            ? PyException_GetContext(value) : Py_NewRef(Py_None);
+        if (ctx == NULL) {
+            PyException_SetContext(value, Py_NewRef(exc));  /* steals */
+        }
+        Py_XDECREF(ctx);
+        PyErr_Restore(type, value, tb);
+    }
+    else {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);  /* keeps exc's traceback */
+    }
+    Py_DECREF(obj);
+    return -1;
+}
+
+void
+tgc_deliver(tgc_cycles *c)
+{
+    PyObject *exc = c->deferred;  /* the reference moves here */
+    c->deferred = NULL;
+    c->deliver_trailing = 0;
+    if (exc == NULL) {
+        return;
+    }
+    PyThreadState *ts = PyThreadState_Get();
+    PyObject *obj = NULL;
+    if (ts->c_profilefunc != deliver__profile) {
+        deliver__prev *p = PyMem_Malloc(sizeof(*p));
+        PyObject *capsule = p ? PyCapsule_New(p, deliver__capsule, deliver__capsule_free) : NULL;
+        if (p != NULL) {
+            p->func = ts->c_profilefunc;
+        }
+        if (capsule == NULL) {
+            PyMem_Free(p);
+        }
+        else {
+            obj = PyTuple_Pack(3, exc, ts->c_profileobj ? ts->c_profileobj : Py_None, capsule);
+            Py_DECREF(capsule);
+        }
+    }
+    if (obj == NULL) {
+        /* one is already waiting in this thread (or no memory): this one is logged */
+        PyErr_Clear();
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        tgc_log_exception(c, "an observer");
+    }
+    else {
+        PyEval_SetProfile(deliver__profile, obj);  /* takes its own reference */
+        Py_DECREF(obj);
+    }
+    Py_DECREF(exc);
+    PyErr_Clear();
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -138,6 +269,16 @@ tgc_hook_remove(tgc_handle *h)
             }
         }
     }
+    PyObject *then = h->on_remove;  /* the reference moves here: called once */
+    h->on_remove = NULL;
+    if (then != NULL) {
+        PyObject *r = PyObject_CallNoArgs(then);
+        if (r == NULL) {
+            tgc_log_exception(c, "a handle's removal");
+        }
+        Py_XDECREF(r);
+        Py_DECREF(then);
+    }
     Py_DECREF(module);
     return rc;
 }
@@ -147,6 +288,7 @@ tgc_hook_remove_all(tgc_cycles *c)
 {
     while (c->observers != NULL && PyList_GET_SIZE(c->observers) > 0) {
         tgc_handle *h = (tgc_handle *)PyList_GET_ITEM(c->observers, 0);
+        Py_CLEAR(h->on_remove);  /* the interpreter is exiting: nothing to undo */
         Py_INCREF(h);
         int rc = tgc_hook_remove(h);
         Py_DECREF(h);
@@ -157,7 +299,8 @@ tgc_hook_remove_all(tgc_cycles *c)
     return 0;
 }
 
-/* Calls one observer; its exceptions are logged, never propagated. */
+/* Calls one observer; its exceptions are logged, or kept for the program (raise_errors), never
+ * propagated into the collector. */
 static void
 hook__call(tgc_cycles *c, tgc_handle *h, PyObject *arg, const char *what)
 {
@@ -165,7 +308,7 @@ hook__call(tgc_cycles *c, tgc_handle *h, PyObject *arg, const char *what)
     PyObject *r = PyObject_CallOneArg(cb, arg);
     Py_DECREF(cb);
     if (r == NULL) {
-        tgc_log_exception(c, what);
+        tgc_observer_failed(c, what);
     }
     Py_XDECREF(r);
 }

@@ -32,7 +32,14 @@ render_py__stop(void *arg)
         return 0;
     }
     PyEval_RestoreThread(ctx->tstate);
-    ctx->hit = PyOS_InterruptOccurred();  /* consumes the Ctrl-C: given back below */
+    if (PyOS_InterruptOccurred()) {  /* consumes the Ctrl-C: given back at once */
+        /* The program's SIGINT handler runs here and now, as during time.sleep: the layout stops
+         * only when it raises (KeyboardInterrupt by default), and its exception is the call's. A
+         * handler that only takes note (a "stop after this step" flag) lets the layout go on:
+         * stopping it anyway raised GraphvizError into a program that had asked for nothing. */
+        PyErr_SetInterrupt();
+        ctx->hit = PyErr_CheckSignals() < 0;
+    }
     ctx->tstate = PyEval_SaveThread();
     return ctx->hit;
 }
@@ -74,13 +81,20 @@ tgc_render_py(const char *dot, size_t n, char **svg, size_t *svg_len, char *err,
         __atomic_sub_fetch(&render_py__keeping, 1, __ATOMIC_RELAXED);
     }
     else {
+        /* A signal that came while C code ran before this call (a report's DOT being built) has
+         * not run its handler yet: it runs now, and when it raises, no layout starts. Left for
+         * later, it ran inside render_py__is_main's call into threading, whose exception that
+         * function clears: the Ctrl-C was lost, and the layout waited out its budget. */
+        if (PyErr_CheckSignals() < 0) {
+            snprintf(err, err_len, "the layout was interrupted");
+            return TGC_RENDER_INTERRUPTED;
+        }
         ctx.main = render_py__is_main();
         ctx.tstate = PyEval_SaveThread();
         rc = tgc_renderer_svg(dot, n, svg, svg_len, err, err_len, &intr);
         PyEval_RestoreThread(ctx.tstate);
     }
-    if (ctx.hit && !keep_gil) {
-        PyErr_SetInterrupt();  /* the program's handler runs at the caller's PyErr_CheckSignals */
-    }
+    /* Without keep_gil, an exception is pending only when the program's signal handler raised
+     * (render_py__stop), and then rc is TGC_RENDER_INTERRUPTED. */
     return rc;
 }

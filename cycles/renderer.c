@@ -27,8 +27,15 @@
 
 extern char **environ;
 
-/* The worker's state, protected by renderer__lock (held for a whole layout). */
+/* The worker's state. renderer__lock is held for a whole layout (its holder may wait for the
+ * GIL: the main thread's interrupt check takes it back). The fields a forked child reads
+ * (renderer__path, renderer__fd, _dev, _ino, _pid, _adopted) are also written under
+ * renderer__fds, which is held only while they change and while a worker is started (never for
+ * a layout, never while waiting for anything but the kernel): a fork takes renderer__fds alone,
+ * so it never waits for a layout, whose thread may be waiting for the GIL that the forking
+ * thread holds (os.fork keeps it). */
 static pthread_mutex_t renderer__lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t renderer__fds = PTHREAD_MUTEX_INITIALIZER;
 static char *renderer__path;        /* malloc'd; NULL until set */
 static pid_t renderer__pid;         /* 0: no worker */
 static int renderer__adopted;       /* the worker is our own child (renderer.h): we reap it */
@@ -36,6 +43,13 @@ static int renderer__fd = -1;       /* our end of the socket pair, valid while r
 static dev_t renderer__dev;         /* ... and its identity, from fstat at spawn */
 static ino_t renderer__ino;
 static unsigned renderer__uses;     /* layouts by the current worker */
+/* The thread holding renderer__lock (0: none), so that a layout asked for by the thread that
+ * holds it (a signal handler that renders, or a collection inside one, run by the interrupt
+ * check) fails at once instead of waiting for itself. Atomic: read without the lock. */
+static pthread_t renderer__owner;
+/* Shutdowns waiting for renderer__lock: new layouts let them go first (a mutex is not fair: a
+ * thread that renders in a loop would starve a shutdown, and the interpreter's exit with it). */
+static int renderer__closing;
 /* Adopted workers stopped whose exit we could not see within a short wait (a process in
  * uninterruptible sleep): reaped at later calls. */
 #define RENDERER_ORPHANS 8
@@ -102,7 +116,8 @@ renderer__peer_alive(int wait_ms)
     }
 }
 
-/* Closes our socket if the number is still ours; leaves the program's descriptor alone. */
+/* Closes our socket if the number is still ours; leaves the program's descriptor alone.
+ * renderer__fds held (or in a forked child). */
 static void
 renderer__close_fd(void)
 {
@@ -121,16 +136,20 @@ renderer__publish(void)
     pthread_mutex_unlock(&renderer__small);
 }
 
-/* A fork while another thread renders would hand the child a lock held forever: fork waits for
- * the render in progress (at most its deadline) instead. The child forgets its parent's worker
- * at once: it closes its copy of the socket (so the worker sees end of input when the parent
- * goes, and the descriptor's number is not closed later under whatever the child opened there)
- * and starts its own worker when it first renders. The worker is not the child's: it is neither
- * killed nor waited for here. */
+/* A fork waits only for a worker being started (renderer__fds: the socket pair made and handed
+ * over, milliseconds), never for a layout in progress: the thread laying out may be the main
+ * thread, whose interrupt check takes back the GIL that the forking thread holds through
+ * os.fork, while the fork would wait for its layout lock (a deadlock, found with a thread that
+ * forks while the main thread draws). The child forgets its parent's worker at once: it closes
+ * its copy of the socket (so the worker sees end of input when the parent goes, and the
+ * descriptor's number is not closed later under whatever the child opened there) and starts its
+ * own worker when it first renders. The layout lock, which a thread that does not exist in the
+ * child may have held, starts afresh there. The worker is not the child's: it is neither killed
+ * nor waited for here. */
 static void
 renderer__before_fork(void)
 {
-    pthread_mutex_lock(&renderer__lock);
+    pthread_mutex_lock(&renderer__fds);
     pthread_mutex_lock(&renderer__small);
 }
 
@@ -138,21 +157,26 @@ static void
 renderer__after_fork_parent(void)
 {
     pthread_mutex_unlock(&renderer__small);
-    pthread_mutex_unlock(&renderer__lock);
+    pthread_mutex_unlock(&renderer__fds);
 }
 
 static void
 renderer__after_fork_child(void)
 {
+    static const pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     renderer__close_fd();
+    renderer__fd = -1;
     renderer__pid = 0;
     renderer__adopted = 0;
     renderer__uses = 0;
     memset(renderer__orphans, 0, sizeof(renderer__orphans));
+    memcpy(&renderer__lock, &fresh, sizeof(fresh));
+    memset(&renderer__owner, 0, sizeof(renderer__owner));
+    renderer__closing = 0;
     renderer__stats.pid = 0;
     renderer__stats.fd = -1;
     pthread_mutex_unlock(&renderer__small);
-    pthread_mutex_unlock(&renderer__lock);
+    pthread_mutex_unlock(&renderer__fds);
 }
 
 static void
@@ -218,20 +242,21 @@ renderer__reap_adopted(pid_t pid, double wait_s, int *status)
 }
 
 /* Forgets the worker: our socket closed (when still ours: the worker then sees end of input and
- * exits), and an adopted worker reaped. Lock held. */
-static void
-renderer__forget(void)
+ * exits; a number the program took over is left alone), and an adopted worker reaped within
+ * wait_s (renderer__reap_adopted's answer, with its status; 0 when not adopted). Lock held. */
+static int
+renderer__forget(double wait_s, int *status)
 {
+    pthread_mutex_lock(&renderer__fds);
     pid_t pid = renderer__pid;
     int adopted = renderer__adopted;
     renderer__close_fd();
     renderer__pid = 0;
     renderer__adopted = 0;
+    pthread_mutex_unlock(&renderer__fds);
     renderer__uses = 0;
     renderer__publish();
-    if (adopted && pid > 0) {
-        (void)renderer__reap_adopted(pid, 0.0, NULL);
-    }
+    return adopted && pid > 0 ? renderer__reap_adopted(pid, wait_s, status) : 0;
 }
 
 /* Stops the worker now: killed while it still holds its end of our socket (so the pid is its
@@ -249,14 +274,19 @@ static void
 renderer__drop(void)
 {
     renderer__kill();
-    if (renderer__adopted && renderer__pid > 0) {
-        pid_t pid = renderer__pid;
-        renderer__adopted = 0;
-        renderer__forget();
-        (void)renderer__reap_adopted(pid, 1.0, NULL);
-        return;
-    }
-    renderer__forget();
+    (void)renderer__forget(1.0, NULL);
+}
+
+/* The program closed our socket or put another file at its number (os.closerange, dup2), before
+ * a layout or during one (from another thread): that number is the program's now, never read,
+ * written or closed by us again. The worker sees end of input (or will, when its last copy
+ * goes) and exits; it is not killed (without its socket, its pid is not known to be its own).
+ * Lock held. */
+static void
+renderer__lost(void)
+{
+    (void)renderer__forget(0.0, NULL);
+    STAT(lost);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -370,7 +400,11 @@ renderer__spawn(char *err, size_t err_len)
     char *stacks = MAP_FAILED;
     sigset_t all, saved;
 
+    /* Held until the worker is recorded: a fork meanwhile would hand its child copies of both
+     * ends, unrecorded (the worker's end kept open, our end never closed there). */
+    pthread_mutex_lock(&renderer__fds);
     if (renderer__path == NULL) {
+        pthread_mutex_unlock(&renderer__fds);
         snprintf(err, err_len, "the render worker's path is not set");
         return -1;
     }
@@ -430,6 +464,7 @@ renderer__spawn(char *err, size_t err_len)
     renderer__ino = st.st_ino;
     renderer__pid = args.worker;
     renderer__adopted = adopted;
+    pthread_mutex_unlock(&renderer__fds);
     renderer__uses = 0;
     pthread_mutex_lock(&renderer__small);
     renderer__stats.started++;
@@ -444,11 +479,14 @@ fail_stack:
         close(sv[1]);
     }
 fail_socket:
+    pthread_mutex_unlock(&renderer__fds);
     return -1;
 }
 
 /* Waits until fd is ready for events, the deadline passes or the interrupt check says stop:
- * 1 ready, 0 timed out, -1 error, -2 interrupted. */
+ * 1 ready, 0 timed out, -1 error, -2 interrupted. Wakes at least every TGC_RENDERER_POLL_MS
+ * (1 then, as ready): the caller checks that fd is still ours before using it, so that a socket
+ * the program put at its number meanwhile is noticed within that time, not at the deadline. */
 static int
 renderer__wait(int fd, short events, double deadline, const tgc_renderer_interrupt *intr)
 {
@@ -462,11 +500,12 @@ renderer__wait(int fd, short events, double deadline, const tgc_renderer_interru
         }
         struct pollfd p = {fd, events, 0};
         int ms = left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
-        if (intr != NULL && ms > TGC_RENDERER_POLL_MS) {
+        int capped = ms > TGC_RENDERER_POLL_MS;
+        if (capped) {
             ms = TGC_RENDERER_POLL_MS;
         }
         int n = poll(&p, 1, ms);
-        if (n > 0) {
+        if (n > 0 || (n == 0 && capped && !renderer__ours())) {
             return 1;
         }
         if (n < 0 && errno != EINTR) {
@@ -476,13 +515,20 @@ renderer__wait(int fd, short events, double deadline, const tgc_renderer_interru
 }
 
 /* Sends or receives exactly n bytes before the deadline: 0, 1 timed out, -1 broken (errno),
- * -2 interrupted. Never blocks: MSG_DONTWAIT whatever the descriptor's flags. */
+ * -2 interrupted, -3 lost (the number is no longer our socket: renderer__lost). Never blocks:
+ * MSG_DONTWAIT whatever the descriptor's flags. The socket's identity is checked before every
+ * send and receive, not only before the layout: another thread of the program may close the
+ * number or dup2 its own socket over it mid-layout, and we would then read the program's data
+ * (found: our 16-byte header taken from the program's socket) or write ours into it. */
 static int
 renderer__io(int fd, void *p, size_t n, int sending, double deadline,
              const tgc_renderer_interrupt *intr)
 {
     char *c = p;
     while (n > 0) {
+        if (!renderer__ours()) {
+            return -3;
+        }
         ssize_t k = sending ? send(fd, c, n, MSG_NOSIGNAL | MSG_DONTWAIT)
                             : recv(fd, c, n, MSG_DONTWAIT);
         if (k > 0) {
@@ -514,11 +560,7 @@ static void
 renderer__died(char *err, size_t err_len)
 {
     int status = 0;
-    pid_t pid = renderer__pid;
-    int adopted = renderer__adopted;
-    renderer__adopted = 0;
-    renderer__forget();
-    int got = adopted && pid > 0 ? renderer__reap_adopted(pid, 1.0, &status) : 0;
+    int got = renderer__forget(1.0, &status);
     if (got == 1 && WIFSIGNALED(status)) {
         snprintf(err, err_len, "the render worker died of signal %d while drawing this graph",
                  WTERMSIG(status));
@@ -540,10 +582,10 @@ tgc_renderer_set_path(const char *path)
     if (copy == NULL) {
         return -1;
     }
-    pthread_mutex_lock(&renderer__lock);
+    pthread_mutex_lock(&renderer__fds);  /* what spawn reads; never waits for a layout */
     free(renderer__path);
     renderer__path = copy;
-    pthread_mutex_unlock(&renderer__lock);
+    pthread_mutex_unlock(&renderer__fds);
     return 0;
 }
 
@@ -564,12 +606,48 @@ tgc_renderer_timeout(void)
     return t;
 }
 
+static int
+renderer__mine(void)
+{
+    pthread_t owner;
+    __atomic_load(&renderer__owner, &owner, __ATOMIC_ACQUIRE);
+    return owner != 0 && pthread_equal(owner, pthread_self());
+}
+
+/* renderer__lock taken (on) or about to be given back (off): renderer__owner says by whom. */
+static void
+renderer__hold(int on)
+{
+    pthread_t owner = on ? pthread_self() : 0;
+    __atomic_store(&renderer__owner, &owner, __ATOMIC_RELEASE);
+}
+
 /* Takes renderer__lock by the deadline: 0, 1 when another layout held it all that time, 2 when
- * the interrupt check said stop first. */
+ * the interrupt check said stop first, 3 when this thread holds it already (a layout asked for
+ * from inside the interrupt check: a signal handler). */
 static int
 renderer__lock_by(double deadline, const tgc_renderer_interrupt *intr)
 {
+    if (renderer__mine()) {
+        return 3;
+    }
+    double next_check = renderer__now() + TGC_RENDERER_POLL_MS / 1000.0;
     for (;;) {
+        if (__atomic_load_n(&renderer__closing, __ATOMIC_ACQUIRE) > 0) {
+            /* a shutdown waits for the lock: it goes first */
+            double now = renderer__now();
+            if (now >= deadline) {
+                return 1;
+            }
+            if (intr != NULL && now >= next_check) {
+                next_check = now + TGC_RENDERER_POLL_MS / 1000.0;
+                if (intr->stop(intr->arg)) {
+                    return 2;
+                }
+            }
+            renderer__sleep_ms(1);
+            continue;
+        }
         double left = deadline - renderer__now();
         if (left < 0) {
             left = 0;
@@ -588,7 +666,12 @@ renderer__lock_by(double deadline, const tgc_renderer_interrupt *intr)
         int rc;
         while ((rc = pthread_mutex_timedlock(&renderer__lock, &abs)) == EINTR) {
         }
+        if (rc == 0 && __atomic_load_n(&renderer__closing, __ATOMIC_ACQUIRE) > 0) {
+            pthread_mutex_unlock(&renderer__lock);  /* taken as a shutdown came: it goes first */
+            continue;
+        }
         if (rc == 0) {
+            renderer__hold(1);
             return 0;
         }
         if (renderer__now() >= deadline) {
@@ -609,12 +692,7 @@ renderer__check_worker(void)
         return;
     }
     if (!renderer__ours()) {
-        /* The program closed or replaced our socket: the worker saw end of input (or will, when
-         * its last copy goes) and exits. Its number is the program's now: not closed by us, and
-         * the worker is not killed (its pid may be anyone's by now). */
-        renderer__fd = -1;
-        renderer__forget();
-        STAT(lost);
+        renderer__lost();  /* the program closed or replaced our socket */
         return;
     }
     if (renderer__uses >= TGC_RENDERER_USES) {
@@ -625,7 +703,7 @@ renderer__check_worker(void)
     /* A worker that exited while idle (it does after TGC_RENDERER_IDLE_S, or someone killed it)
      * is replaced before it is asked. */
     if (!renderer__peer_alive(0)) {
-        renderer__forget();
+        (void)renderer__forget(0.0, NULL);
     }
 }
 
@@ -646,6 +724,11 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
     /* The budget counts from the call: waiting for another thread's layout spends it too. */
     double deadline = renderer__now() + timeout;
     int locked = renderer__lock_by(deadline, intr);
+    if (locked == 3) {
+        snprintf(err, err_len, "a layout was asked for while this thread's own layout waits (from "
+                 "a signal handler, or a collection inside one); not drawn");
+        return TGC_RENDER_FAILED;
+    }
     if (locked == 2) {
         snprintf(err, err_len, "the layout was interrupted");
         return TGC_RENDER_INTERRUPTED;
@@ -663,7 +746,8 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
             goto done;
         }
         /* A worker that served earlier layouts may have exited since without our noticing yet:
-         * if it fails before answering, one fresh worker gets the request. */
+         * if it fails before answering, one fresh worker gets the request. So does a request
+         * whose socket the program took over meanwhile (renderer__lost). */
         int idle_before = renderer__uses > 0;
         renderer__uses++;
         STAT(renders);
@@ -677,25 +761,38 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
         if (io == 0) {
             io = renderer__io(renderer__fd, &h, sizeof(h), 0, deadline, intr);
         }
-        if (io == -1 && idle_before && attempt == 0) {
+        int answered = io == 0;
+        if (io == 0 && (h.magic != TGC_RENDERER_MAGIC || h.status > 1 ||
+                        h.len > TGC_RENDERER_MAX_SVG)) {
+            renderer__drop();
+            snprintf(err, err_len, "the render worker's answer was malformed or too large");
+            goto done;
+        }
+        if (io == 0) {
+            out = malloc(h.len + 1);
+            if (out == NULL) {
+                renderer__drop();
+                snprintf(err, err_len, "out of memory for the render worker's answer");
+                goto done;
+            }
+            io = renderer__io(renderer__fd, out, h.len, 0, deadline, intr);
+        }
+        if (io == -3) {
+            renderer__lost();
+            free(out);
+            out = NULL;
+            if (attempt == 0) {
+                continue;
+            }
+            snprintf(err, err_len, "the program closed the render worker's socket while it drew "
+                     "this graph (os.closerange or dup2 from another thread)");
+            goto done;
+        }
+        if (io == -1 && idle_before && attempt == 0 && !answered) {
             renderer__died(err, err_len);
             continue;
         }
         break;
-    }
-    if (io == 0 && (h.magic != TGC_RENDERER_MAGIC || h.status > 1 || h.len > TGC_RENDERER_MAX_SVG)) {
-        renderer__drop();
-        snprintf(err, err_len, "the render worker's answer was malformed or too large");
-        goto done;
-    }
-    if (io == 0) {
-        out = malloc(h.len + 1);
-        if (out == NULL) {
-            renderer__drop();
-            snprintf(err, err_len, "out of memory for the render worker's answer");
-            goto done;
-        }
-        io = renderer__io(renderer__fd, out, h.len, 0, deadline, intr);
     }
     if (io == -2) {
         renderer__drop();  /* mid-layout: the worker's answer would arrive in the next request */
@@ -735,6 +832,7 @@ tgc_renderer_svg(const char *dot, size_t dot_len, char **svg, size_t *svg_len,
     out = NULL;
     rc = TGC_RENDER_OK;
 done:
+    renderer__hold(0);
     pthread_mutex_unlock(&renderer__lock);
     free(out);
     return rc;
@@ -751,7 +849,13 @@ tgc_renderer_get_stats(tgc_renderer_stats *s)
 void
 tgc_renderer_shutdown(void)
 {
+    if (renderer__mine()) {
+        return;  /* asked from inside this thread's own layout (a signal handler): not now */
+    }
+    __atomic_add_fetch(&renderer__closing, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_lock(&renderer__lock);
+    __atomic_sub_fetch(&renderer__closing, 1, __ATOMIC_ACQ_REL);
+    renderer__hold(1);
     renderer__drop();
     for (int i = 0; i < RENDERER_ORPHANS; i++) {
         if (renderer__orphans[i] != 0) {
@@ -759,5 +863,6 @@ tgc_renderer_shutdown(void)
             renderer__orphans[i] = 0;
         }
     }
+    renderer__hold(0);
     pthread_mutex_unlock(&renderer__lock);
 }

@@ -16,9 +16,11 @@
  *   - it is started as a "clone child" (its exit signal is 0, not SIGCHLD): the program's own
  *     wait(), waitpid(-1) and SIGCHLD handlers never see it or reap it, and it sends no SIGCHLD;
  *     only we reap it, by its pid (at the next call, when it is replaced, and at shutdown);
- *   - our socket is known by identity (device and inode), not by number: a descriptor that the
- *     program closed (os.closerange) or replaced (dup2) is never used, written to or closed by
- *     us; the worker is then replaced;
+ *   - our socket is known by identity (device and inode), not by number, checked before every
+ *     send and receive (and at least every TGC_RENDERER_POLL_MS while waiting): a descriptor that
+ *     the program closed (os.closerange) or replaced (dup2), before a layout or during one from
+ *     another thread, is never used, read, written to or closed by us; the worker is then
+ *     replaced (once per layout: the request goes to a fresh worker within the same budget);
  *   - its life is tied to the process, not to the thread that started it: it exits at end of
  *     input, when the socket's other end closes (the process exited, even mid-layout: a thread
  *     in the worker watches for the hang-up), after TGC_RENDERER_IDLE_S idle seconds, and when a
@@ -27,8 +29,12 @@
  *     layouts (bounding what Graphviz's leaks can grow to). A forked child closes its parent's
  *     worker's socket at once (when it is still ours) and starts its own worker when it renders.
  * - Thread safe: one mutex serialises layouts; the budget counts from the call, so waiting for
- *   another thread's layout spends it (a fork waits for the layout in progress). Settings and
- *   counters have their own lock and never wait for a layout.
+ *   another thread's layout spends it. A fork never waits for a layout (only for a worker being
+ *   started, milliseconds): the thread laying out may need the GIL that the forking thread
+ *   holds. A shutdown waits for the layout in progress only: later layouts let it go first.
+ *   A layout asked for by the thread whose own layout is waiting (from a signal handler that the
+ *   interrupt check ran) fails at once. Settings and counters have their own lock and never wait
+ *   for a layout.
  * - Bounded: requests over TGC_RENDERER_MAX_DOT and answers over TGC_RENDERER_MAX_SVG are refused;
  *   the worker runs with its address space capped at TGC_RENDERER_MAX_AS (not under
  *   AddressSanitizer, whose shadow memory needs far more address space). */
@@ -64,7 +70,8 @@ enum {
 };
 
 /* Asked while a render waits (for the lock, or for the worker): nonzero stops the render. Called
- * on the rendering thread, with renderer.c's layout lock held; it must not render. */
+ * on the rendering thread, with or without renderer.c's layout lock held; a render it asks for
+ * fails at once (TGC_RENDER_FAILED), a shutdown it asks for does nothing. */
 typedef struct {
     int (*stop)(void *arg);
     void *arg;
@@ -88,7 +95,8 @@ typedef struct {
     int fd;    /* our socket's number, -1 when none */
 } tgc_renderer_stats;
 void tgc_renderer_get_stats(tgc_renderer_stats *out);
-/* Stops the worker (at interpreter exit). */
+/* Stops the worker (at interpreter exit): waits for the layout in progress, if any, not for
+ * later ones. */
 void tgc_renderer_shutdown(void);
 
 #endif /* TGC_RENDERER_H */

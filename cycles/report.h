@@ -62,4 +62,25 @@ void tgc_report_rows_free(tgc_report_row *rows, Py_ssize_t n);
 PyObject *tgc_report_svg(tgc_cycles *c, tgc_report *r);
 PyObject *tgc_report_html(tgc_cycles *c, tgc_report *r);
 
+/* report_objects.c: torch's create_graph, to_dot and to_html over any list of objects. */
+/* The graph of objs (a list) whose roots[i] (a list of as many truth values) are the roots: the
+ * objects that reach a root (roots included), in list order, as (labels, referrents, kept): a
+ * label per kept object (str), its references to kept objects as a list of (label, index into
+ * the kept ones), and its index in objs. One entry per reference (tp_traverse), named as a
+ * report's edges; labels cut as a report's. Runs reprs (names.c's tgc_describe). New reference,
+ * or NULL with an exception. */
+PyObject *tgc_objects_graph(tgc_cycles *c, PyObject *objs, PyObject *roots);
+/* The bounded drawing of a graph of nodes into dot, and its summary into text: labels (str),
+ * contexts (str or None), roots (True or False) per node, edges a list of (src, dst, label)
+ * tuples with indices below the number of nodes and a str label (the caller checks all of it).
+ * At most TGC_DRAW_BUDGET nodes (the roots first, then breadth first from them) and the
+ * references a report would draw among them; every string cut and escaped. 0, or -1 with an
+ * exception. */
+int tgc_objects_dot(PyObject *labels, PyObject *contexts, PyObject *roots, PyObject *edges,
+                    tgc_buf *dot, tgc_buf *text);
+/* The page of a drawing: dot laid out by the render worker (within its budget), in page.c's page
+ * with title and text; when there is no picture the page says why. New reference, or NULL with
+ * an exception (a KeyboardInterrupt from the program's handler; no memory). */
+PyObject *tgc_objects_page(tgc_cycles *c, PyObject *title, PyObject *text, PyObject *dot);
+
 #endif /* TGC_REPORT_H */

@@ -14,6 +14,22 @@ dot__str(tgc_buf *o, PyObject *s)
     }
 }
 
+/* A tensor's tooltip starts with its class's full name ("torch.Tensor", a subclass's module
+ * and qualified name) and its line. */
+static void
+dot__tensor_tip(tgc_buf *o, tgc_builder *b, uint32_t v, const tgc_buf *line)
+{
+    PyObject *qual = tgc_type_qualname(b->items[v]);
+    if (qual != NULL) {
+        dot__str(o, qual);
+        tgc_buf_puts(o, ": ");
+        Py_DECREF(qual);
+    }
+    PyErr_Clear();
+    tgc_buf_dot(o, line->data ? line->data : "", line->len);
+    tgc_buf_dot(o, "\n", 1);
+}
+
 static void
 dot__node(tgc_buf *o, tgc_builder *b, uint32_t v)
 {
@@ -43,7 +59,9 @@ dot__node(tgc_buf *o, tgc_builder *b, uint32_t v)
                 i = end + 1;
             }
             tgc_buf_puts(o, "\", tooltip=\"");
+            dot__tensor_tip(o, b, v, line);
             if (s != NULL) {
+                tgc_buf_puts(o, "allocated at:\\l");
                 tgc_buf_dot(o, s, (size_t)n);
             }
         }
@@ -51,12 +69,15 @@ dot__node(tgc_buf *o, tgc_builder *b, uint32_t v)
             static const char msg[] = "no allocation stack: call torch.cuda.memory."
                                       "_record_memory_history()\nbefore allocating to see it here\n";
             tgc_buf_dot(o, msg, sizeof(msg) - 1);
-            tgc_buf_puts(o, "\", tooltip=\"allocation stacks need torch.cuda.memory."
-                            "_record_memory_history()");
+            tgc_buf_puts(o, "\", tooltip=\"");
+            dot__tensor_tip(o, b, v, line);
+            tgc_buf_puts(o, "allocation stacks need torch.cuda.memory._record_memory_history()");
         }
         else {
             tgc_buf_puts(o, "(allocation stacks are recorded for CUDA tensors only)\\l\", "
-                            "tooltip=\"allocation stacks come from "
+                            "tooltip=\"");
+            dot__tensor_tip(o, b, v, line);
+            tgc_buf_puts(o, "allocation stacks come from "
                             "torch.cuda.memory._record_memory_history()");
         }
         tgc_buf_puts(o, "\", color=\"#c62828\", fillcolor=\"#ffcdd2\", fontcolor=\"#7f0000\", "
@@ -90,6 +111,30 @@ dot__node(tgc_buf *o, tgc_builder *b, uint32_t v)
     }
     tgc_buf_puts(o, "];\n");
     PyErr_Clear();
+}
+
+/* A closure variable's edge (function -> value, its tuple and cell folded) says in its tooltip
+ * where the reference sits: "closure x: __closure__[0].cell_contents" (which can be set to None
+ * to break the cycle). */
+static void
+dot__closure_tip(tgc_buf *o, const tgc_builder *b, const tgc_drawn_edge *de)
+{
+    PyObject *f = b->items[de->src];
+    PyObject *closure = PyFunction_Check(f) ? ((PyFunctionObject *)f)->func_closure : NULL;
+    if (closure == NULL || !PyTuple_Check(closure)) {
+        return;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(closure); i++) {
+        PyObject *cell = PyTuple_GET_ITEM(closure, i);
+        if (PyCell_Check(cell) && PyCell_GET(cell) == b->items[de->dst]) {
+            tgc_buf_puts(o, ", tooltip=\"");
+            dot__str(o, de->label);
+            tgc_buf_puts(o, ": __closure__[");
+            tgc_buf_uint(o, (uint64_t)i);
+            tgc_buf_puts(o, "].cell_contents\"");
+            return;
+        }
+    }
 }
 
 /* Draws the report's DOT from its builder: the groups chosen for drawing as clusters (what did
@@ -249,6 +294,7 @@ tgc_report_draw_dot(tgc_builder *b, const uint32_t *elided, tgc_buf *dot)
         tgc_buf_puts(dot, " [label=\"");
         dot__str(dot, de->label);
         tgc_buf_puts(dot, "\"");
+        dot__closure_tip(dot, b, de);
         if (b->is_target[de->dst]) {
             tgc_buf_puts(dot, ", color=\"#c62828\", fontcolor=\"#c62828\"");
         }

@@ -108,7 +108,9 @@ struct tgc_pending {
  * 0 when there are none. Runs the filter's predicate; errors are logged, not raised. */
 int tgc_report_tensors(tgc_builder *b, const tgc_filter *f);
 /* Allocation stacks from torch's CUDA memory history, when it is recording: for each CUDA tensor
- * of ts[0..n), the active block that contains its storage gives the frames. Never raises. */
+ * of ts[0..n), torch's traceback of its storage's address (torch._C._cuda_allocationTraceback),
+ * or, on a torch without it, the frames of the active block of torch.cuda.memory._snapshot()
+ * that contains the storage. Never raises. */
 void tgc_report_stacks(tgc_rtensor *ts, Py_ssize_t n);
 /* Drops what reading a tensor made (the struct stays usable: info NULL, no line). */
 void tgc_report_tensor_clear(tgc_rtensor *rt);

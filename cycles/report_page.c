@@ -110,7 +110,7 @@ tgc_report_svg(tgc_cycles *c, tgc_report *r)
         if (c->busy) {
             c->interrupted = 1;  /* given back to the program when the callback ends (hook.c) */
         }
-        else if (PyErr_CheckSignals() < 0) {
+        else if (PyErr_Occurred()) {
             return NULL;  /* the program's SIGINT handler raised (KeyboardInterrupt) */
         }
         PyErr_SetString(c->error_type, err);

@@ -247,28 +247,74 @@ report__wanted(const tgc_filter *f, PyObject *t, const tgc_rtensor *rt)
     }
 }
 
-void
-tgc_report_stacks(tgc_rtensor *ts, Py_ssize_t n)
+/* Whether a frame's file is C or C++ source (by its suffix: a directory may hold ".h"). */
+static int
+report__cxx_file(const char *f)
 {
-    int any_cuda = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        any_cuda |= ts[i].info != NULL && ts[i].is_cuda;
+    static const char *const suffixes[] = {".cpp", ".cc", ".cu", ".h", ".hpp", ".c"};
+    size_t n = strlen(f);
+    for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+        size_t k = strlen(suffixes[i]);
+        if (n >= k && memcmp(f + n - k, suffixes[i], k) == 0) {
+            return 1;
+        }
     }
-    if (!any_cuda) {
-        return;
+    return 0;
+}
+
+/* The stack of frames (torch's list of {filename, line, name} dicts, innermost first) as the
+ * report shows it, "file:line function" a line, C++ frames and torch's own Python left out; set
+ * into rt (info["stack"] and rt->stack). Nothing when no frame is left. */
+static void
+report__set_stack(tgc_rtensor *rt, PyObject *frames)
+{
+    tgc_buf sb = {0};
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(frames); k++) {
+        PyObject *fr = PyList_GET_ITEM(frames, k);
+        PyObject *fn = PyDict_Check(fr) ? PyDict_GetItemString(fr, "filename") : NULL;
+        PyObject *ln = PyDict_Check(fr) ? PyDict_GetItemString(fr, "line") : NULL;
+        PyObject *nm = PyDict_Check(fr) ? PyDict_GetItemString(fr, "name") : NULL;
+        if (!fn || !ln || !nm || !PyUnicode_Check(fn) || !PyUnicode_Check(nm)) {
+            continue;
+        }
+        const char *f = PyUnicode_AsUTF8(fn);
+        /* Skip C++ frames and torch's own Python: the user wants their line. */
+        if (f == NULL || f[0] == '?' || f[0] == '\0' || report__cxx_file(f) ||
+            strstr(f, "/torch/")) {
+            PyErr_Clear();
+            continue;
+        }
+        const char *func = PyUnicode_AsUTF8(nm);
+        /* file and function names cut: they are the user's strings too. A long path keeps its
+         * end, where the file's name is. */
+        size_t flen = strlen(f);
+        tgc_buf_printf(&sb, "%s%.200s:%ld %.120s\n", flen > 200 ? "\xe2\x80\xa6" : "",
+                       flen > 200 ? f + flen - 200 : f, PyLong_AsLong(ln), func ? func : "?");
+        PyErr_Clear();
     }
-    PyObject *snap = NULL, *segments = NULL;
-    PyObject *C = PyImport_ImportModule("torch._C");
-    PyObject *on = C ? PyObject_CallMethod(C, "_cuda_isHistoryEnabled", NULL) : NULL;
-    if (on == NULL || PyObject_IsTrue(on) != 1) {
-        goto done;
+    if (sb.len > 0 && !sb.oom) {
+        PyObject *st = PyUnicode_DecodeUTF8(sb.data, (Py_ssize_t)sb.len - 1, "replace");
+        if (st != NULL) {
+            PyDict_SetItemString(rt->info, "stack", st);
+            Py_XSETREF(rt->stack, st);  /* the reference moves */
+        }
     }
+    tgc_buf_free(&sb);
+}
+
+/* The stacks from torch.cuda.memory._snapshot(): for each CUDA tensor, the active block that
+ * contains its storage. Costs a snapshot of the whole allocator (every live block's stack made
+ * into frames): only for a torch without the per-address question. */
+static void
+report__stacks_from_snapshot(tgc_rtensor *ts, Py_ssize_t n)
+{
     PyObject *mem = PyImport_ImportModule("torch.cuda.memory");
-    snap = mem ? PyObject_CallMethod(mem, "_snapshot", NULL) : NULL;
+    PyObject *snap = mem ? PyObject_CallMethod(mem, "_snapshot", NULL) : NULL;
     Py_XDECREF(mem);
-    segments = snap && PyDict_Check(snap) ? PyDict_GetItemString(snap, "segments") : NULL;
+    PyObject *segments = snap && PyDict_Check(snap) ? PyDict_GetItemString(snap, "segments") : NULL;
     if (segments == NULL || !PyList_Check(segments)) {
-        goto done;
+        Py_XDECREF(snap);
+        return;
     }
     for (Py_ssize_t s = 0; s < PyList_GET_SIZE(segments); s++) {
         PyObject *seg = PyList_GET_ITEM(segments, s);
@@ -287,7 +333,7 @@ tgc_report_stacks(tgc_rtensor *ts, Py_ssize_t n)
             unsigned long long size = PyLong_AsUnsignedLongLong(size_o);
             PyObject *frames = PyDict_GetItemString(blk, "frames");
             for (Py_ssize_t i = 0; frames && PyList_Check(frames) && i < n; i++) {
-                if (ts[i].info == NULL || !ts[i].is_cuda) {
+                if (ts[i].info == NULL || !ts[i].is_cuda || ts[i].stack != NULL) {
                     continue;
                 }
                 PyObject *dp = PyDict_GetItemString(ts[i].info, "data_ptr");
@@ -295,44 +341,62 @@ tgc_report_stacks(tgc_rtensor *ts, Py_ssize_t n)
                 if (p < addr || p >= addr + size || PyList_GET_SIZE(frames) == 0) {
                     continue;
                 }
-                tgc_buf sb = {0};
-                for (Py_ssize_t k = 0; k < PyList_GET_SIZE(frames); k++) {
-                    PyObject *fr = PyList_GET_ITEM(frames, k);
-                    PyObject *fn = PyDict_Check(fr) ? PyDict_GetItemString(fr, "filename") : NULL;
-                    PyObject *ln = PyDict_Check(fr) ? PyDict_GetItemString(fr, "line") : NULL;
-                    PyObject *nm = PyDict_Check(fr) ? PyDict_GetItemString(fr, "name") : NULL;
-                    if (!fn || !ln || !nm || !PyUnicode_Check(fn) || !PyUnicode_Check(nm)) {
-                        continue;
-                    }
-                    const char *f = PyUnicode_AsUTF8(fn);
-                    /* Skip C++ frames and torch's own Python: the user wants their line. */
-                    if (f == NULL || f[0] == '?' || strstr(f, ".cpp") || strstr(f, ".h") ||
-                        strstr(f, "/torch/") || f[0] == '\0') {
-                        PyErr_Clear();
-                        continue;
-                    }
-                    const char *func = PyUnicode_AsUTF8(nm);
-                    /* file and function names cut (%.*s): they are the user's strings too */
-                    tgc_buf_printf(&sb, "%.200s:%ld %.120s\n", f, PyLong_AsLong(ln), func ? func : "?");
-                    PyErr_Clear();
-                }
-                if (sb.len > 0 && !sb.oom) {
-                    PyObject *st = PyUnicode_DecodeUTF8(sb.data, (Py_ssize_t)sb.len - 1, "replace");
-                    if (st != NULL) {
-                        PyDict_SetItemString(ts[i].info, "stack", st);
-                        Py_XSETREF(ts[i].stack, st);  /* the reference moves */
-                    }
-                }
-                tgc_buf_free(&sb);
+                report__set_stack(&ts[i], frames);
             }
             addr += size;
         }
+    }
+    Py_DECREF(snap);
+}
+
+void
+tgc_report_stacks(tgc_rtensor *ts, Py_ssize_t n)
+{
+    int any_cuda = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        any_cuda |= ts[i].info != NULL && ts[i].is_cuda;
+    }
+    if (!any_cuda) {
+        return;
+    }
+    PyObject *C = PyImport_ImportModule("torch._C");
+    PyObject *on = C ? PyObject_CallMethod(C, "_cuda_isHistoryEnabled", NULL) : NULL;
+    if (on == NULL || PyObject_IsTrue(on) != 1) {
+        goto done;
+    }
+    /* Per address where torch can say (2.13 on): a question per tensor, not a snapshot of the
+     * allocator, which makes every live block's stack into frames. */
+    PyObject *ask = PyObject_GetAttrString(C, "_cuda_allocationTraceback");
+    if (ask == NULL) {
+        PyErr_Clear();
+        report__stacks_from_snapshot(ts, n);
+        goto done;
+    }
+    int missing = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (ts[i].info == NULL || !ts[i].is_cuda) {
+            continue;
+        }
+        PyObject *dp = PyDict_GetItemString(ts[i].info, "data_ptr");  /* borrowed */
+        PyObject *got = dp ? PyObject_CallOneArg(ask, dp) : NULL;
+        /* a list of frame dicts; a dict holding one under "frames" is read too */
+        PyObject *frames = got && PyDict_Check(got) ? PyDict_GetItemString(got, "frames") : got;
+        if (frames != NULL && PyList_Check(frames) && PyList_GET_SIZE(frames) > 0) {
+            report__set_stack(&ts[i], frames);
+        }
+        missing |= ts[i].stack == NULL;
+        Py_XDECREF(got);
+        PyErr_Clear();
+    }
+    Py_DECREF(ask);
+    if (missing) {
+        /* an address torch could not answer for (a storage inside a larger block) */
+        report__stacks_from_snapshot(ts, n);
     }
 done:
     PyErr_Clear();  /* stacks are a bonus: a torch without this API still gets its report */
     Py_XDECREF(C);
     Py_XDECREF(on);
-    Py_XDECREF(snap);
 }
 
 int

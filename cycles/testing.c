@@ -63,8 +63,8 @@ PyDoc_STRVAR(young_scan_doc,
 "_young_scan($module, enabled=None, /)\n--\n\n"
 "The young-generation pre-scan (cycles/young.c): with enabled, switch it on or off (on is refused "
 "where the interpreter's collector is not the one it was built for). Returns {'available', "
-"'enabled', 'skipped', 'armed'}: the last two count the collections that ran without the "
-"detector and those it armed since import.");
+"'why', 'enabled', 'skipped', 'armed'}: why it is not available ('' where it is); the last two "
+"count the collections that ran without the detector and those it armed since import.");
 
 static PyObject *
 young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -75,9 +75,12 @@ young_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                   (testing_count[]){{"skipped", n->young_skipped},
                                                     {"armed", n->young_armed}}, 2);
     PyObject *avail = tgc_hook_prescan_available(c) ? Py_True : Py_False;
-    if (d != NULL && PyDict_SetItemString(d, "available", avail) < 0) {
+    PyObject *why = d != NULL ? PyUnicode_FromString(c->young_why) : NULL;  /* new reference */
+    if (d != NULL && (why == NULL || PyDict_SetItemString(d, "available", avail) < 0 ||
+                      PyDict_SetItemString(d, "why", why) < 0)) {
         Py_CLEAR(d);
     }
+    Py_XDECREF(why);
     return d;
 }
 

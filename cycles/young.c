@@ -9,10 +9,12 @@
  * and the collector runs alone.
  *
  * The generation lists are the collector's internals, so this file is built with Py_BUILD_CORE
- * (as is frames.c, for a frame's slots), and only where compat.h says the layout is known
- * (TGC_HAVE_YOUNG_SCAN). It also lends the owner-chain search its visited mark (young.h). At module
- * exec, tgc_young_selfcheck() confirms the layout on the running interpreter (a new object must be
- * the tail of generation 0); if it does not match, the detector arms every collection as before. */
+ * (as is frames.c, for a frame's slots) and reads them only through gclists.h, the one place that
+ * knows their layout (CPython 3.10-3.13: compat.h's TGC_HAVE_YOUNG_SCAN). It also lends the
+ * owner-chain search its visited mark (young.h). At module exec, tgc_young_selfcheck() confirms
+ * that the interpreter is the one the build is for (common/internals.c) and the layout on it (the
+ * list heads are consistent rings, a new object is the tail of generation 0); otherwise the
+ * detector arms every collection, the portable path. */
 #define Py_BUILD_CORE 1
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,11 +22,8 @@
 #include <string.h>
 
 #include "tensorgc/compat.h"
-
-#if TGC_HAVE_YOUNG_SCAN
-#  include "internal/pycore_interp.h"
-#  include "internal/pycore_gc.h"
-#endif
+#include "tensorgc/internals.h"
+#include "gclists.h"
 
 #include "tensorgc/ptrmap.h"
 #include "tensorgc/tensor.h"
@@ -136,10 +135,15 @@ tgc_young_plain(PyObject *op)
 
 #if TGC_HAVE_YOUNG_SCAN
 
-static PyGC_Head *
+/* Set by tgc_young_selfcheck at module exec (GIL held), read-only afterwards: the running
+ * interpreter's lists have the layout this build reads. Nothing below touches them unless it is
+ * 1; the collector's layout is the same in every interpreter of the process. */
+static int young_layout_ok;
+
+static tgc_gc_node *
 young__head(int gen)
 {
-    return &PyInterpreterState_Get()->gc.generations[gen].head;
+    return tgc_gc_list(gen);
 }
 
 /* The list at position pos (0..generation) of a collection of `generation`, in the order the
@@ -152,20 +156,52 @@ young__gen_at(int generation, int pos)
     return pos == 0 ? generation : pos - 1;
 }
 
+/* Whether every list head is a consistent ring end: its neighbours point back at it. */
+static int
+young__heads_sane(void)
+{
+    for (int gen = 0; gen < TGC_GC_GENERATIONS; gen++) {
+        tgc_gc_node *head = young__head(gen);
+        tgc_gc_node *next = tgc_gc_next(head), *prev = tgc_gc_prev(head);
+        if (next == NULL || prev == NULL || tgc_gc_prev(next) != head ||
+            tgc_gc_next(prev) != head) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int
-tgc_young_selfcheck(void)
+tgc_young_selfcheck(const char **why)
 {
     young__probe_class();
+    if (!tgc_internals_decide()) {
+        *why = tgc_internals_why();
+        return young_layout_ok = 0;
+    }
+    if (tgc_gc_collecting()) {
+        /* imported from a finalizer or a weakref callback: the lists are the collector's now */
+        *why = "imported during a garbage collection, when the collector's lists cannot be "
+               "checked";
+        return young_layout_ok = 0;
+    }
+    if (!young__heads_sane()) {
+        *why = "the collector's generation lists are not laid out as this build reads them";
+        return young_layout_ok = 0;
+    }
     PyObject *probe = PyList_New(0);  /* new reference; tracked at once, at generation 0's tail */
     if (probe == NULL) {
         PyErr_Clear();
-        return 0;
+        *why = "no memory for the layout check";
+        return young_layout_ok = 0;
     }
-    PyGC_Head *head = young__head(0), *g = _Py_AS_GC(probe);
-    int ok = PyObject_GC_IsTracked(probe) && _PyGCHead_NEXT(g) == head &&
-             _PyGCHead_PREV(head) == g;
+    tgc_gc_node *head = young__head(0), *g = tgc_gc_node_of(probe);
+    int ok = PyObject_GC_IsTracked(probe) && tgc_gc_next(g) == head && tgc_gc_prev(head) == g &&
+             !tgc_gc_marked(g);
     Py_DECREF(probe);
-    return ok;
+    *why = ok ? "" : "a new object is not the tail of the collector's generation 0, as this "
+                     "build expects";
+    return young_layout_ok = ok;
 }
 
 /* What the walk keeps: the tensor base type and a few recently seen types that are not tensors
@@ -284,8 +320,8 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
  * loads instead of one. Young objects come in runs of one type, whose answers (not a tensor; its
  * shape) each end looks up once per run; __slots__ are read inline, and a referent of the run's own
  * type, or of the last type seen that is not a tensor, needs no lookup. */
-static PyGC_Head *
-young__first_hit(young_ctx *c, int generation, PyGC_Head **last, int *last_k)
+static tgc_gc_node *
+young__first_hit(young_ctx *c, int generation, tgc_gc_node **last, int *last_k)
 {
     /* Only what the walk reads is cleared (this runs for every young collection): the type
      * cache, and per end its run and its cache's type pointers. */
@@ -298,24 +334,24 @@ young__first_hit(young_ctx *c, int generation, PyGC_Head **last, int *last_k)
     /* No Python code runs below (tp_traverse must not run any, the collector relies on that
      * too), so the lists cannot change under the walk. */
     for (int pos = 0; pos <= generation; pos++) {
-        PyGC_Head *head = young__head(young__gen_at(generation, pos));
+        tgc_gc_node *head = young__head(young__gen_at(generation, pos));
         /* Objects before f and after b are clean; f is not after b while any is left. */
-        PyGC_Head *f = _PyGCHead_NEXT(head), *b = _PyGCHead_PREV(head);
+        tgc_gc_node *f = tgc_gc_next(head), *b = tgc_gc_prev(head);
         *last_k = pos;
         while (f != head) {
-            if (young__hit(c, &fc, &plain_ref, (PyObject *)(f + 1))) {
+            if (young__hit(c, &fc, &plain_ref, tgc_gc_object(f))) {
                 *last = b;  /* everything after b was tested clean */
                 return f;
             }
             if (f == b) {
                 break;
             }
-            if (young__hit(c, &bc, &plain_ref, (PyObject *)(b + 1))) {
+            if (young__hit(c, &bc, &plain_ref, tgc_gc_object(b))) {
                 *last = b;
-                return _PyGCHead_NEXT(f);  /* f and everything before it are clean */
+                return tgc_gc_next(f);  /* f and everything before it are clean */
             }
-            PyGC_Head *prev = _PyGCHead_PREV(b);
-            f = _PyGCHead_NEXT(f);
+            tgc_gc_node *prev = tgc_gc_prev(b);
+            f = tgc_gc_next(f);
             if (f == b) {
                 break;  /* they were neighbours: nothing is left */
             }
@@ -331,12 +367,12 @@ tgc_young_may_hold(PyTypeObject *tensor, int generation)
     if (tensor == NULL) {
         return 0;  /* torch is not imported: there are no tensors */
     }
-    if (generation < 0 || generation >= NUM_GENERATIONS - 1) {
+    if (generation < 0 || generation >= TGC_GC_GENERATIONS - 1) {
         return 1;  /* a full collection: the walk would be the whole heap; it is not worth it */
     }
     young_ctx c;
     c.tensor = tensor;
-    PyGC_Head *last;
+    tgc_gc_node *last;
     int last_k;
     return young__first_hit(&c, generation, &last, &last_k) != NULL;
 }
@@ -351,17 +387,16 @@ tgc_young_may_hold(PyTypeObject *tensor, int generation)
 static inline int
 island__young(PyObject *op)
 {
-    return PyObject_IS_GC(op) &&
-           (_Py_AS_GC(op)->_gc_prev & _PyGC_PREV_MASK_COLLECTING) != 0;
+    return PyObject_IS_GC(op) && tgc_gc_marked(tgc_gc_node_of(op));
 }
 
 static void
 island__unmark(int generation)
 {
     for (int gen = 0; gen <= generation; gen++) {  /* any order will do */
-        PyGC_Head *head = young__head(gen);
-        for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
-            g->_gc_prev &= ~(uintptr_t)_PyGC_PREV_MASK_COLLECTING;
+        tgc_gc_node *head = young__head(gen);
+        for (tgc_gc_node *g = tgc_gc_next(head); g != head; g = tgc_gc_next(g)) {
+            tgc_gc_unmark(g);
         }
     }
 }
@@ -374,12 +409,13 @@ static uint32_t
 island__list_ordered(int generation, const tgc_ptrmap *map, PyObject **out, int unmark)
 {
     uint32_t k = 0;
-    uintptr_t clear = unmark ? (uintptr_t)_PyGC_PREV_MASK_COLLECTING : 0;
     for (int pos = 0; pos <= generation; pos++) {
-        PyGC_Head *head = young__head(young__gen_at(generation, pos));
-        for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
-            g->_gc_prev &= ~clear;
-            PyObject *op = (PyObject *)(g + 1);
+        tgc_gc_node *head = young__head(young__gen_at(generation, pos));
+        for (tgc_gc_node *g = tgc_gc_next(head); g != head; g = tgc_gc_next(g)) {
+            if (unmark) {
+                tgc_gc_unmark(g);
+            }
+            PyObject *op = tgc_gc_object(g);
             if (tgc_ptrmap_get(map, op) != UINT32_MAX) {
                 out[k++] = op;
             }
@@ -573,7 +609,7 @@ island__reach_tracked(PyObject *o, void *arg)
         c->overflow = 1;
         return 1;
     }
-    if (PyType_Check(o) || !PyObject_IS_GC(o) || !_PyObject_GC_IS_TRACKED(o)) {
+    if (PyType_Check(o) || !PyObject_IS_GC(o) || !tgc_gc_tracked(o)) {
         return 0;
     }
     return island__add(c, o);
@@ -592,7 +628,7 @@ island__reach_tracked(PyObject *o, void *arg)
  * tell (an old object in the set, a young class, a larger set, no memory). Runs no Python code;
  * never leaves an exception set. */
 static int
-island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int last_k,
+island__quick(young_ctx *y, int generation, tgc_gc_node *hit, tgc_gc_node *last, int last_k,
               PyObject **island)
 {
     island_ctx c;
@@ -607,8 +643,8 @@ island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int
     }
     c.y.saw_type = y->saw_type;
     /* 1. The seeds, among the objects young__first_hit did not test. */
-    for (PyGC_Head *g = hit; !c.overflow; g = _PyGCHead_NEXT(g)) {
-        PyObject *op = (PyObject *)(g + 1);
+    for (tgc_gc_node *g = hit; !c.overflow; g = tgc_gc_next(g)) {
+        PyObject *op = tgc_gc_object(g);
         if (young__hit(&c.y, &cur, &plain_ref, op)) {
             (void)island__add(&c, op);
         }
@@ -617,10 +653,10 @@ island__quick(young_ctx *y, int generation, PyGC_Head *hit, PyGC_Head *last, int
         }
     }
     for (int pos = last_k + 1; pos <= generation && !c.overflow; pos++) {
-        PyGC_Head *head = young__head(young__gen_at(generation, pos));
-        for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head && !c.overflow;
-             g = _PyGCHead_NEXT(g)) {
-            PyObject *op = (PyObject *)(g + 1);
+        tgc_gc_node *head = young__head(young__gen_at(generation, pos));
+        for (tgc_gc_node *g = tgc_gc_next(head); g != head && !c.overflow;
+             g = tgc_gc_next(g)) {
+            PyObject *op = tgc_gc_object(g);
             if (young__hit(&c.y, &cur, &plain_ref, op)) {
                 (void)island__add(&c, op);
             }
@@ -666,7 +702,7 @@ done:
 /* The island found by marking every young object first (the collector's own "being collected"
  * bit, see island__young): always right, at the cost of two more walks of the young lists. */
 static int
-island__marked(PyTypeObject *tensor, int generation, PyGC_Head *hit, PyObject **island)
+island__marked(PyTypeObject *tensor, int generation, tgc_gc_node *hit, PyObject **island)
 {
     island_ctx c;
     int rc = TGC_YOUNG_ARM;
@@ -684,10 +720,10 @@ island__marked(PyTypeObject *tensor, int generation, PyGC_Head *hit, PyObject **
     young__cursor_init(&cur);
     PyTypeObject *plain_ref = NULL;
     for (int pos = 0; pos <= generation; pos++) {
-        PyGC_Head *head = young__head(young__gen_at(generation, pos));
-        for (PyGC_Head *g = _PyGCHead_NEXT(head); g != head; g = _PyGCHead_NEXT(g)) {
-            PyObject *op = (PyObject *)(g + 1);
-            g->_gc_prev |= _PyGC_PREV_MASK_COLLECTING;
+        tgc_gc_node *head = young__head(young__gen_at(generation, pos));
+        for (tgc_gc_node *g = tgc_gc_next(head); g != head; g = tgc_gc_next(g)) {
+            PyObject *op = tgc_gc_object(g);
+            tgc_gc_mark(g);
             seeking &= g != hit;
             if (!seeking && !c.overflow && young__hit(&c.y, &cur, &plain_ref, op)) {
                 (void)island__add(&c, op);
@@ -754,14 +790,14 @@ tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject 
     if (tensor == NULL) {
         return TGC_YOUNG_NONE;
     }
-    if (generation < 0 || generation >= NUM_GENERATIONS - 1) {
+    if (generation < 0 || generation >= TGC_GC_GENERATIONS - 1) {
         return TGC_YOUNG_ARM;
     }
     young_ctx y;
     y.tensor = tensor;
-    PyGC_Head *last;
+    tgc_gc_node *last;
     int last_k;
-    PyGC_Head *hit = young__first_hit(&y, generation, &last, &last_k);
+    tgc_gc_node *hit = young__first_hit(&y, generation, &last, &last_k);
     if (hit == NULL) {
         return TGC_YOUNG_NONE;
     }
@@ -795,9 +831,11 @@ tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject 
 #else  /* no known generation lists: every collection may hold tensors */
 
 int
-tgc_young_selfcheck(void)
+tgc_young_selfcheck(const char **why)
 {
     young__probe_class();  /* tgc_traverse_fast still uses it */
+    *why = tgc_internals_decide() ? "this build does not read the collector's lists"
+                                  : tgc_internals_why();
     return 0;
 }
 
@@ -842,28 +880,28 @@ tgc_gcmark_usable(void)
 {
     /* Inside a collection (a finalizer or a weakref callback calling in) the collector owns
      * the bit: the caller keeps its own set then. */
-    return !PyInterpreterState_Get()->gc.collecting;
+    return young_layout_ok && !tgc_gc_collecting();
 }
 
 int
 tgc_gcmark_test_and_set(PyObject *op)
 {
-    PyGC_Head *g = _Py_AS_GC(op);
-    int was = (g->_gc_prev & _PyGC_PREV_MASK_COLLECTING) != 0;
-    g->_gc_prev |= _PyGC_PREV_MASK_COLLECTING;
+    tgc_gc_node *g = tgc_gc_node_of(op);
+    int was = tgc_gc_marked(g);
+    tgc_gc_mark(g);
     return was;
 }
 
 int
 tgc_gcmark_test(PyObject *op)
 {
-    return (_Py_AS_GC(op)->_gc_prev & _PyGC_PREV_MASK_COLLECTING) != 0;
+    return tgc_gc_marked(tgc_gc_node_of(op));
 }
 
 void
 tgc_gcmark_clear(PyObject *op)
 {
-    _Py_AS_GC(op)->_gc_prev &= ~(uintptr_t)_PyGC_PREV_MASK_COLLECTING;
+    tgc_gc_unmark(tgc_gc_node_of(op));
 }
 #else
 int tgc_gcmark_usable(void) { return 0; }

@@ -5,10 +5,12 @@
 #ifndef TGC_YOUNG_H
 #define TGC_YOUNG_H
 
-/* 1 when the running interpreter's generation lists have the layout young.c was built for (a
- * fresh object is generation 0's tail); 0 otherwise, or where compat.h has no lists
- * (TGC_HAVE_YOUNG_SCAN). Call once, outside any collection. */
-int tgc_young_selfcheck(void);
+/* 1 when the pre-scan may run: the build reads the collector's lists (compat.h's
+ * TGC_HAVE_YOUNG_SCAN), common/internals.c agrees at run time, and the running interpreter's
+ * lists have the layout gclists.h describes (every head a consistent ring end, a fresh object
+ * generation 0's tail). 0 otherwise, with *why set to a static string saying why. Call at module
+ * exec, outside any collection; until it returned 1 nothing here reads the lists. */
+int tgc_young_selfcheck(const char **why);
 
 /* Whether garbage found by a collection of `generation` that starts now could hold a tensor:
  * 1 when generations 0..generation contain an instance of `tensor` (borrowed; NULL: torch is not
@@ -75,9 +77,9 @@ int tgc_traverse_fast(tgc_shapes *shapes, PyObject *op, visitproc visit, void *a
 /* A visited mark for one pass over the heap (owners.c): the collector's "being collected" bit of
  * a gc object's header, which is clear on every object outside a collection. Only while no
  * Python code runs and no collection can start, and every mark set must be cleared before the
- * pass returns. tgc_gcmark_usable() is 0 where compat.h does not know the header
- * (TGC_HAVE_YOUNG_SCAN) and during a collection (the collector owns the bit then): callers keep
- * their own visited set. op must be a gc object. */
+ * pass returns. tgc_gcmark_usable() is 0 unless tgc_young_selfcheck returned 1, and during a
+ * collection (the collector owns the bit then): callers keep their own visited set. op must be
+ * a gc object. */
 int tgc_gcmark_usable(void);
 int tgc_gcmark_test_and_set(PyObject *op);  /* the mark before; sets it */
 int tgc_gcmark_test(PyObject *op);

@@ -11,6 +11,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "tensorgc/internals.h"
 #include "tensorgc/tensor.h"
 #include "module/state.h"
 #include "module/testing.h"
@@ -34,8 +35,27 @@ shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(features_doc,
+"_features($module, /)\n--\n\n"
+"{name: None where on, or why it is off} for each feature that depends on the interpreter: "
+"what reads the collector's internals, and what relies on its generations.");
+
+static PyObject *
+features(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    tgc_state *st = tgc_state_of(module);
+    PyObject *d = PyDict_New();  /* new reference */
+    if (d == NULL || tgc_cycles_features(st->cycles, d) < 0 ||
+        tgc_reporter_features(st->reporter, d) < 0) {
+        Py_XDECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
 static PyMethodDef module_methods[] = {
     {"_shutdown", (PyCFunction)shutdown, METH_NOARGS, shutdown_doc},
+    {"_features", (PyCFunction)features, METH_NOARGS, features_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -53,6 +73,7 @@ static int
 module_exec(PyObject *module)
 {
     tgc_state *st = tgc_state_of(module);
+    (void)tgc_internals_decide();  /* before any part asks (include/tensorgc/internals.h) */
     st->tensor = PyMem_Calloc(1, sizeof(tgc_tensor_state));
     if (st->tensor == NULL) {
         PyErr_NoMemory();

@@ -1,11 +1,14 @@
 /* binding.c: the Python binding of reporter/: the MemReporter's walk and rows (walk.c), the index
- * of live tensors (index.c), the _LineProfiler heap type (the line profiler's engine, lineprof.c,
+ * of live tensors and its holds (index.c), the storage keys of checkpoint() and growth()
+ * (storages.c), the _LineProfiler heap type (the line profiler's engine, lineprof.c,
  * with its memory source: lineprof_events.c), and the reporter part of the module state, made here
  * at module exec. It only converts arguments and results. The line profiler's event sources are
  * lineprof_monitoring.c and lineprof_trace.c. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "tensorgc/compat.h"
+#include "tensorgc/internals.h"
 #include "module/state.h"
 #include "reporter.h"
 #include "binding.h"
@@ -26,8 +29,9 @@ live_tensors(PyObject *module, PyObject *Py_UNUSED(ignored))
 
 PyDoc_STRVAR(track_tensors_doc,
 "_track_tensors($module, enabled, /)\n--\n\n"
-"Turns the index of live tensors on or off (see reporter/index.c); returns whether it is on "
-"(False where the collector has no generations).");
+"Turns the index of live tensors on or off (see reporter/index.c): the user's switch, which "
+"the holds' releases leave as set; returns whether it is on (False where the collector has no "
+"generations).");
 
 static PyObject *
 track_tensors(PyObject *module, PyObject *arg)
@@ -38,6 +42,101 @@ track_tensors(PyObject *module, PyObject *arg)
         return NULL;
     }
     return PyBool_FromLong(r->index != NULL);
+}
+
+PyDoc_STRVAR(index_hold_doc,
+"_index_hold($module, /)\n--\n\n"
+"Holds the index of live tensors on until the matching _index_release(), turning it on (one "
+"walk of the heap) if it is off; a hold that turned it on has the last release turn it off. "
+"Returns whether it is on (False where the collector has no generations).");
+
+static PyObject *
+index_hold(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    int on = tgc_index_hold(tgc_state_of(module)->reporter);
+    return on < 0 ? NULL : PyBool_FromLong(on);
+}
+
+PyDoc_STRVAR(index_release_doc,
+"_index_release($module, /)\n--\n\n"
+"Ends one _index_hold(); releases beyond the holds are ignored.");
+
+static PyObject *
+index_release(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    if (tgc_index_release(tgc_state_of(module)->reporter) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(storage_keys_doc,
+"_storage_keys($module, tensors, device, before, /)\n--\n\n"
+"The storages the tensors of the list hold, each once, as MemReporter rows count them: "
+"(keys, where, matched, nbytes, table). keys: (device, data address, bytes) of each storage on "
+"the devices device keeps (None: every device, or (type, index or None)), leaving out those in "
+"before and counting them in matched; before: None, a set or frozenset of keys, or the table "
+"of an earlier call; where: the index in tensors of the tensor that claims each key (None "
+"without before); nbytes: the keys' bytes; table: without before, the keys' table for a later "
+"call's before (else None). See reporter/storages.c.");
+
+static PyObject *
+storage_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "_storage_keys() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *tensors = args[0], *device = args[1], *before = args[2];
+    tgc_reporter *r = tgc_state_of(module)->reporter;
+    tgc_device_filter f = {NULL, -1};
+    if (!PyList_Check(tensors)) {
+        PyErr_SetString(PyExc_TypeError, "_storage_keys() takes a list of tensors");
+        return NULL;
+    }
+    if (device != Py_None) {
+        PyObject *idx = PyTuple_Check(device) && PyTuple_GET_SIZE(device) == 2
+                            ? PyTuple_GET_ITEM(device, 1) : NULL;  /* borrowed */
+        if (idx == NULL || !PyUnicode_Check(PyTuple_GET_ITEM(device, 0)) ||
+            (idx != Py_None && !PyLong_Check(idx))) {
+            PyErr_SetString(PyExc_TypeError,
+                            "_storage_keys(): device must be None or (type, index or None)");
+            return NULL;
+        }
+        f.type = PyTuple_GET_ITEM(device, 0);
+        if (idx != Py_None) {
+            f.index = PyLong_AsLong(idx);
+            if (f.index < 0) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_ValueError, "_storage_keys(): a device index is >= 0");
+                }
+                return NULL;
+            }
+        }
+    }
+    if (before != Py_None && !PyAnySet_Check(before) && !PyTuple_Check(before)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_storage_keys(): before must be None, a set, a frozenset or a table");
+        return NULL;
+    }
+    if (tgc_tensor_resolve(r->tensor) <= 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "tensorgc: torch is not imported");
+        }
+        return NULL;
+    }
+    tgc_storage_keys_result res;
+    if (tgc_storage_keys(r, tensors, &f, before == Py_None ? NULL : before, &res) < 0) {
+        return NULL;
+    }
+    if (res.where == NULL) {
+        res.where = Py_NewRef(Py_None);
+    }
+    if (res.table == NULL) {
+        res.table = Py_NewRef(Py_None);
+    }
+    return Py_BuildValue("(NNnKN)", res.keys, res.where, res.matched, res.nbytes,
+                         res.table);  /* N: steals keys, where and table */
 }
 
 PyDoc_STRVAR(is_tensor_doc,
@@ -77,6 +176,9 @@ tensor_rows(PyObject *module, PyObject *tensors)
 PyMethodDef tgc_reporter_methods[] = {
     {"_live_tensors", (PyCFunction)live_tensors, METH_NOARGS, live_tensors_doc},
     {"_track_tensors", (PyCFunction)track_tensors, METH_O, track_tensors_doc},
+    {"_index_hold", (PyCFunction)index_hold, METH_NOARGS, index_hold_doc},
+    {"_index_release", (PyCFunction)index_release, METH_NOARGS, index_release_doc},
+    {"_storage_keys", (PyCFunction)(void (*)(void))storage_keys, METH_FASTCALL, storage_keys_doc},
     {"_tensor_rows", (PyCFunction)tensor_rows, METH_O, tensor_rows_doc},
     {"_is_tensor", (PyCFunction)is_tensor, METH_O, is_tensor_doc},
     {NULL, NULL, 0, NULL},
@@ -459,6 +561,17 @@ tgc_reporter_exec(PyObject *module, tgc_state *st)
         return -1;
     }
     return 0;
+}
+
+int
+tgc_reporter_features(const tgc_reporter *r, PyObject *features)
+{
+    (void)r;
+    int on = TGC_HAVE_GEN_INDEX && tgc_internals_ok();
+    PyObject *v = on ? Py_NewRef(Py_None) : PyUnicode_FromString(tgc_internals_why());  /* new */
+    int rc = v != NULL ? PyDict_SetItemString(features, "tensor_index", v) : -1;
+    Py_XDECREF(v);
+    return rc;
 }
 
 int

@@ -5,7 +5,8 @@
 #ifndef TGC_REPORTER_BINDING_H
 #define TGC_REPORTER_BINDING_H
 
-/* _live_tensors, _track_tensors, _tensor_rows, _is_tensor. */
+/* _live_tensors, _track_tensors, _index_hold, _index_release, _storage_keys, _tensor_rows,
+ * _is_tensor. */
 extern PyMethodDef tgc_reporter_methods[];
 /* The line profiler's event sources: sys.monitoring callbacks (lineprof_monitoring.c) and the C
  * tracer's switch (lineprof_trace.c). */
@@ -17,6 +18,9 @@ extern PyMethodDef tgc_lineprof_trace_methods[];
 int tgc_reporter_exec(PyObject *module, tgc_state *st);
 /* Turns the tensor index off (interpreter exit). 0, or -1 with an exception. */
 int tgc_reporter_shutdown(tgc_reporter *r);
+/* Adds the reporter's features that depend on the interpreter to `features`, as
+ * tgc_cycles_features does. 0, or -1 with an exception. */
+int tgc_reporter_features(const tgc_reporter *r, PyObject *features);
 /* m_traverse / m_clear / m_free of the part; each takes NULL (no exec yet). */
 int tgc_reporter_traverse(tgc_reporter *r, visitproc visit, void *arg);
 void tgc_reporter_clear(tgc_reporter *r);

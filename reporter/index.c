@@ -11,10 +11,19 @@
  *
  * Cost while on: one walk of generations 0 and 1 (a few thousand objects) per collection of
  * generation 1 or 2, i.e. one in ten collections with default thresholds. Only where the
- * collector has these generations (compat.h: TGC_HAVE_GEN_INDEX). Contract in reporter.h. */
+ * collector has these generations (compat.h: TGC_HAVE_GEN_INDEX, and at run time
+ * common/internals.c).
+ *
+ * Two ways to turn it on: the user's (track_tensors: on until turned off), and holds
+ * (checkpoint() and growth(), the pytest plugin's session): on while any hold is held, and off
+ * again after the last release if a hold turned it on. Building it, and each read of it, runs
+ * with automatic collection off: no collection, so no callback or finalizer, can run in the
+ * middle and change the dict or promote a tensor between the read of the index and the read of
+ * the young generations. Contract in reporter.h. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "tensorgc/internals.h"
 #include "reporter.h"
 
 #if TGC_HAVE_GEN_INDEX
@@ -27,10 +36,11 @@ index__refers_to(PyObject *ref, PyObject *op)
     return t == op;
 }
 
-/* Adds the tensors of gc.get_objects(gen) to the index dict (address -> weakref) and, when
- * `out` is given, appends them to it as well. Returns 0, or -1 with an exception. */
+/* Adds the tensors of gc.get_objects(gen) (every generation for -1) to `index` (borrowed dict:
+ * address -> weakref) and, when `out` is given, appends them to it as well. Runs no Python code.
+ * Returns 0, or -1 with an exception. */
 static int
-index__scan_gen(tgc_reporter *r, int gen, PyObject *out)
+index__scan_gen(tgc_reporter *r, PyObject *index, int gen, PyObject *out)
 {
     PyObject *objs = gen >= 0 ? PyObject_CallMethod(r->gc_module, "get_objects", "(i)", gen)
                               : PyObject_CallMethod(r->gc_module, "get_objects", NULL);  /* new */
@@ -61,14 +71,14 @@ index__scan_gen(tgc_reporter *r, int gen, PyObject *out)
             break;
         }
         PyObject *key = PyLong_FromVoidPtr(op);
-        PyObject *have = key ? PyDict_GetItemWithError(r->index, key) : NULL;  /* borrowed */
+        PyObject *have = key ? PyDict_GetItemWithError(index, key) : NULL;  /* borrowed */
         if (key == NULL || (have == NULL && PyErr_Occurred())) {
             rc = -1;
         }
         else if (have == NULL || !index__refers_to(have, op)) {
             /* new, or the address now belongs to another tensor */
             PyObject *ref = PyWeakref_NewRef(op, NULL);
-            if (ref == NULL || PyDict_SetItem(r->index, key, ref) < 0) {
+            if (ref == NULL || PyDict_SetItem(index, key, ref) < 0) {
                 rc = -1;
             }
             Py_XDECREF(ref);
@@ -92,7 +102,8 @@ tgc_index_callback(tgc_reporter *r, PyObject *phase, PyObject *info)
     long gen = g != NULL && PyLong_Check(g) ? PyLong_AsLong(g) : -1;
     if (gen >= 1) {
         r->index_busy = 1;  /* gc.get_objects cannot start a collection, but stay safe */
-        if (index__scan_gen(r, 0, NULL) < 0 || index__scan_gen(r, 1, NULL) < 0) {
+        if (index__scan_gen(r, r->index, 0, NULL) < 0 ||
+            index__scan_gen(r, r->index, 1, NULL) < 0) {
             PyErr_WriteUnraisable(r->index_hook);
             r->index_stale = 1;  /* the next report walks everything */
         }
@@ -112,11 +123,17 @@ index__freeze_count(tgc_reporter *r)
     return n;
 }
 
-int
-tgc_index_enable(tgc_reporter *r)
+/* Turns the index on: one walk of every generation, automatic collection off meanwhile. The dict
+ * is built aside and installed only if no one installed one in the meantime. 0, or -1 with an
+ * exception. */
+static int
+index__start(tgc_reporter *r)
 {
     if (r->index != NULL) {
         return 0;
+    }
+    if (!tgc_internals_ok()) {
+        return 0;  /* not the collector whose promotion rule the index relies on */
     }
     if (tgc_tensor_resolve(r->tensor) <= 0) {
         if (!PyErr_Occurred()) {
@@ -124,19 +141,35 @@ tgc_index_enable(tgc_reporter *r)
         }
         return -1;
     }
-    r->index = PyDict_New();
-    if (r->index == NULL || index__scan_gen(r, -1, NULL) < 0 ||
-        PyList_Append(r->gc_callbacks, r->index_hook) < 0) {
-        Py_CLEAR(r->index);
+    PyObject *index = PyDict_New();  /* new reference */
+    if (index == NULL) {
         return -1;
     }
+    int was = PyGC_Disable();
+    int rc = index__scan_gen(r, index, -1, NULL);
+    if (was) {
+        PyGC_Enable();
+    }
+    if (rc < 0) {
+        Py_DECREF(index);
+        return -1;
+    }
+    if (r->index != NULL) {
+        Py_DECREF(index);  /* turned on meanwhile: keep that one */
+        return 0;
+    }
+    if (PyList_Append(r->gc_callbacks, r->index_hook) < 0) {
+        Py_DECREF(index);
+        return -1;
+    }
+    r->index = index;  /* takes the reference */
     r->index_freeze = index__freeze_count(r);
     r->index_stale = 0;
     return 0;
 }
 
-int
-tgc_index_disable(tgc_reporter *r)
+static int
+index__stop(tgc_reporter *r)
 {
     if (r->index == NULL) {
         return 0;
@@ -151,82 +184,118 @@ tgc_index_disable(tgc_reporter *r)
     return 0;
 }
 
-/* Every live tensor (new list): the index's live entries plus generations 0 and 1, or a full
- * walk (re-indexing) when the index may have missed something. */
+int
+tgc_index_enable(tgc_reporter *r)
+{
+    if (index__start(r) < 0) {
+        return -1;
+    }
+    r->index_auto = 0;  /* the user's now: the holds' releases leave it on */
+    return 0;
+}
+
+int
+tgc_index_disable(tgc_reporter *r)
+{
+    r->index_auto = 0;
+    return index__stop(r);
+}
+
+int
+tgc_index_hold(tgc_reporter *r)
+{
+    int was_off = r->index == NULL;
+    r->index_holds++;  /* first: a release that runs meanwhile does not turn it off under us */
+    if (was_off && index__start(r) < 0) {
+        r->index_holds--;
+        return -1;
+    }
+    if (was_off && r->index != NULL) {
+        r->index_auto = 1;
+    }
+    return r->index != NULL;
+}
+
+int
+tgc_index_release(tgc_reporter *r)
+{
+    if (r->index_holds == 0) {
+        return 0;
+    }
+    if (--r->index_holds == 0 && r->index_auto) {
+        r->index_auto = 0;
+        return index__stop(r);
+    }
+    return 0;
+}
+
+/* Every live tensor (new list): generations 0 and 1 first, then the index's live entries not
+ * among them, the order of a walk of the collector's lists (young generations first), or a full
+ * walk (re-indexing) when the index may have missed something. Automatic collection is off
+ * meanwhile, so no promotion falls between the two reads. */
 PyObject *
 tgc_index_tensors(tgc_reporter *r)
 {
     long fc = index__freeze_count(r);
     if (r->index_stale || fc < r->index_freeze) {
         /* gc.unfreeze() moved frozen objects to the oldest generation behind our back */
-        if (tgc_index_disable(r) < 0 || tgc_index_enable(r) < 0) {
+        if (index__stop(r) < 0 || index__start(r) < 0) {
             return NULL;
         }
     }
     r->index_freeze = fc;
-    PyObject *out = PyList_New(0);  /* new reference */
+    if (r->index == NULL) {
+        return tgc_walk_tensors(r);
+    }
+    int was = PyGC_Disable();
+    PyObject *index = Py_NewRef(r->index);  /* ours for the call, whatever happens to r->index */
+    PyObject *out = PyList_New(0);  /* new reference: the young generations' tensors, then more */
     PyObject *seen = PySet_New(NULL);
     PyObject *dead = PyList_New(0);
-    if (out == NULL || seen == NULL || dead == NULL) {
-        goto error;
+    int rc = out && seen && dead ? 0 : -1;
+    /* the young generations: tensors made since the last promotion (indexed now as well) */
+    for (int gen = 0; gen <= 1 && rc == 0; gen++) {
+        rc = index__scan_gen(r, index, gen, out);
+    }
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(out); i++) {
+        PyObject *k = PyLong_FromVoidPtr(PyList_GET_ITEM(out, i));
+        if (k == NULL || PySet_Add(seen, k) < 0) {
+            rc = -1;
+        }
+        Py_XDECREF(k);
     }
     PyObject *key, *ref;
     Py_ssize_t pos = 0;
-    while (PyDict_Next(r->index, &pos, &key, &ref)) {  /* borrowed */
+    while (rc == 0 && PyDict_Next(index, &pos, &key, &ref)) {  /* borrowed */
         PyObject *t = tgc_compat_weakref_target(ref);  /* new or NULL */
         if (t == NULL) {
-            if (PyList_Append(dead, key) < 0) {
-                goto error;
-            }
+            rc = PyList_Append(dead, key);
             continue;
         }
-        int rc = PyList_Append(out, t);
+        int has = PySet_Contains(seen, key);
+        if (has == 0) {
+            has = PyList_Append(out, t);
+        }
         Py_DECREF(t);
-        if (rc < 0 || PySet_Add(seen, key) < 0) {
-            goto error;
-        }
+        rc = has < 0 ? -1 : 0;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dead); i++) {
-        if (PyDict_DelItem(r->index, PyList_GET_ITEM(dead, i)) < 0) {
-            goto error;
-        }
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(dead); i++) {
+        rc = PyDict_DelItem(index, PyList_GET_ITEM(dead, i));
     }
-    /* the young generations: tensors made since the last promotion */
-    PyObject *young = PyList_New(0);
-    if (young == NULL) {
-        goto error;
-    }
-    int rc = 0;
-    for (int gen = 0; gen <= 1 && rc == 0; gen++) {
-        rc = index__scan_gen(r, gen, young);
-    }
-    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(young); i++) {
-        PyObject *t = PyList_GET_ITEM(young, i);
-        PyObject *k = PyLong_FromVoidPtr(t);
-        int has = k ? PySet_Contains(seen, k) : -1;
-        if (has == 0 && (PyList_Append(out, t) < 0 || PySet_Add(seen, k) < 0)) {
-            has = -1;
-        }
-        Py_XDECREF(k);
-        if (has < 0) {
-            rc = -1;
-        }
-    }
-    Py_DECREF(young);
-    if (rc < 0) {
-        goto error;
-    }
-    Py_DECREF(seen);
-    Py_DECREF(dead);
-    return out;
-error:
-    Py_XDECREF(out);
     Py_XDECREF(seen);
     Py_XDECREF(dead);
-    return NULL;
+    Py_DECREF(index);
+    if (was) {
+        PyGC_Enable();
+    }
+    if (rc < 0) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return out;
 }
 
-#else  /* no generations to rely on (free-threaded builds, 3.14's incremental collector) */
+#else  /* no generations to rely on (3.14's incremental collector, an unknown interpreter) */
 
 void
 tgc_index_callback(tgc_reporter *r, PyObject *phase, PyObject *info)
@@ -247,6 +316,22 @@ int
 tgc_index_disable(tgc_reporter *r)
 {
     (void)r;
+    return 0;
+}
+
+int
+tgc_index_hold(tgc_reporter *r)
+{
+    r->index_holds++;
+    return 0;  /* no index: checkpoint() and growth() walk the heap */
+}
+
+int
+tgc_index_release(tgc_reporter *r)
+{
+    if (r->index_holds > 0) {
+        r->index_holds--;
+    }
     return 0;
 }
 

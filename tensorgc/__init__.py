@@ -24,8 +24,8 @@ from ._tensorgc import (
     observe_cycles,
     observe_garbage,
     get_render_timeout,
-    observe_tensor_cycles,
     render_svg,
+    set_observer_errors,
     set_render_timeout,
 )
 from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
@@ -42,6 +42,7 @@ from .lineprof import (  # noqa: E402  (memlab's line profiler)
     profile_every,
     set_target_gpu,
 )
+from .object_graph import Node, create_graph, to_dot, to_html  # noqa: E402  (torch's _cycles)
 from .timeline import timeline  # noqa: E402  (the function shadows the module, as snapshot)
 from ._lean import LeanTrace  # noqa: E402  (a streamed snapshot's device trace)
 from .snapshot import (  # noqa: E402
@@ -55,6 +56,8 @@ from .snapshot import (  # noqa: E402
 from ._output import get_output_dir, set_output_dir  # noqa: E402
 from .dedup import CycleDedup, cycle_totals  # noqa: E402  (repeated leaks in long jobs)
 from ._rank import install_filter as _install_rank_filter  # noqa: E402
+from ._features import Feature, PortableModeWarning, features  # noqa: E402
+from ._features import portable_message as _portable_message  # noqa: E402
 
 __all__ = [
     "Categorizer",
@@ -64,6 +67,7 @@ __all__ = [
     "CycleDedup",
     "CycleReport",
     "DeviceError",
+    "Feature",
     "GatheredReport",
     "GraphvizError",
     "Growth",
@@ -72,14 +76,18 @@ __all__ = [
     "LineProfiler",
     "MemReporter",
     "Moved",
+    "Node",
     "OutputError",
+    "PortableModeWarning",
     "Publisher",
     "Report",
     "Row",
     "SnapshotError",
     "categorize",
     "checkpoint",
+    "create_graph",
     "cycle_totals",
+    "features",
     "get_output_dir",
     "gather_report",
     "growth",
@@ -99,6 +107,8 @@ __all__ = [
     "record_memory_history",
     "snapshot",
     "timeline",
+    "to_dot",
+    "to_html",
     "track_tensors",
     "observe_cycles",
     "observe_garbage",
@@ -106,6 +116,7 @@ __all__ = [
     "render_svg",
     "get_render_timeout",
     "set_render_timeout",
+    "set_observer_errors",
     "warn_tensor_cycles",
 ]
 
@@ -116,10 +127,41 @@ _install_rank_filter(logger)
 # Collections during interpreter exit must not call back into a half-torn-down world.
 atexit.register(_tensorgc._shutdown)
 
+# Where the interpreter is not one whose collector tensorgc reads (3.14+, $TENSORGC_PORTABLE), say
+# once what is off. Attributed to this module, so that -W "ignore:::tensorgc" silences it.
+_portable = _portable_message()
+if _portable is not None:
+    import warnings
+
+    warnings.warn(_portable, PortableModeWarning, stacklevel=1)
+del _portable
+
 
 if TYPE_CHECKING:
     import torch
     from IPython.core.interactiveshell import InteractiveShell
+
+
+def observe_tensor_cycles(
+        callback: Callable[[str], object], *,
+        device: Union[str, torch.device, Callable[[torch.Tensor], bool]] = "cuda",
+        record_history: bool = True) -> Handle:
+    """Drop-in for torch.utils.viz._cycles.observe_tensor_cycles: callback(html) once per
+    collection whose garbage keeps tensors of ``device`` alive; the page is self-contained and
+    works offline. Returns a Handle.
+
+    Like torch's, it starts the CUDA allocator's history so that the CUDA tensors on the page
+    show where they were allocated: only where the observer may see CUDA tensors (``device``
+    CUDA, "any" or a predicate), CUDA is available and nothing records yet, with the cheapest
+    settings that give a live tensor its stack (record_memory_history("state", context="state",
+    stacks="python")); it stops it when the last observer relying on it is removed, unless the
+    program took it over (record_memory_history) meanwhile. ``record_history=False`` leaves the
+    allocator alone. docs/benchmarks.md gives the cost."""
+    from ._history import start_for
+
+    handle = _tensorgc.observe_tensor_cycles(callback, device=device)
+    start_for(handle, device, record_history)
+    return handle
 
 
 def warn_tensor_cycles(
@@ -127,7 +169,7 @@ def warn_tensor_cycles(
         directory: Union[str, os.PathLike[str], None] = None,
         max_pages: Optional[int] = 20, min_interval: float = 0.0,
         summary_every: Optional[float] = 600.0,
-        dedup: Union[bool, CycleDedup] = True) -> Handle:
+        dedup: Union[bool, CycleDedup] = True, record_history: bool = True) -> Handle:
     """Write each new cycle's report to an HTML file and log a WARNING with its path and summary;
     count the repeats.
 
@@ -157,6 +199,10 @@ def warn_tensor_cycles(
     itself cannot be made), the one WARNING still carries the summary and says why there is no
     page; no file is left behind, and nothing is raised into the garbage collector; that
     signature may get its page at a later report. Returns the Handle; call it to unregister.
+
+    ``record_history``: as observe_tensor_cycles, the CUDA allocator's history is started (where
+    CUDA tensors are watched and nothing records yet) so that pages show allocation stacks, and
+    stopped with the last handle relying on it; False leaves the allocator alone.
     """
     from ._devices import NO_CUDA, cuda_available, parse_device
     from ._output import output_dir, ranked
@@ -222,6 +268,9 @@ def warn_tensor_cycles(
 
     handle = observe_cycles(write_and_log, device=device)  # raises for a device it refuses
     _keep_until_told(counter, handle)
+    from ._history import start_for
+
+    start_for(handle, device, record_history)
     if asks_cuda and not cuda_available():
         logger.warning("tensorgc: warn_tensor_cycles(device=%r) watches CUDA tensors, and "
                        "there are none: %s; device='cpu' (or no device) watches the CPU's",

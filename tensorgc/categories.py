@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
 __all__ = ["categorize", "Categorizer", "PHASES", "CATEGORIES", "MAX_MARKS",
-           "classification_inputs", "describe_label"]
+           "describe_label"]
 
 logger = logging.getLogger("tensorgc")
 
@@ -863,37 +863,3 @@ def replay_inputs(snap: Snapshot, device: int,
         return None, False
     spans, grads, named = got.classify[:3]
     return (spans, grads, named), got.marks
-
-
-def classification_inputs(snap: Snapshot, device: Any = "cuda") -> Dict[str, Any]:
-    """What classifies the allocations of one device, recorded or inferred: {"device",
-    "source" ("recorded", "inferred", "recorded+inferred" or None: nothing classifies),
-    "recorded": counts of spans (tensorgc.categorize's), annotation_spans (torch's optimizer
-    steps), grads (grad marks), named (blocks alive at the end the reporter named), names and
-    name_marks; "inferred": None, or {"stacks": distinct stacks, "phases": {phase: stacks},
-    "kinds": {kind: stacks}, "spans": [(phase, t0_us, t1_us)] the spans inferred from them},
-    "allocations": {rule text: allocations} (the rules that gave the categories)}."""
-    from ._devices import snapshot_device
-    from .timeline import _replay
-
-    index = snapshot_device(snap, device, required=False)
-    tl = _replay(snap, index, 1, 0, None)[0]
-    got: Inputs = tl["inputs"]
-    inferred = None
-    if got.infer:
-        hints = got.classify[3] if got.classify is not None else b""
-        inferred = {"stacks": len(hints),
-                    "phases": {p: sum(1 for h in hints if h & 7 == i)
-                               for i, p in enumerate(HINT_PHASES)},
-                    "kinds": {k: sum(1 for h in hints if h >> 3 == i)
-                              for i, k in enumerate(HINT_KINDS)},
-                    "spans": [(PHASES[p], t0, t1) for p, t0, t1 in tl["inferred_spans"] or []]}
-    rules = tl.get("rules") or []
-    used = {RULES.get(r, f"rule {r}"): n for r, n in enumerate(rules) if n}
-    recorded_used = any(n for r, n in enumerate(rules) if 1 <= r <= 5)
-    inferred_used = any(n for r, n in enumerate(rules) if r >= 8)
-    source = (None if got.classify is None else "recorded+inferred"
-              if recorded_used and inferred_used else "inferred" if inferred_used
-              else "recorded")
-    return {"device": index, "source": source, "recorded": got.recorded, "inferred": inferred,
-            "allocations": used}

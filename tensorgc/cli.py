@@ -8,6 +8,9 @@
     tensorgc timeline A B --compare -o out   B's page with A's curve, and what is alive in B only
     tensorgc timeline DIR -o out.html        one page with every rank's curve on the same axes
     tensorgc segments SNAP -o out.html       the segment map at an event (--at N) or OOM (--oom)
+    tensorgc flamegraph SNAP -o out.svg      the segments' blocks by allocation stack, as a
+                                             flame graph (SVG, or HTML for .html; --by memory,
+                                             --compare OTHER), drawn offline
     tensorgc trace SNAP                      the allocator trace as text, with stacks
     tensorgc compare A B                     segments and blocks only in A or only in B
 
@@ -23,7 +26,7 @@ import argparse
 import os
 import sys
 from collections import Counter
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from ._devices import SNAPSHOT_WHY, DeviceError, cuda_index, snapshot_device
 from ._errors import OutputError, SnapshotError
@@ -138,6 +141,13 @@ def _device(args: argparse.Namespace, snap: Snapshot) -> int:
         raise UsageError(str(exc)) from None
 
 
+def _sources(inputs: Sequence[str]) -> List[Union[str, int]]:
+    """The inputs as output_target compares them: standard input ("-") by its descriptor, so
+    that ``-o snap.pickle < snap.pickle`` is refused as the input itself (it replaced the
+    snapshot with the page)."""
+    return [0 if p == STDIN else p for p in inputs]
+
+
 def _output(path: str, inputs: Sequence[str] = ()) -> str:
     """The absolute output path, checked before any work: its directory exists, and it is a
     file that may be replaced (snapshot.output_target: never a device, FIFO, socket, directory
@@ -153,7 +163,7 @@ def _output(path: str, inputs: Sequence[str] = ()) -> str:
     if not os.path.isdir(directory):
         raise UsageError(f"cannot write {out}: {directory} is not a directory")
     try:
-        output_target(out, [p for p in inputs if p != STDIN])
+        output_target(path, _sources(inputs))  # as given: "pages/" too
     except OutputError as exc:
         msg = str(exc)
         if "tensorgc writes only regular files" in msg:
@@ -180,7 +190,7 @@ def _write_page(path: str, page: str, inputs: Sequence[str] = ()) -> int:
                                f"{exc.strerror or exc}") from None
         return 0
     try:
-        atomic_write(out, lambda f: f.write(page), inputs=[p for p in inputs if p != STDIN])
+        atomic_write(out, lambda f: f.write(page), inputs=_sources(inputs))
     except OutputError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
@@ -407,6 +417,31 @@ def _segments(args: argparse.Namespace) -> int:
     return _write_page(args.output, page, [args.snapshot])
 
 
+def _flamegraph(args: argparse.Namespace) -> int:
+    from . import flamegraph as fg
+    from .timeline import _text
+
+    inputs = [args.snapshot] + ([args.compare] if args.compare is not None else [])
+    _output(args.output, inputs)
+    fmt = args.format or ("html" if args.output.lower().endswith((".html", ".htm")) else "svg")
+    snap = _load(args, args.snapshot)
+    name = _text(_shown_path(args.snapshot))
+    if args.compare is not None:
+        if args.by != "segments" or args.device is not None:
+            raise UsageError("--compare draws every segment of both files: no --by, no --device")
+        other = _load(args, args.compare)
+        page = fg.compare(snap, other, format=fmt, title=f"Segments only in {name} or only in "
+                                                         f"{_text(_shown_path(args.compare))}")
+    else:
+        index = None if args.device is None else _device(args, snap)
+        where = "every device" if index is None else f"cuda:{index}"
+        draw = fg.segments if args.by == "segments" else fg.memory
+        what = "Allocator segments" if args.by == "segments" else "CUDA memory"
+        page = draw(snap, device=index, format=fmt,
+                    title=f"{what} of {name} ({where}) by allocation stack")
+    return _write_page(args.output, page, inputs)
+
+
 def _frames(entry: Dict[str, Any], limit: int) -> List[str]:
     from .timeline import _frame_lines
 
@@ -493,7 +528,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
     "stats": _stats, "timeline": _timeline, "segments": _segments, "trace": _trace,
-    "compare": _compare,
+    "compare": _compare, "flamegraph": _flamegraph,
 }
 
 
@@ -578,6 +613,29 @@ def _parser() -> argparse.ArgumentParser:
     sg.add_argument("--oom", type=int, nargs="?", const=0, default=None, metavar="N",
                     help="the state just before the N-th OOM (default the first; -1 the last)")
     max_bytes(sg)
+    fl = sub.add_parser("flamegraph", help="the segments' blocks by allocation stack, as a "
+                                           "flame graph (SVG or HTML), offline",
+                        description="Draw what torch.cuda._memory_viz's segments and memory "
+                                    "draw, without downloading flamegraph.pl: the allocator's "
+                                    "blocks by the stack that allocated them (stream, segment, "
+                                    "block state, frames), self-contained. SVG, or an HTML page "
+                                    "where a click on a frame zooms into it (for an output "
+                                    "ending with .html, or --format html).")
+    fl.add_argument("snapshot", help=SNAPSHOT_HELP)
+    fl.add_argument("-o", "--output", required=True,
+                    help="the SVG or HTML file to write (a regular file; - for standard output)")
+    fl.add_argument("--by", choices=("segments", "memory"), default="segments",
+                    help="segments: stream, segment, state, stack (default); memory: every "
+                         "segment together, by stream, state, stack")
+    fl.add_argument("--format", choices=("svg", "html"), default=None,
+                    help="default: html for an output ending with .html, else svg")
+    fl.add_argument("--device", type=_device_option, default=None, metavar="DEVICE",
+                    help="only this CUDA device's segments (an index, cuda:N); default every "
+                         "device's")
+    fl.add_argument("--compare", default=None, metavar="OTHER",
+                    help="draw the segments only in SNAPSHOT (only_before) or only in OTHER "
+                         "(only_after) instead")
+    max_bytes(fl)
     tr = sub.add_parser("trace", help="the allocator trace as text, with stacks",
                         description="Print one device's trace entries in order: action, size, "
                                     "address, the active bytes after it, and the top frames.")

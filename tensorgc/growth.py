@@ -12,17 +12,27 @@ what holds them.
 A storage is known by its device, data address and size. One freed and replaced at the same
 address with the same size between the two points counts as old (the caching allocator does
 that with a step's activations); a leak keeps its storages, so each step's new ones are new.
-Each call walks the live tensors once (MemReporter's walk) and growth() searches their owners
-once (tensorgc.owners); a checkpoint keeps three numbers per storage and no reference.
+
+Each call reads the live tensors from the index of live tensors (reporter/index.c, which
+checkpoint() turns on when it is off: one walk of the heap, then kept while a Checkpoint is
+alive) and the tensors autograd saved for backward from their graphs, and lists their storages'
+keys in C (reporter/storages.c); growth() compares those with the checkpoint's and searches
+owners (tensorgc.owners) only when some storage is new, once, for the new ones. A checkpoint
+keeps three numbers per storage (and, while it lives, the table its pass built of them) and no
+reference to a tensor.
 """
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
 
+from . import _tensorgc
 from ._devices import DeviceLike
-from .reporter import MemReporter, Row, readable_size
+from .reporter import (Filter, MemReporter, NamedTensor, Row, _owners_of, _parse_device,
+                       _saved_for_backward, _warn_no_cuda, readable_size)
 
 __all__ = ["Checkpoint", "Growth", "checkpoint", "growth"]
 
@@ -47,7 +57,7 @@ class Growth:
     rows: List[Row]
     groups: List[Tuple[str, int, int, str]]
     nbytes: int
-    freed: int           # storages alive at the checkpoint and gone now
+    freed: int           # storages alive at the checkpoint (on the device compared) and gone now
     seconds: float       # since the checkpoint
     device: Optional[str] = None
     # by allocation site, where the allocator recorded it (CUDA under
@@ -88,21 +98,85 @@ class Growth:
                 "sites": [{"site": s, "nbytes": b, "storages": n} for s, b, n in self.sites]}
 
 
-def _storages(device: Optional[DeviceLike], owners: bool,
-              reporter: Optional[MemReporter]) -> List[Row]:
-    rep = (reporter or MemReporter())._collect(device, True, owners)
-    return [r for r in rep.rows if r.address and r.storage_bytes]
-
-
 def _key(r: Row) -> Key:
     return (r.device, r.address or 0, r.storage_bytes)
 
 
+def _tensors(reporter: Optional[MemReporter]
+             ) -> Tuple[List[NamedTensor], List[Any], Dict[int, Tuple[Any, str]], List[Any]]:
+    """What MemReporter.collect() counts, in its order, without the rows: (named, live, paths,
+    tensors): the reporter's named tensors and those autograd saved for backward, every live
+    tensor object (from the index), where each saved one is saved, and the named ones' tensors
+    followed by the live ones (the list whose storages are keyed). Called with automatic
+    collection off."""
+    live = _tensorgc._live_tensors()
+    named = reporter._named() if reporter is not None else []
+    paths: Dict[int, Tuple[Any, str]] = {}
+    named.extend(_saved_for_backward(live, named, paths=paths))
+    if not named:
+        return named, live, paths, live
+    tensors = [t for t, _, _ in named]
+    tensors.extend(live)
+    return named, live, paths, tensors
+
+
+# id(checkpoint) -> the table of its keys that its pass built (reporter/storages.c), which
+# growth() copies rather than reading the keys back; dropped with the checkpoint. A copy or a
+# pickled checkpoint has none: its keys are read. Written and read with the GIL, one item at a
+# time.
+_TABLES: Dict[int, Any] = {}
+
+
+def _forget(ident: int) -> None:
+    """A checkpoint is gone: its table, and its hold on the index."""
+    _TABLES.pop(ident, None)
+    _tensorgc._index_release()
+
+
 def checkpoint(device: Optional[DeviceLike] = None) -> Checkpoint:
-    """The storages alive now (on ``device``, or every device), to compare with later."""
-    rows = _storages(device, False, None)
-    return Checkpoint(frozenset(_key(r) for r in rows), None if device is None else str(device),
-                      time.monotonic(), sum(r.storage_bytes for r in rows))
+    """The storages alive now (on ``device``, or every device), to compare with later. Turns
+    the index of live tensors on if it is off (one walk of the heap); it then stays on while
+    this Checkpoint, or another that needed it, is alive."""
+    import torch  # noqa: F401 -- as MemReporter does: it may come before the user imports it
+
+    filt = _parse_device(device)
+    _warn_no_cuda(filt, device)
+    _tensorgc._index_hold()  # before the read: the index is on for it
+    try:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            _, _, _, tensors = _tensors(None)
+            keys, _, _, nbytes, table = _tensorgc._storage_keys(tensors, filt, None)
+            del tensors
+        finally:
+            if enabled:
+                gc.enable()
+        cp = Checkpoint(frozenset(keys), None if device is None else str(device),
+                        time.monotonic(), nbytes)
+    except BaseException:
+        _tensorgc._index_release()
+        raise
+    _TABLES[id(cp)] = table
+    weakref.finalize(cp, _forget, id(cp))  # the hold lasts as long as the checkpoint
+    return cp
+
+
+def _before_on(before: Checkpoint, filt: Filter) -> int:
+    """How many of the checkpoint's storages are on the devices ``filt`` keeps: all of them
+    when it was taken there; a checkpoint of every device compared on one counts that one's."""
+    if filt is None or before.device is not None:
+        return len(before.keys)
+    keeps: Dict[str, bool] = {}
+    n = 0
+    for dev, _, _ in before.keys:
+        keep = keeps.get(dev)
+        if keep is None:
+            kind, _, index = dev.partition(":")
+            keep = keeps[dev] = kind == filt[0] and (
+                filt[1] is None or (int(index) if index.isdigit() else 0) == filt[1])
+        n += keep
+    return n
 
 
 def growth(before: Checkpoint, device: Optional[DeviceLike] = None, *,
@@ -117,9 +191,30 @@ def growth(before: Checkpoint, device: Optional[DeviceLike] = None, *,
         raise ValueError(f"tensorgc.growth: the checkpoint was taken on {before.device}, not "
                          f"{device}: compare on one device (or checkpoint every device)")
     dev = device if device is not None else before.device
-    rows = _storages(dev, True, reporter)
-    now = {_key(r) for r in rows}
-    new = [r for r in rows if _key(r) not in before.keys]
+    filt = _parse_device(dev)
+    _warn_no_cuda(filt, dev)
+    rep = reporter or MemReporter()
+    if rep.pre_collect:
+        gc.collect()
+    _tensorgc._index_hold()
+    enabled = gc.isenabled()
+    gc.disable()  # no collection in the middle: it could free what we are counting
+    named: List[NamedTensor] = []
+    live: List[Any] = []
+    tensors: List[Any] = []
+    try:
+        named, live, paths, tensors = _tensors(reporter)
+        table = _TABLES.get(id(before))
+        keys, where, matched, _, _ = _tensorgc._storage_keys(
+            tensors, filt, before.keys if table is None else table)
+        freed = _before_on(before, filt) - matched
+        new = _new_rows(rep, named, live, paths, tensors, filt, keys, where or [])
+    finally:
+        del named, live, tensors  # no tensor outlives the call
+        paths = None  # type: ignore[assignment]
+        if enabled:
+            gc.enable()
+        _tensorgc._index_release()
     groups: Dict[str, List[Row]] = {}
     for r in new:
         groups.setdefault(r.holder or r.kind, []).append(r)
@@ -133,5 +228,25 @@ def growth(before: Checkpoint, device: Optional[DeviceLike] = None, *,
             acc[0] += r.storage_bytes
             acc[1] += 1
     sites = sorted(((s, b, n) for s, (b, n) in by_site.items()), key=lambda x: -x[1])
-    return Growth(new, out, sum(r.storage_bytes for r in new), len(before.keys - now),
+    return Growth(new, out, sum(r.storage_bytes for r in new), freed,
                   time.monotonic() - before.time, None if dev is None else str(dev), sites)
+
+
+def _new_rows(rep: MemReporter, named: List[NamedTensor], live: List[Any],
+              paths: Dict[int, Tuple[Any, str]], tensors: List[Any], filt: Filter,
+              keys: List[Key], where: List[int]) -> List[Row]:
+    """MemReporter's rows of the new storages: the rows of the tensors that claim them (each
+    storage's first tensor, in MemReporter's order), their owners found in one search for
+    those alone. No search when nothing is new."""
+    if not keys:
+        return []
+    n_named = len(named)
+    claim = sorted(set(where))
+    sub_named = [named[i] for i in claim if i < n_named]
+    sub_live = [tensors[i] for i in claim if i >= n_named]
+    only: Set[int] = {id(t) for t, _, _ in sub_named}
+    only.update(id(t) for t in sub_live)
+    owner_of = _owners_of(named, live, paths, only=only)
+    report = rep._build(sub_named, sub_live, filt, owner_of)
+    new = set(keys)
+    return [r for r in report.rows if r.address and r.storage_bytes and _key(r) in new]

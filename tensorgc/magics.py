@@ -20,14 +20,16 @@ from IPython.utils import process as _process
 from ._devices import cuda_index
 from .lineprof import DEFAULT_COLUMNS, LineProfiler, LineStats
 
-# IPython's magic helpers carry no annotations: typed here by what they do
+# IPython's magic helpers carry no annotations before IPython 9, and from 9 on some carry broader
+# ones (line_cell_magic also takes a name and returns a decorator then): typed here by how this
+# module uses them, whichever IPython is installed (read through getattr, so as Any)
 _F = TypeVar("_F", bound=Callable[..., Any])
-argument: Callable[..., Callable[[_F], _F]] = _magic_arguments.argument
-magic_arguments: Callable[[], Callable[[_F], _F]] = _magic_arguments.magic_arguments
-parse_argstring: Callable[[Callable[..., Any], str], argparse.Namespace] = (
-    _magic_arguments.parse_argstring)
-line_cell_magic: Callable[[_F], _F] = _magic.line_cell_magic
-needs_local_scope: Callable[[_F], _F] = _magic.needs_local_scope
+argument: Callable[..., Callable[[_F], _F]] = getattr(_magic_arguments, "argument")
+magic_arguments: Callable[[], Callable[[_F], _F]] = getattr(_magic_arguments, "magic_arguments")
+parse_argstring: Callable[[Callable[..., Any], str], argparse.Namespace] = getattr(
+    _magic_arguments, "parse_argstring")
+line_cell_magic: Callable[[_F], _F] = getattr(_magic, "line_cell_magic")
+needs_local_scope: Callable[[_F], _F] = getattr(_magic, "needs_local_scope")
 arg_split: Callable[[str], List[str]] = getattr(_process, "arg_split")
 
 __all__ = ["MemlabMagics", "load_ipython_extension"]

@@ -157,11 +157,14 @@ _ROOTS_CODE = _roots.__code__
 
 def _tidy(label: str, edges: List[str], types: List[str], local: List[bool]) -> None:
     """Frame roots read "local x" rather than "['x']"; a threading.local's per-thread dict reads
-    "(thread-local) .x" rather than "→ dict [<weakref.ReferenceType>] ['x']"."""
+    "(thread-local) .x" rather than "→ dict [<weakref.ReferenceType>] ['x']". The per-thread
+    dicts are keyed by a weak reference to the thread's dummy up to 3.12 and by the dummy itself
+    from 3.13 on (Modules/_threadmodule.c's localdicts)."""
     if edges and edges[0].startswith("['") and edges[0].endswith("']") and " (thread " in label:
         edges[0] = "local " + edges[0][2:-2]
     for i in range(len(edges) - 1):
-        if local[i] and edges[i] == "\u2192 dict" and edges[i + 1].startswith("[<weakref"):
+        if (local[i] and edges[i] == "\u2192 dict"
+                and edges[i + 1].startswith(("[<weakref", "[<_thread._localdummy"))):
             del edges[i:i + 2], types[i + 1:i + 3], local[i + 1:i + 3]
             edges.insert(i, "(thread-local)")
             types.insert(i + 1, "dict")

@@ -10,6 +10,10 @@ alive once it has returned fails the test: held by an owner (a module global, a 
 attribute: the chain is printed), or kept only by a reference cycle that the collector has not
 freed yet (said so: the tensor outlives the test until a collection). Installed with tensorgc
 through the pytest11 entry point; it imports nothing heavy until a test asks for it.
+
+The first test that asks turns on tensorgc's index of live tensors (one walk of the heap) and
+the session keeps it on until it ends, so each test's checkpoint and growth read the live
+tensors from it rather than walking the heap.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Any, Dict, Generator, Optional
 import pytest
 
 _MARK = "tensorgc"
+_HOLD = pytest.StashKey[bool]()  # the session holds the index of live tensors on
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -34,6 +39,25 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "tensorgc(min_bytes=0, device=None): fail the test if it leaves tensors "
         "alive after it returns (tensorgc's pytest plugin)")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_HOLD, False):
+        from . import _tensorgc
+
+        config.stash[_HOLD] = False
+        _tensorgc._index_release()
+
+
+@pytest.fixture(autouse=True)
+def _tensorgc_observer_errors() -> Generator[None, None, None]:
+    """An exception raised in a tensorgc observer fails the test that collected, as torch's
+    observers' do (tensorgc.set_observer_errors("raise")), instead of being logged."""
+    from ._tensorgc import set_observer_errors
+
+    previous = set_observer_errors("raise")
+    yield
+    set_observer_errors(previous)
 
 
 def _settings(item: pytest.Item) -> Optional[Dict[str, Any]]:
@@ -62,11 +86,18 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     if s is None:
         return (yield)
     # only now: torch and the C module load when a test asks for them
+    from . import _tensorgc
     from .growth import checkpoint, growth
 
+    if not item.config.stash.get(_HOLD, False):
+        _tensorgc._index_hold()  # released in pytest_unconfigure
+        item.config.stash[_HOLD] = True
     before = checkpoint(s["device"])
-    res = yield  # a failing test raises here, and its own failure is the one reported
-    g = growth(before, s["device"])
+    try:
+        res = yield  # a failing test raises here, and its own failure is the one reported
+        g = growth(before, s["device"])
+    finally:
+        del before  # now: a failure's traceback keeps this frame, and the checkpoint its keys
     if g.rows and g.nbytes > s["min_bytes"]:
         pytest.fail(_message(g), pytrace=False)
     return res

@@ -224,6 +224,12 @@ def _parse_device(device: Optional[object]) -> Filter:
     return parse_device(device, "device")
 
 
+def _warn_no_cuda(filt: Filter, device: Optional[object]) -> None:
+    if filt is not None and filt[0] == "cuda" and not cuda_available():
+        logger.warning("tensorgc: MemReporter: the report for %s is empty: %s; "
+                       "device='cpu' (or None) reports the CPU's tensors", device, NO_CUDA)
+
+
 def _matches(filt: Filter, dev_type: str, dev_index: Optional[int]) -> bool:
     if filt is None:
         return True
@@ -314,9 +320,8 @@ class MemReporter:
     def _collect(self, device: Optional[DeviceLike], warn: bool,
                  owners: bool = False) -> Report:
         filt = _parse_device(device)
-        if warn and filt is not None and filt[0] == "cuda" and not cuda_available():
-            logger.warning("tensorgc: MemReporter: the report for %s is empty: %s; "
-                           "device='cpu' (or None) reports the CPU's tensors", device, NO_CUDA)
+        if warn:
+            _warn_no_cuda(filt, device)
         if self.pre_collect:
             gc.collect()
         # No automatic collection in the middle of a report: it would be timed as ours and
@@ -530,17 +535,24 @@ class MemReporter:
 
 
 def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
-               paths: Dict[int, Tuple[Any, str]], limit: int = 200000) -> Dict[int, Any]:
+               paths: Dict[int, Tuple[Any, str]], limit: int = 200000,
+               only: Optional[Set[int]] = None) -> Dict[int, Any]:
     """id(tensor) -> tensorgc.owner_chains.Chain for the tensors that are not a parameter, grad,
     buffer or optimizer state: one search for all of them and for the live tensors with a
     grad_fn. A tensor saved for backward (paths: id -> (node, "saved x")) gets the chain of the
     best-held tensor whose graph reaches the node, continued through the graph: graphs are
     walked from tensors reached from a root first (shortest chain first), so a loss kept in a
-    list wins over an intermediate result that only the graph itself keeps."""
+    list wins over an intermediate result that only the graph itself keeps.
+
+    ``only`` (ids): the chains of these tensors alone, the same as without it. The search then
+    looks for them and for the live tensors whose graph leads to a node that saves one of them
+    or feeds one (a leaf's AccumulateGrad): a node takes its chain from the first of the sorted
+    starts that reaches it, and the first is among those."""
     from .owner_chains import owners as _search
 
     kinds = {id(t): k for t, _, k in named}
-    targets = [t for t in live if kinds.get(id(t), "other") == "other"]
+    targets = [t for t in live if kinds.get(id(t), "other") == "other"
+               and (only is None or id(t) in only)]
     index = {id(t): i for i, t in enumerate(targets)}
     starts: List[Tuple[Any, Any]] = []  # (tensor, grad_fn)
     if paths:
@@ -551,9 +563,13 @@ def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
                 continue
             if fn is not None:
                 starts.append((t, fn))
-                if id(t) not in index:
-                    index[id(t)] = len(targets)
-                    targets.append(t)
+        if only is not None:
+            goals = {id(paths[k][0]) for k in only if k in paths}
+            starts = _starts_reaching(starts, goals, set(index), limit)
+        for t, fn in starts:
+            if id(t) not in index:
+                index[id(t)] = len(targets)
+                targets.append(t)
     chains = _search(targets)
     out: Dict[int, Any] = {}
     for t, c in zip(targets, chains):
@@ -588,12 +604,53 @@ def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
                             f".next_functions[{k}] \u2192 {type(child).__name__}"])
                         queue.append(child)
         for key, (node, saved) in paths.items():
+            if only is not None and key not in only:
+                continue
             got = via.get(id(node))
             if got is not None:
                 out[key] = got[0].extend(got[1] + [saved])
         del keep, via, queue
     del targets, chains, starts
     return out
+
+
+def _starts_reaching(starts: List[Tuple[Any, Any]], goals: Set[int], leaves: Set[int],
+                     limit: int) -> List[Tuple[Any, Any]]:
+    """The (tensor, grad_fn) of ``starts``, in their order, whose graph reaches a node of
+    ``goals`` (ids) or an AccumulateGrad of a tensor of ``leaves`` (ids): one walk of the graphs
+    from every start that remembers each node's parents, then one walk back from those nodes."""
+    parents: Dict[int, List[int]] = {}
+    found: List[int] = []
+    keep: List[Any] = []  # nodes stay alive while we walk, so ids are not reused
+    queue: Deque[Any] = collections.deque()
+    for _, fn in starts:
+        if id(fn) not in parents:
+            parents[id(fn)] = []
+            queue.append(fn)
+    while queue and len(parents) < limit:
+        node = queue.popleft()
+        keep.append(node)
+        var = getattr(node, "variable", None)
+        if id(node) in goals or (var is not None and id(var) in leaves):
+            found.append(id(node))
+        for child, _ in getattr(node, "next_functions", ()) or ():
+            if child is None:
+                continue
+            up = parents.get(id(child))
+            if up is None:
+                parents[id(child)] = [id(node)]
+                queue.append(child)
+            else:
+                up.append(id(node))
+    reach = set(found)
+    todo = list(found)
+    while todo:
+        for p in parents.get(todo.pop(), ()):
+            if p not in reach:
+                reach.add(p)
+                todo.append(p)
+    del keep, queue
+    return [(t, fn) for t, fn in starts if id(fn) in reach]
 
 
 _is_tensor = _tensorgc._is_tensor  # a C type check: no isinstance, no __class__ property

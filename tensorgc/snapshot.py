@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import errno
-import inspect
 import io
 import logging
 import os
@@ -59,38 +58,17 @@ def record_memory_history(enabled: Optional[Literal["all", "state"]] = "all",
     caching allocator's history, with torch's current keyword names on any torch version.
 
     Without CUDA (``torch.cuda.is_available()`` False) starting raises RuntimeError, and
-    stopping does nothing (nothing records; a ``finally`` that stops stays quiet)."""
-    if enabled not in ("all", "state", None):
-        raise ValueError(f"enabled must be 'all', 'state' or None, not {enabled!r}")
-    if context not in ("all", "alloc", "state", None):
-        raise ValueError(f"context must be 'all', 'alloc', 'state' or None, not {context!r}")
-    if stacks not in ("python", "all"):
-        raise ValueError(f"stacks must be 'python' or 'all', not {stacks!r}")
-    if not cuda_available():
-        if enabled is None:
-            logging.getLogger("tensorgc").debug("tensorgc: record_memory_history(enabled=None): "
-                                                "no CUDA, nothing was recording")
-            return None
-        require_cuda("record_memory_history", "the history it records is the CUDA caching "
-                     "allocator's")
-    import torch
+    stopping does nothing (nothing records; a ``finally`` that stops stays quiet).
 
-    mem = torch.cuda.memory
-    record: Callable[..., None] = mem._record_memory_history  # two forms: see below
-    impl = getattr(mem, "_record_memory_history_impl", None)
-    params = inspect.signature(impl if impl is not None else record).parameters
-    if "context" in params and "stacks" in params:
-        return record(enabled, context=context, stacks=stacks, max_entries=max_entries,
-                      device=device)
-    # torch < 2.1: the boolean form
-    return record(
-        enabled is not None,
-        record_context=context is not None,
-        trace_alloc_max_entries=max_entries if enabled == "all" else 1,
-        trace_alloc_record_context=context in ("alloc", "all"),
-        device=device,
-        record_context_cpp=stacks == "all",
-    )
+    A history that observe_tensor_cycles or warn_tensor_cycles started becomes the program's
+    with this call: removing those observers then leaves it as this call set it."""
+    from ._history import took_over
+    from ._recorder import check_history_args, record
+
+    check_history_args(enabled, context, stacks)
+    if cuda_available():
+        took_over()
+    return record(enabled, context, stacks, max_entries, device)
 
 
 def snapshot(*, categories: bool = True,
@@ -204,15 +182,50 @@ def _random_name(prefix: str, suffix: str) -> str:
     return prefix + "".join(secrets.choice(_NAME_CHARS) for _ in range(8)) + suffix
 
 
-def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
+_SEPARATORS = tuple(sep for sep in (os.sep, os.altsep, "/") if sep)
+
+
+def _open_file_link(where: str) -> Optional[str]:
+    """The link in /proc that resolving ``where`` goes through, or None: a process's open
+    descriptor (/proc/self/fd/1, which /dev/stdout and /dev/fd/1 lead to). Its readlink names
+    the open file's path, but replacing that path by a rename is not writing to the descriptor:
+    ``> run.log`` with /dev/stdout as the output lost the log's lines, before and after (they
+    went on into the unlinked file). Each link of the chain is looked at in turn (lstat: the
+    directories on the way are resolved by the kernel, magic links included)."""
+    try:
+        proc = os.lstat("/proc/self").st_dev
+    except OSError:
+        return None  # no /proc here: no such links either
+    link = where
+    for _ in range(40):  # the kernel's own limit on links followed
+        try:
+            st = os.lstat(link)
+            if not stat.S_ISLNK(st.st_mode):
+                return None
+            if st.st_dev == proc:
+                return link
+            link = os.path.join(os.path.dirname(link), os.readlink(link))
+        except OSError:
+            return None  # output_target says what is wrong with it
+    return None
+
+
+def output_target(path: StrPath, inputs: Sequence[Union[StrPath, int]] = ()) -> str:
     """The file that writing ``path`` replaces (absolute): ``path`` itself, or for a symbolic
     link the regular file it leads to (the link stays, its target gets the new content). Where
     nothing is at ``path`` yet, ``path``. OutputError, before anything is written, for
     anything but a regular file there (a device such as /dev/null, a FIFO, a socket, a
-    directory, a link to nothing or a loop of links), for one of ``inputs`` (the same file,
-    by device and inode, under any name), and for a file this process may not write (os.access:
-    a read-only file stays as it is, even for root)."""
-    where = os.path.abspath(os.fspath(path))
+    directory, a link to nothing or a loop of links), for a link to a process's open file
+    (/dev/stdout, /dev/fd/N, /proc/self/fd/N), for a name that ends with a separator but
+    names no directory, for one of ``inputs`` (the same file, by device and inode, under any
+    name; an int is an open descriptor's file: 0 for standard input), and for a file this process may not write (os.access: a read-only file stays as it
+    is, even for root)."""
+    given = os.fspath(path)
+    where = os.path.abspath(given)
+    if given.endswith(_SEPARATORS) and not os.path.isdir(where):
+        # abspath drops the separator: "pages/" would become a file named pages
+        raise OutputError(f"cannot write {given}: a name that ends with {given[-1]} names a "
+                          "directory, and there is no such directory")
     try:
         st = os.lstat(where)
     except FileNotFoundError:
@@ -221,6 +234,11 @@ def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
         raise OutputError(f"cannot write {where}: {exc.strerror}") from None
     target = where
     if stat.S_ISLNK(st.st_mode):
+        opened = _open_file_link(where)
+        if opened is not None:
+            raise OutputError(f"cannot write {where}: it leads to a process's open file "
+                              f"({opened}), not to a file's name; tensorgc writes only regular "
+                              "files, which it replaces whole")
         target = os.path.realpath(where)
         try:
             st = os.lstat(target)
@@ -237,14 +255,16 @@ def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
         hint = ("; give a file name in it" if stat.S_ISDIR(st.st_mode) else
                 "; tensorgc writes only regular files, which it replaces whole")
         raise OutputError(f"cannot write {where}: it is {kind}{via}{hint}")
-    for given in inputs:
+    for source in inputs:
         try:
-            other = os.stat(given)
+            other = os.stat(source)  # an int: fstat (``< snap.pickle`` is read as standard input)
         except (OSError, TypeError, ValueError):
             continue
         if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            name = ("standard input" if source == 0 else f"descriptor {source}"
+                    ) if isinstance(source, int) else os.fspath(source)
             raise OutputError(f"cannot write {where}: it is the input being read "
-                              f"({os.fspath(given)}); give another output file")
+                              f"({name}); give another output file")
     if not os.access(target, os.W_OK) or (os.geteuid() == 0 and not st.st_mode & 0o222):
         raise OutputError(f"cannot write {where}: the file is read-only; tensorgc does not "
                           "replace it")
@@ -253,7 +273,7 @@ def output_target(path: StrPath, inputs: Sequence[StrPath] = ()) -> str:
 
 def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = False, *,
                  unique: Optional[Tuple[str, str]] = None, fsync: bool = True,
-                 inputs: Sequence[StrPath] = ()) -> str:
+                 inputs: Sequence[Union[StrPath, int]] = ()) -> str:
     """Writes a whole file or none: calls write(f) (f.write takes str, or bytes when binary) on
     a private temp file (mkstemp: O_EXCL, mode 0600, unpredictable name ``.tensorgc-*.tmp``) in
     the target's directory, fsyncs it, then gives it its name. Returns that name (absolute).
@@ -272,10 +292,11 @@ def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = 
     An OSError that named no file, or only the temp file, names ``path`` instead; when the temp
     file could not be removed either, ``write_failure(exc)`` says so. The directory itself is
     not fsynced: without it a crash may lose the new name, never a name's content."""
-    path = os.path.abspath(os.fspath(path))
+    raw = os.fspath(path)
+    path = os.path.abspath(raw)
     given = path
     if unique is None:
-        path = output_target(path, inputs)  # a link's target: the link itself stays
+        path = output_target(raw, inputs)  # a link's target: the link itself stays
     directory = path if unique is not None else os.path.dirname(path)
     fd: int = -1
     tmp: Optional[str] = None
@@ -396,6 +417,37 @@ def write_failure(exc: BaseException) -> str:
     return f"{why}; {left}" if left else why
 
 
+_NAME_LIMIT = 200  # pickstream.c's NAME_LIMIT
+
+
+def _printable(text: str, limit: int = _NAME_LIMIT) -> str:
+    r"""Text from a snapshot file (a name, an unpickler's words about its bytes) for a message:
+    printable ASCII kept, a backslash doubled, any other character escaped as \xNN, \uNNNN or
+    \UNNNNNNNN, so that no newline or control character of the file reaches a log line or a
+    terminal; cut with "..." where the next piece would pass ``limit`` characters.
+    allocator/pickstream.c's escape_name writes the same for the streaming loader."""
+    out = []
+    used = 0
+    for ch in text:
+        o = ord(ch)
+        if 0x20 <= o < 0x7F:
+            piece = "\\\\" if ch == "\\" else ch
+        else:
+            piece = f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+        if used + len(piece) > limit:
+            out.append("...")
+            break
+        out.append(piece)
+        used += len(piece)
+    return "".join(out)
+
+
+def _why(exc: BaseException) -> str:
+    """An unpickler's exception for a message: its type and its words, made printable (CPython's
+    words may quote the file's bytes as they are: "could not convert string to float: '...'")."""
+    return f"{type(exc).__name__}: {_printable(str(exc), 2 * _NAME_LIMIT)}"
+
+
 class _PlainUnpickler(pickle.Unpickler):
     """Only what pickle builds without looking anything up: dicts, lists, tuples, sets, str,
     bytes, int, float, bool, None. GLOBAL, STACK_GLOBAL and INST go through find_class, which
@@ -403,8 +455,9 @@ class _PlainUnpickler(pickle.Unpickler):
     unpickler runs (EXT codes, for one, are served from copyreg's cache without find_class)."""
 
     def find_class(self, module: str, name: str) -> NoReturn:
-        raise SnapshotError(f"refusing to load {module}.{name}: snapshot files may only hold "
-                            "plain containers and scalars (this one tries to import or call code)")
+        raise SnapshotError(f"refusing to load {_printable(module)}.{_printable(name)}: snapshot "
+                            "files may only hold plain containers and scalars (this one tries to "
+                            "import or call code)")
 
     def persistent_load(self, pid: object) -> NoReturn:
         raise SnapshotError("refusing a persistent id: snapshot files may only hold plain "
@@ -417,7 +470,8 @@ _REFUSED = {ord("R"): "REDUCE", ord("b"): "BUILD", ord("o"): "OBJ", 0x81: "NEWOB
             0x92: "NEWOBJ_EX", ord("P"): "PERSID", ord("Q"): "BINPERSID", 0x82: "EXT1",
             0x83: "EXT2", 0x84: "EXT4", 0x97: "NEXT_BUFFER", 0x98: "READONLY_BUFFER"}
 (_OK, _LOOKUP, _TRUNCATED, _UNDERFLOW, _BAD_KEY, _BAD_MEMBER, _MEMO_PAST, _MEMO_UNSET,
- _MEMO_NAN, _DECLARES, _REFUSED_OP, _UNKNOWN) = range(12)
+ _MEMO_NAN, _DECLARES, _REFUSED_OP, _UNKNOWN, _NOMEM, _FRAME_CROSSED, _FRAME_NESTED, _STOP_MARK,
+ _STOP_STACK) = range(17)
 
 
 def _scan_error(pos: int, n: int, why: str, kind: str = "corrupt") -> SnapshotError:
@@ -453,6 +507,10 @@ def _scan_failure(code: int, pos: int, n: int, a: int, b: int, c: int) -> Snapsh
                    + ("a negative length" if b == 2**64 - 1 else f"{b:,} bytes")
                    + f", {c:,} are left",
         _UNKNOWN: f"unknown opcode {a:#04x}",
+        _FRAME_CROSSED: f"an opcode crosses the end of its frame at byte {a:,}",
+        _FRAME_NESTED: f"a FRAME begins {a:,} bytes before the end of the current frame",
+        _STOP_MARK: "a MARK is still open at STOP",
+        _STOP_STACK: f"the stack holds {a + 1:,} values at STOP, not the result alone",
     }.get(code, f"scan code {code}")
     kind = "truncated" if code in (_TRUNCATED, _DECLARES) else "corrupt"
     return _scan_error(pos, n, why, kind)
@@ -631,7 +689,7 @@ def _stream_failure(path: str, code: int, pos: int, a: int, b: int, c: int, n: i
     if code == _BUILDER:
         if isinstance(payload, _CORRUPT_ERRORS):
             return SnapshotError(f"{path}: corrupt pickle at byte {pos:,} of {n:,}: "
-                                 f"{type(payload).__name__}: {payload}")
+                                 f"{_why(payload)}")
         return payload if isinstance(payload, BaseException) else SnapshotError(
             f"{path}: the pickle stream failed at byte {pos:,}")
     if code == _UNSUPPORTED:
@@ -673,7 +731,7 @@ def _parse_bytes(data: bytes, where: str = "snapshot") -> Snapshot:
             AttributeError, OverflowError, MemoryError, RecursionError) as exc:
         kind = "truncated" if isinstance(exc, EOFError) or "truncated" in str(exc) else "corrupt"
         raise SnapshotError(f"{path}: {kind} pickle at byte {buf.tell():,} of {len(data):,}: "
-                            f"{type(exc).__name__}: {exc}") from None
+                            f"{_why(exc)}") from None
     if buf.tell() != len(data):
         raise SnapshotError(f"{path}: {len(data) - buf.tell():,} trailing bytes after the pickle")
     return check_snapshot(snap, path, nbytes=len(data))

@@ -31,8 +31,24 @@ except ImportError:
 from _util import DEVICE, IS_CUDA  # noqa: E402
 
 
+def _plugin_installed():
+    try:
+        from importlib.metadata import entry_points
+        return any(ep.value == "tensorgc.pytest_plugin" for ep in entry_points(group="pytest11"))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# The suite runs as a user's with tensorgc installed: its pytest plugin loaded (observers'
+# exceptions fail the test that collected; tests of the logging say set_observer_errors("log")).
+pytest_plugins = () if _plugin_installed() else ("tensorgc.pytest_plugin",)
+
+
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: a test of many seconds (-m 'not slow' skips it)")
+    config.addinivalue_line(
+        "markers", "slow: a test that starts another compiler run, process group, browser or "
+                   "mypy over torch's annotations; CI runs these on its first leg only "
+                   "(.ci/run: -m 'not slow' on the others)")
     if IS_CUDA and (torch is None or not torch.cuda.is_available()):
         raise pytest.UsageError(
             f"TENSORGC_TEST_DEVICE={DEVICE!r} but torch.cuda.is_available() is False"
@@ -53,6 +69,28 @@ def pytest_runtest_makereport(item, call):
     if torch is None and isinstance(e, ModuleNotFoundError) and e.name == "torch":
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, "Skipped: needs torch")
+
+
+# What makes a test slow: the fixtures that launch process groups or a browser, and these tests,
+# each a compiler run or mypy reading torch's annotations.
+_SLOW_FIXTURES = {"two", "three", "world", "ddp", "browser"}
+_SLOW_TESTS = {
+    "test_typing.py": {"test_the_stub_agrees_with_the_c_module",
+                       "test_a_users_script_type_checks_strictly",
+                       "test_mistakes_are_caught_where_marked"},
+    "test_bench_pages.py": {"test_quick_run_without_torch_has_a_page_for_every_shape"},
+    "test_phase_times.py": {"test_timed_build_counts_each_phase"},
+    "test_portable.py": {"test_built_with_the_version_check_forced_to_unknown"},
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks the slow tests (one list, here, rather than in each file)."""
+    for item in items:
+        name = getattr(item, "originalname", None) or item.name
+        if (_SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or name in _SLOW_TESTS.get(item.path.name, ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
@@ -117,6 +155,17 @@ def gc_state(_freeze_startup_objects):
         gc.disable()
 
     assert not problems, "; ".join(problems)
+
+
+@pytest.fixture
+def observer_errors_logged():
+    """For tests of the default, where what an observer raises is logged: the plugin (loaded
+    above) has it raised in the program instead."""
+    import tensorgc
+
+    previous = tensorgc.set_observer_errors("log")
+    yield
+    tensorgc.set_observer_errors(previous)
 
 
 @pytest.fixture

@@ -467,6 +467,26 @@ def test_real_hooks_record_spans_and_grads_in_order():
                                                "2.bias.grad"}
 
 
+def test_states_are_named_once_when_they_appear():
+    """After a step at which the optimizer holds new states: each parameter's and state's name
+    at its address (meta tensors stand for CUDA ones here: not on the CPU, address 0), once;
+    the step count on the CPU is left out."""
+    model = torch.nn.Linear(4, 4, device="meta")
+    opt = torch.optim.Adam(model.parameters())
+    with categorize(model, opt) as h:
+        for p in model.parameters():
+            opt.state[p] = {"step": torch.tensor(1.0), "exp_avg": torch.empty_like(p),
+                            "exp_avg_sq": torch.empty_like(p)}
+        for _ in range(3):
+            h._step_pre(opt, (), {})
+            h._step_post(opt, (), {})
+        m = h.marks()
+    assert h.errors == 0
+    assert [n[3] for n in m["name_marks"]] == ["weight", "weight.exp_avg", "weight.exp_avg_sq",
+                                               "bias", "bias.exp_avg", "bias.exp_avg_sq"]
+    assert all(n[:2] == [-1, 0] for n in m["name_marks"])
+
+
 def test_remove_takes_every_hook_off_and_holds_no_model():
     import weakref
 

@@ -137,6 +137,20 @@ def test_three_steps_of_an_mlp_with_adam(tmp_path):
     for name, p in model.named_parameters():
         assert called[storage_ptr(p)] == name
 
+    # and names over the run: every step's grads, freed by zero_grad, named in the replay
+    from tensorgc.categories import name_marks_of
+    marked = name_marks_of(snap, index)
+    pnames = [n for n, _ in model.named_parameters()]
+    assert sum(1 for _, _, n in marked if n.endswith(".grad")) == 3 * nparams
+    assert {f"{n}.exp_avg" for n in pnames} <= {n for _, _, n in marked}
+    tl, _ = replay(snap, device=index, columns=1, detail=0)
+    name_index = memoryview(tl["name_index"]).cast("I")
+    for t_bw, grads, _ in marks:
+        for (ptr, _), name in zip(grads, pnames):
+            entry = max(i for i, e in enumerate(trace) if e["action"] == "alloc"
+                        and e["addr"] == ptr and e["time_us"] <= t_bw)
+            assert tl["names"][name_index[entry]] == name + ".grad"
+
     # the page and the breakdown
     page = timeline_html(snap, device=index)
     assert '"0.weight"' in page  # the names of the blocks alive at the end, for the panel

@@ -12,9 +12,9 @@ import pytest
 
 from tensorgc import SnapshotError, _tensorgc, load_snapshot
 from tensorgc.categories import (CATEGORIES, HINT_KINDS, HINT_PHASES, KEY, LABEL_INFERRED,
-                                 NAME_MAX, classification_inputs, describe_label, parse,
-                                 stack_hints)
-from tensorgc.timeline import _replay, _text, categories_at_peak, replay, timeline_html
+                                 NAME_MAX, describe_label, parse, stack_hints)
+from tensorgc.timeline import (_replay, _text, categories_at_peak, classification_inputs, replay,
+                               timeline_html)
 
 from _traces import accuracy, make_trace
 from _util import run_tensorgc_cli
@@ -81,6 +81,14 @@ def test_recorded_run_sources(recorded):
     assert inferred["phases"]["backward"] >= 1 and inferred["phases"]["optimizer"] >= 1
     assert set(inferred["phases"]) == set(HINT_PHASES)
     assert set(inferred["kinds"]) == set(HINT_KINDS)
+
+
+def test_streamed_snapshot_infers_the_same():
+    path = os.path.join(DATA, "transformer-adamw-big-python.pickle")
+    plain = replay(load_snapshot(path), columns=50, detail=5)[0]
+    lean = replay(load_snapshot(path, lean=True), columns=50, detail=5)[0]
+    for k in ("at_peak", "cat_active", "labels", "pre_labels", "rules", "inferred_spans"):
+        assert plain[k] == lean[k], k
 
 
 def test_stats_says_inferred():
@@ -253,6 +261,38 @@ def test_name_marks_in_the_key_are_checked_and_cut():
         os.unlink(path)
     assert again[KEY]["name_marks"][-1][3] == "n" * (NAME_MAX + 50)  # the file's, as it was
     assert replay(again, columns=1, detail=0)[0]["names"] == tl["names"]
+
+
+@pytest.mark.parametrize("classify, err", [
+    (([], [], [], "x", None, []), TypeError), (([], [], [], None, 1, []), TypeError),
+    (([], [], [], None, None, {}), TypeError), (([], [], [], None, b"", []), ValueError),
+    (([], [], [], None, None, [(1, 2)]), ValueError),
+    (([], [], [], None, None, [(1, "t", 2)]), ValueError),
+    (([], [], [], None, None, [(1, 2, -1)]), ValueError),
+    (([], [], [], None, None, [(1, 2, 1 << 32)]), ValueError),
+    (([], [], [], None, None, [((1 << 64) - 1, 2, 1)]), ValueError),
+])
+def test_the_binding_checks_the_inference_inputs(classify, err):
+    cols = _tensorgc._trace_columns([{"action": "alloc", "addr": 0x1000, "size": 512,
+                                      "time_us": 1, "frames": []}])
+    with pytest.raises(err):
+        _tensorgc._timeline(cols, [(0x9000, 512)], 10, 10, False, classify)
+
+
+def test_hints_beyond_the_stacks_and_names_at_the_end():
+    """A stack id past the hints reads as no hint; a name mark at None is the end's."""
+    cols = _tensorgc._trace_columns([
+        {"action": "alloc", "addr": 0x1000, "size": 512, "time_us": 1, "frames": []},
+        {"action": "alloc", "addr": 0x2000, "size": 512, "time_us": 2,
+         "frames": [{"filename": "w.py", "name": "f", "line": 1}]}])
+    tl = _tensorgc._timeline(cols, [(0x9000, 512)], 10, 10, False,
+                             ([], [], [], b"\x00", bytes([0x08 | 3]), [(0x2000, None, 1),
+                                                                  (0x9000, None, 2)]))
+    labels = tl["labels"]
+    assert labels[0] >> 4 == labels[1] >> 4 == 6  # no rule: other
+    assert tl["pre_labels"][0] == CATEGORIES.index("parameter") | 8 << 4  # its stack's kind
+    names = memoryview(tl["name_index"]).cast("I")
+    assert list(names) == [0, 1] and memoryview(tl["pre_name_index"]).cast("I")[0] == 2
 
 
 def test_describe_label():

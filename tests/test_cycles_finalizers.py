@@ -5,7 +5,7 @@ a __del__ that drops a reference of the cycle. The collector finds the cycle, ru
 nothing reaches gc.garbage, DEBUG_SAVEALL or not, and the collector's counts leave them out.
 
 tensorgc reports them when the "start" pre-scan proves them an island of young objects (CPython
-3.10-3.12): it keeps them aside, reports them intact, then runs the finalizers itself and frees
+3.10-3.13): it keeps them aside, reports them intact, then runs the finalizers itself and frees
 what is left. What it cannot see (old garbage, a weakly referenced member, an interpreter without
 the pre-scan) is shown here exactly as the user sees it: no report, the tensor alive until the
 collector ran."""
@@ -22,7 +22,7 @@ from tensorgc import _tensorgc_testing
 from _util import DEVICE, T, instances, live_tensors_with_ptr
 
 _C = _tensorgc_testing  # the detector's switches and counters
-AVAILABLE = _C._young_scan()["available"]  # the pre-scan and islands: CPython 3.10-3.12
+AVAILABLE = _C._young_scan()["available"]  # the pre-scan and islands: CPython 3.10-3.13
 
 EVENTS = []  # "report" from the observer, "finalized" from the finalizers, in the order they ran
 

@@ -533,7 +533,8 @@ def test_island_member_grabbed_during_the_collection_stays_intact(gc_state):
         handle()
 
 
-def test_exception_in_callback_on_the_island_path_is_logged(gc_state, caplog):
+def test_exception_in_callback_on_the_island_path_is_logged(gc_state, caplog,
+                                                            observer_errors_logged):
     def boom(report):
         raise RuntimeError("callback failed")
     handle = tensorgc.observe_cycles(boom, device=DEVICE)

@@ -284,7 +284,8 @@ def test_observer_removes_another_inside_callback(track):
 # --------------------------------------------------------------------------
 
 
-def test_raising_callback_is_logged_and_others_still_run(track, caplog, unraisable):
+def test_raising_callback_is_logged_and_others_still_run(track, caplog, unraisable,
+                                                         observer_errors_logged):
     Node = new_class()
     caplog.set_level(logging.ERROR, logger="tensorgc")
     before, after = [], []
@@ -309,7 +310,7 @@ def test_raising_callback_is_logged_and_others_still_run(track, caplog, unraisab
     #  caplog, may legitimately keep the callback's frame alive)
 
 
-def test_raising_garbage_observer(track, caplog, unraisable):
+def test_raising_garbage_observer(track, caplog, unraisable, observer_errors_logged):
     caplog.set_level(logging.ERROR, logger="tensorgc")
     reports = []
 
@@ -325,7 +326,31 @@ def test_raising_garbage_observer(track, caplog, unraisable):
     assert unraisable == []
 
 
-def test_raising_callback_keeps_observer_registered(track, caplog):
+def test_ctrl_c_in_python_code_inside_the_collector_reaches_the_program(track, caplog,
+                                                                        unraisable):
+    # The eval loop runs the program's SIGINT handler inside whatever Python code the callback
+    # runs (torch's metadata, a repr, an observer). Before: that KeyboardInterrupt was logged
+    # ("reading a tensor's metadata raised") and dropped, and the program went on.
+    caplog.set_level(logging.ERROR, logger="tensorgc")
+    reports, calls = [], []
+
+    def interrupted(garbage):
+        calls.append(len(garbage))
+        raise KeyboardInterrupt  # as the default SIGINT handler does, here
+
+    track(tensorgc.observe_garbage(interrupted))
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    make_pair(new_class())
+    with pytest.raises(KeyboardInterrupt):
+        gc.collect()
+        for _ in range(1000):  # it reaches the program at its next bytecode
+            pass
+    assert calls and len(reports) == 1  # the other observers still ran
+    assert not [r for r in caplog.records if r.name == "tensorgc"], caplog.records
+    assert unraisable == []
+
+
+def test_raising_callback_keeps_observer_registered(track, caplog, observer_errors_logged):
     caplog.set_level(logging.ERROR, logger="tensorgc")
     calls = []
 

@@ -16,6 +16,7 @@ from tensorgc import _tensorgc_testing
 from _util import DEVICE, T, instances, new_class
 
 _C = _tensorgc_testing  # the detector's switches and counters
+AVAILABLE = _C._young_scan()["available"]  # CPython 3.10-3.13 with the GIL (compat.h)
 
 
 def counts():
@@ -27,6 +28,8 @@ def counts():
 
 @pytest.fixture(params=["islands", "armed"])
 def scan(request):
+    if not AVAILABLE:
+        pytest.skip("no young-generation pre-scan on this interpreter: " + _C._young_scan()["why"])
     """The pre-scan switched on for the test, with islands on (the default) or off (every young
     collection that could hold a tensor is armed); the former settings are restored after."""
     before, island = _C._young_scan()["enabled"], _C._young_island()["enabled"]
@@ -39,9 +42,18 @@ def scan(request):
 
 def test_available_where_the_collector_has_generation_lists():
     s = _C._young_scan()
-    layout_known = sys.version_info < (3, 13) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+    layout_known = ((3, 10) <= sys.version_info < (3, 14)
+                    and not sysconfig.get_config_var("Py_GIL_DISABLED")
+                    and os.environ.get("TENSORGC_PORTABLE", "") in ("", "0"))
     assert s["available"] is layout_known
     assert s["enabled"] is layout_known  # on by default wherever it can be
+    assert (s["why"] == "") is layout_known
+    if not layout_known:
+        with pytest.raises(RuntimeError, match="the young-generation pre-scan is not available "
+                           "on this interpreter: "):
+            _C._young_scan(True)
+        with pytest.raises(RuntimeError, match="islands need the young-generation pre-scan"):
+            _C._young_island(True)
 
 
 def test_tensor_free_young_collection_runs_without_the_detector(track, scan):

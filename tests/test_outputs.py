@@ -7,6 +7,8 @@ files of its own (a private device node, never /dev/null itself)."""
 import os
 import socket
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -14,6 +16,9 @@ import tensorgc
 from tensorgc import OutputError, cli
 from tensorgc.snapshot import atomic_write, output_target
 from test_cli import dump, run, snapshot
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 @pytest.fixture
@@ -227,3 +232,59 @@ def test_error_messages_are_one_line_whatever_the_input(tmp_path, capsys):
     assert code == 1
     assert err.count("\n") == 1 and "\x1b" not in err and "\\x0a" in err
 
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux's /proc")
+def test_a_link_to_an_open_descriptor_is_refused_and_the_file_behind_it_kept(tmp_path, capsys,
+                                                                              snap_file):
+    # /dev/stdout with `> run.log`: replacing the log by a rename lost its lines, those written
+    # before and those written after (into the unlinked file the descriptor still held).
+    log = tmp_path / "run.log"
+    log.write_text("line 1\n")
+    link = tmp_path / "out.html"
+    with open(log, "a") as f:
+        link.symlink_to(f"/proc/self/fd/{f.fileno()}")
+        names = [f"/proc/self/fd/{f.fileno()}", str(link)]
+        if os.path.isdir("/dev/fd"):
+            names.append(f"/dev/fd/{f.fileno()}")
+        for out in names:
+            code, _, err = run(capsys, "timeline", snap_file, "-o", out)
+            assert code == 2 and "a process's open file" in err, err
+            assert "-o - writes the page to standard output" in err
+            with pytest.raises(OutputError, match="open file"):
+                tensorgc.timeline(snap_file, out, device=0)
+            with pytest.raises(OutputError, match="open file"):
+                atomic_write(out, lambda w: w.write("x"))
+        f.write("line 2\n")
+    assert log.read_text() == "line 1\nline 2\n"
+    assert os.path.islink(link)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tensorgc-")]
+
+
+def test_a_name_ending_with_a_slash_is_never_written_as_a_file(tmp_path, capsys, snap_file):
+    # abspath drops the slash: "pages/" became a file named pages
+    for out in (f"{tmp_path / 'pages'}/", f"{snap_file}/"):
+        code, _, err = run(capsys, "timeline", snap_file, "-o", out)
+        assert code == 2 and "names a directory" in err, err
+        with pytest.raises(OutputError, match="names a directory"):
+            tensorgc.timeline(snap_file, out, device=0)
+        with pytest.raises(OutputError, match="names a directory"):
+            atomic_write(out, lambda w: w.write("x"))
+    assert not (tmp_path / "pages").exists()
+    assert open(snap_file, "rb").read(1) == b"\x80"  # the snapshot (a pickle) is as it was
+
+
+@pytest.mark.parametrize("command", ["timeline", "segments"])
+def test_the_file_read_as_standard_input_is_refused_as_the_input(tmp_path, snap_file, command):
+    # `tensorgc timeline - -o snap.pickle < snap.pickle` replaced the snapshot with the page.
+    original = open(snap_file, "rb").read()
+    with open(snap_file, "rb") as stdin:
+        p = subprocess.run([sys.executable, "-m", "tensorgc", command, "-", "-o", snap_file],
+                           stdin=stdin, capture_output=True, text=True, timeout=120, env=ENV)
+    assert p.returncode == 2 and "it is the input being read (standard input)" in p.stderr
+    assert open(snap_file, "rb").read() == original
+    with open(snap_file, "rb") as stdin:  # another output is fine
+        p = subprocess.run([sys.executable, "-m", "tensorgc", command, "-", "-o",
+                            tmp_path / "page.html"], stdin=stdin, capture_output=True, text=True,
+                           timeout=120, env=ENV)
+    assert p.returncode == 0, p.stderr

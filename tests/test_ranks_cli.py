@@ -190,8 +190,10 @@ def test_files_without_the_device_get_a_row_that_says_so(tmp_path, capsys):
     code, _, err = run(capsys, "timeline", tmp_path, "--device", "0", "-o", page)
     assert code == 0, err
     assert page.read_text().count('class="rank-chart"') == 1
+    # a device that no file holds: a usage error, as for one file, with each file's note
     code, _, err = run(capsys, "timeline", tmp_path, "--device", "1", "-o", page)
-    assert code == 0 and "no cuda:1 in this file (it holds cuda:0)" in page.read_text()
+    assert code == 2 and "none of the 2 snapshots holds cuda:1" in err, err
+    assert "no cuda:1 in this file (it holds cuda:0)" in err
 
 
 def test_bad_sets_of_files_are_refused(tmp_path, capsys, monkeypatch):

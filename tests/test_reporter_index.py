@@ -2,7 +2,6 @@
 full walk sees, through promotions, deaths, freezes and unfreezes; it holds no tensor alive and
 leaves gc.callbacks as it found it."""
 import gc
-import sys
 import weakref
 
 import pytest
@@ -12,8 +11,10 @@ import tensorgc
 from tensorgc import MemReporter, track_tensors
 from _util import DEVICE
 
-NO_GENERATIONS = sys.version_info >= (3, 14) or not getattr(sys, "_is_gil_enabled", lambda: True)()
-pytestmark = pytest.mark.skipif(NO_GENERATIONS, reason="no generational collector: the index is off")
+# Off where the collector is not one of the generational ones tensorgc reads (3.14+, the portable
+# path): tests/test_portable.py checks that track_tensors() says False there.
+_INDEX = tensorgc.features()["tensor_index"]
+pytestmark = pytest.mark.skipif(not _INDEX.enabled, reason="the index is off: " + _INDEX.why)
 
 
 @pytest.fixture

@@ -14,6 +14,12 @@
 #  define tgc_compat_is_finalizing() _Py_IsFinalizing()
 #endif
 
+/* Free-threaded builds: the detector edits gc.garbage in place and reads objects' reference
+ * counts without per-object locks, which only the GIL makes safe. setup.py says so first. */
+#ifdef Py_GIL_DISABLED
+#  error "tensorgc does not support free-threaded CPython builds (Py_GIL_DISABLED)"
+#endif
+
 /* PyObject_CallOneArg / PyObject_CallNoArgs are 3.9+; the package needs 3.9. */
 #if PY_VERSION_HEX < 0x03090000
 #  error "tensorgc needs Python 3.9 or newer"
@@ -132,40 +138,59 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
 #  define TGC_HAVE_GC_VISIT 0
 #endif
 
-/* The reporter's tensor index relies on the generational collector's promotion rule (objects
- * reach the oldest generation only through collections of generation >= 1). 3.14's incremental
- * collector and free-threaded builds have no such generations: the index is off there. */
-#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
-#  define TGC_HAVE_GEN_INDEX 1
+/* The interpreters whose internals tensorgc reads (the collector's generation lists in
+ * cycles/young.c, a frame's slots in cycles/frames.c), decided here at build time:
+ * TGC_INTERNALS_KNOWN is 1 when compiled against CPython 3.10-3.13 with the GIL. Everything that
+ * reads internals is compiled only where it is 1, and runs only where common/internals.c also
+ * agrees at run time (the interpreter that loaded the module is the one the build was compiled
+ * for, and the environment does not ask for the portable path). 3.14's collector is incremental
+ * (a young generation, and an old space collected in increments: docs/api.md); whatever comes
+ * after it is unknown until read. -DTGC_ASSUME_UNKNOWN_INTERPRETER builds as for such an
+ * interpreter: no internal header is included, and the module runs on the public gc API only
+ * (tests/test_portable.py). TGC_INTERNALS_WHY says why not, for the import-time message. */
+#if defined(TGC_ASSUME_UNKNOWN_INTERPRETER)
+#  define TGC_INTERNALS_KNOWN 0
+#  define TGC_INTERNALS_WHY "built with TGC_ASSUME_UNKNOWN_INTERPRETER, as for an interpreter " \
+                            "whose collector tensorgc does not know"
+#elif PY_VERSION_HEX >= 0x030E0000
+#  define TGC_INTERNALS_KNOWN 0
+#  define TGC_INTERNALS_WHY "CPython 3.14 and later collect incrementally (a young generation, " \
+                            "and an old space in increments), not in the generations this " \
+                            "build reads (3.10-3.13)"
+#elif PY_VERSION_HEX < 0x030A0000
+#  define TGC_INTERNALS_KNOWN 0
+#  define TGC_INTERNALS_WHY "CPython before 3.10: its collector's layout was not checked"
+#elif !defined(__has_include)
+#  define TGC_INTERNALS_KNOWN 0
+#  define TGC_INTERNALS_WHY "the compiler cannot tell whether the interpreter's internal " \
+                            "headers exist (no __has_include)"
+#elif !__has_include("internal/pycore_interp.h")
+#  define TGC_INTERNALS_KNOWN 0
+#  define TGC_INTERNALS_WHY "the interpreter's internal headers are not installed"
 #else
-#  define TGC_HAVE_GEN_INDEX 0
+#  define TGC_INTERNALS_KNOWN 1
+#  define TGC_INTERNALS_WHY ""
 #endif
 
-/* cycles/young.c reads the collector's generation lists (internal headers, Py_BUILD_CORE) to
- * skip DEBUG_SAVEALL for young collections that cannot hold a tensor. Layout checked on 3.10-3.12
- * (and again at run time); 3.13+, whose collector changed, and free-threaded builds have no such
- * lists here, and there the detector arms every collection. */
-#define TGC_HAVE_YOUNG_SCAN 0
-#if PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
-#  if defined(__has_include)
-#    if __has_include("internal/pycore_interp.h")
-#      undef TGC_HAVE_YOUNG_SCAN
-#      define TGC_HAVE_YOUNG_SCAN 1
-#    endif
-#  endif
-#endif
+/* The reporter's tensor index relies on the generational collector's promotion rule (objects
+ * reach the oldest generation only through collections of generation >= 1): where the
+ * internals are known (3.10-3.13), and at run time where common/internals.c agrees. */
+#define TGC_HAVE_GEN_INDEX TGC_INTERNALS_KNOWN
+
+/* cycles/young.c reads the collector's generation lists (cycles/gclists.h, Py_BUILD_CORE) to
+ * skip DEBUG_SAVEALL for young collections that cannot hold a tensor, to prove islands and to
+ * lend owners() a visited mark. The lists of 3.10-3.13 share one layout (checked again at run
+ * time); elsewhere the detector arms every collection. */
+#define TGC_HAVE_YOUNG_SCAN TGC_INTERNALS_KNOWN
 
 /* cycles/frames.c reads a frame's local slots (internal headers, Py_BUILD_CORE) so that the
  * owner-chain search never materialises frame.f_locals: the _PyInterpreterFrame of 3.11 and
  * 3.12. 3.13+ need it not (frame.f_locals is a proxy); 3.10's frames are another layout. */
-#define TGC_HAVE_FRAME_SLOTS 0
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
-#  if defined(__has_include)
-#    if __has_include("internal/pycore_frame.h")
-#      undef TGC_HAVE_FRAME_SLOTS
-#      define TGC_HAVE_FRAME_SLOTS 1
-#    endif
-#  endif
+#if TGC_INTERNALS_KNOWN && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && \
+    __has_include("internal/pycore_frame.h")
+#  define TGC_HAVE_FRAME_SLOTS 1
+#else
+#  define TGC_HAVE_FRAME_SLOTS 0
 #endif
 
 /* structmember.h's T_OBJECT_EX became Py_T_OBJECT_EX (Python.h) in 3.12. */

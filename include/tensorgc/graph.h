@@ -55,6 +55,11 @@ int tgc_scc(const tgc_graph *g, uint32_t *scc, uint32_t *nscc);
 int tgc_analyze(const tgc_graph *g, const uint8_t *is_target, tgc_analysis *a);
 void tgc_analysis_free(tgc_analysis *a);
 
+/* anc[v] = 1 for every node that reaches a target (targets included), 0 for the rest: what
+ * torch's create_graph keeps of a list of objects. anc must hold n bytes. Returns the number
+ * kept, or -1 when out of memory. */
+long tgc_ancestors(const tgc_graph *g, const uint8_t *is_target, uint8_t *anc);
+
 /* keep[v] = 1 for every node that reaches a target, and everything those nodes reach: the part
  * of the garbage a report may look at. The rest can be freed before any report is built.
  * keep must hold n bytes. Returns the number kept, or -1 when out of memory. */

@@ -57,8 +57,28 @@ typedef struct {
     int64_t line;
 } tgc_frame;
 
-/* A Python frame (a ".py" file or a "<...>" pseudo-file), not a C++ one. */
-int tgc_frame_is_python(const tgc_frame *f);
+/* What one frame says (tgc_frame_facts_of), so that a frame shared by many stacks (torch's
+ * pickles share them) is read once: TGC_FF_* bits and, with TGC_FF_APPLY, the line of its
+ * torch.nn.Module._apply frame. */
+enum {
+    TGC_FF_PYTHON = 1 << 0,     /* a Python frame (else C++) */
+    TGC_FF_BACKWARD = 1 << 1,   /* a backward frame, Python or the engine's C++ */
+    TGC_FF_FORWARD = 1 << 2,    /* a module's __call__ */
+    TGC_FF_OPTIMIZER = 1 << 3,  /* an optimizer's step, clipping, GradScaler's step */
+    TGC_FF_PARAM = 1 << 4,      /* Module.to/_apply..., a torch module's constructor, nn.init */
+    TGC_FF_BUFFER = 1 << 5,     /* register_buffer */
+    TGC_FF_UNGRAD = 1 << 6,     /* zero_grad */
+    TGC_FF_USER_INIT = 1 << 7,  /* an __init__ that is not torch's */
+    TGC_FF_APPLY = 1 << 8,      /* Module._apply itself */
+    TGC_FF_ACCUMULATE = 1 << 9, /* AccumulateGrad, DDP's bucket setup (C++) */
+    TGC_FF_WORKSPACE = 1 << 10, /* a cuBLAS handle's workspace (C++) */
+    TGC_FF_SET_GRAD = 1 << 11   /* a grad's setter (C++) */
+};
+
+typedef struct {
+    uint16_t bits;
+    int64_t apply_line;
+} tgc_frame_facts;
 
 /* Frames read from each end of a stack: its innermost C++ and Python frames are at the start,
  * the outer Python frames (the module call, the optimizer's step) at the end; a file may repeat
@@ -73,15 +93,20 @@ tgc_hint_window(size_t n, size_t *head, size_t *tail)
     *tail = n - *head > TGC_HINT_FRAMES ? n - TGC_HINT_FRAMES : *head;
 }
 
-/* The hint of one stack: f holds the frames of its window (tgc_hint_window, in order: the head's
- * then the tail's), nf of them; empty: `frameless` (TGC_HP_FRAMELESS when the trace has Python
- * frames elsewhere, else TGC_HP_UNKNOWN). *apply_line: for a PARAM stack made under
- * torch.nn.Module._apply, the line of its innermost _apply frame (parameters are moved at one
- * line, buffers at a later one: the caller marks BUFFER the stacks of a later line than the
- * first), else -1. Precedence: AccumulateGrad; then the phase (the engine's thread or a backward
- * frame anywhere; else the innermost Python frame of a phase; else OUTSIDE with Python frames);
- * the kind: a workspace, a grad's setter (UNGRAD), else the innermost Python frame of a kind. */
-uint8_t tgc_stack_hint(const tgc_frame *f, size_t nf, uint8_t frameless, int64_t *apply_line);
+/* What one frame says; a frame without a file or a name says nothing (bits 0). */
+void tgc_frame_facts_of(const tgc_frame *f, tgc_frame_facts *out);
+
+/* The hint of one stack from the facts of its window's frames (tgc_hint_window, in order: the
+ * head's then the tail's), nf of them; a stack without frames: `frameless` (TGC_HP_FRAMELESS
+ * when the trace has Python frames elsewhere, else TGC_HP_UNKNOWN). *apply_line: for a PARAM
+ * stack made under torch.nn.Module._apply, the line of its innermost _apply frame (parameters
+ * are moved at one line, buffers at a later one: the caller marks BUFFER the stacks of a later
+ * line than the first), else -1. Precedence: AccumulateGrad; then the phase (the engine's
+ * thread or a backward frame anywhere; else the innermost Python frame of a phase; else OUTSIDE
+ * with Python frames); the kind: a workspace, a grad's setter (UNGRAD), else the innermost
+ * Python frame of a kind, else a user __init__ outside every phase (PARAM). */
+uint8_t tgc_stack_hint(const tgc_frame_facts *f, size_t nf, uint8_t frameless,
+                       int64_t *apply_line);
 
 /* Phase spans from the hints of a trace's events (ev in order, hints in ev[i].hint; ALLOC and
  * FREE events count, others are skipped). A span is a run of events of one phase, from the first

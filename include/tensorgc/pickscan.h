@@ -7,7 +7,14 @@
  * recursive and uncached: nested or memo-repeated tuples crash or hang it), and the opcodes that
  * call or fetch something (REDUCE, BUILD, OBJ, NEWOBJ*, persistent ids, extension codes,
  * out-of-band buffers). On the scan's stack an object is a cheap scalar, an unhashable
- * container, or costly to hash (tuple, frozenset, long int). O(n) time, n bytes of memory. */
+ * container, or costly to hash (tuple, frozenset, long int). O(n) time, n bytes of memory.
+ *
+ * It also refuses what is malformed though one unpickler or another reads it: an opcode (its
+ * arguments, a text line) that crosses the end of its FRAME, a FRAME inside another, and a STOP
+ * with a MARK still open or more than the result on the stack. CPython's unpickler reading a
+ * file drops the rest of a frame when an opcode crosses its end and reads on from the file, so
+ * such a file means something else to each reader; the streaming loader (pickstream.h) refuses
+ * the same, so that both loaders refuse the same files. */
 #ifndef TENSORGC_PICKSCAN_H
 #define TENSORGC_PICKSCAN_H
 
@@ -32,7 +39,11 @@ enum {
     TGC_PS_DECLARES,        /* a = opcode, b = declared length, c = bytes left */
     TGC_PS_REFUSED,         /* a = opcode */
     TGC_PS_UNKNOWN,         /* a = opcode */
-    TGC_PS_NOMEM
+    TGC_PS_NOMEM,
+    TGC_PS_FRAME_CROSSED,   /* an opcode crosses the end of its frame: a = where the frame ends */
+    TGC_PS_FRAME_NESTED,    /* a FRAME inside another: a = bytes of the outer one left */
+    TGC_PS_STOP_MARK,       /* STOP with a MARK open: a = marks open */
+    TGC_PS_STOP_STACK       /* STOP with more than the result on the stack: a = values under it */
 };
 
 typedef struct {

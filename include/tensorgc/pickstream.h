@@ -6,7 +6,11 @@
  * pickscan.h accepts and refuses the others with pickscan's codes (GLOBAL, STACK_GLOBAL and INST
  * are TGC_PS_LOOKUP with the names in `text`; REDUCE, BUILD, OBJ, NEWOBJ*, persistent ids,
  * extension codes and out-of-band buffers TGC_PS_REFUSED), with the same checks of declared
- * lengths, memo indices and dict keys.
+ * lengths, memo indices and dict keys, and the same rules of form: every opcode inside its
+ * FRAME, no FRAME inside another, nothing taken from below the top MARK (CPython's fence), the
+ * result alone on the stack at STOP (TGC_PS_FRAME_*, TGC_PS_UNDERFLOW, TGC_PS_STOP_*). Names
+ * of GLOBAL, INST and STACK_GLOBAL reach `text` escaped (printable ASCII; \xNN, \uNNNN,
+ * \UNNNNNNNN otherwise) and cut at 200 characters each.
  *
  * It builds the snapshot through a builder (tgc_ps_builder), except the trace entries at
  * snap["device_traces"][d][i]. Those it follows by their path: the top-level dict, its key
@@ -28,7 +32,10 @@
  * a fault the pre-scan would find later in the file is reported first, as the plain loader does.
  * An entry keeps every field: those the columns do not hold (compile_context, user_metadata, a
  * stream that is not an int64, ...) are interned as sets of (key, value) pairs, one id per
- * entry; a frame's keys other than filename, name and line likewise.
+ * entry; a frame's keys other than filename, name and line likewise. A bool where an int is
+ * read (check_snapshot takes it: addr, size, device_free and time_us, whose column holds it as
+ * an int for the readers, and a frame's line) is kept as the bool with the other fields too, so
+ * the entry or frame reads back a bool, as the plain loader gives it.
  *
  * What it refuses with TGC_PS_UNSUPPORTED (the plain loader reads it): a trace entry referred to
  * from outside its device's list through the memo, a frame dict or frames list changed after it

@@ -24,9 +24,12 @@
  *      or freed by zero_grad or p.grad = None;
  *   14. its stack made a library workspace (cuBLAS): other;
  *   10-12. allocated inside a span inferred from the stacks (tgc_infer_spans; innermost as in
- *      3-5): freed by its end -> temporary, else optimizer_state / activation / grad;
- *      alive before the trace (no start time): its own stack's phase decides, as if it
- *      outlived its span (a block's stack from the snapshot's segments);
+ *      3-5): freed by its end -> temporary, else optimizer_state / activation / grad -- but
+ *      other for a backward's block that a later zero_grad, freeing grads, left alone, and for
+ *      a forward's block kept into the next forward and through a step's start (persistent:
+ *      a workspace no C++ frame named); alive before the trace (no start time): its own
+ *      stack's phase decides, as if it outlived its span (a block's stack from the snapshot's
+ *      segments), with the same two exceptions for one alive through the whole trace;
  *   15. alive before the trace without a stack of its own, freed inside an inferred backward
  *      by a backward's stack: activation (what a forward saved for it);
  *   13. made by the training loop's own code (OUTSIDE) outside every span: alive when the

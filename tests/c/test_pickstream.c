@@ -2,8 +2,11 @@
  * interpreter around: a builder of counted nodes (so a leaked or twice-released object shows),
  * a source that hands the file over in odd chunk sizes (every refill path), the H100 sample and
  * a protocol-2 pickle loaded and their rows checked, then every truncation and thousands of
- * random byte flips: never a crash, every node released. `make valgrind` runs it under
- * memcheck. Exits non-zero on the first failed check. */
+ * random byte flips: never a crash, every node released. The rules the engine shares with the
+ * pre-scan (allocator/pickscan.c: frames, marks, STOP, memo counting) give both the same code
+ * on the same bytes, at every chunk size. `make valgrind` runs it under memcheck. Exits
+ * non-zero after the checks if one failed. */
+#include "tensorgc/pickscan.h"
 #include "tensorgc/pickstream.h"
 
 #include <stdio.h>
@@ -46,6 +49,7 @@ typedef struct node {
 } node;
 
 static long live;            /* nodes made and not released */
+static tgc_ps_error last_err;  /* the last load's error */
 static node all_nodes = {0, 0, &all_nodes, &all_nodes, 0, {0}, NULL, NULL, 0, 0};
 
 typedef struct {
@@ -463,6 +467,7 @@ load(const unsigned char *data, size_t n, size_t chunk, int fail_after, uint64_t
     void *root = NULL;
     int rc = tgc_ps_run(s, &root);
     int code = rc == 0 ? TGC_PS_OK : tgc_ps_last_error(s)->code;
+    last_err = *tgc_ps_last_error(s);
     CHECK(rc == 0 ? code == TGC_PS_OK : code != TGC_PS_OK);
     if (rows != NULL) {
         *rows = 0;
@@ -522,6 +527,122 @@ static const unsigned char PROTO2[] =
     "\x0d(X\x08\x00\x00\x00""filenameq\x0eX\x04\x00\x00\x00""a.pyq\x0fX\x04\x00\x00\x00nameq\x10"
     "X\x01\x00\x00\x00""fq\x11X\x04\x00\x00\x00lineq\x12K\x03uauaau.";
 
+/* Bytes both engines refuse alike, or read (the rules pickscan.h states): the stream's code and
+ * `a`, and the pre-scan's code (GLOBAL and INST are its LOOKUP, whatever follows). */
+typedef struct {
+    const char *what;
+    const char *data;
+    size_t n;
+    int code;
+    unsigned long long a;
+    int scan_code;
+} rule_case;
+
+#define F8(n) "\x95" n "\0\0\0\0\0\0\0"  /* FRAME of n (one byte) */
+#define RULE(what, bytes, code, a, scan) {what, bytes, sizeof(bytes) - 1, code, a, scan}
+static const rule_case RULES[] = {
+    RULE("frame ends inside BININT2's argument", "\x80\x04" F8("\x06") "](K\x01M\x02\x00K\x03" "e.",
+         TGC_PS_FRAME_CROSSED, 17, TGC_PS_FRAME_CROSSED),
+    RULE("frame ends inside a text line", "\x80\x04" F8("\x05") "](I12\ne.",
+         TGC_PS_FRAME_CROSSED, 16, TGC_PS_FRAME_CROSSED),
+    RULE("frame ends inside a string", "\x80\x04" F8("\x04") "\x8c\x05hello.",
+         TGC_PS_FRAME_CROSSED, 15, TGC_PS_FRAME_CROSSED),
+    RULE("frame ends inside BINUNICODE's length", "\x80\x04" F8("\x03") "X\x01\0\0\0a.",
+         TGC_PS_FRAME_CROSSED, 14, TGC_PS_FRAME_CROSSED),
+    RULE("a FRAME inside a frame", "\x80\x04" F8("\x0d") "](" F8("\x02") "K\x01" "e.",
+         TGC_PS_FRAME_NESTED, 11, TGC_PS_FRAME_NESTED),
+    RULE("frames back to back, STOP in the last", "\x80\x04" F8("\x00") F8("\x01") "]" F8("\x01") ".",
+         TGC_PS_OK, 0, TGC_PS_OK),
+    RULE("an opcode between two frames", "\x80\x04" F8("\x01") "]K\x01" F8("\x02") "a.",
+         TGC_PS_OK, 0, TGC_PS_OK),
+    RULE("STOP with a mark over the result", "\x80\x02N(.", TGC_PS_STOP_MARK, 1, TGC_PS_STOP_MARK),
+    RULE("STOP with a mark under the result", "\x80\x02(N.", TGC_PS_STOP_MARK, 1, TGC_PS_STOP_MARK),
+    RULE("STOP with two values", "\x80\x02NN.", TGC_PS_STOP_STACK, 1, TGC_PS_STOP_STACK),
+    RULE("STOP on an empty stack", "\x80\x02.", TGC_PS_UNDERFLOW, 0, TGC_PS_UNDERFLOW),
+    RULE("APPEND onto a list below the mark", "\x80\x02](K\x01" "a1.", TGC_PS_UNDERFLOW, 0,
+         TGC_PS_UNDERFLOW),
+    RULE("SETITEM into a dict below the mark", "\x80\x02}(K\x01K\x02s1.", TGC_PS_UNDERFLOW, 0,
+         TGC_PS_UNDERFLOW),
+    RULE("APPENDS onto a list below the next mark", "\x80\x02]((K\x01" "e1.", TGC_PS_UNDERFLOW, 0,
+         TGC_PS_UNDERFLOW),
+    RULE("SETITEMS into a dict below the next mark", "\x80\x02}((K\x01K\x02u1.",
+         TGC_PS_UNDERFLOW, 0, TGC_PS_UNDERFLOW),
+    RULE("ADDITEMS into a set below the next mark", "\x80\x04\x8f((K\x01\x90" "1.", TGC_PS_UNDERFLOW,
+         0, TGC_PS_UNDERFLOW),
+    RULE("TUPLE2 across the mark", "\x80\x02N(N\x86" "1.", TGC_PS_UNDERFLOW, 0, TGC_PS_UNDERFLOW),
+    RULE("DUP right after a mark", "\x80\x02N(21.", TGC_PS_UNDERFLOW, 0, TGC_PS_UNDERFLOW),
+    RULE("BINPUT right after a mark", "\x80\x02N(q\x00" "1.", TGC_PS_UNDERFLOW, 0, TGC_PS_UNDERFLOW),
+    RULE("MEMOIZE right after a mark", "\x80\x04N(\x94" "1.", TGC_PS_UNDERFLOW, 0, TGC_PS_UNDERFLOW),
+    RULE("MEMOIZE after BINPUT 5 stores at 1", "\x80\x04]q\x05K\x01\x94" "0h\x01" "a.", TGC_PS_OK, 0,
+         TGC_PS_OK),
+    RULE("INST without a mark", "\x80\x02im\nx\n.", TGC_PS_UNDERFLOW, 0, TGC_PS_LOOKUP),
+    RULE("GLOBAL with an empty name", "\x80\x02" "c\nx\n.", TGC_PS_CORRUPT, 0, TGC_PS_LOOKUP),
+    RULE("GLOBAL with a name that is not UTF-8", "\x80\x02" "cm\n\xed\xa0\x80\n.", TGC_PS_CORRUPT, 0,
+         TGC_PS_LOOKUP),
+};
+
+/* Every rule at every chunk size, and the pre-scan's code on the same bytes. */
+static void
+check_rules(void)
+{
+    static const size_t chunks[] = {1, 2, 5, 1 << 20};
+    for (size_t i = 0; i < sizeof(RULES) / sizeof(RULES[0]); i++) {
+        const rule_case *r = &RULES[i];
+        for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+            int code = load((const unsigned char *)r->data, r->n, chunks[c], 0, NULL);
+            if (code != r->code || (r->a && last_err.a != r->a)) {
+                fprintf(stderr, "%s (chunk %zu): code %d a %llu, not %d a %llu\n", r->what,
+                        chunks[c], code, (unsigned long long)last_err.a, r->code, r->a);
+                failures++;
+            }
+            CHECK_EQ_U(live, 0);
+        }
+        tgc_ps_result scan;
+        tgc_pickle_scan((const unsigned char *)r->data, r->n, &scan);
+        if (scan.code != r->scan_code || (r->a && scan.code == r->code && scan.a != r->a)) {
+            fprintf(stderr, "%s: the pre-scan's code %d a %llu, not %d\n", r->what, scan.code,
+                    (unsigned long long)scan.a, r->scan_code);
+            failures++;
+        }
+    }
+    /* a frame longer than a chunk: the opcode crossing its end is found past the first refill */
+    size_t k = 600000, n = 11 + 2 + 2 * k + 3 + 2;
+    unsigned char *p = malloc(n);
+    memcpy(p, "\x80\x04\x95", 3);
+    uint64_t len = 2 + 2 * k + 2;
+    for (int b = 0; b < 8; b++) {
+        p[3 + b] = (unsigned char)(len >> (8 * b));
+    }
+    memcpy(p + 11, "](", 2);
+    for (size_t j = 0; j < k; j++) {
+        memcpy(p + 13 + 2 * j, "K\x01", 2);
+    }
+    memcpy(p + 13 + 2 * k, "M\x02\x00" "e.", 5);
+    CHECK_EQ_U(load(p, n, 1 << 20, 0, NULL), TGC_PS_FRAME_CROSSED);
+    CHECK_EQ_U(last_err.a, 11 + len);
+    CHECK_EQ_U(load(p, n, 4093, 0, NULL), TGC_PS_FRAME_CROSSED);
+    memcpy(p + 13 + 2 * k, "I1\ne.", 5);  /* the same with a text line */
+    CHECK_EQ_U(load(p, n, 1 << 20, 0, NULL), TGC_PS_FRAME_CROSSED);
+    p[3] = (unsigned char)(len + 1);  /* the frame holds the line: read, then APPENDS outside */
+    CHECK_EQ_U(load(p, n, 1 << 20, 0, NULL), TGC_PS_OK);
+    tgc_ps_result scan;
+    tgc_pickle_scan(p, n, &scan);
+    CHECK_EQ_U(scan.code, TGC_PS_OK);
+    CHECK_EQ_U(live, 0);
+    free(p);
+    /* GLOBAL's names escaped for the message, cut at 200 characters */
+    static const char glob[] = "\x80\x02" "cos\x1b[2J\nsy\\s\xc3\xa9\xe2\x80\xa8\n.";
+    CHECK_EQ_U(load((const unsigned char *)glob, sizeof(glob) - 1, 3, 0, NULL), TGC_PS_LOOKUP);
+    CHECK(strcmp(last_err.text, "os\\x1b[2J.sy\\\\s\\xe9\\u2028") == 0);
+    char longname[300 + 8];
+    memcpy(longname, "\x80\x02" "cm\n", 5);
+    memset(longname + 5, 'n', 300);
+    memcpy(longname + 305, "\n.", 2);
+    CHECK_EQ_U(load((const unsigned char *)longname, 307, 64, 0, NULL), TGC_PS_LOOKUP);
+    CHECK_EQ_U(strlen(last_err.text), 2 + 200 + 3);
+    CHECK(strcmp(last_err.text + strlen(last_err.text) - 4, "n...") == 0);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -548,6 +669,7 @@ main(int argc, char **argv)
     CHECK_EQ_U(load(PROTO2, sizeof(PROTO2) - 1, 5, 0, &rows), TGC_PS_OK);
     CHECK_EQ_U(rows, 1);
     CHECK_EQ_U(live, 0);
+    check_rules();
     /* every truncation: an error (truncated or declaring more than is left), nothing leaked */
     for (size_t cut = 0; cut < n; cut++) {
         int code = load(data, cut, 7, 0, NULL);

@@ -73,6 +73,20 @@ test_ring(uint32_t n)
     free(draw);
 }
 
+/* tgc_ancestors: what torch's create_graph keeps, every node that reaches a target. A chain
+ * 0 -> 1 -> 2 (target) with 3 -> 0, a node 4 that 2 reaches (not kept) and 5 alone. */
+static void
+test_ancestors(void)
+{
+    uint32_t src[] = {0, 1, 3, 2}, dst[] = {1, 2, 0, 4};
+    uint8_t target[6] = {0, 0, 1, 0, 0, 0}, anc[6];
+    tgc_graph g;
+    CHECK_EQ_U(tgc_graph_build(&g, 6, 4, src, dst), 0);
+    CHECK_EQ_U((unsigned long long)tgc_ancestors(&g, target, anc), 4);
+    CHECK(anc[0] && anc[1] && anc[2] && anc[3] && !anc[4] && !anc[5]);
+    tgc_graph_free(&g);
+}
+
 static void
 test_escapes(void)
 {
@@ -341,6 +355,7 @@ main(void)
 {
     test_ring(1000);
     test_ring(200000);
+    test_ancestors();
     test_escapes();
     test_numbers();
     test_buf_paths();

@@ -1,0 +1,95 @@
+/* gclists.h: the cyclic collector's internals that cycles/young.c reads, and nothing else of
+ * them: its generation lists (doubly linked through the PyGC_Head before each tracked object),
+ * the "being collected" bit of a header, and whether a collection is running. Only where
+ * compat.h's TGC_HAVE_YOUNG_SCAN says the build knows them: CPython 3.10-3.13 with the GIL,
+ * whose collectors (Modules/gcmodule.c to 3.12, Python/gc.c in 3.13) keep every tracked object
+ * in one of NUM_GENERATIONS lists, interp->gc.generations[g].head, a new object at the tail of
+ * generation 0, and collect generation g by merging the lists 0..g-1 into g's. 3.14's collector
+ * keeps a young list and two old spaces instead (docs/api.md): none of this applies there, and
+ * TGC_HAVE_YOUNG_SCAN is 0.
+ *
+ * For young.c only, which is built with Py_BUILD_CORE (Python.h and tensorgc/compat.h first).
+ * Everything here needs the GIL; tgc_young_selfcheck (young.c) confirms the layout on the
+ * running interpreter before any of it is used. */
+#ifndef TGC_GCLISTS_H
+#define TGC_GCLISTS_H
+
+#if TGC_HAVE_YOUNG_SCAN
+
+#include "internal/pycore_interp.h"
+#include "internal/pycore_gc.h"
+
+#define TGC_GC_GENERATIONS NUM_GENERATIONS
+
+typedef PyGC_Head tgc_gc_node;
+
+/* The head of generation gen's list (0 <= gen < TGC_GC_GENERATIONS). */
+static inline tgc_gc_node *
+tgc_gc_list(int gen)
+{
+    return &PyInterpreterState_Get()->gc.generations[gen].head;
+}
+
+static inline tgc_gc_node *
+tgc_gc_next(tgc_gc_node *g)
+{
+    return _PyGCHead_NEXT(g);
+}
+
+static inline tgc_gc_node *
+tgc_gc_prev(tgc_gc_node *g)
+{
+    return _PyGCHead_PREV(g);
+}
+
+/* The object a list node heads (borrowed), and the node of a gc object. */
+static inline PyObject *
+tgc_gc_object(tgc_gc_node *g)
+{
+    return (PyObject *)(g + 1);
+}
+
+static inline tgc_gc_node *
+tgc_gc_node_of(PyObject *op)
+{
+    return _Py_AS_GC(op);
+}
+
+static inline int
+tgc_gc_tracked(PyObject *op)
+{
+    return _PyObject_GC_IS_TRACKED(op);
+}
+
+/* The collector's "being collected" bit (_PyGC_PREV_MASK_COLLECTING of _gc_prev): clear on every
+ * object outside a collection; the collector sets it on the objects it examines first thing
+ * (update_refs) and clears it on survivors before the collection ends. Borrowed as a mark only
+ * while no collection runs and no Python code can run (young.h says who). */
+static inline int
+tgc_gc_marked(const tgc_gc_node *g)
+{
+    return (g->_gc_prev & _PyGC_PREV_MASK_COLLECTING) != 0;
+}
+
+static inline void
+tgc_gc_mark(tgc_gc_node *g)
+{
+    g->_gc_prev |= _PyGC_PREV_MASK_COLLECTING;
+}
+
+static inline void
+tgc_gc_unmark(tgc_gc_node *g)
+{
+    g->_gc_prev &= ~(uintptr_t)_PyGC_PREV_MASK_COLLECTING;
+}
+
+/* Whether a collection is running (the collector owns the bits above then). */
+static inline int
+tgc_gc_collecting(void)
+{
+    return PyInterpreterState_Get()->gc.collecting != 0;
+}
+
+#endif /* TGC_HAVE_YOUNG_SCAN */
+
+#endif /* TGC_GCLISTS_H */

@@ -374,6 +374,10 @@ def _cats_of(m: _Model, categories: Optional[Mapping[int, str]]) -> None:
                         continue
                     names.append(kind)
                 cats[j] = names.index(kind) | 1 << 4
+    if cats is not None and not m.marks:
+        # with no phase known, "outside forward, backward and steps" says nothing: of no
+        # category (hatched), as the summary says
+        cats = bytearray(cats.translate(bytes(0 if c >> 4 == 6 else c for c in range(256))))
     m.cats = cats
     m.cat_names = names
 
@@ -666,7 +670,7 @@ def _peak_table(m: _Model) -> str:
     rows = []
     for j in m.top:
         cat = "no category"
-        if m.cats is not None and (m.cats[j] & 15) < len(m.cat_names):
+        if m.cats is not None and m.cats[j] >> 4 and (m.cats[j] & 15) < len(m.cat_names):
             cat = _text(m.cat_names[m.cats[j] & 15]).replace("_", " ")
             if m.cats[j] >> 4 and m.marks and (m.cats[j] & 15) < len(CATEGORIES):
                 cat = describe_label(m.cats[j])

@@ -501,7 +501,7 @@
     var ymax = 0;
     for (p = 0; p < P; p++) if (top[p] > ymax) ymax = top[p];
     return { md: md, e0: e0, e1: e1, P: P, tp: tp, top: top, drawn: drawn, p0: p0, p1: p1,
-             ymax: ymax > 0 ? ymax * 1.05 : 1, inView: inView, all: nd === inView, verts: null };
+             ymax: ymax > 0 ? ymax * 1.05 : 1, inView: inView, all: nd === inView, vhead: null };
   }
   function upperBound(arr, n, v) {  // how many of the sorted arr[0:n] are <= v
     var lo = 0, hi = n;
@@ -555,13 +555,14 @@
     for (q = 0; q < idx.length; q++) if (at[q] <= P) out[fill[at[q]]++] = q;
     return { start: start, items: out };
   }
-  // sweeps the columns once: stacks the drawn items (offsets, their changes in L.verts) and
-  // paints them, then the rest by colour above them, into an ImageData
   // Sweeps the columns once: stacks the drawn items and paints them, then the rest by colour
   // above them, into an ImageData. An item's offset changes only where one below it leaves (a
-  // newcomer goes on top), so the offsets are redone above the lowest that left, and each item
-  // is painted as rectangles: one per run of columns at one offset (L.verts: where they start).
-  var imgCache = null;
+  // newcomer goes on top), so each column repaints from the lowest item that moved or came
+  // there upward and takes the rows below it from the column before: one pass over the pixels
+  // whatever the number of items (a band per run of columns cost a call per item that moved,
+  // every column, once thousands are drawn). Where each item's offset changes, (column, bytes)
+  // goes to flat typed arrays chained per item (vertsOf reads them), not to an array per item.
+  var imgCache = null, VMAIN = { p: new Int32Array(4096), y: new Float64Array(4096), next: new Int32Array(4096) };
   function paint(Lt, dry) {
     var md = Lt.md, P = Lt.P, Hd = canvas.height, ys = Hd / Lt.ymax;
     if (!imgCache || imgCache.width !== P || imgCache.height !== Hd) imgCache = ctx.createImageData(P, Hd);
@@ -569,55 +570,71 @@
     buf.fill(0xffffffff);
     var nd = Lt.drawn.length, enter = bucket(P, Lt.drawn, Lt.p0), leave = bucket(P, Lt.drawn, Lt.p1);
     var live = new Int32Array(nd), pos = new Int32Array(nd), nlive = 0, off = new Float64Array(nd),
-        from = new Int32Array(nd), dead = new Uint8Array(nd), verts = new Array(nd),
+        dead = new Uint8Array(nd), head = new Int32Array(nd).fill(-1),
         dc = new Float64Array(NC), rest = new Float64Array(NC), S2 = md.S, col = md.col, D = Lt.drawn;
-    var cols = md.colors, sep = cols.map(function (c) { return mix(c); });
-    var p, k, b, q, c, y, top = 0, r0, r1, r, colr;
-    for (q = 0; q < nd; q++) verts[q] = [];
-    // band b from column `from[b]` to column pe (exclusive) at its offset
-    function flush(b, pe) {
-      var pa = from[b];
-      if (pe <= pa) return;
-      var s = S2[D[b]], o = off[b], cc = col[D[b]];
-      var ra = Math.ceil(Hd - (o + s) * ys - 0.5), rb = Math.ceil(Hd - o * ys - 0.5);
-      if (ra < 0) ra = 0;
-      if (rb <= ra) return;
-      if (cc === NONE && md.hatchNone) {
-        for (var rr = ra; rr < rb; rr++) for (var pp = pa, base = rr * P; pp < pe; pp++) buf[base + pp] = hatch[(pp + rr) % 6 < 2 ? 1 : 0];
-        return;
-      }
-      var cl = cols[cc] || cols[0];
-      buf.fill(rb - ra >= 4 ? sep[cc] || cl : cl, ra * P + pa, ra * P + pe);
-      for (var r2 = ra + 1; r2 < rb; r2++) buf.fill(cl, r2 * P + pa, r2 * P + pe);
-    }
+    var V = dry ? { p: new Int32Array(4096), y: new Float64Array(4096), next: new Int32Array(4096) } : VMAIN;
+    var vp = V.p, vy = V.y, vn = V.next, nv = 0;
+    var cols = md.colors, sep = cols.map(function (c) { return mix(c); }), hatchNone = md.hatchNone;
+    var p, k, b, q, c, y, top = 0, r, r0, r1, colr, low, cc, s, hatched = 0;
     for (p = 0; p < P; p++) {
-      var qmin = nlive;
+      low = nlive;  // the lowest position whose item left, moved or came in this column
       for (k = leave.start[p]; k < leave.start[p + 1]; k++) {
         b = leave.items[k];
         if (dead[b] || Lt.p0[b] >= p) { dead[b] = 1; continue; }  // never shown
         dead[b] = 1;
-        flush(b, p);
         dc[col[D[b]]] -= S2[D[b]];
-        if (pos[b] < qmin) qmin = pos[b];
+        if (col[D[b]] === NONE && hatchNone) hatched--;
+        if (pos[b] < low) low = pos[b];
       }
-      if (qmin < nlive) {  // close the gaps, then move down those above the lowest that left
-        var w = qmin;
-        for (q = qmin; q < nlive; q++) { b = live[q]; if (!dead[b]) { live[w] = b; pos[b] = w; w++; } }
+      if (low < nlive) {  // close the gaps
+        var w = low;
+        for (q = low; q < nlive; q++) { b = live[q]; if (!dead[b]) { live[w] = b; pos[b] = w; w++; } }
         nlive = w;
-        y = qmin > 0 ? off[live[qmin - 1]] + S2[D[live[qmin - 1]]] : 0;
-        for (q = qmin; q < nlive; q++) {
-          b = live[q];
-          if (off[b] !== y) { flush(b, p); off[b] = y; from[b] = p; verts[b].push(p, y); }
-          y += S2[D[b]];
-        }
-        top = y;
       }
-      for (k = enter.start[p]; k < enter.start[p + 1]; k++) {
+      for (k = enter.start[p]; k < enter.start[p + 1]; k++) {  // newcomers on top
         b = enter.items[k];
         if (Lt.p1[b] <= p) continue;
-        live[nlive] = b; pos[b] = nlive++; off[b] = top; from[b] = p; verts[b].push(p, top);
-        top += S2[D[b]]; dc[col[D[b]]] += S2[D[b]];
+        if (nlive < low) low = nlive;
+        live[nlive] = b; pos[b] = nlive++; off[b] = -1;
+        dc[col[D[b]]] += S2[D[b]];
+        if (col[D[b]] === NONE && hatchNone) hatched++;
       }
+      // the rows under the lowest that changed: the column before's
+      y = low > 0 ? off[live[low - 1]] + S2[D[live[low - 1]]] : 0;
+      r1 = Math.ceil(Hd - y * ys - 0.5);
+      if (r1 > Hd) r1 = Hd;
+      if (p > 0 && hatched > 0) {  // hatching runs diagonally: redone, not copied
+        for (r = r1 < 0 ? 0 : r1; r < Hd; r++) {
+          colr = buf[r * P + p - 1];
+          buf[r * P + p] = colr === hatch[0] || colr === hatch[1] ? hatch[(p + r) % 6 < 2 ? 1 : 0] : colr;
+        }
+      } else if (p > 0) for (r = r1 < 0 ? 0 : r1; r < Hd; r++) buf[r * P + p] = buf[r * P + p - 1];
+      // from there up: each one's offset (where it changes, noted) and its rows
+      for (q = low; q < nlive; q++) {
+        b = live[q]; s = S2[D[b]];
+        if (off[b] !== y) {
+          off[b] = y;
+          if (nv === vp.length) {
+            var m2 = nv * 2, np = new Int32Array(m2), ny = new Float64Array(m2), nn = new Int32Array(m2);
+            np.set(vp); ny.set(vy); nn.set(vn); vp = np; vy = ny; vn = nn;
+          }
+          vp[nv] = p; vy[nv] = y; vn[nv] = head[b]; head[b] = nv++;
+        }
+        y += s;
+        r0 = Math.ceil(Hd - y * ys - 0.5);
+        if (r0 < 0) r0 = 0;
+        if (r1 > r0) {
+          cc = col[D[b]];
+          if (cc === NONE && hatchNone) for (r = r0; r < r1; r++) buf[r * P + p] = hatch[(p + r) % 6 < 2 ? 1 : 0];
+          else {
+            colr = cols[cc] || cols[0];
+            buf[r0 * P + p] = r1 - r0 >= 4 ? sep[cc] || colr : colr;
+            for (r = r0 + 1; r < r1; r++) buf[r * P + p] = colr;
+          }
+          r1 = r0;
+        }
+      }
+      top = y;
       if (md.rest) {  // the rest, by colour, above the drawn ones
         md.rest(Lt.tp[p], rest);
         y = top;
@@ -632,10 +649,16 @@
         }
       }
     }
-    for (q = 0; q < nlive; q++) flush(live[q], P);
     if (dry) return;
-    Lt.verts = verts;
+    VMAIN = { p: vp, y: vy, next: vn };
+    Lt.vhead = head; Lt.vp = vp; Lt.vy = vy; Lt.vn = vn;
     ctx.putImageData(img, 0, 0);
+  }
+  // [column, offset bytes, ...] where drawn item q's offset changes, in column order
+  function vertsOf(q) {
+    var out = [];
+    for (var v = L.vhead[q]; v >= 0; v = L.vn[v]) out.push(L.vy[v], L.vp[v]);
+    return out.reverse();
   }
   // the layout and the paint of a few ranges, thrown away: the browser compiles them before the
   // first zoom rather than during it
@@ -819,7 +842,7 @@
   }
   // the outline of drawn item q, in CSS px
   function bandPath(q) {
-    var v = L.verts[q], s = L.md.S[L.drawn[q]], ys = H / L.ymax, x1 = L.p1[q] / dpr;
+    var v = vertsOf(q), s = L.md.S[L.drawn[q]], ys = H / L.ymax, x1 = L.p1[q] / dpr;
     octx.beginPath();
     if (!v || !v.length) return;
     var i, x, xn;
@@ -866,17 +889,23 @@
   }
 
   // ---------------------------------------------------------------- tooltip and panel
-  var hover = null;
-  function showTip(ev, build) {
-    clear(tip);
-    build(tip);
-    tip.hidden = false;
-    var w = tip.offsetWidth, h = tip.offsetHeight, x = ev.clientX + 14, y = ev.clientY + 14;
+  var hover = null, tipKey = null, tipW = 0, tipH = 0;
+  // the tooltip at the pointer; built again only for another item (key), else moved: its
+  // size is known without a layout
+  function showTip(ev, build, key) {
+    if (key === undefined || key !== tipKey || tip.hidden) {
+      clear(tip);
+      build(tip);
+      tip.hidden = false;
+      tipW = tip.offsetWidth; tipH = tip.offsetHeight;
+      tipKey = key;
+    }
+    var w = tipW, h = tipH, x = ev.clientX + 14, y = ev.clientY + 14;
     if (x + w > window.innerWidth - 4) x = Math.max(4, ev.clientX - w - 14);
     if (y + h > window.innerHeight - 4) y = Math.max(4, ev.clientY - h - 14);
     tip.style.left = x + "px"; tip.style.top = y + "px";
   }
-  function hideTip() { tip.hidden = true; }
+  function hideTip() { tip.hidden = true; tipKey = null; }
   function tipAlloc(el, j) {  // a few lines: the panel (a click) has it all
     var lines = [version(j) + " \u00b7 " + fmtBytes(M.S[j]) + " \u00b7 " + catText(j)];
     if (nameOf(j)) lines.push(nameOf(j));
@@ -975,9 +1004,12 @@
     S.e0 = a; S.e1 = Math.min(n, a + span);
     apply();
   }
-  function plotXY(ev) {
+  var lastXY = { ev: null, pt: null };
+  function plotXY(ev) {  // the same event asked again (a wheel step's hover): no second layout
+    if (lastXY.ev === ev) return lastXY.pt;
     var r = canvas.getBoundingClientRect();
-    return { x: ev.clientX - r.left, y: ev.clientY - r.top };
+    lastXY = { ev: ev, pt: { x: ev.clientX - r.left, y: ev.clientY - r.top } };
+    return lastXY.pt;
   }
   var drag = null, brush = null, pending = null;
   plotEl.addEventListener("wheel", function (ev) {
@@ -1038,10 +1070,10 @@
       plotEl.setAttribute("data-hover-ms", (performance.now() - t0).toFixed(2));
       return;
     }
-    if (h.oom !== undefined) showTip(ev, function (el) { tipOom(el, h.oom); });
+    if (h.oom !== undefined) showTip(ev, function (el) { tipOom(el, h.oom); }, "o" + h.oom);
     else if (h.area !== undefined) showTip(ev, function (el) { tipArea(el, h); });
-    else if (S.view === "segs") showTip(ev, function (el) { tipSeg(el, h.j); });
-    else showTip(ev, function (el) { tipAlloc(el, h.j); });
+    else if (S.view === "segs") showTip(ev, function (el) { tipSeg(el, h.j); }, "s" + h.j);
+    else showTip(ev, function (el) { tipAlloc(el, h.j); }, "j" + h.j);
     plotEl.setAttribute("data-hover", h.j !== undefined ? "j" + h.j : h.area !== undefined ? "c" + h.area : "oom");
     drawOverlay();
     plotEl.setAttribute("data-hover-ms", (performance.now() - t0).toFixed(2));
@@ -1082,6 +1114,7 @@
     S.filt[k] = box.checked;
     box.addEventListener("change", function () {
       S.filt[k] = box.checked;
+      tipKey = null;  // the next tooltip with the frames the filters leave
       if (S.sel >= 0 && S.view !== "segs") pinAlloc(S.sel);
       if (S.view === "state") showInfo();
     });
@@ -1561,7 +1594,8 @@
   // ---------------------------------------------------------------- for tests and benchmarks
   window.tgc = {
     state: function () { return { view: S.view, e0: S.e0, e1: S.e1, sel: S.sel, cur: S.cur, K: S.K,
-                                  drawn: L ? L.drawn.length : 0, inView: L ? L.inView : 0 }; },
+                                  drawn: L ? L.drawn.length : 0, inView: L ? L.inView : 0,
+                                  ymax: L ? L.ymax : 0 }; },
     view: setView,
     range: function (a, b) { setRange(a, b); },
     // a point (client coordinates) inside drawn item j of the current plot (where it is 3
@@ -1569,7 +1603,7 @@
     pointOf: function (j) {
       var q = drawnIndex(j);
       if (q < 0) return null;
-      var v = L.verts[q], best = null, s = L.md.S[j], ys = H / L.ymax;
+      var v = vertsOf(q), best = null, s = L.md.S[j], ys = H / L.ymax;
       for (var i = 0; i < v.length; i += 2) {
         var xa = v[i], xb = i + 2 < v.length ? v[i + 2] : L.p1[q], hpx = s * ys;
         if (hpx >= 3 && (!best || (xb - xa) * hpx > best.area)) best = { area: (xb - xa) * hpx, x: (xa + xb) / 2 / dpr, y: H - (v[i + 1] + s / 2) * ys };
@@ -1581,7 +1615,7 @@
     drawn: function () { return L ? Array.prototype.slice.call(L.drawn) : []; },
     offsets: function (j) {  // [column, offset bytes] where the offset of drawn item j changes
       var q = drawnIndex(j);
-      return q < 0 ? null : { p0: L.p0[q], p1: L.p1[q], verts: L.verts[q].slice(), dpr: dpr };
+      return q < 0 ? null : { p0: L.p0[q], p1: L.p1[q], verts: vertsOf(q), dpr: dpr };
     },
     pixel: function (cx, cy) {
       var r = canvas.getBoundingClientRect(), d = ctx.getImageData(Math.floor((cx - r.left) * dpr), Math.floor((cy - r.top) * dpr), 1, 1).data;
@@ -1643,15 +1677,17 @@
     ready = true;
     return got.all;
   }).then(function () {
-    setTimeout(function () {
-      M.complete = true;
-      full();
-      if (times()) drawAxes();
-      if (!M.order) M.order = sizeOrder(M.S, M.N, data.unit);
-      rangeIndex(memModel());
-      warm();
-      plotEl.setAttribute("data-full", "1");  // everything decoded
-    }, 0);
+    // the rest, one task a part, so that input in between waits for one part at most
+    var steps = [function () { M.complete = true; full(); },
+                 function () { if (times()) drawAxes(); },
+                 function () { if (!M.order) M.order = sizeOrder(M.S, M.N, data.unit); },
+                 function () { rangeIndex(memModel()); },
+                 warm,
+                 function () {
+                   performance.mark("tgc-full");
+                   plotEl.setAttribute("data-full", "1");  // everything decoded
+                 }];
+    setTimeout(function next() { steps.shift()(); if (steps.length) setTimeout(next, 0); }, 0);
   }).catch(function (err) {
     status.textContent = "The page could not read its data: " + err.message;
     plotEl.setAttribute("data-error", String(err.message));

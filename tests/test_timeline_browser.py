@@ -388,3 +388,88 @@ def test_the_panel_names_a_block_the_reporter_named(browser, tmp_path):
     text = page.inner_text("#tgc-panel")
     assert "freed\nevent" in text and "name\n" not in text
     assert errors == []
+
+
+def canvas_rgb(page):
+    """The plot canvas's pixels: (width, height, bytes RGBA row by row)."""
+    import base64
+
+    got = page.evaluate("""() => {
+        var c = document.getElementById('tgc-canvas'), d = c.getContext('2d')
+            .getImageData(0, 0, c.width, c.height).data, s = '';
+        for (var i = 0; i < d.length; i += 32768)
+            s += String.fromCharCode.apply(null, d.subarray(i, i + 32768));
+        return [c.width, c.height, btoa(s)];
+    }""")
+    return got[0], got[1], base64.b64decode(got[2])
+
+
+def test_every_column_stacks_the_allocations_alive_there(browser, tmp_path):
+    """Each pixel column, checked against a stacking computed here: the allocations shown
+    there (from their first column to the one they leave at) in the order they came in, each
+    on those below it, in its category's colour or hatched where it has none; white above.
+    Frees in the middle of the stack move those above them down, including hatched ones."""
+    import random
+
+    rnd = random.Random(5)
+    trace, live, addr = [], [], 0x10000000
+    for i in range(160):
+        if live and rnd.random() < 0.45:
+            a = live.pop(rnd.randrange(len(live)))
+            trace.append(ev("free_completed", a, 0, t=i))
+        else:
+            addr += 0x1000000
+            live.append(addr)
+            trace.append(dict(ev("alloc", addr, rnd.randint(1, 24) * MB // 4, t=i), frames=[]))
+    kinds = ("parameter", "grad", "activation", "buffer")
+    cats = {a: kinds[k % 4] for k, a in enumerate(live)}  # alive at the end; the freed: none
+    page, errors = open_page(browser, tmp_path,
+                             timeline_html(snap_of(trace), detail=1000, categories=cats))
+    legend = {}
+    for el in page.locator("#tgc-legend g.lg").all():
+        fill = el.locator("rect").get_attribute("fill")
+        if fill.startswith("#"):
+            legend[int(el.get_attribute("data-cat"))] = tuple(bytes.fromhex(fill[1:]))
+    light, dark = (0xE3, 0xE6, 0xEA), (0x8D, 0x98, 0xA5)
+    for a, b in ((0, len(trace)), (37, 121), (60.3, 71.8)):
+        page.evaluate(f"tgc.range({a}, {b})")
+        st = state(page)
+        assert page.get_attribute("#tgc-plot", "data-mode") == "detail"
+        drawn = page.evaluate("tgc.drawn()")
+        items = []
+        for j in drawn:
+            o = page.evaluate(f"tgc.offsets({j})")
+            cat = page.evaluate(f"tgcModel.cat[{j}]")
+            items.append((o["p0"], j, o["p1"], page.evaluate(f"tgcModel.S[{j}]"), cat))
+        items.sort()  # the order they came in: by first column, then by allocation
+        w, h, px = canvas_rgb(page)
+        ys = h / st["ymax"]
+
+        def row(y):
+            return -int(-(h - y * ys - 0.5) // 1)  # ceil
+
+        checked = hatched = 0
+        for p in range(w):
+            y = 0
+            for p0, j, p1, size, cat in items:
+                if not p0 <= p < p1:
+                    continue
+                r0, r1 = max(0, row(y + size)), row(y)
+                y += size
+                if r1 - r0 < 2:
+                    continue
+                r = (r0 + r1) // 2
+                got = tuple(px[(r * w + p) * 4:(r * w + p) * 4 + 3])
+                if cat == 15:
+                    want = dark if (p + r) % 6 < 2 else light
+                    hatched += 1
+                else:
+                    want = legend[cat]
+                assert got == want, (p, r, j, cat)
+                checked += 1
+            top = row(y)
+            if top >= 2:
+                r = top - 2
+                assert tuple(px[(r * w + p) * 4:(r * w + p) * 4 + 3]) == (255, 255, 255), (p, r)
+        assert checked > w and hatched > w / 4
+    assert errors == []

@@ -16,11 +16,12 @@ Measured, each in a fresh process (``--repeat`` times, median):
 * with ``--chromium``: wall time of ``chromium --headless --screenshot`` of each page, and of
   an empty page as the browser's own start-up baseline;
 * with ``--interactive`` (playwright, driving the same chromium): tensorgc's page loaded in a
-  running browser, its own performance marks read: first paint (the "tgc-ready" mark: data
-  decoded, the first picture painted) and each zoom, pan and hover step (the page's own time, as
-  it writes it to data-zoom-ms and data-hover-ms), over zoom levels from the whole trace down to
-  a few events; and the same things measured from outside the page's code, by one method for
-  both pages (below);
+  running browser, its own performance marks read: first paint (the "tgc-ready" mark: what the
+  first picture needs decoded, the picture painted), everything decoded ("tgc-full": the steps
+  start there) and each zoom, pan and hover step (the page's own time, as it writes it to
+  data-zoom-ms and data-hover-ms), over zoom levels from the whole trace down to a few events;
+  and the same things measured from outside the page's code, by one method for both pages
+  (below);
 * with ``--interactive --memory-viz-js PATH --d3 PATH``: memory_viz's page in the same chromium,
   timed by that method, side by side with tensorgc's.
 
@@ -505,7 +506,7 @@ def interactive(page, chrome, repeat, theirs=None, viz_js=None, d3=None, timeout
     from playwright.sync_api import sync_playwright
 
     steps_n, pan_n, hover_n = 40, 20, 30
-    ready, ext = [], []
+    ready, ext, full = [], [], []
     own = {"zoom": [], "pan": [], "hover": []}
     probe = {"zoom": [], "pan": [], "hover": []}
     modes = {}
@@ -522,6 +523,10 @@ def interactive(page, chrome, repeat, theirs=None, viz_js=None, d3=None, timeout
                     raise SystemExit(f"tensorgc's page did not paint within {timeout_s} s")
                 ready.append((pg.evaluate("performance.getEntriesByName('tgc-ready')[0].startTime")
                               / 1000, load))
+                # the steps start once the rest is decoded (before it, a hover shows nothing)
+                pg.wait_for_selector("#tgc-plot[data-full]", timeout=timeout_s * 1000)
+                full.append(pg.evaluate("performance.getEntriesByName('tgc-full')[0]"
+                                        ".startTime") / 1000)
                 ext.append(marks)
                 if i == 0 and work:
                     pg.screenshot(path=os.path.join(work, "tensorgc-timeline.png"))
@@ -588,6 +593,8 @@ def interactive(page, chrome, repeat, theirs=None, viz_js=None, d3=None, timeout
     print("| --- | ---: | ---: | --- |")
     print(_row("first paint: the page's tgc-ready mark (s)", [r for r, _ in ready], ".2f"))
     print(_row("load to first paint (probe), wall (s)", [w for _, w in ready], ".2f"))
+    print(_row("everything decoded, where the steps start: the page's tgc-full mark (s)", full,
+               ".2f"))
     for kind, attr in (("zoom", "data-zoom-ms"), ("pan", "data-zoom-ms"), ("hover", "data-hover-ms")):
         print(_row(f"{kind} step, the page's own time ({attr}; ms; {len(own[kind])} steps)",
                    own[kind], ".1f"))

@@ -665,7 +665,8 @@
   function warm() {
     if (!M || !M.n || S.view !== "mem") return;
     var md = model(), n = M.n;
-    [[0, n], [n * 0.3, n * 0.6], [n * 0.45, n * 0.47]].forEach(function (r) {
+    // the whole trace, two zoomed-out ranges and one of a thousand entries (the detail view)
+    [[0, n], [n * 0.3, n * 0.6], [n * 0.45, n * 0.47], [Math.max(0, n / 2 - 500), n / 2 + 500]].forEach(function (r) {
       paint(layout(md, r[0], Math.max(r[1], r[0] + 2), S.K), true);
     });
   }

@@ -62,22 +62,86 @@ trace_columns(PyObject *Py_UNUSED(module), PyObject *trace)
 }
 
 PyDoc_STRVAR(detail_doc,
-"_detail($module, cols, pre, use_free_requested, max_stacks, labels=None, /)\n--\n\n"
-"Every allocation of a trace on the replay's clock, varint-encoded for the timeline page's\n"
-"detail view (allocator/detail.c), a dict; labels=(entry_labels, pre_labels, entry_names,\n"
-"pre_names, names) from _timeline also gives each allocation its label (cats) and name index.");
+"_detail($module, cols, pre, use_free_requested, max_stacks, labels=None, /, *, max_allocs=-1,\n"
+"        columns=0, cats=None, raw=False, top=0)\n--\n\n"
+"Every allocation of a trace on the trace's own clock, varint-encoded for the timeline page\n"
+"(allocator/detail.c), a dict: labels=(entry_labels, pre_labels, entry_names, pre_names, names)\n"
+"from _timeline also gives each allocation its label (cats) and name index; max_allocs >= 0\n"
+"encodes that many of the largest; columns > 0 adds the active bytes by column (by category\n"
+"with cats: a category byte per allocation); raw adds the allocations' arrays as bytes; top > 0\n"
+"lists the top largest (their indexes among those encoded).");
 
 static PyObject *
-detail(PyObject *Py_UNUSED(module), PyObject *args)
+detail(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
 {
-    PyObject *cols, *pre, *labels = Py_None;
-    int use_req;
-    unsigned int max_stacks;
-    if (!PyArg_ParseTuple(args, "O!O!pI|O:_detail", &PyTuple_Type, &cols, &PyList_Type, &pre,
-                          &use_req, &max_stacks, &labels)) {
+    static char *kwlist[] = {"", "", "", "", "", "max_allocs", "columns", "cats", "raw", "top",
+                             NULL};
+    PyObject *cols, *pre, *labels = Py_None, *cats = Py_None;
+    int use_req, raw = 0;
+    unsigned int max_stacks, columns = 0;
+    Py_ssize_t max_allocs = -1, top = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!pI|O$nIOpn:_detail", kwlist, &PyTuple_Type,
+                                     &cols, &PyList_Type, &pre, &use_req, &max_stacks, &labels,
+                                     &max_allocs, &columns, &cats, &raw, &top)) {
         return NULL;
     }
-    return tgc_alloc_detail(cols, pre, use_req, max_stacks, labels);
+    if (columns > 100000) {
+        PyErr_SetString(PyExc_ValueError, "columns must be 0..100000");
+        return NULL;
+    }
+    if (top > max_allocs && max_allocs >= 0) {
+        top = max_allocs;
+    }
+    return tgc_alloc_detail(cols, pre, use_req, max_stacks, labels, max_allocs, columns, cats,
+                            raw, top);
+}
+
+PyDoc_STRVAR(stack_frames_doc,
+"_stack_frames($module, stacks, used, max_frames, max_ids, /)\n--\n\n"
+"The stacks used by a timeline page with their frames interned (allocator/page.c):\n"
+"(frames, ids, lens, full).");
+
+static PyObject *
+stack_frames(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *stacks, *used;
+    Py_ssize_t max_frames, max_ids;
+    if (!PyArg_ParseTuple(args, "O!O!nn:_stack_frames", &PyList_Type, &stacks, &PyList_Type,
+                          &used, &max_frames, &max_ids)) {
+        return NULL;
+    }
+    return tgc_alloc_stack_frames(stacks, used, max_frames, max_ids);
+}
+
+PyDoc_STRVAR(trace_streams_doc,
+"_trace_streams($module, trace, /)\n--\n\n"
+"The stream of each entry of a trace (a list of entry dicts) as int64 bytes (allocator/page.c).");
+
+static PyObject *
+trace_streams(PyObject *Py_UNUSED(module), PyObject *trace)
+{
+    if (!PyList_Check(trace)) {
+        PyErr_SetString(PyExc_TypeError, "_trace_streams() takes a list");
+        return NULL;
+    }
+    return tgc_alloc_trace_streams(trace);
+}
+
+PyDoc_STRVAR(series_doc,
+"_series($module, a, f, s, events, cats, columns, /)\n--\n\n"
+"The active bytes over a trace by column, by category with cats, and at its peak, of the\n"
+"allocations given as _detail's raw arrays (allocator/detail.c), a dict.");
+
+static PyObject *
+series(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *a, *f, *s, *cats;
+    unsigned long long events;
+    unsigned int columns;
+    if (!PyArg_ParseTuple(args, "SSSKOI:_series", &a, &f, &s, &events, &cats, &columns)) {
+        return NULL;
+    }
+    return tgc_alloc_series(a, f, s, events, cats, columns);
 }
 
 PyDoc_STRVAR(stack_hints_doc,
@@ -213,7 +277,10 @@ PyMethodDef tgc_alloc_methods[] = {
     {"_timeline", (PyCFunction)timeline, METH_VARARGS, timeline_doc},
     {"_segmap", (PyCFunction)segmap, METH_VARARGS, segmap_doc},
     {"_trace_columns", (PyCFunction)trace_columns, METH_O, trace_columns_doc},
-    {"_detail", (PyCFunction)detail, METH_VARARGS, detail_doc},
+    {"_detail", (PyCFunction)(void (*)(void))detail, METH_VARARGS | METH_KEYWORDS, detail_doc},
+    {"_stack_frames", (PyCFunction)stack_frames, METH_VARARGS, stack_frames_doc},
+    {"_trace_streams", (PyCFunction)trace_streams, METH_O, trace_streams_doc},
+    {"_series", (PyCFunction)series, METH_VARARGS, series_doc},
     {"_stack_hints", (PyCFunction)stack_hints, METH_O, stack_hints_doc},
     {"_pickle_scan", (PyCFunction)pickle_scan, METH_O, pickle_scan_doc},
     {"_check_trace", (PyCFunction)check_trace, METH_VARARGS, check_trace_doc},

@@ -382,8 +382,9 @@ tgc_alloc_columns(PyObject *trace)
                 T[i] = x;
             }
         }
-        if (k == TGC_TK_ALLOC || k == TGC_TK_FREE_REQUESTED || k == TGC_TK_FREE_COMPLETED) {
-            /* a free's stack too: zero_grad freeing a grad says what the block was */
+        if (k != TGC_TK_OTHER) {
+            /* an allocation's stack, a free's (zero_grad freeing a grad says what the block was),
+             * a segment's, an OOM's */
             uint32_t id = col__stack_id(&st, col__get(e, keys.frames));
             if (id == UINT32_MAX) {
                 goto done;
@@ -446,24 +447,38 @@ tgc_alloc_cols(PyObject *cols, tgc_tcols *out)
     out->size = (const uint64_t *)PyBytes_AS_STRING(v[2]);
     out->time = (const int64_t *)PyBytes_AS_STRING(v[3]);
     out->stack = (const uint32_t *)PyBytes_AS_STRING(v[4]);
+    out->stream = NULL;
+    /* an optional stream column after (stacks, bad_time, bad_range) */
+    if (PyTuple_GET_SIZE(cols) > 8) {
+        PyObject *w = PyTuple_GET_ITEM(cols, 8);
+        if (w != Py_None) {
+            if (!PyBytes_Check(w) || (size_t)PyBytes_GET_SIZE(w) != n * 8) {
+                PyErr_SetString(PyExc_ValueError, "columns: the stream column must be n int64s");
+                return -1;
+            }
+            out->stream = (const int64_t *)PyBytes_AS_STRING(w);
+        }
+    }
     return 0;
 }
 
-/* pre: a list of (addr, size) tuples, into two malloc'd arrays. */
+/* pre: a list of (addr, size) or (addr, size, stack id) tuples, into malloc'd arrays. */
 static int
-col__pre(PyObject *pre, uint64_t **addr, uint64_t **size, size_t *n)
+col__pre(PyObject *pre, uint64_t **addr, uint64_t **size, uint32_t **stack, size_t *n)
 {
     Py_ssize_t np = PyList_GET_SIZE(pre);
     *addr = malloc(((size_t)np + 1) * sizeof(uint64_t));
     *size = malloc(((size_t)np + 1) * sizeof(uint64_t));
-    if (*addr == NULL || *size == NULL) {
+    *stack = calloc((size_t)np + 1, sizeof(uint32_t));
+    if (*addr == NULL || *size == NULL || *stack == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t i = 0; i < np; i++) {
         unsigned long long a, s;
+        unsigned int k = 0;
         PyObject *t = PyList_GET_ITEM(pre, i);  /* borrowed */
-        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "KK", &a, &s)) {
+        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "KK|I", &a, &s, &k)) {
             if (!PyErr_Occurred()) {
                 PyErr_SetString(PyExc_TypeError, "pre: expected (addr, size) tuples");
             }
@@ -471,9 +486,81 @@ col__pre(PyObject *pre, uint64_t **addr, uint64_t **size, size_t *n)
         }
         (*addr)[i] = a;
         (*size)[i] = s;
+        (*stack)[i] = k;
     }
     *n = (size_t)np;
     return 0;
+}
+
+/* bytes of n native values of `width` bytes, copied from p (widened from uint32 when wide) */
+static PyObject *
+col__raw(const void *p, size_t n, size_t width)
+{
+    return PyBytes_FromStringAndSize(p != NULL ? (const char *)p : "", (Py_ssize_t)(n * width));
+}
+
+static PyObject *
+col__u64_list(const uint64_t *v, size_t n, size_t stride)
+{
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; l != NULL && i < n; i++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(v[i * stride]);
+        if (x == NULL) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, x);  /* stolen */
+    }
+    return l;
+}
+
+/* The series as a dict {max, at, bycat (None, or a list of 16 per column), peak, peak_at,
+ * peak_bycat, top (allocation indexes)}. */
+PyObject *
+tgc_alloc_series_dict(const tgc_series *s)
+{
+    PyObject *max = col__u64_list(s->max, s->columns, 1);
+    PyObject *at = PyList_New((Py_ssize_t)s->columns);
+    PyObject *bycat = s->bycat != NULL ? PyList_New((Py_ssize_t)s->columns) : Py_NewRef(Py_None);
+    PyObject *peak = col__u64_list(s->peak_bycat, 16, 1), *r = NULL;
+    if (max == NULL || at == NULL || bycat == NULL || peak == NULL) {
+        goto done;
+    }
+    for (uint32_t c = 0; c < s->columns; c++) {
+        PyObject *x = PyLong_FromLongLong(s->at[c]);
+        if (x == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(at, c, x);  /* stolen */
+        if (s->bycat != NULL) {
+            PyObject *row = col__u64_list(&s->bycat[(size_t)c * 16], 16, 1);
+            if (row == NULL) {
+                goto done;
+            }
+            PyList_SET_ITEM(bycat, c, row);  /* stolen */
+        }
+    }
+    PyObject *top = PyList_New((Py_ssize_t)s->ntop);
+    for (uint32_t q = 0; top != NULL && q < s->ntop; q++) {
+        PyObject *x = PyLong_FromUnsignedLong(s->top[q]);
+        if (x == NULL) {
+            Py_CLEAR(top);
+            break;
+        }
+        PyList_SET_ITEM(top, q, x);  /* stolen */
+    }
+    if (top == NULL) {
+        goto done;
+    }
+    r = Py_BuildValue("{s:O,s:O,s:O,s:K,s:L,s:O,s:N}", "max", max, "at", at, "bycat", bycat,
+                      "peak", (unsigned long long)s->peak, "peak_at", (long long)s->peak_at,
+                      "peak_bycat", peak, "top", top);
+done:
+    Py_XDECREF(max);
+    Py_XDECREF(at);
+    Py_XDECREF(bycat);
+    Py_XDECREF(peak);
+    return r;
 }
 
 /* labels: (entry_labels, pre_labels, entry_names, pre_names, names) as _timeline returns the
@@ -509,18 +596,27 @@ col__labels(PyObject *labels, size_t n, size_t npre, tgc_detail_labels *l)
 
 PyObject *
 tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned max_stacks,
-                 PyObject *labels)
+                 PyObject *labels, Py_ssize_t max_allocs, unsigned columns, PyObject *cats,
+                 int raw, Py_ssize_t top)
 {
     tgc_tcols c;
     tgc_detail d;
     tgc_detail_enc enc = {{0}};
-    tgc_detail_labels lab;
+    tgc_series ser = {0};
     uint64_t *pa = NULL, *ps = NULL;
-    size_t np = 0;
-    PyObject *result = NULL, *streams = NULL, *used = NULL, *segs = NULL, *cats = NULL;
-    PyObject *name_index = NULL, *catnames = NULL;
+    uint32_t *pk = NULL;
+    uint8_t *keep = NULL, *times = NULL;
+    size_t np = 0, ntimes = 0;
+    int64_t t0 = 0;
+    int timed = 0;
+    PyObject *result = NULL, *streams = NULL, *used = NULL, *segs = NULL, *other = NULL;
+    PyObject *keep_b = NULL, *times_b = NULL, *series = NULL, *raws = NULL;
+    PyObject *labs = NULL, *name_index = NULL, *catnames = NULL, *tops = NULL;
+    uint8_t *topmask = NULL;
+    tgc_detail_labels lab;
     int built = 0, rc, with_labels = labels != NULL && labels != Py_None;
-    if (tgc_alloc_cols(cols, &c) < 0 || col__pre(pre, &pa, &ps, &np) < 0) {
+    size_t npre_kept = 0, nkept = 0;
+    if (tgc_alloc_cols(cols, &c) < 0 || col__pre(pre, &pa, &ps, &pk, &np) < 0) {
         goto done;
     }
     if (with_labels && col__labels(labels, c.n, np, &lab) < 0) {
@@ -539,29 +635,94 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
             goto done;
         }
     }
+    for (size_t p = 0; p < np; p++) {
+        if (pk[p] >= (uint64_t)PyList_GET_SIZE(stacks)) {
+            PyErr_Format(PyExc_ValueError, "pre: block %zu has stack %u of %zd", p,
+                         (unsigned)pk[p], PyList_GET_SIZE(stacks));
+            goto done;
+        }
+    }
+    if (cats != Py_None && !PyBytes_Check(cats)) {
+        PyErr_SetString(PyExc_TypeError, "cats: expected bytes, one per allocation");
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS  /* plain C over the bytes the caller's tuple keeps alive */
-    rc = tgc_detail_build(&c, pa, ps, np, use_free_requested ? TGC_TK_FREE_REQUESTED
-                                                             : TGC_TK_FREE_COMPLETED,
+    rc = tgc_detail_build(&c, pa, ps, pk, np, use_free_requested ? TGC_TK_FREE_REQUESTED
+                                                                 : TGC_TK_FREE_COMPLETED,
                           max_stacks, with_labels ? &lab : NULL, &d);
-    if (rc == 0 && tgc_detail_encode(&d, &enc) < 0) {
-        tgc_detail_free(&d);
-        rc = -1;
+    if (rc == 0) {
+        built = 1;
+        if (max_allocs >= 0 && (size_t)max_allocs < d.n) {
+            keep = tgc_detail_largest(&d, (size_t)max_allocs);
+            rc = keep == NULL ? -1 : 0;
+        }
+    }
+    if (rc == 0 && top > 0) {
+        topmask = tgc_detail_largest(&d, (size_t)top);
+        rc = topmask == NULL ? -1 : 0;
+    }
+    if (rc == 0) {
+        rc = tgc_detail_encode(&d, keep, &enc);
+    }
+    if (rc == 0) {
+        rc = tgc_times_encode(c.time, c.n, &times, &ntimes, &t0, &timed);
     }
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    built = 1;
-    streams = PyTuple_New(6);
-    used = PyList_New((Py_ssize_t)d.nused);
-    segs = PyList_New((Py_ssize_t)d.nsegs);
-    if (streams == NULL || used == NULL || segs == NULL) {
+    if (columns > 0) {
+        const uint8_t *cat = NULL;
+        if (cats != Py_None) {
+            if ((size_t)PyBytes_GET_SIZE(cats) != d.n) {
+                PyErr_Format(PyExc_ValueError, "cats: %zd bytes for %zu allocations",
+                             PyBytes_GET_SIZE(cats), d.n);
+                goto done;
+            }
+            cat = (const uint8_t *)PyBytes_AS_STRING(cats);
+        }
+        Py_BEGIN_ALLOW_THREADS
+        rc = tgc_detail_series(&d, cat, columns, &ser);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        series = tgc_alloc_series_dict(&ser);
+        if (series == NULL) {
+            goto done;
+        }
+    }
+    tops = PyList_New(0);
+    if (tops == NULL) {
         goto done;
     }
-    for (int t = 0; t < 6; t++) {
-        PyObject *b = PyBytes_FromStringAndSize((const char *)enc.stream[t],
-                                                (Py_ssize_t)enc.len[t]);
+    for (size_t j = 0; j < d.n; j++) {
+        int kept = keep == NULL || keep[j];
+        if (kept && topmask != NULL && topmask[j]) {  /* numbered among the kept ones */
+            PyObject *x = PyLong_FromSize_t(nkept);
+            int bad = x == NULL || PyList_Append(tops, x) < 0;
+            Py_XDECREF(x);
+            if (bad) {
+                goto done;
+            }
+        }
+        nkept += kept;
+        npre_kept += kept && j < d.npre;
+    }
+    streams = PyTuple_New(TGC_DETAIL_STREAMS);
+    used = PyList_New((Py_ssize_t)d.nused);
+    segs = PyList_New((Py_ssize_t)d.nsegs);
+    other = col__raw(d.other, d.nother, sizeof(uint32_t));
+    times_b = col__raw(times, ntimes, 1);
+    keep_b = keep != NULL ? col__raw(keep, d.n, 1) : Py_NewRef(Py_None);
+    if (streams == NULL || used == NULL || segs == NULL || other == NULL || times_b == NULL ||
+        keep_b == NULL) {
+        goto done;
+    }
+    for (int t = 0; t < TGC_DETAIL_STREAMS; t++) {
+        PyObject *b = col__raw(enc.stream[t], enc.len[t], 1);
         if (b == NULL) {
             goto done;
         }
@@ -575,17 +736,18 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
         PyList_SET_ITEM(used, (Py_ssize_t)i, x);  /* stolen */
     }
     for (size_t g = 0; g < d.nsegs; g++) {
-        const uint64_t *r = &d.seg[g * 4];
-        PyObject *row = Py_BuildValue("[KLKK]", (unsigned long long)r[0],
-                                      r[1] == TGC_DETAIL_ALIVE ? -1LL : (long long)r[1],
-                                      (unsigned long long)r[2], (unsigned long long)r[3]);
+        const int64_t *r = &d.seg[g * TGC_DETAIL_SEG_FIELDS];
+        PyObject *row = Py_BuildValue("[LLKKLLL]", (long long)r[0], (long long)r[1],
+                                      (unsigned long long)(uint64_t)r[2],
+                                      (unsigned long long)(uint64_t)r[3], (long long)r[4],
+                                      (long long)r[5], (long long)r[6]);
         if (row == NULL) {
             goto done;
         }
         PyList_SET_ITEM(segs, (Py_ssize_t)g, row);  /* stolen */
     }
-    if (with_labels) {
-        cats = PyBytes_FromStringAndSize((const char *)d.label, (Py_ssize_t)d.n);
+    if (with_labels) {  /* every allocation's label and name index, the unkept ones too */
+        labs = PyBytes_FromStringAndSize((const char *)d.label, (Py_ssize_t)d.n);
         name_index = PyBytes_FromStringAndSize((const char *)d.name,
                                                (Py_ssize_t)(d.n * sizeof(uint32_t)));
         catnames = PyTuple_New(TGC_NCAT);
@@ -597,31 +759,62 @@ tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested, unsigned
             }
             PyTuple_SET_ITEM(catnames, k, x);  /* stolen */
         }
-        if (cats == NULL || name_index == NULL || catnames == NULL) {
+        if (labs == NULL || name_index == NULL || catnames == NULL) {
             goto done;
         }
     }
-    result = Py_BuildValue("{s:O,s:K,s:K,s:n,s:K,s:O,s:O,s:O,s:O,s:O,s:O}", "streams", streams,
-                           "unit", (unsigned long long)enc.unit,
-                           "xunit", (unsigned long long)enc.xunit, "n", (Py_ssize_t)d.n,
+    if (raw) {
+        raws = Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:N}",
+                             "a", col__raw(d.a, d.n, 8), "f", col__raw(d.f, d.n, 8),
+                             "s", col__raw(d.s, d.n, 8), "x", col__raw(d.x, d.n, 8),
+                             "k", col__raw(d.k, d.n, 4), "r", col__raw(d.r, d.n, 4));
+        if (raws == NULL) {
+            goto done;
+        }
+    }
+    else {
+        raws = Py_NewRef(Py_None);
+    }
+    result = Py_BuildValue("{s:O,s:K,s:K,s:n,s:n,s:n,s:n,s:K,s:O,s:O,s:O,s:O,s:L,s:O,s:O,s:O,"
+                           "s:O,s:O,s:O,s:O,s:O,s:O}",
+                           "streams", streams, "unit", (unsigned long long)enc.unit,
+                           "xunit", (unsigned long long)enc.xunit, "n", (Py_ssize_t)nkept,
+                           "total", (Py_ssize_t)d.n, "npre", (Py_ssize_t)npre_kept,
+                           "npre_total", (Py_ssize_t)d.npre,
                            "events", (unsigned long long)d.events, "used", used,
-                           "segments", segs, "cats", cats ? cats : Py_None,
+                           "segments", segs, "other", other, "times", times_b,
+                           "t0", (long long)t0, "keep", keep_b,
+                           "series", series != NULL ? series : Py_None, "raw", raws,
+                           "timed", timed ? Py_True : Py_False,
+                           "cats", labs ? labs : Py_None,
                            "categories", catnames ? catnames : Py_None,
                            "name_index", name_index ? name_index : Py_None,
-                           "names", with_labels ? PyTuple_GET_ITEM(labels, 4) : Py_None);
+                           "names", with_labels ? PyTuple_GET_ITEM(labels, 4) : Py_None,
+                           "top", tops);
 done:
     if (built) {
         tgc_detail_free(&d);
         tgc_detail_enc_free(&enc);
     }
+    tgc_series_free(&ser);
     free(pa);
     free(ps);
+    free(pk);
+    free(keep);
+    free(times);
     Py_XDECREF(streams);
     Py_XDECREF(used);
     Py_XDECREF(segs);
-    Py_XDECREF(cats);
+    Py_XDECREF(other);
+    Py_XDECREF(keep_b);
+    Py_XDECREF(times_b);
+    Py_XDECREF(series);
+    Py_XDECREF(raws);
+    Py_XDECREF(labs);
     Py_XDECREF(name_index);
     Py_XDECREF(catnames);
+    Py_XDECREF(tops);
+    free(topmask);
     return result;
 }
 

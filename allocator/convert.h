@@ -27,12 +27,33 @@ PyObject *tgc_alloc_columns(PyObject *trace);
 /* Reads a columns tuple's first five bytes objects into *out (pointers into them: the tuple
  * must outlive its use); 0, or -1 with TypeError/ValueError. */
 int tgc_alloc_cols(PyObject *cols, tgc_tcols *out);
-/* The detail data of the timeline page: {streams, unit, xunit, n, events, used, segments, cats,
- * categories, name_index, names}; labels: None, or the replay's (see columns.c's col__labels). */
+/* The data of the timeline page (detail.h): {streams, unit, xunit, n, total, npre, npre_total,
+ * events, used, segments, other, times, t0, timed, keep, series, raw, cats, categories,
+ * name_index, names, top}; labels: None, or the replay's (see columns.c's col__labels); see
+ * binding.c's _detail for the rest. */
 PyObject *tgc_alloc_detail(PyObject *cols, PyObject *pre, int use_free_requested,
-                           unsigned max_stacks, PyObject *labels);
+                           unsigned max_stacks, PyObject *labels, Py_ssize_t max_allocs,
+                           unsigned columns, PyObject *cats, int raw, Py_ssize_t top);
 /* One hint (include/tensorgc/infer.h) per stack of a list of frames lists, as bytes. */
 PyObject *tgc_alloc_stack_hints(PyObject *stacks);
+
+/* The series of detail.h as a dict {max, at, bycat, peak, peak_at, peak_bycat, top}. */
+PyObject *tgc_alloc_series_dict(const tgc_series *s);
+
+/* page.c */
+/* (frames, ids, lens, full): the distinct frames of stacks[used[u]] for each u, each as a key
+ * (filename, line, name), or None for a frame of another shape; ids: their frame ids, stack
+ * after stack (uint32, the first max_frames frames of each, max_ids in all); lens: how many ids
+ * each stack has there; full: how many frames it has. */
+PyObject *tgc_alloc_stack_frames(PyObject *stacks, PyObject *used, Py_ssize_t max_frames,
+                                 Py_ssize_t max_ids);
+/* The "stream" of each entry of a trace (a list of entry dicts) as n int64s (0 where an entry
+ * has none, or not an int64). */
+PyObject *tgc_alloc_trace_streams(PyObject *trace);
+/* The series (detail.h) of allocations given as arrays (a, f, s: uint64 each; cats: a byte
+ * each, or None) over a trace of `events` entries. */
+PyObject *tgc_alloc_series(PyObject *a, PyObject *f, PyObject *s, unsigned long long events,
+                           PyObject *cats, unsigned columns);
 
 /* trace.c */
 /* The Active Memory Timeline of one device's trace (its columns), with `pre` the blocks alive

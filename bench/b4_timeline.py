@@ -8,7 +8,7 @@ synthetic workload with tensorgc.record_memory_history(max_entries=events). ``--
 follows each synthetic free_requested with its free_completed, as CUDA's caching allocator does.
 
 Measured, each in a fresh process (``--repeat`` times, median):
-* ``tensorgc timeline SNAP -o out.html`` (load with the restricted unpickler, C replay, SVG);
+* ``tensorgc timeline SNAP -o out.html`` (the streamed load, the C engines, the page's data);
 * ``python -m torch.cuda._memory_viz trace_plot SNAP -o out.html`` (plain pickle.load);
 * page size, and whether the page needs the network (an external script or module URL);
 * with ``--categories``: the same trace with tensorgc_categories marks, so the
@@ -16,10 +16,12 @@ Measured, each in a fresh process (``--repeat`` times, median):
 * with ``--chromium``: wall time of ``chromium --headless --screenshot`` of each page, and of
   an empty page as the browser's own start-up baseline;
 * with ``--interactive`` (playwright, driving the same chromium): tensorgc's page loaded in a
-  running browser, its own performance marks read: first paint (the "tgc-ready" mark: data
-  parsed, axes drawn) and each zoom step (the page's own time for one wheel step, as it writes
-  it to data-zoom-ms), over zoom levels from the whole trace down to the detail view; and the
-  same two things measured from outside the page's code, by one method for both pages (below);
+  running browser, its own performance marks read: first paint (the "tgc-ready" mark: what the
+  first picture needs decoded, the picture painted), everything decoded ("tgc-full": the steps
+  start there) and each zoom, pan and hover step (the page's own time, as it writes it to
+  data-zoom-ms and data-hover-ms), over zoom levels from the whole trace down to a few events;
+  and the same things measured from outside the page's code, by one method for both pages
+  (below);
 * with ``--interactive --memory-viz-js PATH --d3 PATH``: memory_viz's page in the same chromium,
   timed by that method, side by side with tensorgc's.
 
@@ -29,16 +31,19 @@ The method for both pages (an init script, installed before the page's own scrip
 ``performance.now()`` in the page, from navigation start):
 * first paint: a MutationObserver notes when the timeline is in the DOM (memory_viz: the first
   ``svg polygon``, which its trace view appends in the same task as all the others; tensorgc:
-  ``#tgc-svg[data-ready]``); from there, a ``requestAnimationFrame`` callback posts a message,
-  and the message's arrival (the end of that frame's style, layout and paint on the main thread;
-  rasterization runs on other threads and is not counted) is the first paint;
-* zoom step: 40 wheel events (playwright's mouse, deltaY -200, at 47% of the plot's width;
-  tensorgc zooms x alone, 1.25x a step, at mid-height; memory_viz's d3 zoom scales both axes,
-  1.32x a step, so there at 97% of the height, to stay in what is drawn). A capture listener on
-  window takes t0 as the event arrives and watches the DOM; the step ends at the end of the last
-  frame (rAF, then a message) that followed a DOM change, once two frames in a row have passed
-  without one. "handler" is t0 to the observer's first callback: the page's own JavaScript for
-  the event (the span tensorgc's data-zoom-ms times from inside).
+  ``#tgc-plot[data-ready]``, set once its canvas is painted); from there, a
+  ``requestAnimationFrame`` callback posts a message, and the message's arrival (the end of that
+  frame's style, layout and paint on the main thread; rasterization runs on other threads and
+  is not counted) is the first paint;
+* steps, each one input event from playwright's mouse: 40 wheel steps (deltaY -200, at 47% of
+  the plot's width; tensorgc zooms x alone, 1.25x a step, at mid-height; memory_viz's d3 zoom
+  scales both axes, 1.32x a step, so there at 97% of the height, to stay in what is drawn), 20
+  drag moves of 12 pixels after the first 10 wheel steps (a pan), and 2 x 30 moves across the
+  plot without a button (hover), before the zoom and after it. A capture listener on window
+  takes t0 as the event arrives and watches the DOM; the step ends at the end of the last frame
+  (rAF, then a message) that followed a DOM change, once two frames in a row have passed without
+  one. "handler" is t0 to the observer's first callback: the page's own JavaScript for the event
+  (for tensorgc's hover, which waits for the next frame, t0 to its first change).
 
 memory_viz's page imports MemoryViz.js from a CDN, which imports d3 from another; offline it is
 blank. ``--memory-viz-js`` and ``--d3`` serve those imports from local files through
@@ -142,6 +147,18 @@ def synthetic(n, seed=0, free_completed=False):
     return {"segments": [], "device_traces": [trace]}
 
 
+def training(n):
+    """n entries of tests/_traces.py's training run: 6 layers of d_model 512, AdamW, torch's
+    stacks (Python and C++ frames), a side stream for the inputs, the run going on until its
+    trace holds n entries (the blocks alive before them in the segments, as in a long run's
+    file)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from _traces import make_trace
+
+    return make_trace(layers=6, steps=None, d_model=512, max_entries=n, stacks="all", seed=0,
+                      side_stream=True).snapshot
+
+
 def record(n):
     import torch
 
@@ -185,6 +202,10 @@ def main():
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--snapshot")
     p.add_argument("--record", action="store_true")
+    p.add_argument("--training", action="store_true",
+                   help="a training-like trace of --events entries (tests/_traces.py: a "
+                        "TransformerEncoder trained with AdamW, torch's stacks with Python and "
+                        "C++ frames, categories inferred from them) instead of the synthetic one")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--chromium", action="store_true")
     p.add_argument("--interactive", action="store_true",
@@ -215,11 +236,12 @@ def main():
     source = f"file {args.snapshot}"
     if snap_path is None:
         t0 = time.perf_counter()
-        snap = (record(args.events) if args.record else
-                synthetic(args.events, free_completed=args.free_completed))
+        snap = (record(args.events) if args.record else training(args.events) if args.training
+                else synthetic(args.events, free_completed=args.free_completed))
         if args.categories:
             snap = with_categories(snap)
-        source = ("recorded on CUDA" if args.record else "synthetic") + \
+        source = ("recorded on CUDA" if args.record else "training-like (tests/_traces.py)"
+                  if args.training else "synthetic") + \
             (" with categories" if args.categories else "") + \
             (" with free_completed" if args.free_completed and not args.record else "") + \
             f" ({sum(len(t) for t in snap['device_traces']):,} trace entries, made in " \
@@ -303,9 +325,9 @@ PROBE = r"""
   });
   ready.observe(document, {childList: true, subtree: true, attributes: true,
                            attributeFilter: ["data-ready"]});
-  window.addEventListener("wheel", () => {
+  const start = (kind) => () => {
     const st = b4.step;
-    if (!st || st.t0 !== undefined) return;
+    if (!st || st.kind !== kind || st.t0 !== undefined) return;
     st.t0 = performance.now();
     let dirty = false, quiet = 0, first;
     const mo = new MutationObserver(() => {
@@ -320,7 +342,9 @@ PROBE = r"""
       else { mo.disconnect(); st.done = (st.last === undefined ? first : st.last) - st.t0; }
     });
     frame();
-  }, {capture: true, passive: true});
+  };
+  window.addEventListener("wheel", start("wheel"), {capture: true, passive: true});
+  window.addEventListener("mousemove", start("mousemove"), {capture: true, passive: true});
 })();
 """
 
@@ -415,17 +439,53 @@ def open_page(context, path, sel, timeout_s):
     return pg, {k: (v / 1000 if v is not None else None) for k, v in m.items()}, wall
 
 
+def _step(pg, kind, act):
+    """One input step measured by the probe: (to the end of the last frame that changed the
+    DOM, the page's handler) in ms."""
+    pg.evaluate(f"window.__b4.step = {{kind: '{kind}'}}")
+    act()
+    pg.wait_for_function("window.__b4.step.done !== undefined", timeout=120_000, polling=20)
+    st = pg.evaluate("window.__b4.step")
+    return st["done"], st.get("handler")
+
+
 def wheel_steps(pg, box, steps, on_step=None, height=0.5):
     """`steps` wheel steps at 47% of box's width and `height` of its height; the probe's figures
     for each (ms)."""
     pg.mouse.move(box["x"] + box["width"] * 0.47, box["y"] + box["height"] * height)
     out = []
     for _ in range(steps):
-        pg.evaluate("window.__b4.step = {}")
-        pg.mouse.wheel(0, -200)
-        pg.wait_for_function("window.__b4.step.done !== undefined", timeout=120_000, polling=20)
-        st = pg.evaluate("window.__b4.step")
-        out.append((st["done"], st.get("handler")))
+        out.append(_step(pg, "wheel", lambda: pg.mouse.wheel(0, -200)))
+        if on_step:
+            on_step()
+    return out
+
+
+def pan_steps(pg, box, steps, on_step=None, height=0.5, dx=12):
+    """A drag across the plot, `steps` moves of dx pixels with the button held; each move
+    measured."""
+    x, y = box["x"] + box["width"] * 0.7, box["y"] + box["height"] * height
+    pg.mouse.move(x, y)
+    pg.mouse.down()
+    out = []
+    try:
+        for k in range(steps):
+            out.append(_step(pg, "mousemove", lambda k=k: pg.mouse.move(x - (k + 1) * dx, y)))
+            if on_step:
+                on_step()
+    finally:
+        pg.mouse.up()
+    return out
+
+
+def hover_steps(pg, box, steps, on_step=None, heights=(0.55, 0.8, 0.95)):
+    """`steps` mouse moves across the plot (no button): each measured."""
+    out = []
+    for k in range(steps):
+        fx = 0.1 + 0.8 * k / max(steps - 1, 1)
+        fy = heights[k % len(heights)]
+        out.append(_step(pg, "mousemove", lambda fx=fx, fy=fy: pg.mouse.move(
+            box["x"] + box["width"] * fx, box["y"] + box["height"] * fy)))
         if on_step:
             on_step()
     return out
@@ -440,42 +500,52 @@ def _row(label, xs, fmt):
 
 
 def interactive(page, chrome, repeat, theirs=None, viz_js=None, d3=None, timeout_s=120, work=None):
-    """First paint and zoom steps of tensorgc's page in a running chromium (playwright), by its
-    own marks and by the probe; with viz_js and d3, memory_viz's page by the probe too."""
+    """First paint, zoom, pan and hover steps of tensorgc's page in a running chromium
+    (playwright), by its own marks and by the probe; with viz_js and d3, memory_viz's page by the
+    probe too."""
     from playwright.sync_api import sync_playwright
 
-    steps_n = 40  # 0.8x per step on tensorgc's page: the whole trace down to a few events
-    ready, steps, modes, ext, ext_steps, ext_modes = [], [], {}, [], [], {}
-    mv, mv_steps, mv_note, blocked, d3_version = [], [], None, [], None
+    steps_n, pan_n, hover_n = 40, 20, 30
+    ready, ext, full = [], [], []
+    own = {"zoom": [], "pan": [], "hover": []}
+    probe = {"zoom": [], "pan": [], "hover": []}
+    modes = {}
+    mv, mv_probe, mv_note, blocked, d3_version = [], {"zoom": [], "pan": [], "hover": []}, None, [], None
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chrome, args=["--no-sandbox"])
         version = browser.version
         try:
-            ctx = browser.new_context(viewport={"width": 1500, "height": 900})
+            ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
             blocked = serve(ctx, {})
             for i in range(repeat):
-                pg, marks, load = open_page(ctx, page, "#tgc-svg[data-ready]", timeout_s)
+                pg, marks, load = open_page(ctx, page, "#tgc-plot[data-ready]", timeout_s)
                 if marks is None:
                     raise SystemExit(f"tensorgc's page did not paint within {timeout_s} s")
                 ready.append((pg.evaluate("performance.getEntriesByName('tgc-ready')[0].startTime")
                               / 1000, load))
+                # the steps start once the rest is decoded (before it, a hover shows nothing)
+                pg.wait_for_selector("#tgc-plot[data-full]", timeout=timeout_s * 1000)
+                full.append(pg.evaluate("performance.getEntriesByName('tgc-full')[0]"
+                                        ".startTime") / 1000)
                 ext.append(marks)
                 if i == 0 and work:
                     pg.screenshot(path=os.path.join(work, "tensorgc-timeline.png"))
-                box = pg.locator("#tgc-svg rect.bg").bounding_box()
+                box = pg.evaluate("tgc.plotBox()")
 
-                step_modes = []
+                def mark(kind, attr):
+                    def f():
+                        own[kind].append(float(pg.get_attribute("#tgc-plot", attr) or "nan"))
+                        if kind == "zoom":
+                            modes.setdefault(pg.get_attribute("#tgc-plot", "data-mode"),
+                                             []).append(own[kind][-1])
+                    return f
 
-                def own():
-                    ms = float(pg.get_attribute("#tgc-svg", "data-zoom-ms"))
-                    mode = pg.get_attribute("#tgc-svg", "data-mode")
-                    steps.append(ms)
-                    modes.setdefault(mode, []).append(ms)
-                    step_modes.append(mode)
-
-                for mode, st in zip(step_modes, wheel_steps(pg, box, steps_n, own)):
-                    ext_steps.append(st)
-                    ext_modes.setdefault(mode, []).append(st)
+                pg.mouse.move(box["x"] + box["width"] * 0.5, box["y"] - 30)  # off the plot
+                probe["hover"] += hover_steps(pg, box, hover_n, mark("hover", "data-hover-ms"))
+                probe["zoom"] += wheel_steps(pg, box, 10, mark("zoom", "data-zoom-ms"))
+                probe["pan"] += pan_steps(pg, box, pan_n, mark("pan", "data-zoom-ms"))
+                probe["zoom"] += wheel_steps(pg, box, steps_n - 10, mark("zoom", "data-zoom-ms"))
+                probe["hover"] += hover_steps(pg, box, hover_n, mark("hover", "data-hover-ms"))
                 if i == 0 and work:
                     pg.screenshot(path=os.path.join(work, "tensorgc-timeline-zoomed.png"))
                 pg.close()
@@ -492,7 +562,7 @@ def interactive(page, chrome, repeat, theirs=None, viz_js=None, d3=None, timeout
                                      "the network")
                 files, d3_version = d3_modules(browser, d3, d3_urls)
                 files[viz_url[0]] = viz_text
-                ctx = browser.new_context(viewport={"width": 1500, "height": 900})
+                ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
                 blocked = serve(ctx, files)
                 for i in range(repeat):
                     pg, marks, load = open_page(ctx, theirs, "svg polygon", timeout_s)
@@ -507,7 +577,12 @@ def interactive(page, chrome, repeat, theirs=None, viz_js=None, d3=None, timeout
                         pg.screenshot(path=os.path.join(work, "memory_viz-trace_plot.png"))
                     box = pg.locator("svg g[clip-path] > rect").first.bounding_box()
                     # its zoom scales both axes: near the bottom, it stays in what is drawn
-                    mv_steps += wheel_steps(pg, box, steps_n, height=0.97)
+                    pg.mouse.move(box["x"] + box["width"] * 0.5, box["y"] - 30)
+                    mv_probe["hover"] += hover_steps(pg, box, hover_n, heights=(0.97, 0.9, 0.99))
+                    mv_probe["zoom"] += wheel_steps(pg, box, 10, height=0.97)
+                    mv_probe["pan"] += pan_steps(pg, box, pan_n, height=0.97)
+                    mv_probe["zoom"] += wheel_steps(pg, box, steps_n - 10, height=0.97)
+                    mv_probe["hover"] += hover_steps(pg, box, hover_n, heights=(0.97, 0.9, 0.99))
                     if i == 0 and work:
                         pg.screenshot(path=os.path.join(work, "memory_viz-trace_plot-zoomed.png"))
                     pg.close()
@@ -518,16 +593,20 @@ def interactive(page, chrome, repeat, theirs=None, viz_js=None, d3=None, timeout
     print("| --- | ---: | ---: | --- |")
     print(_row("first paint: the page's tgc-ready mark (s)", [r for r, _ in ready], ".2f"))
     print(_row("load to first paint (probe), wall (s)", [w for _, w in ready], ".2f"))
+    print(_row("everything decoded, where the steps start: the page's tgc-full mark (s)", full,
+               ".2f"))
+    for kind, attr in (("zoom", "data-zoom-ms"), ("pan", "data-zoom-ms"), ("hover", "data-hover-ms")):
+        print(_row(f"{kind} step, the page's own time ({attr}; ms; {len(own[kind])} steps)",
+                   own[kind], ".1f"))
     for mode, ms in sorted(modes.items()):
-        print(f"| zoom step, {mode} view (ms; {len(ms)} steps) | {statistics.median(ms):.1f} | "
-              f"{max(ms):.1f} | |")
+        print(_row(f"zoom step, {mode} view, the page's own time (ms; {len(ms)} steps)", ms, ".1f"))
     print(_row("first paint, probe: end of the first frame with the timeline (s)",
                [m["painted"] for m in ext], ".2f"))
-    for mode, st in sorted(ext_modes.items()):
-        print(_row(f"zoom step, {mode} view, probe: wheel to the last frame that changed the "
-                   f"DOM (ms; {len(st)} steps)", [d for d, _ in st], ".1f"))
-        print(_row(f"zoom step, {mode} view, probe: the page's handler (ms)",
-                   [h for _, h in st], ".1f"))
+    for kind in ("zoom", "pan", "hover"):
+        print(_row(f"{kind} step, probe: input to the end of the last frame that changed the "
+                   f"DOM (ms; {len(probe[kind])} steps)", [d for d, _ in probe[kind]], ".1f"))
+        print(_row(f"{kind} step, probe: the page's handler (ms)",
+                   [h for _, h in probe[kind]], ".1f"))
     if not (theirs and viz_js and d3):
         return
     print(f"\nmemory_viz's page: {os.path.basename(viz_js)} and d3 {d3_version} "
@@ -550,10 +629,12 @@ def interactive(page, chrome, repeat, theirs=None, viz_js=None, d3=None, timeout
     both("first paint: end of the frame after it (s)", [m["painted"] for m in ext],
          [m["painted"] for m, _ in mv], ".2f")
     both("load to first paint, wall (s)", [w for _, w in ready], [w for _, w in mv], ".2f")
-    both(f"zoom step: wheel to the last frame that changed the DOM (ms; {steps_n} steps x runs)",
-         [d for d, _ in ext_steps], [d for d, _ in mv_steps], ".1f")
-    both("zoom step: the page's handler (ms)", [h for _, h in ext_steps],
-         [h for _, h in mv_steps], ".1f")
+    for kind, what in (("zoom", f"{steps_n} wheel steps"), ("pan", f"{pan_n} drag moves"),
+                       ("hover", f"{2 * hover_n} mouse moves")):
+        both(f"{kind} step: input to the last frame that changed the DOM (ms; {what} x runs)",
+             [d for d, _ in probe[kind]], [d for d, _ in mv_probe[kind]], ".1f")
+        both(f"{kind} step: the page's handler (ms)", [h for _, h in probe[kind]],
+             [h for _, h in mv_probe[kind]], ".1f")
 
 
 if __name__ == "__main__":

@@ -1,434 +1,1697 @@
 // The timeline page's interaction, inlined into the page by tensorgc/timeline.py (no network, no
-// library). The page's SVG draws the allocations in plot coordinates inside <g id="tgc-plot">;
-// this script zooms and pans that group along x (wheel, drag, shift-drag brush, Reset), keeps
-// the axes' ticks round for the range in view, pins an allocation's details in the side panel on
-// click, and highlights the allocations whose stack matches the search box. The data of each
-// allocation is in the JSON block #tgc-data (escaped for HTML). Performance marks
-// ("tgc-ready", "tgc-zoom") let benchmarks time the first paint and each zoom step.
+// library). The data block #tgc-data holds every allocation of one device's trace on the trace's
+// own clock (event N: the N-th trace entry) as varint streams (include/tensorgc/detail.h), the
+// stacks as frame ids, the segments and the other entries. This script decodes them once and
+// draws three views on one time axis with one selection: the Active Memory Timeline and the
+// Active Cached Segment Timeline on a canvas (each pixel column shows the state at the entry of
+// its range where the most bytes are alive, so no peak is lost between pixels), and the Allocator
+// State History (an event list and the segments after the selected event). Strings from the file
+// reach the DOM through textContent only. window.tgc exposes the layout for tests and benchmarks;
+// performance marks "tgc-ready" and "tgc-zoom" time the first paint and each step.
 (function () {
   "use strict";
-  var svg = document.getElementById("tgc-svg");
-  var plot = document.getElementById("tgc-plot");
-  var axis = document.getElementById("tgc-xaxis");
-  var brush = document.getElementById("tgc-brush");
-  var panel = document.getElementById("tgc-panel");
-  var search = document.getElementById("tgc-search");
-  var status = document.getElementById("tgc-status");
-  if (!svg || !plot) return;
-  var detailG = document.getElementById("tgc-detail");
-  var areas = document.getElementById("tgc-areas");
-  var data = JSON.parse(document.getElementById("tgc-data").textContent);
-  var L = data.left, W = data.width, T = data.top, H = data.height;
-  var EV = Math.max(data.events, 1), COLS = data.columns;
-  var view = { a: 0, b: COLS };   // the columns in view
+  var $ = function (id) { return document.getElementById(id); };
+  performance.mark("tgc-script");
+  var data = JSON.parse($("tgc-data").textContent);
+  performance.mark("tgc-parsed");
+  var plotEl = $("tgc-plot"), canvas = $("tgc-canvas"), overlay = $("tgc-overlay");
+  var axes = $("tgc-axes"), xaxis = $("tgc-xaxis"), yaxis = $("tgc-yaxis");
+  var panel = $("tgc-panel"), tip = $("tgc-tip"), status = $("tgc-status");
+  var search = $("tgc-search"), hitsEl = $("tgc-hits");
   var NS = "http://www.w3.org/2000/svg";
-  // The detail view: every allocation alive in the range is drawn on its own, stacked in the
-  // order of allocation (a free lets the ones above it drop), once at most LIMIT are in view.
-  var DD = data.detail, D = null, N = DD ? DD.n : 0, LIMIT = 3000;
-  var detailOn = false;
-  var YS = H / Math.max(data.max, 1);
+  var NC = 16, NONE = 15, ALIVE = Infinity, ZOOM_ALL = 3000;
+  var M = null;  // the decoded model
+  // one time axis and one selection for every view
+  var S = { view: "mem", e0: 0, e1: 1, sel: -1, cur: -1, K: data.detail, q: "", match: null,
+            filt: { native: false, torch: false, fold: true, noise: true } };
+  var L = null;  // the current plot's layout
+  var ready = false;  // painted once: what the first paint waits for no more
 
-  // The detail data: six varint streams in base64 (include/tensorgc/detail.h says how they are
-  // made), decoded once, on the first need or just after the first paint.
-  function varints(b64, n) {
-    var bin = atob(b64), out = new Float64Array(n), p = 0;
-    for (var j = 0; j < n; j++) {
-      var v = 0, m = 1, b;
-      do { b = bin.charCodeAt(p++); v += (b & 127) * m; m *= 128; } while (b & 128);
+  // ---------------------------------------------------------------- decoding
+  // the data's bytes: base64 decoded (by the browser's own decoder where it has one), then
+  // inflated by its DecompressionStream
+  function b64bytes(s) {
+    if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(s);
+    var bin = atob(s), n = bin.length, out = new Uint8Array(n);
+    for (var i = 0; i < n; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+  // -> {first: a promise of the bytes once the first paint's parts are in, all: of all of them}
+  function inflate(blob) {
+    var bytes = b64bytes(blob.b64);
+    if (!blob.z) return { first: Promise.resolve(bytes), all: Promise.resolve(bytes) };
+    if (typeof DecompressionStream === "undefined") {
+      var no = Promise.reject(new Error("this browser cannot inflate the page's data " +
+                                        "(DecompressionStream): use a current browser"));
+      return { first: no, all: no };
+    }
+    var total = 0, need = 0;
+    blob.parts.forEach(function (p) {
+      total += p[2];
+      if (FIRST.indexOf(p[0]) >= 0) need = total;
+    });
+    var out = new Uint8Array(total), filled = 0, firstDone = null, firstFail = null;
+    var first = new Promise(function (res, rej) { firstDone = res; firstFail = rej; });
+    var reader = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate")).getReader();
+    var all = new Promise(function (res, rej) {
+      function pump() {
+        reader.read().then(function (r) {
+          if (r.done) { firstDone(out); res(out); return; }
+          out.set(r.value.subarray(0, Math.max(0, total - filled)), filled);
+          filled += r.value.length;
+          if (filled >= need) firstDone(out);
+          pump();
+        }).catch(function (e) { firstFail(e); rej(e); });
+      }
+      pump();
+    });
+    return { first: first, all: all };
+  }
+  var FIRST = ["A", "D", "S", "CT"];  // the first paint's parts (timeline.py's FIRST_PARTS)
+  // n LEB128 varints into a Float64Array (values past 2**28 through multiplication)
+  function varints(bytes, n) {
+    var out = new Float64Array(n), p = 0, len = bytes.length;
+    for (var j = 0; j < n && p < len; j++) {
+      var b = bytes[p++];
+      if (b < 128) { out[j] = b; continue; }
+      var v = b & 127, sh = 7;
+      do { b = bytes[p++]; v |= (b & 127) << sh; sh += 7; } while (b & 128 && sh < 28 && p < len);
+      if (b & 128) {
+        var m = 268435456;
+        do { b = bytes[p++]; v += (b & 127) * m; m *= 128; } while (b & 128 && p < len);
+      }
       out[j] = v;
     }
     return out;
   }
   function unzig(v) { return v % 2 ? -(v + 1) / 2 : v / 2; }
-  function detail() {
-    if (D || !DD) return D;
-    var t0 = performance.now(), s = DD.streams, n = N;
-    var A = varints(s[0], n), F = varints(s[1], n), S = varints(s[2], n), E = varints(s[3], n),
-        K = varints(s[4], n), X = varints(s[5], n), a = 0, e = -1, x = 0;
-    for (var j = 0; j < n; j++) {
+  function u32(bytes) {
+    var c = new Uint8Array(bytes.length - bytes.length % 4);
+    c.set(bytes.subarray(0, c.length));
+    return new Uint32Array(c.buffer);
+  }
+
+  function decode(bytes) {
+    var t0 = performance.now(), parts = {}, off = 0;
+    data.blob.parts.forEach(function (p) { parts[p[0]] = bytes.subarray(off, off + p[2]); off += p[2]; });
+    // what the first paint needs: when each allocation lives, its size and category; the rest
+    // (stacks, addresses, completions, versions, streams) right after it, or at first need
+    var N = data.allocs, n = data.n, j, a = 0, u = data.unit;
+    var A = varints(parts.A, N), F = varints(parts.D, N), Sz = varints(parts.S, N);
+    for (j = 0; j < N; j++) {
       a += A[j]; A[j] = a;
-      F[j] = F[j] ? a + F[j] - 1 : -1;
-      S[j] *= DD.unit;
-      e += unzig(E[j]); E[j] = e;
-      x += unzig(X[j]) * DD.xunit; X[j] = x;
+      var d = F[j];
+      F[j] = d ? a + d - 1 : ALIVE;
+      Sz[j] *= u;
     }
-    D = { A: A, F: F, E: E, X: X, S: S, K: K, stacks: DD.stacks, segs: DD.segments || [],
-          tree: aliveTree(A, F, n) };
-    window.tgcDetail = D;  // for tests and the curious: the decoded allocations
-    svg.setAttribute("data-decode-ms", (performance.now() - t0).toFixed(2));
-    return D;
+    var C = parts.CT && parts.CT.length === N ? parts.CT : null;
+    var cat = new Uint8Array(N), rule = new Uint8Array(N), ncat = data.cats.names.length;
+    // a label: the category in its low four bits, why in the high four (0: of no category)
+    if (C) for (j = 0; j < N; j++) { var c = C[j] & 15; rule[j] = C[j] >> 4; cat[j] = c < ncat && rule[j] ? c : NONE; }
+    else cat.fill(NONE);
+    var fi = u32(parts.FI || new Uint8Array(0)), fl = u32(parts.FL || new Uint8Array(0)),
+        ff = u32(parts.FF || new Uint8Array(0)), starts = new Uint32Array(fl.length + 1);
+    for (j = 0; j < fl.length; j++) starts[j + 1] = starts[j] + fl[j];
+    M = { n: n, N: N, A: A, F: F, Fc: null, S: Sz, K: null, X: null, R: null, V: null, W: null, cat: cat,
+          parts: parts,
+          rule: rule, T: null, Tbytes: data.timed ? parts.T : null, fi: fi, fl: fl, ff: ff,
+          fs: starts, frames: data.frames,
+          NI: parts.NI ? u32(parts.NI) : null, names: data.names || [],
+          namesAt: data.names_at || {}, segs: data.segs || [], events: data.events || [],
+          freeKind: data.free === "free_requested" ? 2 : 3, order: null };
+    buildTotals();
+    M.decodeMs = performance.now() - t0;
+    window.tgcModel = M;  // for tests and the curious (tgc.model() decodes it all first)
   }
-  // A max-tree over the allocations' ends (alive at the end: +inf), in allocation order: the
-  // allocations alive in a range are found in O(k log n), not by a scan of all n.
-  function aliveTree(A, F, n) {
-    var P = 1;
-    while (P < n) P *= 2;
-    var t = new Float64Array(2 * P).fill(-1);
-    for (var j = 0; j < n; j++) t[P + j] = F[j] < 0 ? Infinity : F[j];
-    for (var i = P - 1; i >= 1; i--) t[i] = Math.max(t[2 * i], t[2 * i + 1]);
-    return { t: t, P: P };
+  function full() {  // the streams the first paint did without, once they are in
+    if (!M || M.K || !M.complete) return;
+    var N = M.N, p = M.parts, j, x = 0, xu = data.xunit;
+    var K = varints(p.K, N), X = varints(p.X, N), Fc = varints(p.C, N), R = varints(p.R, N),
+        V = varints(p.V, N), W = varints(p.W, N), F = M.F;
+    for (j = 0; j < N; j++) {
+      var z = X[j];
+      x += (z % 2 ? -(z + 1) / 2 : z / 2) * xu; X[j] = x;
+      Fc[j] = Fc[j] && F[j] !== ALIVE ? F[j] + Fc[j] : -1;
+      if (W[j]) W[j] = unzig(W[j]);
+    }
+    M.K = K; M.X = X; M.Fc = Fc; M.R = R; M.V = V; M.W = W;
   }
-  // the allocations j with A[j] < e1 and (alive at the end or F[j] > e0), in allocation order;
-  // null once more than max are found
-  function aliveIn(e0, e1, max) {
-    var A = D.A, lo = 0, hi = N;
-    while (lo < hi) { var mid = (lo + hi) >> 1; if (A[mid] < e1) lo = mid + 1; else hi = mid; }
-    var t = D.tree.t, P = D.tree.P, out = [], stack = [1], spans = [[0, P]];
-    while (stack.length) {
-      var node = stack.pop(), sp = spans.pop();
-      if (sp[0] >= lo || t[node] <= e0) continue;
-      if (node >= P) {
-        out.push(node - P);
-        if (out.length > max) return null;
-        continue;
+  function times(later) {  // the trace's times (µs), decoded on first need (not for the first paint)
+    if (later && !M.T) return null;
+    if (!M.T && M.Tbytes && M.Tbytes.length) {
+      var T = varints(M.Tbytes, M.n), t = data.t0;
+      for (var i = 0; i < M.n; i++) { t += unzig(T[i]); T[i] = t; }
+      M.T = T;
+    }
+    return M.T;
+  }
+
+  // per trace entry: the allocation it makes, frees or completes (EJ >= 0), or -2 - the row of
+  // data.events it is, or -1 when the page does not carry it; its kind (EK). Made on first need.
+  function entries() {
+    if (M.EJ) return;
+    full();
+    var n = M.n, N = M.N, EJ = new Int32Array(n).fill(-1), EK = new Uint8Array(n), j, a, f, fc;
+    var A = M.A, F = M.F, Fc = M.Fc, fk = M.freeKind;
+    for (j = data.npre; j < N; j++) { a = A[j]; if (a < n) { EJ[a] = j; EK[a] = 1; } }
+    for (j = 0; j < N; j++) {
+      f = F[j]; fc = Fc[j];
+      if (f < n) { EJ[f] = j; EK[f] = fk; }
+      if (fc >= 0 && fc < n) { EJ[fc] = j; EK[fc] = 3; }
+    }
+    M.events.forEach(function (e, r) { if (e[0] < n) { EJ[e[0]] = -2 - r; EK[e[0]] = e[1]; } });
+    M.EJ = EJ; M.EK = EK;
+  }
+
+  // the bytes each entry adds (ED) to its category (EC), the bytes alive after each entry (tot),
+  // by category every CK entries (ck), and the argmax of tot by blocks (rmax)
+  var CK = 64;
+  function buildTotals() {
+    var n = M.n, N = M.N, nn = Math.max(n, 1), ED = new Float64Array(nn), EC = new Uint8Array(nn),
+        tot = new Float64Array(nn), cur = new Float64Array(NC), nb = Math.ceil(n / CK) + 1,
+        ck = new Float64Array(nb * NC), j, i, c, A = M.A, F = M.F, Sz = M.S, cat = M.cat;
+    for (j = 0; j < N; j++) {
+      c = cat[j];
+      if (j < data.npre) cur[c] += Sz[j];
+      else if (A[j] < n) { ED[A[j]] = Sz[j]; EC[A[j]] = c; }
+      if (F[j] < n) { ED[F[j]] = -Sz[j]; EC[F[j]] = c; }
+    }
+    var s = 0, bmax = new Int32Array(nb), best = 0;
+    for (c = 0; c < NC; c++) s += cur[c];
+    for (i = 0; i < n; i++) {
+      if ((i & (CK - 1)) === 0) {
+        var b = i >> 6;
+        for (c = 0; c < NC; c++) ck[b * NC + c] = cur[c];
+        if (i) bmax[b - 1] = best;
+        best = i;
       }
-      var m = (sp[0] + sp[1]) >> 1;
-      stack.push(2 * node + 1, 2 * node); spans.push([m, sp[1]], [sp[0], m]);
+      var d = ED[i];
+      if (d !== 0) { s += d; cur[EC[i]] += d; }
+      tot[i] = s;
+      if (s > tot[best]) best = i;
+    }
+    if (n) bmax[(n - 1) >> 6] = best;
+    M.ED = ED; M.EC = EC; M.tot = tot; M.ck = ck;
+    M.rmax = rangeMax(tot, n, bmax);
+  }
+  function catAt(t, out) {
+    var b = t >> 6, ck = M.ck, ED = M.ED, EC = M.EC;
+    for (var c = 0; c < NC; c++) out[c] = ck[b * NC + c];
+    for (var i = b * CK; i <= t; i++) if (ED[i] !== 0) out[EC[i]] += ED[i];
+  }
+  // argmax of vals over [i0, i1] in O(1) blocks (a sparse table over blocks of 64)
+  function rangeMax(vals, n, first) {
+    var B = 64, nb = Math.max(1, Math.ceil(n / B)), lv = [first], k, i;
+    if (!first) {
+      lv[0] = new Int32Array(nb);
+      for (k = 0; k < nb; k++) {
+        var best = k * B;
+        for (i = k * B + 1; i < Math.min(n, (k + 1) * B); i++) if (vals[i] > vals[best]) best = i;
+        lv[0][k] = best;
+      }
+    }
+    for (var w = 1; (1 << w) <= nb; w++) {
+      var prev = lv[w - 1], cur = new Int32Array(nb - (1 << w) + 1), h = 1 << (w - 1);
+      for (k = 0; k < cur.length; k++) {
+        var x = prev[k], y = prev[k + h];
+        cur[k] = vals[y] > vals[x] ? y : x;
+      }
+      lv.push(cur);
+    }
+    function scan(a, b, best) {
+      for (var i = a; i <= b; i++) if (best < 0 || vals[i] > vals[best]) best = i;
+      return best;
+    }
+    return function (i0, i1) {
+      if (n === 0) return 0;
+      i0 = Math.max(0, i0); i1 = Math.min(n - 1, i1);
+      if (i1 < i0) i1 = i0;
+      var b0 = Math.ceil(i0 / B), b1 = Math.floor((i1 + 1) / B) - 1;
+      if (b1 < b0) return scan(i0, i1, -1);
+      var best = scan(i0, b0 * B - 1, -1);
+      var w = 31 - Math.clz32(b1 - b0 + 1), x = lv[w][b0], y = lv[w][b1 - (1 << w) + 1];
+      var m = vals[y] > vals[x] ? y : x;
+      if (best < 0 || vals[m] > vals[best] || (vals[m] === vals[best] && m < best)) best = m;
+      return scan((b1 + 1) * B, i1, best);
+    };
+  }
+  // allocation indexes by size, largest first (equal sizes: the earlier first)
+  function sizeOrder(Sz, N, unit) {
+    var maxu = 0, j;
+    for (j = 0; j < N; j++) if (Sz[j] / unit > maxu) maxu = Sz[j] / unit;
+    var out = new Uint32Array(N);
+    if (maxu * 4194304 < 9e15 && N < 4194304) {
+      var key = new Float64Array(N);
+      for (j = 0; j < N; j++) key[j] = -(Sz[j] / unit * 4194304 + (4194303 - j));
+      key.sort();
+      for (j = 0; j < N; j++) out[j] = 4194303 - (-key[j] % 4194304);
+    } else {
+      for (j = 0; j < N; j++) out[j] = j;
+      out.sort(function (x, y) { return Sz[y] - Sz[x] || x - y; });
     }
     return out;
   }
-  function fmtBytes(v) {
-    var u = ["B", "K", "M", "G", "T"], i = 0;
-    while (Math.abs(v) >= 1024 && i < u.length - 1) { v /= 1024; i++; }
-    return (Math.round(v * 100) / 100) + u[i];
-  }
-  function colToEvent(c) { return c / COLS * EV; }
-  // round steps: 1, 2, 5 times a power of ten
-  function niceStep(span, n) {
-    var raw = span / n, p = Math.pow(10, Math.floor(Math.log10(Math.max(raw, 1e-9))));
-    var m = raw / p;
-    return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
-  }
-  function timeAt(ev) {
-    if (!data.times || !data.times.length) return null;
-    var k = Math.min(data.times.length - 1, Math.max(0, Math.round(ev / EV * (data.times.length - 1))));
-    return data.times[k];
-  }
-  function drawAxis() {
-    while (axis.firstChild) axis.removeChild(axis.firstChild);
-    var e0 = colToEvent(view.a), e1 = colToEvent(view.b);
-    var step = Math.max(1, niceStep(e1 - e0, 8));
-    for (var e = Math.ceil(e0 / step) * step; e <= e1; e += step) {
-      var x = L + (e / EV * COLS - view.a) / (view.b - view.a) * W;
-      var t = document.createElementNS(NS, "text");
-      t.setAttribute("x", x.toFixed(1));
-      t.setAttribute("y", T + H + 16);
-      t.setAttribute("class", "tick");
-      var label = "event " + Math.round(e).toLocaleString("en-US");
-      var us = timeAt(e);
-      if (us !== null) label += " (+" + ((us - data.times[0]) / 1e6).toFixed(3) + " s)";
-      t.textContent = label;
-      axis.appendChild(t);
-      var l = document.createElementNS(NS, "line");
-      l.setAttribute("x1", x.toFixed(1)); l.setAttribute("x2", x.toFixed(1));
-      l.setAttribute("y1", T + H); l.setAttribute("y2", T + H + 4);
-      l.setAttribute("class", "tickl");
-      axis.appendChild(l);
-    }
-    status.textContent = "events " + Math.round(e0).toLocaleString("en-US") + " to " +
-      Math.round(e1).toLocaleString("en-US") + " of " + EV.toLocaleString("en-US");
-  }
-  function visible(e0, e1) { return aliveIn(e0, e1, LIMIT); }
-  // a band's own colour (its category, or its site's) where the overview drew it; else the
-  // allocation site's
-  var look = data.look || {}, names = data.names || {};
-  function color(j) {
-    var b = look[D.E[j]];
-    if (b) return b[0];
-    var k = D.K[j];
-    return "hsl(" + ((k * 137) % 360) + ",55%," + (50 + (k * 7) % 20) + "%)";
-  }
-  // one step of a path: across (H), down or up (V), or both (L)
-  function seg(dx, dy, x, y) {
-    return dx && dy ? "L" + Math.round(x) + " " + Math.round(y) : dy ? "V" + Math.round(y)
-      : dx ? "H" + Math.round(x) : "";
-  }
-  function drawDetail(vis, e0, e1) {
-    // local index i of vis[i]; typed arrays: the inner loop below runs allocations x frees times
-    var V = vis.length, off = new Float64Array(V), shown = new Float64Array(V),
-        lastPx = new Int32Array(V).fill(-1), size = new Float64Array(V), pts = new Array(V),
-        live = new Int32Array(V), nLive = 0, cum = 0, evs = [], k, i, q;
-    for (i = 0; i < V; i++) {
-      var j = vis[i];
-      size[i] = D.S[j];
-      if (D.A[j] <= e0) { live[nLive++] = i; cum += size[i]; }
-      else evs.push([D.A[j], 0, i]);
-      if (D.F[j] >= 0 && D.F[j] < e1) evs.push([D.F[j], 1, i]);
-    }
-    evs.sort(function (x, y) { return x[0] - y[0] || x[1] - y[1]; });
-    // the peak in range first: the y axis fits it (round ticks), so one step's allocations fill
-    // the plot, and a drop too small to see on that scale can wait to be drawn
-    var peakW = cum, c = cum;
-    for (k = 0; k < evs.length; k++) {
-      c += evs[k][1] === 0 ? size[evs[k][2]] : -size[evs[k][2]];
-      if (c > peakW) peakW = c;
-    }
-    // The quantum: half a pixel, coarser in proportion past 150 allocations in the plot's 420
-    // pixels (each is then a few pixels tall or less: the steps of a crowded range are texture,
-    // their points would grow as allocations x frees, and the browser's paint with them); the
-    // status line says how coarse.
-    var quantum = 0.5 * Math.max(1, V / 150);
-    svg.setAttribute("data-quantum", quantum.toFixed(2));
-    var ys = H / Math.max(peakW * 1.05, 1), minDrop = quantum / ys;  // bytes in one quantum
-    var hx = W / quantum / Math.max(e1 - e0, 1e-9);  // quanta per event
-    cum = 0;
-    for (k = 0; k < nLive; k++) {
-      i = live[k]; off[i] = shown[i] = cum; pts[i] = [e0, cum]; cum += size[i];
-    }
-    for (k = 0; k < evs.length; k++) {
-      var t = evs[k][0];
-      i = evs[k][2];
-      if (evs[k][1] === 0) {
-        off[i] = shown[i] = cum; pts[i] = [t, cum]; live[nLive++] = i; cum += size[i];
-        continue;
-      }
-      var p = -1;
-      for (q = 0; q < nLive; q++) if (live[q] === i) { p = q; break; }
-      if (p < 0) continue;
-      pts[i].push(t, off[i]);
-      // The ones above drop. Drops within one quantum of x are one step, and a drop is drawn
-      // once it adds up to one quantum of y: nothing is ever more than a quantum off.
-      var px = Math.round((t - e0) * hx), s = size[i];
-      for (q = p + 1; q < nLive; q++) {
-        var u = live[q], o = off[u] - s;
-        off[u] = o;
-        if (lastPx[u] === px) { pts[u][pts[u].length - 1] = o; shown[u] = o; }
-        else if (shown[u] - o >= minDrop) {
-          pts[u].push(t, shown[u], t, o); lastPx[u] = px; shown[u] = o;
-        }
-      }
-      live.copyWithin(p, p + 1, nLive);
-      nLive--;
-      cum -= s;
-    }
-    for (k = 0; k < nLive; k++) { i = live[k]; pts[i].push(e1, off[i]); }
-    drawYAxis(peakW * 1.05);
-    var sx = W / Math.max(e1 - e0, 1e-9), q0 = search.value.trim().toLowerCase(), html = [];
-    for (i = 0; i < V; i++) {
-      j = vis[i];
-      var P = pts[i];
-      if (!P || P.length < 4) continue;
-      // A path in tenths of a unit as integers (the group is scaled by 0.1: integers print
-      // faster than fractions): the top edge left to right, each step as H x V y, then the
-      // bottom edge back; about half the numbers of a polygon's points.
-      var yTop = (T + H - size[i] * ys) * 10, yBot = (T + H) * 10,
-          x0 = (L - e0 * sx) * 10, sx10 = sx * 10, ys10 = ys * 10, n = P.length;
-      var d = "M" + Math.round(x0 + P[0] * sx10) + " " + Math.round(yTop - P[1] * ys10);
-      for (q = 2; q < n; q += 2) d += seg(P[q] !== P[q - 2], P[q + 1] !== P[q - 1],
-                                          x0 + P[q] * sx10, yTop - P[q + 1] * ys10);
-      d += "V" + Math.round(yBot - P[n - 1] * ys10);
-      for (q = n - 4; q >= 0; q -= 2) d += seg(P[q] !== P[q + 2], P[q + 1] !== P[q + 3],
-                                               x0 + P[q] * sx10, yBot - P[q + 1] * ys10);
-      var hit = q0 && stackText(D.K[j]).toLowerCase().indexOf(q0) >= 0;
-      html.push('<path class="b d' + (hit ? " hit" : "") + '" data-j="' + j + '" fill="' +
-                color(j) + '" d="' + d + 'Z"/>');
-    }
-    detailG.innerHTML = html.join("");
-  }
-  var yaxis = document.getElementById("tgc-yaxis"), yaxis0 = yaxis.innerHTML;
-  // round ticks for a y range: 1, 2 or 5 times a power of ten in the unit of the top value
-  function drawYAxis(top) {
-    var unit = 1, u = ["B", "K", "M", "G", "T"], ui = 0;
-    while (top / unit >= 1024 && ui < u.length - 1) { unit *= 1024; ui++; }
-    var step = niceStep(top / unit, 5) * unit, html = [];
-    for (var v = 0; v <= top; v += step) {
-      var y = (T + H - v * H / top).toFixed(1);
-      html.push('<text x="' + (L - 6) + '" y="' + y + '" class="ax">' + fmtBytes(v) + '</text>' +
-                '<line x1="' + L + '" x2="' + (L + W) + '" y1="' + y + '" y2="' + y + '" class="grid"/>');
-    }
-    yaxis.innerHTML = html.join("");
-  }
-  function stackText(k) { return (D.stacks[k] || []).join("\n"); }
-  function apply() {
-    var t0 = performance.now();
-    var sx = COLS / (view.b - view.a);
-    // plot coordinates: x = L + c * W / COLS; shown: L + (c - a) * W / (b - a)
-    var tf = "translate(" + (L - L * sx - view.a * W / COLS * sx).toFixed(4) + ",0) scale(" +
-      sx.toFixed(6) + ",1)";
-    plot.setAttribute("transform", tf);
-    if (areas) areas.setAttribute("transform", tf);  // the categories chart follows the zoom
-    var e0 = colToEvent(view.a), e1 = colToEvent(view.b);
-    var vis = DD && view.b - view.a < COLS && detail() ? visible(e0, e1) : null;
-    detailOn = vis !== null;
-    if (detailOn) drawDetail(vis, e0, e1);
-    else { detailG.innerHTML = ""; yaxis.innerHTML = yaxis0; }
-    plot.style.display = detailOn ? "none" : "";
-    drawAxis();
-    status.textContent += detailOn ? " \u2014 every allocation drawn (" + vis.length +
-      (+svg.getAttribute("data-quantum") > 0.5 ? "; steps to within " +
-       svg.getAttribute("data-quantum") + " px" : "") + ")" :
-      " \u2014 overview: the largest drawn, the rest summarized; zoom in to draw each";
-    performance.mark("tgc-zoom");
-    svg.setAttribute("data-zoom-ms", (performance.now() - t0).toFixed(2));
-    svg.setAttribute("data-mode", detailOn ? "detail" : "overview");
-    svg.setAttribute("data-range", e0 + " " + e1);
-  }
-  function setView(a, b) {
-    var span = Math.max(b - a, Math.min(COLS, 2));
-    a = Math.max(0, Math.min(a, COLS - span));
-    view.a = a; view.b = Math.min(COLS, a + span);
-    apply();
-  }
-  function colAt(clientX) {
-    var r = svg.getBoundingClientRect();
-    var vb = svg.viewBox.baseVal;
-    var x = (clientX - r.left) / r.width * vb.width;
-    return view.a + (x - L) / W * (view.b - view.a);
-  }
-  svg.addEventListener("wheel", function (ev) {
-    ev.preventDefault();
-    var c = Math.max(view.a, Math.min(view.b, colAt(ev.clientX)));
-    var f = ev.deltaY > 0 ? 1.25 : 0.8;
-    setView(c - (c - view.a) * f, c + (view.b - c) * f);
-  }, { passive: false });
-  var drag = null;
-  svg.addEventListener("mousedown", function (ev) {
-    drag = { x: ev.clientX, c: colAt(ev.clientX), a: view.a, b: view.b, brush: ev.shiftKey,
-             moved: false };
-  });
-  window.addEventListener("mousemove", function (ev) {
-    if (!drag) return;
-    if (Math.abs(ev.clientX - drag.x) > 3) drag.moved = true;
-    if (drag.brush) {
-      var c = colAt(ev.clientX), lo = Math.min(c, drag.c), hi = Math.max(c, drag.c);
-      brush.setAttribute("x", (L + (lo - view.a) / (view.b - view.a) * W).toFixed(1));
-      brush.setAttribute("width", ((hi - lo) / (view.b - view.a) * W).toFixed(1));
-      brush.setAttribute("visibility", "visible");
-    } else {
-      var dc = colAt(drag.x) - colAt(ev.clientX);
-      setView(drag.a + dc, drag.b + dc);
-      drag.x = ev.clientX; drag.a = view.a; drag.b = view.b;
-    }
-  });
-  window.addEventListener("mouseup", function (ev) {
-    if (!drag) return;
-    if (drag.brush && drag.moved) {
-      var c = colAt(ev.clientX);
-      brush.setAttribute("visibility", "hidden");
-      setView(Math.min(c, drag.c), Math.max(c, drag.c));
-    }
-    drag = null;
-  });
-  document.getElementById("tgc-reset").addEventListener("click", function () { setView(0, COLS); });
 
-  function showDetail(j) {
-    show(-1, {size: D.S[j], addr: "0x" + D.X[j].toString(16),
-              alloc: D.E[j] >= 0 ? D.A[j] : -1, free: D.F[j],
-              cat: look[D.E[j]] ? look[D.E[j]][1] : "",
-              name: D.F[j] < 0 ? names[String(D.X[j])] || "" : "",
-              entry: D.E[j], frames: D.stacks[D.K[j]] || []}, '[data-j="' + j + '"]');
+  // ---------------------------------------------------------------- text
+  function fmtBytes(v) {
+    var u = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"], i = 0;
+    while (Math.abs(v) >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+    return (i ? v.toFixed(2) : String(v)) + " " + u[i];
   }
-  function show(i, d, sel) {
-    d = d || data.allocs[i];
-    sel = sel || '[data-i="' + i + '"]';
-    var rows = [
-      ["size", fmtBytes(d.size) + " (" + d.size.toLocaleString("en-US") + " bytes)"],
-      ["address", d.addr],
-      ["allocated", d.alloc >= 0 ? "event " + d.alloc.toLocaleString("en-US") : "before the trace"],
-      ["freed", d.free >= 0 ? "event " + d.free.toLocaleString("en-US") : "alive at the end"],
-      ["category", d.cat || "unknown"]];
-    if (d.name) rows.unshift(["name", d.name]);
-    if (d.entry !== undefined) rows.push(["trace entry", d.entry >= 0 ? "" + d.entry : "none"]);
-    while (panel.firstChild) panel.removeChild(panel.firstChild);
-    var h = document.createElement("h3"); h.textContent = "Allocation " + fmtBytes(d.size);
-    panel.appendChild(h);
-    var dl = document.createElement("dl");
+  function fmtSize(v) { return fmtBytes(v) + " (" + num(v) + " bytes)"; }
+  function num(v) {  // 1234567 -> "1,234,567"
+    var s = String(Math.round(Math.abs(v))), out = "";
+    while (s.length > 3) { out = "," + s.slice(-3) + out; s = s.slice(0, -3); }
+    return (v < 0 ? "-" : "") + s + out;
+  }
+  function hex(v) { return v >= 0 && isFinite(v) ? Math.round(v).toString(16) : "?"; }
+  function version(j) { return "b" + hex(M.X[j]) + "_" + M.V[j]; }
+  function timeText(e) {
+    var T = times();
+    if (!T || e < 0 || e >= M.n) return "";
+    return "+" + ((T[Math.floor(e)] - T[0]) / 1e6).toFixed(6) + " s";
+  }
+  function when(e) {
+    var t = timeText(e);
+    return "event " + num(e) + (t ? " (" + t + ")" : "");
+  }
+  function catName(c) { return c < data.cats.names.length ? data.cats.names[c] : "no category"; }
+  function catText(j) {  // "activation (inferred from the stacks: ...)", or the name alone
+    if (M.cat[j] === NONE) return "no category";
+    return data.cats.labels[String(M.cat[j] | M.rule[j] << 4)] || catName(M.cat[j]);
+  }
+  function nameOf(j) {
+    if (M.NI) { var k = M.NI[j]; return k > 0 && k < M.names.length ? M.names[k] : ""; }
+    return M.F[j] === ALIVE ? M.namesAt[hex(M.X[j])] || "" : "";
+  }
+  // the frames of stack k (1-based dense id), filtered as the toggles say
+  function stackLines(k, limit) {
+    if (!k || k > M.fl.length) return { lines: [], hidden: 0, cut: 0 };
+    var a = M.fs[k - 1], b = a + M.fl[k - 1], out = [], hidden = 0, f = S.filt;
+    for (var i = a; i < b; i++) {
+      var fr = M.frames[M.fi[i]], fl = fr[2];
+      if ((f.native && fl & 1) || (f.torch && fl & 2) || (f.noise && fl & 4)) { hidden++; continue; }
+      out.push(fr[0] + " " + fr[1]);
+    }
+    if (f.fold) out = fold(out);
+    var cut = M.ff[k - 1] - M.fl[k - 1];
+    if (limit && out.length > limit) { cut += out.length - limit; out = out.slice(0, limit); }
+    return { lines: out, hidden: hidden, cut: cut };
+  }
+  function fold(lines) {
+    var out = [];
+    for (var i = 0; i < lines.length;) {
+      var k = i + 1;
+      while (k < lines.length && lines[k] === lines[i]) k++;
+      out.push(lines[i]);
+      if (k - i === 2) out.push(lines[i]);
+      else if (k - i > 2) out.push("<repeats " + (k - i - 1) + " times>");
+      i = k;
+    }
+    return out;
+  }
+  function stackText(k) {  // every frame, for the search
+    if (!M.stackText) M.stackText = [];
+    if (M.stackText[k] === undefined) {
+      var a = M.fs[k - 1], b = a + M.fl[k - 1], s = [];
+      for (var i = a; i < b; i++) { var fr = M.frames[M.fi[i]]; s.push(fr[0] + " " + fr[1]); }
+      M.stackText[k] = s.join("\n").toLowerCase();
+    }
+    return M.stackText[k];
+  }
+  // the first frame of the user's own code (not native, not torch's, not the interpreter's)
+  function userFrame(k) {
+    if (!k || k > M.fl.length) return "";
+    var a = M.fs[k - 1], b = a + M.fl[k - 1];
+    for (var i = a; i < b; i++) {
+      var fr = M.frames[M.fi[i]];
+      if (!(fr[2] & 7)) return fr[0] + " " + fr[1];
+    }
+    return "";
+  }
+  function fromLine(el, k) {
+    var u = userFrame(k);
+    if (!u) return;
+    var d = document.createElement("div");
+    d.className = "from";
+    d.textContent = "from " + u;
+    el.appendChild(d);
+  }
+  function stackPre(k, limit, title) {
+    var pre = document.createElement("pre");
+    pre.className = "stack";
+    var st = stackLines(k, limit);
+    if (title) { var t = document.createElement("span"); t.className = "t"; t.textContent = title + "\n"; pre.appendChild(t); }
+    if (!k) { pre.appendChild(document.createTextNode("no stack recorded")); return pre; }
+    pre.appendChild(document.createTextNode(st.lines.join("\n") || "(every frame hidden by the filters)"));
+    var notes = [];
+    if (st.hidden) notes.push(st.hidden + " frame" + (st.hidden === 1 ? "" : "s") + " hidden by the filters");
+    if (st.cut) notes.push(st.cut + " more frame" + (st.cut === 1 ? "" : "s") + " not shown");
+    if (notes.length) { var r = document.createElement("span"); r.className = "r"; r.textContent = "\n(" + notes.join("; ") + ")"; pre.appendChild(r); }
+    return pre;
+  }
+  // the rows that describe allocation j
+  function allocRows(j) {
+    var rows = [["size", fmtSize(M.S[j])], ["address", "0x" + hex(M.X[j]) + "  (" + version(j) + ")"]];
+    var nm = nameOf(j);
+    if (nm) rows.unshift(["name", nm]);
+    rows.push(["category", catText(j)]);
+    rows.push(["allocated", j < data.npre ? "before the trace" : when(M.A[j])]);
+    rows.push(["freed", M.F[j] === ALIVE ? "alive at the end" : when(M.F[j]) +
+               (M.Fc[j] >= 0 ? ", completed at event " + num(M.Fc[j]) : "")]);
+    if (M.W[j]) rows.push(["stream", String(M.W[j])]);
+    return rows;
+  }
+  function dl(rows) {
+    var d = document.createElement("dl");
     rows.forEach(function (r) {
       var dt = document.createElement("dt"); dt.textContent = r[0];
       var dd = document.createElement("dd"); dd.textContent = r[1];
-      dl.appendChild(dt); dl.appendChild(dd);
+      d.appendChild(dt); d.appendChild(dd);
     });
-    panel.appendChild(dl);
-    var pre = document.createElement("pre");
-    pre.textContent = d.frames.length ? d.frames.join("\n") : "no stack recorded";
-    panel.appendChild(pre);
-    var old = svg.querySelector(".pinned");
-    if (old) old.classList.remove("pinned");
-    var el = svg.querySelector(sel);
-    if (el) el.classList.add("pinned");
+    return d;
   }
-  plot.addEventListener("click", function (ev) {
-    var i = ev.target.getAttribute && ev.target.getAttribute("data-i");
-    if (i !== null && i !== undefined && !(drag && drag.moved)) show(+i);
+  function clear(el) { while (el.firstChild) el.removeChild(el.firstChild); }
+  function h3(text) { var h = document.createElement("h3"); h.textContent = text; return h; }
+
+  // ---------------------------------------------------------------- the views' models
+  // A plot model: N items (allocations, or segments) alive in [A, F), their size, colour
+  // index, stacking order = index order; tot(t), argmax(i0, i1), rest(t, out): the bytes per
+  // colour of the items not drawn one by one.
+  var colors = [], hatch = [0xffeae6e3, 0xffa5988d];
+  function rgba(h) {
+    var v = parseInt(h.slice(1), 16);
+    return (0xff000000 | ((v & 255) << 16) | (v & 0xff00) | (v >> 16)) >>> 0;
+  }
+  function memModel() {
+    return { N: M.N, A: M.A, F: M.F, S: M.S, col: M.cat, order: M.order, unit: data.unit,
+             tot: M.tot, argmax: M.rmax, rest: catAt, colors: colors, items: "allocations",
+             hatchNone: true };
+  }
+  var segModelCache = null;
+  function segModel() {
+    if (segModelCache) return segModelCache;
+    var segs = M.segs, N = segs.length, n = M.n, A = new Float64Array(N), F = new Float64Array(N),
+        Sz = new Float64Array(N), col = new Uint8Array(N), groups = {}, names = [], j;
+    var idx = [];
+    for (j = 0; j < N; j++) idx.push(j);
+    idx.sort(function (x, y) { return segs[x][0] - segs[y][0] || x - y; });
+    var order = [];
+    for (var q = 0; q < N; q++) {
+      var g = segs[idx[q]];
+      A[q] = g[0]; F[q] = g[1] < 0 ? ALIVE : g[1]; Sz[q] = g[2];
+      var key = "stream " + g[4] + ", " + g[5] + " pool";  // inferred or known: one group
+      if (groups[key] === undefined) { groups[key] = names.length; names.push(key); }
+      col[q] = Math.min(groups[key], 14);
+      order.push(q);
+    }
+    order.sort(function (x, y) { return Sz[y] - Sz[x] || x - y; });
+    var d = new Float64Array(n + 1), tot = new Float64Array(Math.max(n, 1)), s = 0;
+    for (j = 0; j < N; j++) { d[Math.min(n, A[j])] += Sz[j]; if (F[j] < n) d[F[j]] -= Sz[j]; }
+    for (var i = 0; i < n; i++) { s += d[i]; tot[i] = s; }
+    var palette = ["#4e79a7", "#f28e2c", "#59a14f", "#e15759", "#76b7b2", "#edc949", "#af7aa1",
+                   "#ff9da7", "#9c755f", "#bab0ab", "#86bcb6", "#d37295", "#fabfd2", "#b6992d", "#499894"];
+    segModelCache = { N: N, A: A, F: F, S: Sz, col: col, order: new Uint32Array(order), tot: tot,
+                      argmax: rangeMax(tot, n), rest: null, idx: idx, groups: names,
+                      colors: palette.map(rgba), palette: palette, items: "segments", unit: 1,
+                      hatchNone: false };
+    return segModelCache;
+  }
+  function model() { return S.view === "segs" ? segModel() : memModel(); }
+  function segLegend() {  // the segment timeline's colours: stream and pool
+    var el = $("tgc-seglegend"), md = segModel();
+    if (el.firstChild) return;
+    el.appendChild(document.createTextNode("segments by stream and pool:"));
+    md.groups.forEach(function (g, i) {
+      var sw = document.createElement("span"); sw.className = "sw";
+      sw.style.background = md.palette[Math.min(i, 14)];
+      el.appendChild(sw);
+      el.appendChild(document.createTextNode(g));
+    });
+    el.appendChild(document.createTextNode(" — the line: the allocated bytes"));
+  }
+
+  // ---------------------------------------------------------------- layout and paint
+  var dpr = 1, W = 0, H = 0, PL = 64, PR = 8, PT = 8, PB = 34;  // CSS px: plot area margins
+  function size() {
+    dpr = window.devicePixelRatio || 1;
+    var w = plotEl.clientWidth, h = plotEl.clientHeight;
+    W = Math.max(50, w - PL - PR); H = Math.max(50, h - PT - PB);
+    [canvas, overlay].forEach(function (c) {
+      c.width = Math.round(W * dpr); c.height = Math.round(H * dpr);
+      c.style.width = W + "px"; c.style.height = H + "px";
+      c.style.left = PL + "px"; c.style.top = PT + "px";
+    });
+    axes.setAttribute("width", w); axes.setAttribute("height", h);
+  }
+  // the layout of [e0, e1) in P device columns: each column's entry (tp: the first where the
+  // most bytes are alive), the items drawn one by one (the K largest alive in range; all of
+  // them once at most ZOOM_ALL are), each one's columns and its offsets where they change
+  function layout(md, e0, e1, K) {
+    var P = canvas.width, n = M.n, span = e1 - e0, tp = new Float64Array(P),
+        top = new Float64Array(P), p, i, j, q;
+    for (p = 0; p < P; p++) {
+      var lo = e0 + p * span / P, hi = e0 + (p + 1) * span / P;
+      var i0 = Math.floor(lo), i1 = Math.max(i0, Math.ceil(hi) - 1);
+      tp[p] = n ? md.argmax(i0, i1) : 0;
+      top[p] = n ? md.tot[tp[p]] : 0;
+    }
+    var lo0 = Math.max(0, Math.floor(e0)), hi0 = Math.min(n - 1, Math.ceil(e1) - 1);
+    // alive somewhere in range: A <= hi0 and F > lo0; as many as start by hi0, less those
+    // that ended by lo0 (they started before it)
+    var N = md.N, A = md.A, F = md.F, upto = upperBound(A, N, hi0), inView = 0, ix = null;
+    if (ready || md === segModelCache) {
+      ix = rangeIndex(md);
+      inView = upto - upperBound(ix.fs, N, lo0);
+    } else {  // the first paint does without the index (made right after it)
+      for (j = 0; j < upto; j++) if (F[j] > lo0) inView++;
+    }
+    var all = inView <= Math.max(K, ZOOM_ALL) && e1 - e0 < n - 1e-9 || inView <= K;
+    var want = all ? inView : K, drawn = [];
+    if (all && !ix) { for (j = 0; j < upto; j++) if (F[j] > lo0) drawn.push(j); }
+    else if (all) {  // by the max-tree of their ends: O(found log N)
+      var t = ix.tree, PT2 = ix.P, stack = [1, 0, PT2];
+      while (stack.length) {
+        var b = stack.pop(), a = stack.pop(), node = stack.pop();
+        if (a >= upto || t[node] <= lo0) continue;
+        if (node >= PT2) { drawn.push(node - PT2); continue; }
+        var m = (a + b) >> 1;
+        stack.push(2 * node + 1, m, b, 2 * node, a, m);
+      }
+    } else if (md.order) {
+      for (q = 0; q < N && drawn.length < want; q++) {
+        j = md.order[q];
+        if (A[j] <= hi0 && F[j] > lo0) drawn.push(j);
+      }
+      drawn.sort(function (x, y) { return x - y; });
+    } else {
+      // the first paint: the largest of the whole trace came with the page
+      if (!ready && md.N === M.N && data.top && K === data.detail && e0 === 0 && e1 >= n) {
+        drawn = data.top.filter(function (j) { return A[j] <= hi0 && F[j] > lo0; });
+        if (drawn.length !== Math.min(want, inView)) drawn = null;
+      } else drawn = null;
+      if (!drawn) drawn = largest(md, lo0, hi0, inView, want);
+    }
+    var nd = drawn.length, p0 = new Int32Array(nd), p1 = new Int32Array(nd);
+    for (q = 0; q < nd; q++) {
+      j = drawn[q];
+      p0[q] = firstAtLeast(tp, A[j]);
+      p1[q] = F[j] === ALIVE ? P : firstAtLeast(tp, F[j]);
+    }
+    var ymax = 0;
+    for (p = 0; p < P; p++) if (top[p] > ymax) ymax = top[p];
+    return { md: md, e0: e0, e1: e1, P: P, tp: tp, top: top, drawn: drawn, p0: p0, p1: p1,
+             ymax: ymax > 0 ? ymax * 1.05 : 1, inView: inView, all: nd === inView, vhead: null };
+  }
+  function upperBound(arr, n, v) {  // how many of the sorted arr[0:n] are <= v
+    var lo = 0, hi = n;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (arr[mid] <= v) lo = mid + 1; else hi = mid; }
+    return lo;
+  }
+  // a model's ends, sorted, and a max-tree over them in index order (made once a model)
+  function rangeIndex(md) {
+    var holder = md === segModelCache ? md : M;
+    if (holder.rix) return holder.rix;
+    var N = md.N, fs = new Float64Array(N), P = 1, j;
+    fs.set(md.F.subarray ? md.F.subarray(0, N) : md.F);
+    fs.sort();
+    while (P < N) P *= 2;
+    var tree = new Float64Array(2 * P).fill(-1);
+    for (j = 0; j < N; j++) tree[P + j] = md.F[j];
+    for (j = P - 1; j >= 1; j--) tree[j] = Math.max(tree[2 * j], tree[2 * j + 1]);
+    holder.rix = { fs: fs, tree: tree, P: P };
+    return holder.rix;
+  }
+  // the `want` largest items alive in [lo, hi] (equal sizes: the earlier first), in index
+  // order, by a selection over their keys (no sort of them all)
+  function largest(md, lo, hi, count, want) {
+    var key = new Float64Array(count), A = md.A, F = md.F, Sz = md.S, k = 0, j, u = md.unit;
+    var big = 4194304;
+    for (j = 0; j < md.N; j++) if (A[j] <= hi && F[j] > lo) key[k++] = -(Sz[j] / u * big + (big - 1 - j));
+    var l = 0, r = count - 1, m = want - 1;
+    while (l < r) {  // quickselect: key[m] the want-th smallest
+      var pv = key[(l + r) >> 1], i = l, q = r;
+      while (i <= q) {
+        while (key[i] < pv) i++;
+        while (key[q] > pv) q--;
+        if (i <= q) { var t = key[i]; key[i] = key[q]; key[q] = t; i++; q--; }
+      }
+      if (m <= q) r = q; else if (m >= i) l = i; else break;
+    }
+    var thr = key[m], out = [];
+    for (j = 0; j < md.N; j++) if (A[j] <= hi && F[j] > lo && -(Sz[j] / u * big + (big - 1 - j)) <= thr) out.push(j);
+    return out;
+  }
+  function firstAtLeast(arr, v) {
+    var lo = 0, hi = arr.length;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (arr[mid] < v) lo = mid + 1; else hi = mid; }
+    return lo;
+  }
+  function bucket(P, idx, at) {  // items by the column they enter/leave at
+    var start = new Int32Array(P + 2), q;
+    for (q = 0; q < idx.length; q++) if (at[q] <= P) start[at[q] + 1]++;
+    for (q = 0; q <= P; q++) start[q + 1] += start[q];
+    var fill = start.slice(), out = new Int32Array(idx.length);
+    for (q = 0; q < idx.length; q++) if (at[q] <= P) out[fill[at[q]]++] = q;
+    return { start: start, items: out };
+  }
+  // Sweeps the columns once: stacks the drawn items and paints them, then the rest by colour
+  // above them, into an ImageData. An item's offset changes only where one below it leaves (a
+  // newcomer goes on top), so each column repaints from the lowest item that moved or came
+  // there upward and takes the rows below it from the column before: one pass over the pixels
+  // whatever the number of items (a band per run of columns cost a call per item that moved,
+  // every column, once thousands are drawn). Where each item's offset changes, (column, bytes)
+  // goes to flat typed arrays chained per item (vertsOf reads them), not to an array per item.
+  var imgCache = null, VMAIN = { p: new Int32Array(4096), y: new Float64Array(4096), next: new Int32Array(4096) };
+  function paint(Lt, dry) {
+    var md = Lt.md, P = Lt.P, Hd = canvas.height, ys = Hd / Lt.ymax;
+    if (!imgCache || imgCache.width !== P || imgCache.height !== Hd) imgCache = ctx.createImageData(P, Hd);
+    var img = imgCache, buf = new Uint32Array(img.data.buffer);
+    buf.fill(0xffffffff);
+    var nd = Lt.drawn.length, enter = bucket(P, Lt.drawn, Lt.p0), leave = bucket(P, Lt.drawn, Lt.p1);
+    var live = new Int32Array(nd), pos = new Int32Array(nd), nlive = 0, off = new Float64Array(nd),
+        dead = new Uint8Array(nd), head = new Int32Array(nd).fill(-1),
+        dc = new Float64Array(NC), rest = new Float64Array(NC), S2 = md.S, col = md.col, D = Lt.drawn;
+    var V = dry ? { p: new Int32Array(4096), y: new Float64Array(4096), next: new Int32Array(4096) } : VMAIN;
+    var vp = V.p, vy = V.y, vn = V.next, nv = 0;
+    var cols = md.colors, sep = cols.map(function (c) { return mix(c); }), hatchNone = md.hatchNone;
+    var p, k, b, q, c, y, top = 0, r, r0, r1, colr, low, cc, s, hatched = 0;
+    for (p = 0; p < P; p++) {
+      low = nlive;  // the lowest position whose item left, moved or came in this column
+      for (k = leave.start[p]; k < leave.start[p + 1]; k++) {
+        b = leave.items[k];
+        if (dead[b] || Lt.p0[b] >= p) { dead[b] = 1; continue; }  // never shown
+        dead[b] = 1;
+        dc[col[D[b]]] -= S2[D[b]];
+        if (col[D[b]] === NONE && hatchNone) hatched--;
+        if (pos[b] < low) low = pos[b];
+      }
+      if (low < nlive) {  // close the gaps
+        var w = low;
+        for (q = low; q < nlive; q++) { b = live[q]; if (!dead[b]) { live[w] = b; pos[b] = w; w++; } }
+        nlive = w;
+      }
+      for (k = enter.start[p]; k < enter.start[p + 1]; k++) {  // newcomers on top
+        b = enter.items[k];
+        if (Lt.p1[b] <= p) continue;
+        if (nlive < low) low = nlive;
+        live[nlive] = b; pos[b] = nlive++; off[b] = -1;
+        dc[col[D[b]]] += S2[D[b]];
+        if (col[D[b]] === NONE && hatchNone) hatched++;
+      }
+      // the rows under the lowest that changed: the column before's
+      y = low > 0 ? off[live[low - 1]] + S2[D[live[low - 1]]] : 0;
+      r1 = Math.ceil(Hd - y * ys - 0.5);
+      if (r1 > Hd) r1 = Hd;
+      if (p > 0 && hatched > 0) {  // hatching runs diagonally: redone, not copied
+        for (r = r1 < 0 ? 0 : r1; r < Hd; r++) {
+          colr = buf[r * P + p - 1];
+          buf[r * P + p] = colr === hatch[0] || colr === hatch[1] ? hatch[(p + r) % 6 < 2 ? 1 : 0] : colr;
+        }
+      } else if (p > 0) for (r = r1 < 0 ? 0 : r1; r < Hd; r++) buf[r * P + p] = buf[r * P + p - 1];
+      // from there up: each one's offset (where it changes, noted) and its rows
+      for (q = low; q < nlive; q++) {
+        b = live[q]; s = S2[D[b]];
+        if (off[b] !== y) {
+          off[b] = y;
+          if (nv === vp.length) {
+            var m2 = nv * 2, np = new Int32Array(m2), ny = new Float64Array(m2), nn = new Int32Array(m2);
+            np.set(vp); ny.set(vy); nn.set(vn); vp = np; vy = ny; vn = nn;
+          }
+          vp[nv] = p; vy[nv] = y; vn[nv] = head[b]; head[b] = nv++;
+        }
+        y += s;
+        r0 = Math.ceil(Hd - y * ys - 0.5);
+        if (r0 < 0) r0 = 0;
+        if (r1 > r0) {
+          cc = col[D[b]];
+          if (cc === NONE && hatchNone) for (r = r0; r < r1; r++) buf[r * P + p] = hatch[(p + r) % 6 < 2 ? 1 : 0];
+          else {
+            colr = cols[cc] || cols[0];
+            buf[r0 * P + p] = r1 - r0 >= 4 ? sep[cc] || colr : colr;
+            for (r = r0 + 1; r < r1; r++) buf[r * P + p] = colr;
+          }
+          r1 = r0;
+        }
+      }
+      top = y;
+      if (md.rest) {  // the rest, by colour, above the drawn ones
+        md.rest(Lt.tp[p], rest);
+        y = top;
+        for (c = 0; c < NC; c++) {
+          var v = rest[c] - dc[c];
+          if (v <= 0) continue;
+          r0 = Math.ceil(Hd - (y + v) * ys - 0.5); r1 = Math.ceil(Hd - y * ys - 0.5);
+          if (r0 < 0) r0 = 0;
+          if (c === NONE) for (r = r0; r < r1; r++) buf[r * P + p] = hatch[(p + r) % 6 < 2 ? 1 : 0];
+          else { colr = cols[c] || cols[0]; for (r = r0; r < r1; r++) buf[r * P + p] = colr; }
+          y += v;
+        }
+      }
+    }
+    if (dry) return;
+    VMAIN = { p: vp, y: vy, next: vn };
+    Lt.vhead = head; Lt.vp = vp; Lt.vy = vy; Lt.vn = vn;
+    ctx.putImageData(img, 0, 0);
+  }
+  // [column, offset bytes, ...] where drawn item q's offset changes, in column order
+  function vertsOf(q) {
+    var out = [];
+    for (var v = L.vhead[q]; v >= 0; v = L.vn[v]) out.push(L.vy[v], L.vp[v]);
+    return out.reverse();
+  }
+  // the layout and the paint of a few ranges, thrown away: the browser compiles them before the
+  // first zoom rather than during it
+  function warm() {
+    if (!M || !M.n || S.view !== "mem") return;
+    var md = model(), n = M.n;
+    // the whole trace, two zoomed-out ranges and one of a thousand entries (the detail view)
+    [[0, n], [n * 0.3, n * 0.6], [n * 0.45, n * 0.47], [Math.max(0, n / 2 - 500), n / 2 + 500]].forEach(function (r) {
+      paint(layout(md, r[0], Math.max(r[1], r[0] + 2), S.K), true);
+    });
+  }
+  function mix(c) {  // a band's top row: its colour, a little lighter
+    var r = c & 255, g = (c >> 8) & 255, b2 = (c >> 16) & 255;
+    r = r + (255 - r) * 0.45; g = g + (255 - g) * 0.45; b2 = b2 + (255 - b2) * 0.45;
+    return (0xff000000 | (Math.round(b2) << 16) | (Math.round(g) << 8) | Math.round(r)) >>> 0;
+  }
+  var ctx = canvas.getContext("2d"), octx = overlay.getContext("2d");
+
+  // ---------------------------------------------------------------- axes
+  function niceStep(span, n) {
+    var raw = span / n, p = Math.pow(10, Math.floor(Math.log10(Math.max(raw, 1e-9)))), m = raw / p;
+    return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
+  }
+  function svgText(parent, x, y, cls, text, anchor) {
+    var t = document.createElementNS(NS, "text");
+    t.setAttribute("x", x.toFixed(1)); t.setAttribute("y", y.toFixed(1));
+    t.setAttribute("class", cls);
+    if (anchor) t.setAttribute("text-anchor", anchor);
+    t.textContent = text;
+    parent.appendChild(t);
+    return t;
+  }
+  function svgLine(parent, x1, y1, x2, y2, stroke) {
+    var l = document.createElementNS(NS, "line");
+    l.setAttribute("x1", x1); l.setAttribute("y1", y1); l.setAttribute("x2", x2); l.setAttribute("y2", y2);
+    l.setAttribute("stroke", stroke);
+    parent.appendChild(l);
+  }
+  var measure = document.createElement("canvas").getContext("2d");
+  function textWidth(s) {  // the width of a tick's label (11px sans-serif), without a layout
+    measure.font = "11px sans-serif";
+    return measure.measureText(s).width;
+  }
+  function drawAxes() {
+    clear(xaxis); clear(yaxis);
+    var e0 = S.e0, e1 = S.e1, step = Math.max(1, niceStep(e1 - e0, Math.max(2, Math.floor(W / 170))));
+    var ticks = [];
+    for (var e = Math.ceil(e0 / step) * step; e <= e1 + 1e-9; e += step) ticks.push(e);
+    // seconds: enough decimals that neighbours differ; a time equal to the previous one's is
+    // written once
+    var T = times(!ready);
+    var secs = ticks.map(function (e) { return T && e < M.n ? (T[Math.min(M.n - 1, Math.floor(e))] - T[0]) / 1e6 : null; });
+    var dmin = Infinity;
+    for (var i = 1; i < secs.length; i++) if (secs[i] !== null && secs[i - 1] !== null && secs[i] !== secs[i - 1])
+      dmin = Math.min(dmin, Math.abs(secs[i] - secs[i - 1]));
+    var dec = isFinite(dmin) ? Math.min(6, Math.max(0, Math.ceil(-Math.log10(dmin)) + 1)) : 3;
+    var prevLabel = null;
+    ticks.forEach(function (e, k) {
+      var x = PL + (e - e0) / (e1 - e0) * W, label = "event " + num(e);
+      if (secs[k] !== null) {
+        var tl = "+" + secs[k].toFixed(dec) + " s";
+        if (tl !== prevLabel) label += " (" + tl + ")";
+        prevLabel = tl;
+      }
+      var t = svgText(xaxis, x, PT + H + 16, "tick", label), tw = textWidth(label);
+      var right = PL + W + PR, cx = Math.max(tw / 2 + 1, Math.min(right - tw / 2 - 1, x));
+      if (cx !== x) t.setAttribute("x", cx.toFixed(1));  // kept whole inside the plot's box
+      svgLine(xaxis, x, PT + H, x, PT + H + 4, "#888");
+    });
+    var top = L ? L.ymax : 1, unit = 1, ui = 0;
+    while (top / unit >= 1024 && ui < 5) { unit *= 1024; ui++; }
+    var ystep = niceStep(top / unit, 5) * unit;
+    for (var v = 0; v <= top; v += ystep) {
+      var y = PT + H - v / top * H;
+      svgText(yaxis, PL - 6, y, "ytick", fmtBytes(v).replace(".00", ""));
+      svgLine(yaxis, PL, y, PL + W, y, "#eee");
+    }
+  }
+
+  // ---------------------------------------------------------------- drawing a plot view
+  function apply() {
+    if (!M) return;
+    var t0 = performance.now();
+    if (S.view === "mem" || S.view === "segs") {
+      var md = model();
+      L = layout(md, S.e0, S.e1, S.view === "segs" ? md.N : S.K);
+      paint(L);
+      drawAxes();
+      drawOverlay();
+      var mode = L.all ? "detail" : "overview";
+      status.textContent = "events " + num(S.e0) + " to " + num(S.e1) + " of " + num(M.n) + " \u2014 " +
+        (L.all ? "every one of the " + num(L.inView) + " " + md.items + " in view drawn one by one"
+               : num(L.drawn.length) + " largest of the " + num(L.inView) + " " + md.items +
+                 " in view drawn one by one, the rest as one area per " +
+                 (S.view === "segs" ? "group" : "category"));
+      plotEl.setAttribute("data-mode", mode);
+    } else if (S.view === "state") {
+      drawState();
+      status.textContent = "events " + num(S.e0) + " to " + num(S.e1) + " of " + num(M.n);
+    }
+    drawNav();
+    updateHits();
+    plotEl.setAttribute("data-range", S.e0 + " " + S.e1);
+    plotEl.setAttribute("data-zoom-ms", (performance.now() - t0).toFixed(2));
+    performance.mark("tgc-zoom");
+  }
+  function xOf(e) { return (e - S.e0) / (S.e1 - S.e0) * W; }  // CSS px in the plot
+  function eOf(x) { return S.e0 + x / W * (S.e1 - S.e0); }
+  // the overlay: OOMs, the selected event, the pinned and hovered items' outlines, search
+  function drawOverlay() {
+    octx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    octx.clearRect(0, 0, W, H);
+    if (!L) return;
+    if (S.match && S.view === "mem") {
+      octx.fillStyle = "rgba(255,255,255,0.6)";
+      octx.fillRect(0, 0, W, H);
+      octx.globalCompositeOperation = "destination-out";
+      octx.fillStyle = "#000";
+      forDrawn(function (q, j) { if (S.match[j]) { bandPath(q); octx.fill(); } });
+      octx.globalCompositeOperation = "source-over";
+      octx.strokeStyle = "#e000c0"; octx.lineWidth = 1.6;
+      forDrawn(function (q, j) { if (S.match[j]) { bandPath(q); octx.stroke(); } });
+    }
+    if (S.view === "mem" && data.compare) drawBaseline();
+    if (S.view === "segs") {  // the allocated bytes over the reserved segments
+      octx.strokeStyle = "#222"; octx.lineWidth = 1; octx.beginPath();
+      var ys = H / L.ymax;
+      for (var p = 0; p < L.P; p += Math.max(1, Math.round(dpr))) {
+        var y = H - M.tot[L.tp[p]] * ys, x = p / dpr;
+        if (p === 0) octx.moveTo(x, y); else octx.lineTo(x, y);
+      }
+      octx.stroke();
+    }
+    if (S.cur >= 0 && S.cur >= S.e0 && S.cur <= S.e1) {
+      octx.setLineDash([4, 3]); octx.strokeStyle = "#333"; octx.lineWidth = 1;
+      var cx = xOf(S.cur + 0.5);
+      octx.beginPath(); octx.moveTo(cx, 0); octx.lineTo(cx, H); octx.stroke();
+      octx.setLineDash([]);
+    }
+    if (S.view === "mem" || S.view === "segs") {  // the OOMs, over everything
+      M.events.forEach(function (ev) {
+        if (ev[1] !== 4 || ev[0] < S.e0 - 1 || ev[0] > S.e1) return;
+        var x = xOf(ev[0] + 0.5);
+        octx.strokeStyle = "#d00"; octx.lineWidth = 2;
+        octx.beginPath(); octx.moveTo(x, 0); octx.lineTo(x, H); octx.stroke();
+      });
+    }
+    var pinned = drawnIndex(S.view === "segs" ? S.selSeg : S.sel);
+    if (pinned >= 0) {
+      octx.strokeStyle = "#000"; octx.lineWidth = 2.5; bandPath(pinned); octx.stroke();
+      octx.strokeStyle = "#fff"; octx.lineWidth = 1; bandPath(pinned); octx.stroke();
+    }
+    if (hover && hover.q >= 0) {
+      octx.strokeStyle = "#000"; octx.lineWidth = 1.5; bandPath(hover.q); octx.stroke();
+    }
+    if (brush) {
+      octx.fillStyle = "rgba(58,143,217,0.15)"; octx.strokeStyle = "#3a8fd9";
+      var bx = Math.min(brush.x0, brush.x1), bw = Math.abs(brush.x1 - brush.x0);
+      octx.fillRect(bx, 0, bw, H); octx.strokeRect(bx, 0, bw, H);
+    }
+  }
+  function drawBaseline() {  // the baseline snapshot's curve, on its own trace positions
+    var c = data.compare.a, cols = c.max.length;
+    if (!cols || !L) return;
+    var ys = H / L.ymax;
+    octx.strokeStyle = "#555"; octx.setLineDash([5, 3]); octx.lineWidth = 1.2; octx.beginPath();
+    var started = false;
+    for (var x = 0; x <= W; x += 2) {
+      var e = eOf(x);
+      if (e >= c.n) break;
+      var col = Math.min(cols - 1, Math.floor(e / c.n * cols)), y = H - c.max[col] * ys;
+      if (!started) { octx.moveTo(x, y); started = true; } else octx.lineTo(x, y);
+    }
+    octx.stroke(); octx.setLineDash([]);
+  }
+  function forDrawn(fn) { for (var q = 0; q < L.drawn.length; q++) fn(q, L.drawn[q]); }
+  function drawnIndex(j) {
+    if (j === undefined || j < 0 || !L) return -1;
+    var lo = 0, hi = L.drawn.length;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (L.drawn[mid] < j) lo = mid + 1; else hi = mid; }
+    return lo < L.drawn.length && L.drawn[lo] === j && L.p1[lo] > L.p0[lo] ? lo : -1;
+  }
+  // the outline of drawn item q, in CSS px
+  function bandPath(q) {
+    var v = vertsOf(q), s = L.md.S[L.drawn[q]], ys = H / L.ymax, x1 = L.p1[q] / dpr;
+    octx.beginPath();
+    if (!v || !v.length) return;
+    var i, x, xn;
+    octx.moveTo(v[0] / dpr, H - (v[1] + s) * ys);
+    for (i = 0; i < v.length; i += 2) {
+      x = v[i] / dpr; xn = i + 2 < v.length ? v[i + 2] / dpr : x1;
+      octx.lineTo(x, H - (v[i + 1] + s) * ys); octx.lineTo(xn, H - (v[i + 1] + s) * ys);
+    }
+    for (i = v.length - 2; i >= 0; i -= 2) {
+      x = v[i] / dpr; xn = i + 2 < v.length ? v[i + 2] / dpr : x1;
+      octx.lineTo(xn, H - v[i + 1] * ys); octx.lineTo(x, H - v[i + 1] * ys);
+    }
+    octx.closePath();
+  }
+  // what is under (x, y), CSS px in the plot: {q, j} a drawn item, {area: colour, t} the rest,
+  // {oom: row}, or null
+  function hitAt(x, y) {
+    if (!L || x < 0 || y < 0 || x >= W || y >= H) return null;
+    if (S.view === "mem" || S.view === "segs") {
+      for (var r = 0; r < M.events.length; r++) {
+        var ev = M.events[r];
+        if (ev[1] === 4 && Math.abs(xOf(ev[0] + 0.5) - x) <= 3) return { oom: r, t: ev[0] };
+      }
+    }
+    var p = Math.min(L.P - 1, Math.max(0, Math.floor(x * dpr))), t = L.tp[p], md = L.md;
+    var bytes = (H - y) / H * L.ymax, acc = 0, q, j, dc = new Float64Array(NC);
+    for (q = 0; q < L.drawn.length; q++) {
+      if (L.p0[q] > p || L.p1[q] <= p) continue;
+      j = L.drawn[q];
+      var s = md.S[j];
+      if (bytes >= acc && bytes < acc + s) return { q: q, j: j, t: t };
+      acc += s; dc[md.col[j]] += s;
+    }
+    if (!md.rest) return null;
+    var rest = new Float64Array(NC);
+    md.rest(t, rest);
+    for (var c = 0; c < NC; c++) {
+      var v = rest[c] - dc[c];
+      if (v <= 0) continue;
+      if (bytes >= acc && bytes < acc + v) return { area: c, t: t, bytes: v };
+      acc += v;
+    }
+    return null;
+  }
+
+  // ---------------------------------------------------------------- tooltip and panel
+  var hover = null, tipKey = null, tipW = 0, tipH = 0;
+  // the tooltip at the pointer; built again only for another item (key), else moved: its
+  // size is known without a layout
+  function showTip(ev, build, key) {
+    if (key === undefined || key !== tipKey || tip.hidden) {
+      clear(tip);
+      build(tip);
+      tip.hidden = false;
+      tipW = tip.offsetWidth; tipH = tip.offsetHeight;
+      tipKey = key;
+    }
+    var w = tipW, h = tipH, x = ev.clientX + 14, y = ev.clientY + 14;
+    if (x + w > window.innerWidth - 4) x = Math.max(4, ev.clientX - w - 14);
+    if (y + h > window.innerHeight - 4) y = Math.max(4, ev.clientY - h - 14);
+    tip.style.left = x + "px"; tip.style.top = y + "px";
+  }
+  function hideTip() { tip.hidden = true; tipKey = null; }
+  function tipAlloc(el, j) {  // a few lines: the panel (a click) has it all
+    var lines = [version(j) + " \u00b7 " + fmtBytes(M.S[j]) + " \u00b7 " + catText(j)];
+    if (nameOf(j)) lines.push(nameOf(j));
+    lines.push((j < data.npre ? "allocated before the trace" : "allocated at " + when(M.A[j])) +
+               (M.F[j] === ALIVE ? ", alive at the end" : ", freed at " + when(M.F[j])) +
+               (M.W[j] ? ", stream " + M.W[j] : ""));
+    lines.forEach(function (t) { var d = document.createElement("div"); d.textContent = t; el.appendChild(d); });
+    var k = M.K[j], title = null;
+    if (!k && M.R[j]) { k = M.R[j]; title = "alloc not recorded, stack trace for free:"; }
+    fromLine(el, k);
+    el.appendChild(stackPre(k, 6, title));
+  }
+  function tipArea(el, h, pinned) {
+    var head = document.createElement("div");
+    head.textContent = (S.view === "segs" ? segModel().groups[h.area] : catName(h.area)) + ": " +
+      fmtSize(h.bytes) + " at " + when(h.t) + ", in allocations not drawn one by one" +
+      (h.area === NONE ? " (of no category: hatched)" : "");
+    el.appendChild(head);
+    var big = largestOf(h.area, h.t, !!pinned);
+    if (big.j >= 0) {
+      var d = document.createElement("div");
+      d.textContent = (pinned ? big.count + " allocation" + (big.count === 1 ? "" : "s") + "; " : "") +
+        "the largest, " + version(big.j) + " " + fmtBytes(M.S[big.j]) +
+        (nameOf(big.j) ? " (" + nameOf(big.j) + ")" : "") + ":";
+      el.appendChild(d);
+      fromLine(el, M.K[big.j]);
+      el.appendChild(stackPre(M.K[big.j], 10));
+    }
+    var note = document.createElement("div");
+    note.className = "r"; note.textContent = "Raise Detail, or zoom in, to draw them one by one.";
+    el.appendChild(note);
+  }
+  // the largest allocation of category c alive at t that is not drawn (by the size order:
+  // the first found is the largest), and, when asked, how many there are
+  function largestOf(c, t, counting) {
+    var best = -1, count = 0, drawn = {}, A = M.A, F = M.F, cat = M.cat;
+    if (L) L.drawn.forEach(function (j) { drawn[j] = 1; });
+    if (!M.order) M.order = sizeOrder(M.S, M.N, data.unit);
+    for (var q = 0; q < M.N; q++) {
+      var j = M.order[q];
+      if (cat[j] !== c || A[j] > t || F[j] <= t || drawn[j]) continue;
+      if (best < 0) best = j;
+      if (!counting) break;
+      count++;
+    }
+    return { j: best, count: count };
+  }
+  function tipOom(el, r) {
+    var ev = M.events[r], d = document.createElement("div");
+    d.textContent = "OOM at " + when(ev[0]) + ": requested " + fmtSize(ev[3]) + ", the device had " +
+      fmtSize(ev[6]) + " free" + (ev[4] ? " (stream " + ev[4] + ")" : "");
+    el.appendChild(d);
+    fromLine(el, ev[5]);
+    el.appendChild(stackPre(ev[5], 14));
+  }
+  function tipSeg(el, q) {
+    var md = segModel(), g = M.segs[md.idx[q]], d = document.createElement("div");
+    d.textContent = "s" + g[3] + "_" + g[7] + ": segment " + fmtSize(g[2]) + ", stream " + g[4] +
+      ", " + g[5] + " pool" + (g[9] ? " (by its size: the snapshot no longer holds it)" : "") +
+      (g[8] ? ", expandable" : "");
+    el.appendChild(d);
+    el.appendChild(dl([["made", g[0] === 0 && g[6] === 0 ? "before the trace or at event 0" : when(g[0])],
+                       ["freed", g[1] < 0 ? "alive at the end" : when(g[1])]]));
+    fromLine(el, g[6]);
+    el.appendChild(stackPre(g[6], 14));
+  }
+  function pinAlloc(j) {
+    full();
+    S.sel = j;
+    clear(panel);
+    panel.removeAttribute("data-j");
+    if (j < 0) return;
+    panel.appendChild(h3("Allocation " + fmtBytes(M.S[j])));
+    panel.appendChild(dl(allocRows(j)));
+    fromLine(panel, M.K[j] || M.R[j]);
+    panel.appendChild(stackPre(M.K[j], 0, M.K[j] ? "allocated at:" : "alloc not recorded"));
+    if (M.R[j]) panel.appendChild(stackPre(M.R[j], 0, "freed at:"));
+    panel.setAttribute("data-j", String(j));
+  }
+  function pinSeg(q) {
+    S.selSeg = q;
+    clear(panel);
+    panel.appendChild(h3("Segment"));
+    tipSeg(panel, q);
+  }
+  function pinArea(h) {
+    clear(panel);
+    panel.appendChild(h3("Summarized: " + catName(h.area)));
+    tipArea(panel, h, true);
+  }
+
+  // ---------------------------------------------------------------- range and input
+  function setRange(a, b) {
+    var n = Math.max(M.n, 1), span = Math.max(b - a, Math.min(n, 2));
+    a = Math.max(0, Math.min(a, n - span));
+    S.e0 = a; S.e1 = Math.min(n, a + span);
+    apply();
+  }
+  var lastXY = { ev: null, pt: null };
+  function plotXY(ev) {  // the same event asked again (a wheel step's hover): no second layout
+    if (lastXY.ev === ev) return lastXY.pt;
+    var r = canvas.getBoundingClientRect();
+    lastXY = { ev: ev, pt: { x: ev.clientX - r.left, y: ev.clientY - r.top } };
+    return lastXY.pt;
+  }
+  var drag = null, brush = null, pending = null;
+  plotEl.addEventListener("wheel", function (ev) {
+    if (!M) return;
+    ev.preventDefault();
+    var pt = plotXY(ev), e = eOf(Math.max(0, Math.min(W, pt.x)));
+    var f = ev.deltaY > 0 ? 1.25 : 0.8;
+    setRange(e - (e - S.e0) * f, e + (S.e1 - e) * f);
+    hoverAt(ev);
+  }, { passive: false });
+  plotEl.addEventListener("mousedown", function (ev) {
+    if (!M || ev.button !== 0) return;
+    var pt = plotXY(ev);
+    drag = { x: ev.clientX, px: pt.x, e0: S.e0, e1: S.e1, shift: ev.shiftKey, moved: false };
+    ev.preventDefault();
   });
-  detailG.addEventListener("click", function (ev) {
-    var j = ev.target.getAttribute && ev.target.getAttribute("data-j");
-    if (j !== null && j !== undefined) showDetail(+j);
+  window.addEventListener("mousemove", function (ev) {
+    if (!M) return;
+    if (drag) {
+      if (Math.abs(ev.clientX - drag.x) > 3) drag.moved = true;
+      if (!drag.moved) return;
+      var pt = plotXY(ev);
+      if (drag.shift) { brush = { x0: drag.px, x1: Math.max(0, Math.min(W, pt.x)) }; drawOverlay(); }
+      else {
+        var de = (ev.clientX - drag.x) / W * (drag.e1 - drag.e0);
+        setRange(drag.e0 - de, drag.e1 - de);
+      }
+      return;
+    }
+    if (ev.target === overlay || ev.target === canvas) {
+      if (pending === null) pending = requestAnimationFrame(function () { pending = null; hoverAt(lastMove); });
+      lastMove = ev;
+    } else if (hover && !plotEl.contains(ev.target)) { hover = null; hideTip(); drawOverlay(); }
+  });
+  var lastMove = null;
+  window.addEventListener("mouseup", function (ev) {
+    if (!drag) return;
+    var d = drag;
+    drag = null;
+    if (d.shift && d.moved && brush) {
+      var a = eOf(Math.min(brush.x0, brush.x1)), b = eOf(Math.max(brush.x0, brush.x1));
+      brush = null;
+      setRange(a, b);
+      return;
+    }
+    brush = null;
+    if (!d.moved) clickAt(ev);
+  });
+  function hoverAt(ev) {
+    if (!ev || !L || (S.view !== "mem" && S.view !== "segs") || !M.K && (full(), !M.K)) return;
+    var t0 = performance.now(), pt = plotXY(ev), h = hitAt(pt.x, pt.y);
+    hoverDone(h, ev, t0);
+  }
+  function hoverDone(h, ev, t0) {
+    hover = h;
+    if (!h) {
+      hideTip(); drawOverlay(); plotEl.removeAttribute("data-hover");
+      plotEl.setAttribute("data-hover-ms", (performance.now() - t0).toFixed(2));
+      return;
+    }
+    if (h.oom !== undefined) showTip(ev, function (el) { tipOom(el, h.oom); }, "o" + h.oom);
+    else if (h.area !== undefined) showTip(ev, function (el) { tipArea(el, h); });
+    else if (S.view === "segs") showTip(ev, function (el) { tipSeg(el, h.j); }, "s" + h.j);
+    else showTip(ev, function (el) { tipAlloc(el, h.j); }, "j" + h.j);
+    plotEl.setAttribute("data-hover", h.j !== undefined ? "j" + h.j : h.area !== undefined ? "c" + h.area : "oom");
+    drawOverlay();
+    plotEl.setAttribute("data-hover-ms", (performance.now() - t0).toFixed(2));
+  }
+  function clickAt(ev) {
+    if (!M.K && (full(), !M.K)) return;
+    var pt = plotXY(ev), h = hitAt(pt.x, pt.y);
+    if (!h) {  // a click on nothing lets go of the pinned one
+      S.sel = -1; S.selSeg = -1;
+      clear(panel);
+      panel.removeAttribute("data-j");
+      panel.appendChild(document.createTextNode("Click an allocation, a block or an event to pin it here."));
+      drawOverlay();
+      return;
+    }
+    if (h.oom !== undefined) { zoomTo(M.events[h.oom][0]); return; }
+    S.cur = h.t;
+    if (h.area !== undefined) pinArea(h);
+    else if (S.view === "segs") pinSeg(h.j);
+    else pinAlloc(h.j);
+    drawOverlay(); drawNav();
+  }
+  function zoomTo(e) {
+    var half = Math.max(10, M.n / 40);
+    S.cur = e;
+    setRange(e - half, e + half);
+  }
+  $("tgc-reset").addEventListener("click", function () { setRange(0, M.n); });
+  document.querySelectorAll(".oom").forEach(function (b) {
+    b.addEventListener("click", function () { if (M) zoomTo(+b.getAttribute("data-event")); });
+  });
+  var slider = $("tgc-detail-n");
+  slider.addEventListener("input", function () {
+    S.K = +slider.value; $("tgc-detail-v").textContent = slider.value; apply();
+  });
+  ["native", "torch", "fold", "noise"].forEach(function (k) {
+    var box = $("tgc-f-" + k);
+    S.filt[k] = box.checked;
+    box.addEventListener("change", function () {
+      S.filt[k] = box.checked;
+      tipKey = null;  // the next tooltip with the frames the filters leave
+      if (S.sel >= 0 && S.view !== "segs") pinAlloc(S.sel);
+      if (S.view === "state") showInfo();
+    });
+  });
+  window.addEventListener("resize", function () { if (M) { size(); navBase = null; navSize = null; navc.width = 0; apply(); } });
+
+  // ---------------------------------------------------------------- search
+  var searchTimer = null;
+  search.addEventListener("input", function () {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(runSearch, 60);
+  });
+  function runSearch() {
+    if (M && !M.K && (full(), !M.K)) { searchTimer = setTimeout(runSearch, 100); return; }
+    var q = search.value.trim().toLowerCase();
+    S.q = q;
+    if (!q || !M) { S.match = null; apply(); return; }
+    var N = M.N, match = new Uint8Array(N), j, k, byStack = new Int8Array(M.fl.length + 1);
+    for (k = 1; k <= M.fl.length; k++) byStack[k] = stackText(k).indexOf(q) >= 0 ? 1 : 0;
+    var vq = /^(b|0x)?[0-9a-f]+(_\d*)?$/.test(q) ? q.replace(/^0x/, "") : null;
+    var namesHit = {};
+    for (j = 0; j < N; j++) {
+      if (byStack[M.K[j]]) { match[j] = 1; continue; }
+      var nm = nameOf(j);
+      if (nm) {
+        if (namesHit[nm] === undefined) namesHit[nm] = nm.toLowerCase().indexOf(q) >= 0;
+        if (namesHit[nm]) { match[j] = 1; continue; }
+      }
+      if (vq !== null) {
+        var hx = hex(M.X[j]), vs = "b" + hx + "_" + M.V[j];
+        if (vs.indexOf(vq) >= 0 || (vq[0] !== "b" && hx.indexOf(vq) >= 0)) match[j] = 1;
+      }
+    }
+    S.match = match;
+    apply();
+  }
+  // the count follows the range in view
+  function updateHits() {
+    if (!S.match) { hitsEl.textContent = ""; hitsEl.removeAttribute("data-count"); return; }
+    var lo = Math.max(0, Math.floor(S.e0)), hi = Math.min(M.n - 1, Math.ceil(S.e1) - 1), inView = 0, all = 0;
+    for (var j = 0; j < M.N; j++) {
+      if (!S.match[j]) continue;
+      all++;
+      if (M.A[j] <= hi && M.F[j] > lo) inView++;
+    }
+    hitsEl.textContent = inView + " match" + (inView === 1 ? "" : "es") + " in view" +
+      (all !== inView ? " (" + all + " in the trace)" : "");
+    hitsEl.setAttribute("data-count", String(inView));
+  }
+
+  // ---------------------------------------------------------------- allocations alive at t
+  var alive = null;  // a max-tree of the allocations' ends (freed or completed), by index
+  function aliveAt(t, fn) {
+    full();
+    if (!alive) {
+      var P = 1, N = M.N;
+      while (P < N) P *= 2;
+      var tr = new Float64Array(2 * P).fill(-1);
+      for (var j = 0; j < N; j++) tr[P + j] = Math.max(M.F[j], M.Fc[j]);
+      for (var i = P - 1; i >= 1; i--) tr[i] = Math.max(tr[2 * i], tr[2 * i + 1]);
+      alive = { t: tr, P: P };
+    }
+    var lo = 0, hi = M.N;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (M.A[mid] <= t) lo = mid + 1; else hi = mid; }
+    var tr2 = alive.t, P2 = alive.P, stack = [1, 0, P2];
+    while (stack.length) {
+      var b = stack.pop(), a = stack.pop(), node = stack.pop();
+      if (a >= lo || tr2[node] <= t) continue;
+      if (node >= P2) { fn(node - P2); continue; }
+      var m = (a + b) >> 1;
+      stack.push(2 * node + 1, m, b, 2 * node, a, m);
+    }
+  }
+
+  // ---------------------------------------------------------------- Allocator State History
+  var evBox = $("tgc-events"), evIn = $("tgc-events-in"), segc = $("tgc-segc"), info = $("tgc-info");
+  var ROW = 16, segLayout = null, stateHover = null;
+  var KIND = ["", "alloc", "free_requested", "free_completed", "oom", "segment_alloc",
+              "segment_free", "segment_map", "segment_unmap"];
+  function rangeRows() {
+    var lo = Math.max(0, Math.floor(S.e0)), hi = Math.min(M.n, Math.ceil(S.e1));
+    return { lo: lo, count: Math.max(0, hi - lo) };
+  }
+  function pad(s, w) { while (s.length < w) s += " "; return s; }
+  function eventText(i) {
+    var k = M.EK[i], j = M.EJ[i], idx = pad(String(i), 8);
+    if (j >= 0) {
+      var pre = k === 1 ? "" : "";
+      return idx + pre + pad(KIND[k], 15) + pad(version(j), 20) + fmtSize(M.S[j]) + (M.W[j] ? "  (stream " + M.W[j] + ")" : "");
+    }
+    if (j <= -2) {
+      var ev = M.events[-2 - j];
+      if (ev[1] === 4) return idx + "OOM (requested " + fmtSize(ev[3]) + ", CUDA has " + fmtSize(ev[6]) + " memory free)" + (ev[4] ? "  (stream " + ev[4] + ")" : "");
+      if (ev[1] === 0) return idx + pad(ev[7] || "(no action)", 15);
+      var sv = segVersion(ev);
+      return idx + pad(KIND[ev[1]], 15) + pad("s" + ev[2] + "_" + sv, 20) + fmtSize(ev[3]) + (ev[4] ? "  (stream " + ev[4] + ")" : "");
+    }
+    return idx + "(an entry the page does not carry)";
+  }
+  function segVersion(ev) {
+    for (var g = 0; g < M.segs.length; g++) {
+      var s = M.segs[g];
+      if (s[3] === ev[2] && (s[0] === ev[0] || s[1] === ev[0])) return s[7];
+    }
+    return 0;
+  }
+  function renderRows() {
+    entries();
+    var rr = rangeRows(), top = evBox.scrollTop, h = evBox.clientHeight;
+    evIn.style.height = rr.count * ROW + "px";
+    var a = Math.max(0, Math.floor(top / ROW) - 5), b = Math.min(rr.count, Math.ceil((top + h) / ROW) + 5);
+    clear(evIn);
+    for (var r = a; r < b; r++) {
+      var i = rr.lo + r, d = document.createElement("div");
+      d.className = "row" + (i === S.cur ? " sel" : "") + (M.EK[i] === 4 ? " oomrow" : "");
+      d.style.top = r * ROW + "px";
+      d.setAttribute("data-event", String(i));
+      d.textContent = eventText(i);
+      evIn.appendChild(d);
+    }
+  }
+  evBox.addEventListener("scroll", function () { renderRows(); });
+  evBox.addEventListener("click", function (ev) {
+    var row = ev.target.closest && ev.target.closest(".row");
+    if (row) selectEvent(+row.getAttribute("data-event"));
+    evBox.focus();
+  });
+  evBox.addEventListener("mousemove", function (ev) {
+    var row = ev.target.closest && ev.target.closest(".row");
+    if (!row) return;
+    var i = +row.getAttribute("data-event");
+    if (stateHover === "e" + i) return;
+    stateHover = "e" + i;
+    showEventInfo(i);
+  });
+  evBox.addEventListener("mouseleave", function () { stateHover = null; showInfo(); });
+  document.addEventListener("keydown", function (ev) {
+    if (S.view !== "state" || !M || ev.target === search) return;
+    var d = { ArrowDown: 1, ArrowUp: -1 }[ev.key];
+    if (!d) return;
+    ev.preventDefault();
+    var rr = rangeRows();
+    var i = S.cur < 0 ? rr.lo + rr.count - 1 : S.cur + d;
+    selectEvent(Math.max(rr.lo, Math.min(rr.lo + rr.count - 1, i)));
+  });
+  function selectEvent(i, keepSel) {
+    if (i < 0 || i >= M.n) return;
+    entries();
+    S.cur = i;
+    var j = M.EJ[i];
+    if (j >= 0 && !keepSel) S.sel = j;  // an event of an allocation pins it
+    var rr = rangeRows(), r = i - rr.lo;
+    if (r * ROW < evBox.scrollTop) evBox.scrollTop = r * ROW;
+    else if ((r + 1) * ROW > evBox.scrollTop + evBox.clientHeight) evBox.scrollTop = (r + 1) * ROW - evBox.clientHeight;
+    renderRows();
+    drawState();
+    drawNav();
+    showInfo();
+  }
+  function eventStack(i) {
+    var j = M.EJ[i], k = M.EK[i];
+    if (j >= 0) return k === 1 ? M.K[j] : M.R[j] || M.K[j];
+    if (j <= -2) return M.events[-2 - j][5];
+    return 0;
+  }
+  function showEventInfo(i) {
+    entries();
+    clear(info);
+    info.appendChild(document.createTextNode(eventText(i).replace(/^\d+\s+/, "event " + num(i) + ": ")));
+    var j = M.EJ[i];
+    if (j >= 0) {
+      var nm = nameOf(j);
+      info.appendChild(document.createTextNode("\n" + catName(M.cat[j]) + (nm ? ", " + nm : "") +
+        (M.EK[i] !== 1 ? (M.K[j] ? "" : "\nalloc not recorded, stack trace for free:") : "")));
+    }
+    var k = eventStack(i);
+    fromLine(info, k);
+    info.appendChild(stackPre(k, 0, M.EK[i] === 1 || M.EK[i] >= 5 ? null : "the free's stack:"));
+  }
+  function showInfo() {  // the selected event, memory_viz's way: allocated / reserved, then it
+    if (S.cur < 0 || !segLayout) { return; }
+    clear(info);
+    info.appendChild(document.createTextNode("(" + fmtSize(segLayout.allocated) + " allocated / " +
+      fmtSize(segLayout.reserved) + " reserved)\n"));
+    var keep = info.firstChild;
+    showEventInfo(S.cur);
+    info.insertBefore(keep, info.firstChild);
+  }
+  // the segments alive after event t, memory_viz's way: by size, packed into rows
+  function drawState() {
+    var pane = $("tgc-segpane"), w = pane.clientWidth, h = pane.clientHeight;
+    segc.width = Math.round(w * dpr); segc.height = Math.round(h * dpr);
+    segc.style.width = w + "px"; segc.style.height = h + "px";
+    var c = segc.getContext("2d");
+    c.setTransform(dpr, 0, 0, dpr, 0, 0);
+    c.clearRect(0, 0, w, h);
+    var t = S.cur >= 0 ? S.cur : Math.max(0, Math.min(M.n - 1, Math.ceil(S.e1) - 1));
+    if (S.cur < 0) S.cur = t;
+    var segs = [];
+    M.segs.forEach(function (g, gi) {
+      if (g[0] <= t && (g[1] < 0 || g[1] > t)) segs.push({ g: g, gi: gi, addr: parseInt(g[3], 16), size: g[2] });
+    });
+    segs.sort(function (x, y) { return x.addr - y.addr; });
+    // expandable segments: neighbouring mapped pieces of one stream are one segment
+    var merged = [];
+    segs.forEach(function (s) {
+      var p = merged[merged.length - 1];
+      if (p && s.g[8] && p.g[8] && p.addr + p.size === s.addr && p.g[4] === s.g[4]) { p.size += s.size; p.parts.push(s); }
+      else { s.parts = [s]; merged.push(s); }
+    });
+    var byAddr = merged.slice();
+    var bySize = merged.slice().sort(function (x, y) { return x.size - y.size || x.addr - y.addr; });
+    var maxs = bySize.length ? bySize[bySize.length - 1].size : 1, pad2 = maxs / Math.max(w, 1) * 2;
+    var row = 0, used = 0;
+    bySize.forEach(function (s) {
+      if (used + s.size > maxs && used > 0) { row++; used = 0; }
+      s.off = used; s.row = row; used += s.size + pad2; s.blocks = 0; s.used = 0;
+    });
+    var rows = row + 1, rh = Math.min(40, Math.max(6, (h - 4) / rows)), xs = (w - 4) / maxs;
+    var blocks = [], outside = 0, allocated = 0, reserved = 0;
+    merged.forEach(function (s) { reserved += s.size; });
+    aliveAt(t, function (j) {
+      var lo = 0, hi = byAddr.length - 1, at = -1, a = M.X[j];
+      while (lo <= hi) { var mid = (lo + hi) >> 1; if (byAddr[mid].addr <= a) { at = mid; lo = mid + 1; } else hi = mid - 1; }
+      var pendingFree = M.F[j] <= t;
+      if (at < 0 || a >= byAddr[at].addr + byAddr[at].size) { outside++; return; }
+      var s = byAddr[at];
+      s.blocks++; s.used += M.S[j];
+      if (!pendingFree) allocated += M.S[j];
+      blocks.push({ j: j, s: s, pend: pendingFree });
+    });
+    c.lineWidth = 1;
+    merged.forEach(function (s) {
+      c.fillStyle = "#fff"; c.strokeStyle = "#000";
+      c.fillRect(2 + s.off * xs, 2 + s.row * rh, s.size * xs, rh * 0.8);
+      c.strokeRect(2 + s.off * xs + 0.5, 2 + s.row * rh + 0.5, Math.max(1, s.size * xs - 1), rh * 0.8 - 1);
+    });
+    blocks.forEach(function (b) {
+      var x = 2 + (b.s.off + (M.X[b.j] - b.s.addr)) * xs, bw = Math.max(M.S[b.j] * xs, 0.75);
+      var cc = M.cat[b.j];
+      c.fillStyle = b.pend ? "#e00" : cc === NONE ? hatchFill(c) : data.cats.colors[cc];
+      c.fillRect(x, 2 + b.s.row * rh, bw, rh * 0.8);
+      b.x = x; b.w = bw;
+    });
+    var sel = blocks.filter(function (b) { return b.j === S.sel; })[0];
+    if (sel) { c.strokeStyle = "#000"; c.lineWidth = 2; c.strokeRect(sel.x, 2 + sel.s.row * rh, Math.max(sel.w, 3), rh * 0.8); }
+    if (S.match) {
+      c.strokeStyle = "#e000c0"; c.lineWidth = 1.5;
+      blocks.forEach(function (b) { if (S.match[b.j]) c.strokeRect(b.x, 2 + b.s.row * rh, Math.max(b.w, 2), rh * 0.8); });
+    }
+    segLayout = { t: t, merged: merged, blocks: blocks, rh: rh, xs: xs, allocated: allocated,
+                  reserved: reserved, outside: outside };
+    segc.setAttribute("data-event", String(t));
+    segc.setAttribute("data-segments", String(merged.length));
+    segc.setAttribute("data-blocks", String(blocks.length));
+    segc.setAttribute("data-allocated", String(allocated));
+    segc.setAttribute("data-reserved", String(reserved));
+    renderRows();
+  }
+  var hatchPattern = null;
+  function hatchFill(c) {
+    if (!hatchPattern) {
+      var p = document.createElement("canvas"); p.width = p.height = 6;
+      var pc = p.getContext("2d");
+      pc.fillStyle = "#e3e6ea"; pc.fillRect(0, 0, 6, 6);
+      pc.strokeStyle = "#8d98a5"; pc.lineWidth = 2; pc.beginPath(); pc.moveTo(0, 6); pc.lineTo(6, 0); pc.stroke();
+      hatchPattern = c.createPattern(p, "repeat");
+    }
+    return hatchPattern;
+  }
+  function stateHit(x, y) {
+    if (!segLayout) return null;
+    var sl = segLayout;
+    for (var k = sl.blocks.length - 1; k >= 0; k--) {
+      var b = sl.blocks[k], by = 2 + b.s.row * sl.rh;
+      if (x >= b.x && x < b.x + Math.max(b.w, 1.5) && y >= by && y < by + sl.rh * 0.8) return { block: b };
+    }
+    for (var q = 0; q < sl.merged.length; q++) {
+      var s = sl.merged[q], sx = 2 + s.off * sl.xs, sy = 2 + s.row * sl.rh;
+      if (x >= sx && x < sx + s.size * sl.xs && y >= sy && y < sy + sl.rh * 0.8) return { seg: s };
+    }
+    return null;
+  }
+  segc.addEventListener("mousemove", function (ev) {
+    var r = segc.getBoundingClientRect(), h = stateHit(ev.clientX - r.left, ev.clientY - r.top);
+    var key = h ? (h.block ? "b" + h.block.j : "s" + h.seg.gi) : null;
+    if (key === stateHover) return;
+    stateHover = key;
+    if (!h) { showInfo(); return; }
+    clear(info);
+    if (h.block) {
+      var j = h.block.j;
+      info.appendChild(document.createTextNode(version(j) + " " + fmtSize(M.S[j]) + " allocation" +
+        (h.block.pend ? " (freed, waiting for its stream to be done with it)" : "") +
+        (M.W[j] ? " (stream " + M.W[j] + ")" : "") + "\n" + catName(M.cat[j]) +
+        (nameOf(j) ? ", " + nameOf(j) : "") + "\n"));
+      fromLine(info, M.K[j] || M.R[j]);
+      info.appendChild(stackPre(M.K[j] || M.R[j], 0, M.K[j] ? null : "alloc not recorded, stack trace for free:"));
+      segc.setAttribute("data-hover", "b" + j);
+    } else {
+      var s = h.seg, free = s.size - s.used;
+      info.appendChild(document.createTextNode("s" + s.g[3] + "_" + s.g[7] + ": segment " + fmtSize(s.size) +
+        " allocated, " + fmtSize(free) + " free in its gaps (stream " + s.g[4] + ", " + s.g[5] + " pool), " +
+        s.blocks + " block" + (s.blocks === 1 ? "" : "s") + "\n"));
+      fromLine(info, s.g[6]);
+      info.appendChild(stackPre(s.g[6], 0));
+      segc.setAttribute("data-hover", "s" + s.gi);
+    }
+  });
+  segc.addEventListener("mouseleave", function () { stateHover = null; showInfo(); });
+  segc.addEventListener("click", function (ev) {
+    var r = segc.getBoundingClientRect(), h = stateHit(ev.clientX - r.left, ev.clientY - r.top);
+    if (h && h.block) { pinAlloc(h.block.j); drawState(); }
   });
 
-  search.addEventListener("input", function () {
-    var q = search.value.trim().toLowerCase(), hits = 0;
-    var els = (detailOn ? detailG : plot).querySelectorAll("[data-i],[data-j]");
-    for (var k = 0; k < els.length; k++) {
-      var i = els[k].getAttribute("data-i");
-      var text = i !== null ? data.allocs[+i].frames.join("\n") : stackText(D.K[+els[k].getAttribute("data-j")]);
-      var hit = q && text.toLowerCase().indexOf(q) >= 0;
-      els[k].classList.toggle("hit", !!hit);
-      hits += hit ? 1 : 0;
+  // ---------------------------------------------------------------- the navigator
+  var navEl = $("tgc-nav"), navc = $("tgc-navc"), navo = $("tgc-navo"), navBase = null, navDrag = null;
+  var navSize = null;  // read once (and on resize): reading it after the axes change would lay
+                      // the page out again on every step
+  function drawNav() {
+    if (!navSize) navSize = { w: navEl.clientWidth, h: navEl.clientHeight };
+    var w = navSize.w, h = navSize.h;
+    if (navc.width !== Math.round(w * dpr)) {
+      [navc, navo].forEach(function (c) {
+        c.width = Math.round(w * dpr); c.height = Math.round(h * dpr);
+        c.style.width = w + "px"; c.style.height = h + "px";
+      });
+      navBase = null;
     }
-    plot.classList.toggle("searching", !!q);
-    detailG.classList.toggle("searching", !!q);
-    document.getElementById("tgc-hits").textContent = q ? hits + " match" + (hits === 1 ? "" : "es") : "";
-  });
-  // The allocator at one event: its segments side by side, each as wide as its share of the
-  // bytes reserved then, the blocks alive in it drawn where they sit.
-  var stateSvg = document.getElementById("tgc-state"), stateText = document.getElementById("tgc-state-text");
-  var statePending = null;
-  function drawState(e) {
-    if (!DD || !stateSvg || !detail()) return;
-    var segs = D.segs.filter(function (g) { return g[0] <= e && (g[1] < 0 || g[1] > e); });
-    var total = 0, k, j;
-    segs.forEach(function (g) { total += g[2]; });
-    var html = [], x = 0, gap = 2, width = 1280 - gap * segs.length, blocks = 0, used = 0;
-    var sorted = segs.slice().sort(function (a, b) { return a[3] - b[3]; }), left = [];
-    for (k = 0; k < sorted.length; k++) {
-      var g = sorted[k], w = total > 0 ? g[2] / total * width : 0;
-      left.push([x, w]);
-      html.push('<rect class="seg" x="' + x.toFixed(2) + '" y="4" width="' + w.toFixed(2) + '" height="32"/>');
-      x += w + gap;
+    var c = navc.getContext("2d"), P = navc.width, Hd = navc.height;
+    if (!navBase && L && S.view === "mem" && S.e0 === 0 && S.e1 === M.n) {
+      // the plot shows the whole trace: the navigator is that picture, smaller
+      c.setTransform(1, 0, 0, 1, 0, 0);
+      c.clearRect(0, 0, P, Hd);
+      c.drawImage(canvas, 0, 0, P, Hd);
+      navBase = true;
     }
-    // the allocations alive at e, each finds its segment by binary search
-    var alive = aliveIn(e, e + 1e-9, Infinity).filter(function (j) { return D.A[j] <= e; });
-    for (var q = 0; q < alive.length; q++) {
-      j = alive[q];
-      var lo = 0, hi = sorted.length - 1, at = -1, a = D.X[j];
-      while (lo <= hi) {
-        var mid = (lo + hi) >> 1;
-        if (sorted[mid][3] <= a) { at = mid; lo = mid + 1; } else hi = mid - 1;
+    if (!navBase) {  // the whole trace by category (or its total), once
+      var img = c.createImageData(P, Hd), buf = new Uint32Array(img.data.buffer), n = M.n, ymax = 1;
+      buf.fill(0xfff7f7f7);
+      var tp = new Float64Array(P), p;
+      for (p = 0; p < P; p++) {
+        var i0 = Math.floor(p * n / P), i1 = Math.max(i0, Math.ceil((p + 1) * n / P) - 1);
+        tp[p] = n ? M.rmax(i0, i1) : 0;
+        if (n && M.tot[tp[p]] > ymax) ymax = M.tot[tp[p]];
       }
-      if (at < 0 || a >= sorted[at][3] + sorted[at][2]) continue;
-      var sg = sorted[at], bx = left[at][0] + (a - sg[3]) / sg[2] * left[at][1];
-      var bw = Math.max(D.S[j] / sg[2] * left[at][1], 0.5);
-      html.push('<rect data-j="' + j + '" x="' + bx.toFixed(2) + '" y="5" width="' + bw.toFixed(2) +
-                '" height="30" fill="' + color(j) + '"/>');
-      blocks++; used += D.S[j];
+      var rest = new Float64Array(NC), ys = Hd / (ymax * 1.05);
+      for (p = 0; p < P && n; p++) {
+        catAt(tp[p], rest);
+        var y = 0;
+        for (var cc = 0; cc < NC; cc++) {
+          if (rest[cc] <= 0) continue;
+          var r0 = Math.max(0, Math.ceil(Hd - (y + rest[cc]) * ys - 0.5)), r1 = Math.ceil(Hd - y * ys - 0.5);
+          for (var r = r0; r < r1; r++) buf[r * P + p] = cc === NONE ? hatch[(p + r) % 6 < 2 ? 1 : 0] : colors[cc];
+          y += rest[cc];
+        }
+      }
+      c.putImageData(img, 0, 0);
+      navBase = true;
     }
-    stateSvg.innerHTML = html.join("");
-    stateText.textContent = "Allocator at event " + Math.round(e).toLocaleString("en-US") + ": " +
-      segs.length + " segment" + (segs.length === 1 ? "" : "s") + ", " + fmtBytes(total) +
-      " reserved, " + blocks + " block" + (blocks === 1 ? "" : "s") + " allocated (" +
-      fmtBytes(used) + ")";
-    stateSvg.setAttribute("data-event", "" + Math.round(e));
+    var o = navo.getContext("2d");
+    o.setTransform(dpr, 0, 0, dpr, 0, 0);
+    o.clearRect(0, 0, w, h);
+    var x0 = S.e0 / Math.max(M.n, 1) * w, x1 = S.e1 / Math.max(M.n, 1) * w;
+    o.fillStyle = "rgba(0,0,0,0.18)";
+    o.fillRect(0, 0, x0, h); o.fillRect(x1, 0, w - x1, h);
+    o.strokeStyle = "#3a8fd9"; o.lineWidth = 1.5; o.strokeRect(x0 + 0.5, 0.5, Math.max(1, x1 - x0 - 1), h - 1);
+    if (S.cur >= 0) {
+      var cx = (S.cur + 0.5) / Math.max(M.n, 1) * w;
+      o.strokeStyle = "#333"; o.setLineDash([3, 2]); o.beginPath(); o.moveTo(cx, 0); o.lineTo(cx, h); o.stroke(); o.setLineDash([]);
+    }
   }
-  svg.addEventListener("mousemove", function (ev) {
-    if (drag || !DD || !DD.segments.length) return;
-    var e = colToEvent(Math.max(view.a, Math.min(view.b, colAt(ev.clientX))));
-    if (statePending === null) {
-      statePending = requestAnimationFrame(function () { statePending = null; drawState(e); });
-    }
+  navEl.addEventListener("mousedown", function (ev) {
+    if (!M) return;
+    var r = navc.getBoundingClientRect(), e = (ev.clientX - r.left) / r.width * M.n;
+    var whole = S.e1 - S.e0 >= M.n;
+    navDrag = !whole && e >= S.e0 && e <= S.e1 ? { pan: true, x: ev.clientX, e0: S.e0, e1: S.e1 }
+                                               : { pan: false, start: e };
+    ev.preventDefault();
   });
-  stateSvg && stateSvg.addEventListener("click", function (ev) {
-    var j = ev.target.getAttribute && ev.target.getAttribute("data-j");
-    if (j !== null && j !== undefined) showDetail(+j);
+  window.addEventListener("mousemove", function (ev) {
+    if (!navDrag) return;
+    var r = navc.getBoundingClientRect(), e = (ev.clientX - r.left) / r.width * M.n;
+    if (navDrag.pan) { var de = (ev.clientX - navDrag.x) / r.width * M.n; setRange(navDrag.e0 + de, navDrag.e1 + de); }
+    else if (Math.abs(e - navDrag.start) / M.n * r.width > 3) setRange(Math.min(e, navDrag.start), Math.max(e, navDrag.start));
   });
-  document.querySelectorAll(".oom").forEach(function (o) {
-    o.addEventListener("click", function () {
-      var c = +o.getAttribute("data-col");
-      setView(c - COLS / 40, c + COLS / 40);
+  window.addEventListener("mouseup", function () { navDrag = null; });
+
+  // ---------------------------------------------------------------- views
+  function setView(v) {
+    if (!M || !document.getElementById("tgc-tab-" + v)) return;
+    if (!M.K && (full(), !M.K)) return;
+    S.view = v;
+    document.querySelectorAll(".tabs button").forEach(function (b) {
+      b.setAttribute("aria-selected", b.getAttribute("data-view") === v ? "true" : "false");
     });
+    $("tgc-view-plot").hidden = !(v === "mem" || v === "segs");
+    $("tgc-view-state").hidden = v !== "state";
+    $("tgc-view-cmp").hidden = v !== "cmp";
+    hideTip(); hover = null;
+    document.body.setAttribute("data-view", v);
+    $("tgc-legend").style.display = v === "segs" ? "none" : "";
+    $("tgc-seglegend").hidden = v !== "segs";
+    if (v === "segs") segLegend();
+    if (v === "state") {
+      if (S.cur < 0 && S.sel >= 0) S.cur = Math.max(0, Math.min(M.n - 1, M.A[S.sel]));
+      if (S.cur >= 0 && (S.cur < S.e0 || S.cur >= S.e1)) S.cur = Math.max(0, Math.floor(S.e0));
+      apply();
+      selectEvent(S.cur >= 0 ? S.cur : Math.max(0, Math.ceil(S.e1) - 1), true);
+      evBox.focus();
+    } else if (v === "cmp") {
+      drawCompare(); drawNav();
+      status.textContent = "alive at the end of this snapshot and not of the baseline";
+    }
+    else { size(); apply(); if (v === "mem" && S.sel >= 0) pinAlloc(S.sel); }
+  }
+  document.querySelectorAll(".tabs button").forEach(function (b) {
+    b.addEventListener("click", function () { setView(b.getAttribute("data-view")); });
   });
-  apply();
-  performance.mark("tgc-ready");
-  svg.setAttribute("data-ready", "1");
-  if (DD) setTimeout(detail, 0);  // decoded after the first paint, before the first zoom in
+
+  // ---------------------------------------------------------------- compare
+  function drawCompare() {
+    var cmp = data.compare, box = $("tgc-cmp");
+    if (!cmp) return;
+    var cv = $("tgc-cmpc"), pl = $("tgc-cmpplot"), w = pl.clientWidth, h = pl.clientHeight;
+    cv.width = Math.round(w * dpr); cv.height = Math.round(h * dpr);
+    cv.style.width = w + "px"; cv.style.height = h + "px";
+    var c = cv.getContext("2d");
+    c.setTransform(dpr, 0, 0, dpr, 0, 0);
+    c.clearRect(0, 0, w, h);
+    var n = Math.max(cmp.a.n, cmp.b.n, 1), ymax = Math.max(cmp.a.peak, cmp.b.peak, 1) * 1.05;
+    var L0 = 70, Wd = w - L0 - 10, Hd = h - 30;
+    [["a", "#555", [5, 3]], ["b", "#d9480f", []]].forEach(function (s) {
+      var cu = cmp[s[0]], cols = cu.max.length;
+      c.strokeStyle = s[1]; c.setLineDash(s[2]); c.lineWidth = 1.5; c.beginPath();
+      for (var k = 0; k < cols; k++) {
+        var x = L0 + (k + 0.5) / cols * cu.n / n * Wd, y = 5 + Hd - cu.max[k] / ymax * Hd;
+        if (k === 0) c.moveTo(x, y); else c.lineTo(x, y);
+      }
+      c.stroke();
+    });
+    c.setLineDash([]);
+    c.fillStyle = "#333"; c.font = "11px sans-serif";
+    c.fillText("baseline (dashed): peak " + fmtBytes(cmp.a.peak) + "; this snapshot: peak " + fmtBytes(cmp.b.peak), L0, h - 6);
+    c.fillText(fmtBytes(ymax / 1.05), 2, 12);
+    c.fillText("event " + num(n), w - 90, h - 18);
+    if (box.firstChild) return;
+    var p = document.createElement("p");
+    p.textContent = "Alive at the end: " + fmtBytes(cmp.alive_b) + " here, " + fmtBytes(cmp.alive_a) +
+      " in the baseline (" + (cmp.delta >= 0 ? "+" : "") + fmtBytes(cmp.delta) + "). Allocations are " +
+      "matched by category, name and allocation site; click a row to search for it.";
+    box.appendChild(p);
+    [["by_category", "By category"], ["by_name", "By name"], ["by_site", "By allocation site"]].forEach(function (tdef) {
+      var t = document.createElement("table"); t.className = "cmp"; t.setAttribute("data-table", tdef[0]);
+      var cap = document.createElement("caption"); cap.textContent = tdef[1] + ": alive here and not in the baseline";
+      t.appendChild(cap);
+      var hr = document.createElement("tr");
+      ["", "here", "bytes here", "baseline", "bytes in baseline", "more here"].forEach(function (x) {
+        var th = document.createElement("th"); th.textContent = x; hr.appendChild(th);
+      });
+      t.appendChild(hr);
+      cmp[tdef[0]].forEach(function (r) {
+        var tr = document.createElement("tr"); tr.className = "row";
+        [r[0] || "(none)", num(r[1]), fmtBytes(r[2]), num(r[3]), fmtBytes(r[4]), (r[2] - r[4] >= 0 ? "+" : "") + fmtBytes(r[2] - r[4])]
+          .forEach(function (x, i) { var td = document.createElement("td"); td.textContent = x; if (i) td.className = "b"; tr.appendChild(td); });
+        tr.addEventListener("click", function () {
+          if (tdef[0] === "by_category") return;
+          search.value = tdef[0] === "by_site" ? r[0].replace(/ .*$/, "") : r[0];
+          setView("mem"); runSearch();
+        });
+        t.appendChild(tr);
+      });
+      box.appendChild(t);
+    });
+  }
+
+  // ---------------------------------------------------------------- for tests and benchmarks
+  window.tgc = {
+    state: function () { return { view: S.view, e0: S.e0, e1: S.e1, sel: S.sel, cur: S.cur, K: S.K,
+                                  drawn: L ? L.drawn.length : 0, inView: L ? L.inView : 0,
+                                  ymax: L ? L.ymax : 0 }; },
+    view: setView,
+    range: function (a, b) { setRange(a, b); },
+    // a point (client coordinates) inside drawn item j of the current plot (where it is 3
+    // pixels tall or more), or null
+    pointOf: function (j) {
+      var q = drawnIndex(j);
+      if (q < 0) return null;
+      var v = vertsOf(q), best = null, s = L.md.S[j], ys = H / L.ymax;
+      for (var i = 0; i < v.length; i += 2) {
+        var xa = v[i], xb = i + 2 < v.length ? v[i + 2] : L.p1[q], hpx = s * ys;
+        if (hpx >= 3 && (!best || (xb - xa) * hpx > best.area)) best = { area: (xb - xa) * hpx, x: (xa + xb) / 2 / dpr, y: H - (v[i + 1] + s / 2) * ys };
+      }
+      var r = canvas.getBoundingClientRect();
+      return best ? { x: r.left + best.x, y: r.top + best.y } : null;
+    },
+    hit: function (cx, cy) { var r = canvas.getBoundingClientRect(); return hitAt(cx - r.left, cy - r.top); },
+    drawn: function () { return L ? Array.prototype.slice.call(L.drawn) : []; },
+    offsets: function (j) {  // [column, offset bytes] where the offset of drawn item j changes
+      var q = drawnIndex(j);
+      return q < 0 ? null : { p0: L.p0[q], p1: L.p1[q], verts: vertsOf(q), dpr: dpr };
+    },
+    pixel: function (cx, cy) {
+      var r = canvas.getBoundingClientRect(), d = ctx.getImageData(Math.floor((cx - r.left) * dpr), Math.floor((cy - r.top) * dpr), 1, 1).data;
+      return [d[0], d[1], d[2]];
+    },
+    overlayPixel: function (cx, cy) {
+      var r = overlay.getBoundingClientRect(), d = octx.getImageData(Math.floor((cx - r.left) * dpr), Math.floor((cy - r.top) * dpr), 1, 1).data;
+      return [d[0], d[1], d[2], d[3]];
+    },
+    statePixel: function (cx, cy) {
+      var r = segc.getBoundingClientRect(), d = segc.getContext("2d").getImageData(Math.floor((cx - r.left) * dpr), Math.floor((cy - r.top) * dpr), 1, 1).data;
+      return [d[0], d[1], d[2]];
+    },
+    // a point (client coordinates) inside the block of allocation j in the state view, or null
+    blockPoint: function (j) {
+      if (!segLayout) return null;
+      var b = segLayout.blocks.filter(function (x) { return x.j === j; })[0], r = segc.getBoundingClientRect();
+      return b ? { x: r.left + b.x + Math.max(b.w, 1) / 2, y: r.top + 2 + b.s.row * segLayout.rh + segLayout.rh * 0.4 } : null;
+    },
+    blocks: function () { return segLayout ? segLayout.blocks.map(function (b) { return b.j; }) : []; },
+    // a point (client coordinates) in the widest free gap of a segment of the state view
+    gapPoint: function () {
+      if (!segLayout) return null;
+      var r = segc.getBoundingClientRect(), best = null;
+      segLayout.merged.forEach(function (s) {
+        var xs = segLayout.xs, x0 = 2 + s.off * xs, x1 = x0 + s.size * xs, used = [];
+        segLayout.blocks.forEach(function (b) { if (b.s === s) used.push([b.x, b.x + Math.max(b.w, 1)]); });
+        used.sort(function (p, q) { return p[0] - q[0]; });
+        var at = x0;
+        used.concat([[x1, x1]]).forEach(function (u) {
+          if (u[0] - at > (best ? best.w : 4)) best = { w: u[0] - at, x: (at + u[0]) / 2, y: 2 + s.row * segLayout.rh + segLayout.rh * 0.4 };
+          at = Math.max(at, u[1]);
+        });
+      });
+      return best ? { x: r.left + best.x, y: r.top + best.y } : null;
+    },
+    xOfEvent: function (e) { var r = canvas.getBoundingClientRect(); return r.left + xOf(e); },
+    version: function (j) { return version(j); },
+    name: function (j) { return nameOf(j); },
+    model: function () { full(); return M; },
+    stack: function (k) { return stackLines(k, 0).lines; },
+    plotBox: function () { var r = canvas.getBoundingClientRect(); return { x: r.left, y: r.top, width: r.width, height: r.height }; },
+  };
+
+  // ---------------------------------------------------------------- start
+  colors = data.cats.colors.map(rgba);
+  while (colors.length < NC) colors.push(rgba("#888888"));
+  var got = inflate(data.blob);
+  got.first.then(function (bytes) {
+    performance.mark("tgc-inflated");
+    decode(bytes);
+    performance.mark("tgc-decoded");
+    S.e1 = Math.max(M.n, 1);
+    size();
+    apply();
+    performance.mark("tgc-ready");
+    plotEl.setAttribute("data-decode-ms", M.decodeMs.toFixed(1));
+    plotEl.setAttribute("data-ready", "1");
+    ready = true;
+    return got.all;
+  }).then(function () {
+    // the rest, one task a part, so that input in between waits for one part at most
+    var steps = [function () { M.complete = true; full(); },
+                 function () { if (times()) drawAxes(); },
+                 function () { if (!M.order) M.order = sizeOrder(M.S, M.N, data.unit); },
+                 function () { rangeIndex(memModel()); },
+                 warm,
+                 function () {
+                   performance.mark("tgc-full");
+                   plotEl.setAttribute("data-full", "1");  // everything decoded
+                 }];
+    setTimeout(function next() { steps.shift()(); if (steps.length) setTimeout(next, 0); }, 0);
+  }).catch(function (err) {
+    status.textContent = "The page could not read its data: " + err.message;
+    plotEl.setAttribute("data-error", String(err.message));
+    throw err;
+  });
 })();

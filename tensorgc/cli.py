@@ -4,7 +4,8 @@
                                              category at the peak, with categorize's marks)
     tensorgc stats DIR | SNAP SNAP...        the ranks of a job side by side: peak, reserved,
                                              allocations, OOMs; who peaks highest, who OOMs first
-    tensorgc timeline SNAP -o out.html       the Active Memory Timeline, self-contained HTML
+    tensorgc timeline SNAP -o out.html       memory_viz's three views in one self-contained page
+    tensorgc timeline A B --compare -o out   B's page with A's curve, and what is alive in B only
     tensorgc timeline DIR -o out.html        one page with every rank's curve on the same axes
     tensorgc segments SNAP -o out.html       the segment map at an event (--at N) or OOM (--oom)
     tensorgc flamegraph SNAP -o out.svg      the segments' blocks by allocation stack, as a
@@ -334,6 +335,8 @@ def _stats(args: argparse.Namespace) -> int:
 def _timeline(args: argparse.Namespace) -> int:
     from .timeline import _text, timeline_html
 
+    if args.compare:
+        return _timeline_compare(args)
     given = list(args.snapshot)
     files = _many(args)
     inputs = files if files is not None else [args.snapshot]
@@ -363,6 +366,30 @@ def _timeline(args: argparse.Namespace) -> int:
     page = timeline_html(snap, device=index, detail=args.detail,
                          title=f"Active memory timeline of {_text(name)}, cuda:{index}")
     return _write_page(args.output, page, inputs)
+
+
+def _timeline_compare(args: argparse.Namespace) -> int:
+    """``tensorgc timeline A B --compare``: B's page, A's curve on its axis, and what is alive
+    at the end of B and not of A."""
+    from .timeline import _text, timeline_html
+
+    given = list(args.snapshot)
+    if len(given) != 2 or any(os.path.isdir(g) for g in given):
+        raise UsageError("--compare takes two snapshot files: the baseline A, then B")
+    if given[0] == STDIN and given[1] == STDIN:
+        raise UsageError("standard input (-) can be read once: give it for A or for B")
+    _output(args.output, given)
+    args.snapshot = given[0]
+    a = _load(args, given[0], lean=True)
+    args.snapshot = given[1]
+    b = _load(args, given[1], lean=True)
+    index = _device(args, b)
+    _progress(args, "replaying both traces and drawing ...")
+    names = ["standard input" if g == STDIN else os.path.basename(g) for g in given]
+    page = timeline_html(b, device=index, detail=args.detail, baseline=a,
+                         title=f"{_text(names[1])} compared with {_text(names[0])}, "
+                               f"cuda:{index}")
+    return _write_page(args.output, page, given)
 
 
 def _segments(args: argparse.Namespace) -> int:
@@ -544,12 +571,18 @@ def _parser() -> argparse.ArgumentParser:
                                    "runs out of memory first.")
     s.add_argument("snapshot", nargs="+", metavar="SNAPSHOT", help=SNAPSHOTS_HELP)
     max_bytes(s)
-    t = sub.add_parser("timeline", help="the Active Memory Timeline as a self-contained HTML page",
-                       description="Replay a snapshot's allocator trace into the Active Memory "
-                                   "Timeline: the largest allocations as bands (hover: size and "
-                                   "stack), the rest summarized, OOMs marked; with "
-                                   "tensorgc.categorize's marks in the file, bands coloured by "
-                                   "category and the categories over time. Opens offline. "
+    t = sub.add_parser("timeline", help="the timeline page (memory_viz's three views) as one "
+                                        "self-contained HTML file",
+                       description="Replay a snapshot's allocator trace into one page with "
+                                   "memory_viz's three views on one time axis: the Active Memory "
+                                   "Timeline (the largest allocations one by one, the rest as an "
+                                   "area per category; hover for the stack), the Allocator State "
+                                   "History (the segments and blocks after any event) and the "
+                                   "Active Cached Segment Timeline. Every allocation coloured by "
+                                   "its category where the file tells (tensorgc.categorize's "
+                                   "marks, torch's optimizer annotations, the reporter's names). "
+                                   "Opens offline. With --compare A B: B's page, A's curve and "
+                                   "what is alive in B and not in A. "
                                    "Given several files or a directory of them (one a rank): "
                                    "one page with each rank's active memory on the same axes "
                                    "(wall clock where every trace has times), its peak and "
@@ -560,7 +593,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="the HTML file to write (a regular file; - for standard output)")
     device(t)
     t.add_argument("--detail", type=_count("--detail"), default=300, metavar="N",
-                   help="how many of the largest allocations get their own band (default 300)")
+                   help="how many of the largest allocations in view are drawn one by one "
+                        "(default 300; the page has a slider for it)")
+    t.add_argument("--compare", action="store_true",
+                   help="two snapshots A B: the page of B with A's curve on the same axis, and "
+                        "what is alive at the end of B and not of A, by category, name and "
+                        "allocation site")
     max_bytes(t)
     sg = sub.add_parser("segments", help="the segment map at an event or an OOM, as HTML",
                         description="Reconstruct the allocator's segments and live allocations "

@@ -1,34 +1,48 @@
-"""The Active Memory Timeline of a snapshot as a self-contained HTML page (SVG drawn here, no
-script from anywhere, opens offline). The replay is C (allocator/timeline.c); this module picks
-the events, draws polygons and escapes every string that comes from the file.
+"""The timeline page of a snapshot: one self-contained HTML file (no script from anywhere, opens
+offline) with memory_viz's three views on one time axis -- the Active Memory Timeline, the
+Allocator State History and the Active Cached Segment Timeline -- and, given a second snapshot,
+what is alive in one and not in the other.
+
+The trace is read into columns (allocator/columns.c, or the streaming loader's), every
+allocation is paired with its free on the trace's own clock (allocator/detail.c: entry i happens
+at "event i"), stacks are interned as frame ids (allocator/page.c), and the page carries all of
+it as compressed varint streams that tensorgc/_timeline_ui.js decodes and draws on a canvas.
+Every string from the file goes through ``_text`` (cut, control characters escaped) and reaches
+the page as JSON text that the script puts in the DOM with textContent, or escaped for HTML.
 
     html = timeline_html(load_snapshot(path), device="cuda:0", detail=300)
 
 ``device`` everywhere here: an index (0), "cuda:N", "cuda" (the first device the snapshot holds)
 or a torch.device, as the command line's --device (tensorgc/_devices.py parses both).
+
+Bounds (whatever the file holds, the page stays bounded): DETAIL_MAX allocations (the largest,
+when a trace has more), DETAIL_STACKS distinct stacks, STACK_FRAMES frames a stack and
+FRAME_IDS_MAX frame ids in all, FRAME_TEXT_MAX characters of frame text, TEXT_MAX characters a
+string, NAMES_MAX names of NAME_MAX characters, SEGMENTS_MAX segments, EVENTS_MAX entries that no
+allocation accounts for (OOMs, segment events, ...), OOM_MARKS OOM buttons in the markup.
 """
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
 import html as _html
 import os
-import sys
-from array import array
+import zlib
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _tensorgc
 from ._devices import DeviceLike, snapshot_device
 from ._lean import P_ACTION, LeanTrace
 from ._types import Frame, Snapshot, Trace
-from .categories import (HINT_KINDS, HINT_PHASES, NAME_MAX, PHASES, RULES, Inputs, inputs,
-                         names_of)
+from .categories import (CATEGORIES, HINT_KINDS, HINT_PHASES, NAME_MAX, PHASES, RULES, Inputs,
+                         describe_label, inputs, names_of)
 from .reporter import readable_size as R
 
 __all__ = ["timeline", "timeline_html", "replay", "peak_breakdown", "categories_at_peak",
            "classification_inputs"]
 
-WIDTH, HEIGHT, LEFT, TOP = 1200, 420, 70, 10
+WIDTH = 1200  # the replay's default columns (tensorgc.timeline.replay)
 
 
 Replay = Dict[str, Any]  # the C replay's dict (see replay)
@@ -76,6 +90,15 @@ def trace_columns(trace: Trace) -> Columns:
             len(kinds), "little")
     return (kinds, cols["addr"], cols["size"], cols["time_us"], cols["stack"], trace.stacks,
             -1, 0)
+
+
+def _page_columns(trace: Trace, cols: Columns) -> Columns:
+    """The columns with the stream column after them (allocator/columns.c reads it there)."""
+    if isinstance(trace, LeanTrace):
+        stream = trace.columns()["stream"]
+    else:
+        stream = _tensorgc._trace_streams(trace if isinstance(trace, list) else list(trace))
+    return tuple(cols[:8]) + (stream,)
 
 
 def _replay(snap: Snapshot, device: DeviceLike, columns: int, detail: int,
@@ -193,106 +216,6 @@ def _frames_text(entry: object, limit: int = 8) -> str:
     return "\n".join(_frame_lines(entry, limit))
 
 
-STACK_MAX = 64  # frames kept per allocation for the side panel
-DETAIL_STACKS = 20_000  # distinct stacks the page carries for its detail view (more: "?")
-# Allocations the page carries for its detail view, about 15 bytes each; a longer trace gets the
-# overview only (its page would pass about 45 MB)
-DETAIL_MAX = 3_000_000
-SEGMENTS_MAX = 5_000  # segments the page's allocator-state strip knows
-NAMES_MAX = 20_000  # tensor names the page carries (of blocks alive at the end)
-
-
-def _detail_data(snap: Snapshot, tl: Replay, cols: Columns, index: int) -> Dict[str, Any]:
-    """Every allocation of the trace on the replay's clock, as the page's detail view reads it
-    (allocator/detail.c makes and encodes it, include/tensorgc/detail.h says how): six varint
-    streams in base64 (A allocated at, D duration, S size, E trace entry, K stack, X address),
-    the stacks they use as text, and the segments alive at some point (start, end or -1, size,
-    address), the trace's and the snapshot's, by address."""
-    labels = None
-    if tl.get("labels") is not None:
-        labels = (tl["labels"], tl["pre_labels"], tl["name_index"], tl["pre_name_index"],
-                  tl["names"])
-    d = _tensorgc._detail(cols, tl["pre"], tl["use_req"], DETAIL_STACKS, labels)
-    stacks = cols[5]
-    segs = d["segments"]
-    made = {sg[3] for sg in segs}
-    for sg in snap.get("segments", []):  # alive at the end and never made by the trace
-        addr, size = sg.get("address"), sg.get("total_size")
-        if sg.get("device") == index and isinstance(addr, int) and isinstance(size, int) \
-                and addr not in made:
-            segs.append([0, -1, size, addr])
-    segs.sort(key=lambda g: g[3])
-    out = {"n": d["n"], "events": d["events"], "unit": d["unit"], "xunit": d["xunit"],
-           "streams": [base64.b64encode(b).decode("ascii") for b in d["streams"]],
-           "stacks": [[]] + [_stack_lines({"frames": stacks[k]}, STACK_MAX) for k in d["used"]],
-           "segments": segs[:SEGMENTS_MAX]}
-    if d["cats"] is not None:
-        # per allocation: its label (category | rule << 4, bit 7: inferred; categories.
-        # describe_label), its name index (little-endian uint32, 0: none) into names
-        name_index: bytes = d["name_index"]
-        if sys.byteorder == "big":
-            swapped = array("I", name_index)
-            swapped.byteswap()
-            name_index = swapped.tobytes()
-        out.update({"cats": base64.b64encode(d["cats"]).decode("ascii"),
-                    "categories": list(d["categories"]),
-                    "rules": {str(r): t for r, t in RULES.items()},
-                    "name_index": base64.b64encode(name_index).decode("ascii"),
-                    "names": [_text(n) for n in d["names"]]})
-    return out
-
-
-def _stack_lines(entry: object, limit: int) -> List[str]:
-    """Every recorded frame (Python and C++), 'file:line name', the first ``limit``."""
-    return [f"{_text(f.get('filename', '?'))}:{_text(f.get('line', '?'))} "
-            f"{_text(f.get('name', '?'))}" for f in _frame_list(entry)[:limit]]
-
-
-def _round_ticks(top: float) -> List[float]:
-    """Round values for the y axis: multiples of 1, 2 or 5 of a power of 1024's unit."""
-    if top <= 0:
-        return [0.0]
-    unit = 1.0
-    while top / unit >= 1024 and unit < 1024.0 ** 5:
-        unit *= 1024
-    span = top / unit
-    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500):
-        if span / step <= 6:
-            break
-    return [k * step * unit for k in range(int(span / step) + 1)]
-
-
-_TOOLBAR = ('<div class="bar"><button id="tgc-reset" type="button">Reset zoom</button> '
-            '<input id="tgc-search" type="search" placeholder="search stacks: file or function"> '
-            '<span id="tgc-hits"></span><span id="tgc-status"></span></div>')
-_UI: List[str] = []
-# The allocator's state at the event under the cursor: its segments to scale, blocks coloured
-# as in the timeline (drawn by the script; the detail data carries segments and blocks)
-_STATE = ('<p id="tgc-state-text" class="state">Hover the timeline to see the allocator\'s '
-          "segments at that event (a trace past the detail bound has none)."
-          '</p><svg id="tgc-state" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1280 40" '
-          'width="100%"></svg>')
-
-
-def _ui_script() -> str:
-    """The page's script (tensorgc/_timeline_ui.js), read once."""
-    if not _UI:
-        import os
-
-        with open(os.path.join(os.path.dirname(__file__), "_timeline_ui.js"), encoding="utf-8") as f:
-            _UI.append(f.read().replace("</", "<\\/"))
-    return _UI[0]
-
-
-def _json_for_html(obj: object) -> str:
-    """JSON that can sit inside a <script> element: no '<', '>' or '&' left as such."""
-    import json
-
-    return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
-
-
 def _color(key: str) -> str:
     h = int.from_bytes(hashlib.blake2s(key.encode("utf-8", "replace"), digest_size=4).digest(), "big")
     return f"hsl({h % 360},{55 + h // 360 % 30}%,{55 + h // 10800 % 15}%)"
@@ -307,311 +230,805 @@ def _site(entry: object) -> str:
     return _text(frames[0].get("filename", "?")) if frames else "?"
 
 
+# ------------------------------------------------------------------------------- the page
+
+DETAIL_MAX = 3_000_000  # allocations a page carries (a longer trace: the largest, and a note)
+DETAIL_STACKS = 20_000  # distinct stacks a page carries (more: "no stack recorded")
+STACK_FRAMES = 256  # frames kept of each stack (deeper: the page says how many more)
+FRAME_IDS_MAX = 2_000_000  # frame ids in all the stacks
+FRAME_TEXT_MAX = 4_000_000  # characters of frame text (distinct frames past it: "?")
+SEGMENTS_MAX = 20_000  # segments the page knows
+EVENTS_MAX = 100_000  # trace entries no allocation accounts for (OOMs, segment events, ...)
+NAMES_MAX = 50_000  # tensor names the page carries
+OOM_MARKS = 1_000  # OOM buttons in the page's markup (all OOMs are in its data)
+SERIES_COLUMNS = 2_000  # columns of a snapshot's curve where the page carries one
+FALLBACK_BANDS = 100_000  # allocations the replay classifies for the page without categories
+COMPRESS_OVER = 16_384  # bytes of binary data past which the page carries it deflated
+
 CATEGORY_COLORS = {"parameter": "#7b3fb5", "grad": "#d93b3b", "optimizer_state": "#f0a030",
                    "activation": "#3a8fd9", "buffer": "#2a9d8f", "input": "#c2649a",
-                   "temporary": "#9ccc65", "other": "#8c8c8c"}
-AREA_HEIGHT, AREA_TOP = 150, 24
+                   "temporary": "#9ccc65", "other": "#b8860b"}
+# colours for category names of another source (a caller's kinds, a newer classifier)
+_MORE_COLORS = ("#e377c2", "#17becf", "#bcbd22", "#8c564b", "#ff7f0e", "#1f77b4", "#2ca02c")
+NO_CATEGORY = 15  # the page's category index of an allocation of no category (hatched)
+
+# frame flags (the page's filters)
+F_NATIVE, F_TORCH, F_NOISE = 1, 2, 4
+# memory_viz's frames it never shows (the unwinder, the interpreter's C frames)
+_NOISE_NAMES = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
+                "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_")
+_NOISE_FILES = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c",
+                "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c",
+                "cpython/abstract.h")
+_TORCH_FILES = ("/torch/", "\\torch\\", "torch/csrc", "aten/src", "c10/", "libtorch", "libc10")
+_TORCH_NAMES = ("torch::", "c10::", "at::", "at_", "THP", "caffe2::", "c10d::")
 
 
-def _grey(key: str) -> str:
-    """A grey a little different per allocation site: "other" bands, still told apart."""
-    h = int.from_bytes(hashlib.blake2s(key.encode("utf-8", "replace"), digest_size=4).digest(), "big")
-    return f"hsl({h % 360},6%,{60 + h // 360 % 18}%)"
+def _frame_flags(file: object, name: object) -> int:
+    f = file if isinstance(file, str) else ""
+    n = name if isinstance(name, str) else ""
+    native = not (f.endswith(".py") or f.startswith("<"))
+    flags = F_NATIVE if native else 0
+    if any(t in f for t in _TORCH_FILES) or f.startswith("torch/") or (
+            native and any(n.startswith(t) or f" {t}" in n for t in _TORCH_NAMES)):
+        flags |= F_TORCH
+    if native and (any(t in n for t in _NOISE_NAMES) or any(t in f for t in _NOISE_FILES)):
+        flags |= F_NOISE
+    return flags
 
 
-def _num(v: float) -> str:
-    s = f"{v:.1f}"
-    return s[:-2] if s.endswith(".0") else s
+def _varints(values: Iterable[int]) -> bytes:
+    out = bytearray()
+    for v in values:
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+    return bytes(out)
 
 
-def _legend(kinds: Iterable[str], x0: float, y0: float) -> str:
-    parts = []
-    lx = x0
-    for kind in kinds:
-        fill = CATEGORY_COLORS.get(kind, CATEGORY_COLORS["other"])
-        parts.append(f'<rect x="{lx}" y="{y0}" width="10" height="10" fill="{fill}"/>'
-                     f'<text x="{lx + 14}" y="{y0 + 9}" class="ax0">'
-                     f"{_html.escape(kind.replace('_', ' '))}</text>")
-        lx += 24 + 7 * len(kind)
-    return "".join(parts)
+def _hex(addr: object) -> str:
+    return f"{addr:x}" if isinstance(addr, int) and 0 <= addr < 1 << 64 else "?"
 
 
-def _areas_svg(tl: Replay, cols: int) -> str:
-    """Categories over time: the active bytes of each category as stacked areas (the bottom
-    category first), on the timeline's columns and scale."""
-    series = tl["cat_active"]
-    names = [n for n in tl["categories"] if any(series[n])]
-    top = max(tl["max"], 1)
-    ys = AREA_HEIGHT / top
-    base = AREA_TOP + AREA_HEIGHT
+def _json_for_html(obj: object) -> str:
+    """JSON that can sit inside a <script> element: no '<', '>' or '&' left as such."""
+    import json
 
-    def x(c: int) -> str:
-        return _num(LEFT + c * WIDTH / cols)
+    return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
-    def ya(v: float) -> str:
-        return _num(base - v * ys)
 
-    at = (f"event {tl['peak_event']:,}" if tl["peak_event"] >= 0 else "the start")
-    layers, cum = [], [0] * cols
-    for n in names:
-        cum = [a + b for a, b in zip(cum, series[n])]
-        layers.append((n, cum))
-    parts = []
-    # the top layer first, each lower one drawn over it: what shows of an area is its own band
-    for n, cum in reversed(layers):
-        yv = [ya(v) for v in cum]
-        # a point at the end of each column, except inside flat runs
-        pts = [f"{x(0)},{_num(base)}", f"{x(0)},{yv[0]}"]
-        for c in range(cols):
-            if (c == cols - 1 or yv[c] != yv[c + 1] or (c > 0 and yv[c] != yv[c - 1])):
-                pts.append(f"{x(c + 1)},{yv[c]}")
-        pts.append(f"{x(cols)},{_num(base)}")
-        tip = f"{n.replace('_', ' ')}: {R(tl['at_peak'][n])} at the peak ({at})"
-        parts.append(f'<polygon class="a" fill="{CATEGORY_COLORS.get(n, "#8c8c8c")}" points="'
-                     + " ".join(pts) + f'"><title>{_html.escape(tip)}</title></polygon>')
-    if tl["peak_pos"] >= 0:
-        c = min(cols - 1, tl["peak_pos"] * cols // max(tl["events"], 1))
-        tip = f"the peak: {R(tl['max'])} at {at}"
-        parts.append(f'<line class="pkl" x1="{x(c)}" x2="{x(c)}" y1="{AREA_TOP}" y2="{base}">'
-                     f"<title>{_html.escape(tip)}</title></line>")
-    ticks = "".join(f'<text x="{LEFT - 6}" y="{ya(top * k / 2)}" class="ax">'
-                    f"{_html.escape(R(top * k / 2))}</text>" for k in range(3))
-    # in a group of its own, which the page's script zooms and pans with the timeline above
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LEFT + WIDTH + 10} '
-            f'{base + 8}" width="100%">'
-            f'<defs><clipPath id="tgc-aclip"><rect x="{LEFT}" y="0" width="{WIDTH}" '
-            f'height="{base}"/></clipPath></defs>'
-            f'<rect x="{LEFT}" y="{AREA_TOP}" width="{WIDTH}" height="{AREA_HEIGHT}" class="bg"/>'
-            '<g clip-path="url(#tgc-aclip)"><g id="tgc-areas">' + "".join(parts) + "</g></g>"
-            + ticks + _legend(names, LEFT, 6) + "</svg>")
+class _Model:
+    """One device's trace reduced to what a page carries (see _model)."""
+
+    def __init__(self) -> None:
+        self.data: Dict[str, Any] = {}
+        self.parts: List[Tuple[str, str, bytes]] = []  # (name, format, bytes)
+        self.trace: Trace = []
+        self.n = 0
+        self.d: Dict[str, Any] = {}
+        self.cats: Optional[bytearray] = None  # per allocation (all of them), NO_CATEGORY: none
+        self.cat_names: List[str] = []
+        self.stack_text: Dict[int, List[str]] = {}
+        self.frames: List[Tuple[str, str, int]] = []  # (file:line, name, flags)
+        self.stack_ids: List[List[int]] = []  # dense stack id - 1 -> frame ids
+        self.names: List[str] = []
+        self.name_of: Dict[int, int] = {}  # allocation -> index into names + 1
+        self.peak = 0
+        self.peak_at = -1
+        self.peak_bycat: Dict[str, int] = {}
+        self.top: List[int] = []
+        self.ooms: List[List[Any]] = []
+        self.marks = False
+        self.inferred = False
+        self.recorded = False
+        self.got: Any = None
+
+
+def _labels_of(m: _Model, snap: Snapshot, index: int, cols: Columns,
+               blocks: List[Dict[str, Any]], use_req: bool,
+               categories: Optional[Mapping[int, str]],
+               names: Optional[Mapping[int, str]]) -> Optional[Tuple[Any, ...]]:
+    """The replay's label (category | rule << 4) and name index of every trace entry and block
+    alive at the end, for _detail to give each allocation its own; None when nothing classifies
+    (nothing recorded, no telling stack). Sets m.marks and m.inferred as the replay says."""
+    pre = [(b["address"], b["size"]) for b in blocks]
+    got = inputs(snap, index, categories, cols=cols, pre_frames=[b.get("frames") for b in blocks],
+                 names=names)
+    m.got = got
+    if got.classify is None:
+        return None
+    tl = _tensorgc._timeline(cols, pre, 1, 0, use_req, got.classify)
+    rules = tl["rules"] or []
+    m.inferred = any(n for r, n in enumerate(rules) if r >= 8)
+    m.recorded = any(n for r, n in enumerate(rules) if 1 <= r <= 5)
+    m.marks = got.marks or bool(tl["inferred_spans"]) or m.inferred
+    if tl.get("labels") is None:
+        return None
+    return (tl["labels"], tl["pre_labels"], tl["name_index"], tl["pre_name_index"], got.names)
+
+
+def _cats_of(m: _Model, categories: Optional[Mapping[int, str]]) -> None:
+    """Every allocation's label (m.cats: the category in the low four bits, the rule in the high
+    four, rule 0: of no category) and the category names, from the detail engine; then the
+    caller's kinds of blocks alive at the end (``categories``) win for those blocks, under the
+    caller's name (cut, escaped) when it is none of ours."""
+    d = m.d
+    total = d["total"]
+    names = list(d.get("categories") or CATEGORIES)
+    cats = bytearray(d["cats"]) if isinstance(d.get("cats"), (bytes, bytearray)) else None
+    if categories:
+        raw = d["raw"]
+        f = memoryview(raw["f"]).cast("Q")
+        x = memoryview(raw["x"]).cast("Q")
+        want = {a: _text(k)[:40] for a, k in categories.items() if isinstance(a, int)}
+        if cats is None:
+            cats = bytearray(total)
+        for j in range(total):
+            if f[j] == 2**64 - 1 and x[j] in want:
+                kind = {"saved_for_backward": "activation"}.get(want[x[j]], want[x[j]])
+                if kind not in names:
+                    if len(names) >= NO_CATEGORY:
+                        continue
+                    names.append(kind)
+                cats[j] = names.index(kind) | 1 << 4
+    if cats is not None and not m.marks:
+        # with no phase known, "outside forward, backward and steps" says nothing: of no
+        # category (hatched), as the summary says
+        cats = bytearray(cats.translate(bytes(0 if c >> 4 == 6 else c for c in range(256))))
+    m.cats = cats
+    m.cat_names = names
+
+
+def _frames_of(m: _Model, stacks: List[Any], used: List[int]) -> None:
+    """The stacks the page shows (dense id k: stacks[used[k - 1]]) as frame ids, and the
+    distinct frames as text with their flags, within the page's bounds."""
+    frames, ids, lens, full = _tensorgc._stack_frames(stacks, used, STACK_FRAMES, FRAME_IDS_MAX)
+    text, budget = [], FRAME_TEXT_MAX
+    for key in frames:
+        if key is None:
+            text.append(("?", "?", F_NATIVE))
+            continue
+        file, line, name = key
+        where, what = f"{_text(file)}:{_text(line)}", _text(name)
+        budget -= len(where) + len(what)
+        if budget < 0:
+            where, what = "?", "(frame text past the page's bound)"
+        text.append((where, what, _frame_flags(file, name)))
+    m.frames = text
+    m.parts.append(("FI", "u32", ids))
+    m.parts.append(("FL", "u32", lens))
+    m.parts.append(("FF", "u32", full))
+    lv = memoryview(lens).cast("I")
+    iv = memoryview(ids).cast("I")
+    pos = 0
+    m.stack_ids = []
+    for u in range(len(lv)):
+        m.stack_ids.append(list(iv[pos:pos + lv[u]]))
+        pos += lv[u]
+
+
+def _stack_lines_of(m: _Model, k: int, limit: int = 64) -> List[str]:
+    """'file:line name' of dense stack k (0: none)."""
+    if k <= 0 or k > len(m.stack_ids):
+        return []
+    return [f"{m.frames[f][0]} {m.frames[f][1]}" for f in m.stack_ids[k - 1][:limit]]
+
+
+def _site_of(m: _Model, k: int) -> str:
+    """Where an allocation of dense stack k was made: its first frame of the user's Python code
+    (not native, not torch's), else its first Python frame, else its first frame."""
+    if k <= 0 or k > len(m.stack_ids):
+        return "no stack recorded"
+    ids = m.stack_ids[k - 1]
+    for unwanted in (F_NATIVE | F_TORCH | F_NOISE, F_NATIVE, F_NOISE, 0):
+        for f in ids:
+            if not m.frames[f][2] & unwanted:
+                return f"{m.frames[f][0]} {m.frames[f][1]}"
+    return "no stack recorded"
+
+
+def _model(snap: Snapshot, index: int, categories: Optional[Mapping[int, str]] = None,
+           names: Optional[Mapping[int, str]] = None, columns: int = 1,
+           max_allocs: Optional[int] = None, top: int = 0) -> _Model:
+    """One device's page data: the C engines' output, its categories, stacks, names, segments
+    and the entries no allocation accounts for."""
+    m = _Model()
+    traces = snap.get("device_traces") or []
+    trace: Trace = traces[index] if index < len(traces) else []
+    m.trace = trace
+    cols = _page_columns(trace, trace_columns(trace))
+    use_req = bytes([_FREE_REQUESTED]) in cols[0]
+    n = len(cols[0])
+    m.n = n
+    # the blocks alive at the end, with their stacks (a block from before the trace has no
+    # alloc entry: the block's own frames say where it was made)
+    blocks = _alive_blocks(snap, index)
+    labels = _labels_of(m, snap, index, cols, blocks, use_req, categories, names)
+    stacks = list(cols[5])
+    pre_k: List[Tuple[int, int, int]] = []
+    for b in blocks:
+        fr = b.get("frames")
+        k = 0
+        if isinstance(fr, list) and fr:
+            k = len(stacks)
+            stacks.append(fr)
+        pre_k.append((b["address"], b["size"], k))
+    pcols = tuple(cols[:5]) + (stacks,) + tuple(cols[6:])
+    d = _tensorgc._detail(pcols, pre_k, use_req, DETAIL_STACKS, labels,
+                          max_allocs=DETAIL_MAX if max_allocs is None else max_allocs, raw=True,
+                          top=max(0, top))
+    m.d = d
+    _cats_of(m, categories)
+    raw = d["raw"]
+    d["series"] = _tensorgc._series(raw["a"], raw["f"], raw["s"], n,
+                                    bytes(m.cats) if m.cats is not None else None,
+                                    max(1, min(columns, n))) if n else None
+    total, kept = d["total"], d["n"]
+    keep = d["keep"]
+    # per allocation: category, name
+    if m.cats is not None:
+        cats = bytes(m.cats) if keep is None else bytes(
+            c for c, k in zip(m.cats, keep) if k)
+        m.parts.append(("CT", "u8", cats))
+    # the stacks: every dense id the allocations use, then those of segments and other entries
+    used = list(d["used"])
+    dense = {cid: i + 1 for i, cid in enumerate(used)}
+    stack_col = memoryview(cols[4]).cast("I")
+
+    def dense_of(cid: int) -> int:
+        if cid == 0:
+            return 0
+        if cid not in dense:
+            if len(used) >= DETAIL_STACKS + 2 * EVENTS_MAX:
+                return 0
+            used.append(cid)
+            dense[cid] = len(used)
+        return dense[cid]
+
+    kinds = cols[0]
+    addrs = memoryview(cols[1]).cast("Q")
+    sizes = memoryview(cols[2]).cast("Q")
+    streams = memoryview(cols[8]).cast("q")
+    lean = trace if isinstance(trace, LeanTrace) else None
+    devfree = memoryview(lean.columns()["device_free"]).cast("Q") if lean is not None else None
+    other = memoryview(d["other"]).cast("I")
+    events = []
+    for i in other[:EVENTS_MAX]:
+        kd = kinds[i]
+        if kd == 0:
+            events.append([i, 0, "", 0, 0, 0, 0, _text(_action_of(trace, i))])
+            continue
+        extra, size = 0, sizes[i]
+        if kd == _KINDS["oom"]:
+            if devfree is not None:
+                extra = devfree[i]
+            else:  # the columns of a list hold no OOM's numbers: its entry does
+                e = trace[i]
+                v = e.get("device_free") if isinstance(e, dict) else None
+                extra = v if isinstance(v, int) and 0 <= v < 1 << 64 else 0
+                v = e.get("size") if isinstance(e, dict) else None
+                size = v if isinstance(v, int) and 0 <= v < 1 << 64 else 0
+            m.ooms.append([i, size, extra])
+        events.append([i, kd, _hex(addrs[i]), size, streams[i], dense_of(stack_col[i]),
+                       extra, ""])
+    # segments: the trace's, then those alive at the end that it never made
+    segs = []
+    made = set()
+    seg_info = {}
+    for s in snap.get("segments", []):
+        if s.get("device") == index and isinstance(s.get("address"), int):
+            seg_info[s["address"]] = s
+    segfree_at: Dict[int, int] = {}
+    for start, end, size, addr, by, ended, version in d["segments"][:SEGMENTS_MAX]:
+        made.add(addr)
+        if ended >= 0:
+            segfree_at[addr] = segfree_at.get(addr, 0) + 1
+        info = seg_info.get(addr, {}) if end < 0 else {}
+        k = dense_of(stack_col[by]) if by >= 0 else 0
+        stream = streams[by] if by >= 0 else (streams[ended] if ended >= 0 else 0)
+        expandable = (kinds[by] == _KINDS["segment_map"]) if by >= 0 else False
+        pool, guessed = _pool(info, size)
+        segs.append([start, end, size, _hex(addr), stream, pool, k, version,
+                     1 if expandable else 0, guessed])
+    for addr, s in seg_info.items():
+        if addr in made or len(segs) >= SEGMENTS_MAX:
+            continue
+        size = s.get("total_size")
+        if not isinstance(size, int) or size < 0:
+            continue
+        fr = s.get("frames")
+        k = 0
+        if isinstance(fr, list) and fr and len(used) < DETAIL_STACKS + 2 * EVENTS_MAX:
+            stacks.append(fr)
+            used.append(len(stacks) - 1)
+            k = len(used)
+        stream = s.get("stream") if isinstance(s.get("stream"), int) else 0
+        pool, guessed = _pool(s, size)
+        segs.append([0, -1, size, _hex(addr), stream, pool, k, segfree_at.get(addr, 0),
+                     1 if s.get("is_expandable") is True else 0, guessed])
+    _frames_of(m, stacks, used)
+    # names: the detail engine's of every allocation, else those the reporter gave the blocks
+    # alive at the end (the page finds them by address)
+    called: Dict[int, str] = {}
+    if isinstance(d.get("names"), list) and isinstance(d.get("name_index"), (bytes, bytearray)) \
+            and len(d["names"]) > 1:
+        m.names = [_text(v)[:NAME_MAX] for v in d["names"][:NAMES_MAX]]
+        m.parts.append(("NI", "u32", _name_index(d["name_index"], keep, len(m.names),
+                                                 len(d["names"]))))
+    else:
+        called = dict(names_of(snap, index))
+        called.update((a, v) for a, v in (names or {}).items() if isinstance(a, int)
+                      and isinstance(v, str))
+        called = {a: _text(v[:NAME_MAX]) for a, v in list(called.items())[:NAMES_MAX]}
+    for t, (name, fmt, blob) in enumerate(_streams_of(d)):
+        m.parts.insert(t, (name, fmt, blob))
+    series = d["series"]
+    if series is not None:
+        m.peak, m.peak_at = series["peak"], series["peak_at"]
+        m.top = list(series["top"])
+        for c, v in enumerate(series["peak_bycat"]):
+            if v:
+                key = m.cat_names[c] if m.cats is not None and c < len(m.cat_names) else ""
+                m.peak_bycat[key] = m.peak_bycat.get(key, 0) + v
+    m.data = {
+        "n": n, "allocs": kept, "total": total, "npre": d["npre"], "unit": d["unit"],
+        "xunit": d["xunit"], "free": "free_requested" if use_req else "free_completed",
+        "t0": d["t0"], "timed": d["timed"],
+        "cats": _legend_data(m), "frames": m.frames, "segs": segs, "events": events,
+        "names": m.names, "names_at": {_hex(a): v for a, v in called.items()},
+        "top": d["top"],  # the `top` largest: what the first paint draws one by one
+        "stacks_cut": max(0, len(d["used"]) - DETAIL_STACKS) if len(d["used"]) > DETAIL_STACKS
+        else 0, "events_cut": max(0, len(other) - EVENTS_MAX),
+    }
+    m.parts.append(("T", "var", d["times"]))
+    return m
+
+
+def _action_of(trace: Trace, i: int) -> object:
+    e = trace[i]
+    return e.get("action") if isinstance(e, dict) else None
+
+
+def _pool(info: Mapping[str, Any], size: int) -> Tuple[str, int]:
+    """A segment's pool, and 1 when it is guessed: the snapshot's segment_type (and private pool
+    id) where it knows the segment; else the caching allocator's rule (2 MiB segments are the
+    small pool's, the others the large pool's)."""
+    kind = info.get("segment_type") if isinstance(info, Mapping) else None
+    pool = info.get("segment_pool_id") if isinstance(info, Mapping) else None
+    if isinstance(kind, str):
+        out = _text(kind)[:20]
+        if isinstance(pool, (tuple, list)) and any(pool):
+            out += " (private pool " + ",".join(_text(p)[:20] for p in pool[:2]) + ")"
+        return out, 0
+    return ("small" if size == 2 << 20 else "large"), 1
+
+
+def _name_index(index: bytes, keep: Optional[bytes], limit: int, names: int) -> bytes:
+    """The detail engine's per-allocation name index (uint32, 0: none) of the kept ones; those
+    past the `limit` names the page carries read 0."""
+    from array import array
+
+    if keep is None and names <= limit:
+        return bytes(index)  # every index points into the names, all carried
+    v = array("I", index)
+    if keep is not None:
+        v = array("I", (x for x, k in zip(v, keep) if k))
+    return array("I", (x if x < limit else 0 for x in v)).tobytes()
+
+
+def _streams_of(d: Mapping[str, Any]) -> List[Tuple[str, str, bytes]]:
+    return [(name, "var", blob) for name, blob in zip("ADSKXCRVW", d["streams"])]
+
+
+def _legend_data(m: _Model) -> Dict[str, Any]:
+    """The categories' names and colours, and what each label present says (the category and
+    why: categories.describe_label)."""
+    names = [n if isinstance(n, str) else "?" for n in m.cat_names]
+    colors = [CATEGORY_COLORS.get(n, _MORE_COLORS[i % len(_MORE_COLORS)])
+              for i, n in enumerate(names)]
+    labels = {}
+    for label in sorted(set(m.cats or b"")):
+        cat, rule = label & 15, label >> 4
+        if rule == 0 or cat >= len(names):
+            continue
+        labels[str(label)] = (describe_label(label) if cat < len(CATEGORIES)
+                              and names[cat] == CATEGORIES[cat] else
+                              f"{_text(names[cat])} ({RULES.get(rule, '?')})")
+    return {"names": [_text(n).replace("_", " ") for n in names], "colors": colors,
+            "labels": labels, "known": m.cats is not None, "marks": m.marks}
+
+
+FIRST_PARTS = ("A", "D", "S", "CT")  # what the page's first paint reads: they come first
+
+
+def _blob(parts: List[Tuple[str, str, bytes]]) -> Dict[str, Any]:
+    """The binary parts as one base64 text (deflated past COMPRESS_OVER bytes: the page inflates
+    it with the browser's DecompressionStream), with each part's name, format and length; the
+    parts of the first paint first, so that it can start before the rest is inflated."""
+    parts = sorted(parts, key=lambda p: (p[0] not in FIRST_PARTS,
+                                         FIRST_PARTS.index(p[0]) if p[0] in FIRST_PARTS else 0))
+    raw = b"".join(p[2] for p in parts)
+    z = len(raw) > COMPRESS_OVER
+    body = zlib.compress(raw, 1) if z else raw
+    return {"z": z, "b64": base64.b64encode(body).decode("ascii"),
+            "parts": [[name, fmt, len(b)] for name, fmt, b in parts]}
+
+
+def _peak_table(m: _Model) -> str:
+    """The largest allocations alive at the peak, as an HTML table (the page's answer before its
+    script runs)."""
+    if not m.top:
+        return ""
+    raw = m.d["raw"]
+    s = memoryview(raw["s"]).cast("Q")
+    k = memoryview(raw["k"]).cast("I")
+    a = memoryview(raw["a"]).cast("Q")
+    x = memoryview(raw["x"]).cast("Q")
+    rows = []
+    for j in m.top:
+        cat = "no category"
+        if m.cats is not None and m.cats[j] >> 4 and (m.cats[j] & 15) < len(m.cat_names):
+            cat = _text(m.cat_names[m.cats[j] & 15]).replace("_", " ")
+            if m.cats[j] >> 4 and m.marks and (m.cats[j] & 15) < len(CATEGORIES):
+                cat = describe_label(m.cats[j])
+        when = (f"event {a[j]:,}" if j >= m.d["npre_total"] else "before the trace")
+        rows.append(f"<tr><td>{_html.escape(R(s[j]))}</td><td>{_html.escape(cat)}</td>"
+                    f"<td>{_html.escape(when)}</td><td><code>b{x[j]:x}</code></td>"
+                    f"<td>{_html.escape(_site_of(m, k[j]))}</td></tr>")
+    return ('<table class="peak"><caption>The largest allocations alive at the peak</caption>'
+            "<tr><th>size</th><th>category</th><th>allocated</th><th>address</th>"
+            "<th>where</th></tr>" + "".join(rows) + "</table>")
+
+
+def _legend_svg(m: _Model, breakdown: Dict[str, int], at: str) -> str:
+    """The legend: one swatch per category present (its colour in every view), its bytes at the
+    peak in its title, and the hatch of bytes of no category."""
+    names = m.data["cats"]["names"]
+    colors = m.data["cats"]["colors"]
+    present = set()
+    if m.cats is not None:
+        present = {c & 15 for c in set(m.cats)}
+    items, x = [], 0
+    for i, (n, col) in enumerate(zip(names, colors)):
+        if i not in present:
+            continue
+        b = breakdown.get(m.cat_names[i], 0)
+        tip = f"{n}: {R(b)} at the peak ({at})"
+        items.append(f'<g class="lg" data-cat="{i}"><title>{_html.escape(tip)}</title>'
+                     f'<rect x="{x}" y="2" width="12" height="12" fill="{col}"/>'
+                     f'<text x="{x + 16}" y="12">{_html.escape(n)}</text></g>')
+        x += 26 + 7 * len(n)
+    if m.cats is None or NO_CATEGORY in present or any((c & 15) >= len(names) for c in present):
+        label = ("no category (nothing to classify by: tensorgc.categorize records it)"
+                 if m.cats is None else "no category")
+        b = breakdown.get("", 0)
+        items.append(f'<g class="lg" data-cat="{NO_CATEGORY}"><title>'
+                     + _html.escape(f"bytes of no category: hatched; {R(b)} at the peak ({at})")
+                     + f'</title><rect x="{x}" y="2" width="12" height="12" '
+                     'fill="url(#tgc-hatch)" stroke="#777" stroke-width=".5"/>'
+                     f'<text x="{x + 16}" y="12">{_html.escape(label)}</text></g>')
+        x += 26 + 7 * len(label)
+    return (f'<svg id="tgc-legend" xmlns="http://www.w3.org/2000/svg" width="{x + 10}" '
+            'height="16"><defs><pattern id="tgc-hatch" width="6" height="6" '
+            'patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" '
+            'height="6" fill="#e3e6ea"/><line x1="0" y1="0" x2="0" y2="6" stroke="#8d98a5" '
+            'stroke-width="2"/></pattern></defs>' + "".join(items) + "</svg>")
+
+
+def _breakdown(m: _Model) -> Dict[str, int]:
+    """Bytes per category at the peak ("" for no category)."""
+    return dict(m.peak_bycat)
+
+
+def _summary(m: _Model, breakdown: Dict[str, int], detail: int) -> str:
+    d = m.d
+    at = f"event {m.peak_at:,}" if m.peak_at >= 0 else "before the trace"
+    text = (f"{m.n:,} trace entries; {d['total']:,} allocations; peak {R(m.peak)} at {at}; "
+            f"{len(m.ooms)} OOM event(s). The {detail:,} largest allocations in view are drawn "
+            "one by one (Detail), the rest as one area per category.")
+    if d["n"] < d["total"]:
+        text += (f" This trace has {d['total']:,} allocations, more than the page's bound of "
+                 f"{d['n']:,}: it carries the {d['n']:,} largest, the rest are summarized.")
+    parts = [f"{k.replace('_', ' ') if k else 'no category'} {R(v)}"
+             for k, v in sorted(breakdown.items(), key=lambda kv: -kv[1]) if v]
+    how = ""
+    if m.inferred:
+        how = "; partly inferred from the stacks" if m.recorded else "; inferred from the stacks"
+    if m.cats is not None and parts:
+        text += f" At the peak ({at}, {R(m.peak)}{how}): " + ", ".join(parts) + "."
+    if m.cats is not None and not m.marks:
+        text += (" Only the blocks named at the snapshot are known here (no phase or grad "
+                 "marks: tensorgc.categorize records them); the rest has no category.")
+    return text
+
+
+_UI: List[str] = []
+
+
+def _ui_script() -> str:
+    """The page's script (tensorgc/_timeline_ui.js), read once."""
+    if not _UI:
+        with open(os.path.join(os.path.dirname(__file__), "_timeline_ui.js"), encoding="utf-8") as f:
+            _UI.append(f.read().replace("</", "<\\/"))
+    return _UI[0]
+
+
+_STYLE = (
+    "body{font:14px sans-serif;margin:12px 16px;color:#222}h2{margin:4px 0 6px}"
+    ".summary{margin:4px 0;max-width:80em}.tabs{margin:8px 0 4px;display:flex;gap:4px}"
+    ".tabs button{font:inherit;padding:4px 10px;border:1px solid #bbb;background:#f4f4f4;"
+    "border-radius:4px 4px 0 0;cursor:pointer}.tabs button[aria-selected=true]{background:#fff;"
+    "border-bottom-color:#fff;font-weight:bold}.bar{margin:4px 0;display:flex;flex-wrap:wrap;"
+    "gap:4px 12px;align-items:center}.bar input[type=search]{width:20em}"
+    ".bar label{white-space:nowrap}#tgc-status,#tgc-hits{color:#555}"
+    "#tgc-legend{font-size:12px;vertical-align:middle}.ooms{margin:2px 0;font-size:12px}"
+    ".ooms button{font:inherit;color:#b00;border:1px solid #d99;background:#fff5f5;margin:1px;"
+    "cursor:pointer}.wrap{display:flex;gap:12px;align-items:flex-start}.main{flex:1;min-width:0}"
+    ".plot{position:relative;height:440px;user-select:none}.plot canvas{position:absolute;left:0;"
+    "top:0}.plot svg{position:absolute;left:0;top:0;pointer-events:none;overflow:visible}"
+    ".tick{font-size:11px;text-anchor:middle;fill:#333}.ytick{font-size:11px;text-anchor:end;"
+    "dominant-baseline:middle;fill:#333}.nav{position:relative;height:64px;margin-top:4px}"
+    ".nav canvas{position:absolute;left:0;top:0}.navlabel{font-size:12px;color:#444;margin-top:4px}#tgc-panel{width:27em;max-height:640px;"
+    "overflow:auto;border:1px solid #ccc;padding:8px;font-size:12px}"
+    "#tgc-panel dt{font-weight:bold;float:left;width:6.5em;clear:left}"
+    "#tgc-panel dd{margin-left:7em;word-break:break-all}"
+    ".from{font-weight:bold;margin:2px 0}pre.stack{white-space:pre-wrap;word-break:break-all;font-size:11px;margin:4px 0}"
+    "pre.stack .n{color:#777}pre.stack .t{color:#555}pre.stack .r{color:#999;font-style:italic}"
+    ".tip{position:fixed;z-index:9;max-width:46em;max-height:70vh;overflow:hidden;"
+    "background:#fffffa;border:1px solid #999;box-shadow:2px 2px 6px #0003;padding:6px;"
+    "font-size:12px;pointer-events:none}.tip pre{white-space:pre-wrap;word-break:break-all;"
+    "margin:4px 0 0;font-size:11px}.state{display:grid;grid-template-columns:minmax(40em,1fr) 1fr;"
+    "gap:8px;height:600px}.events{overflow:auto;font:12px monospace;border:1px solid #ccc;"
+    "position:relative;outline:none}.events div.row{position:absolute;left:0;right:0;height:16px;"
+    "line-height:16px;white-space:pre;padding-left:4px;cursor:pointer}.events div.sel"
+    "{background:#edc949}.events div.oomrow{color:#b00}.events div.hov{background:#eef}"
+    ".segpane{position:relative;border:1px solid #ccc;overflow:hidden}"
+    "#tgc-info{white-space:pre-wrap;word-break:break-all;font:11px monospace;max-height:220px;"
+    "overflow:auto;border:1px solid #ddd;padding:4px;margin:6px 0}table.cmp,table.peak"
+    "{border-collapse:collapse;font-size:12px;margin:6px 0}table.cmp td,table.cmp th,"
+    "table.peak td,table.peak th{border:1px solid #ddd;padding:2px 6px;text-align:left}"
+    "table.cmp td.b,table.peak td:first-child{text-align:right}table.cmp tr.row{cursor:pointer}"
+    "caption{text-align:left;font-weight:bold}.note{color:#555;font-size:12px}"
+    "#tgc-seglegend span.sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 10px;"
+    "vertical-align:middle}"
+    "[hidden]{display:none!important}")
+
+
+def _tabs(compare: bool) -> str:
+    views = [("mem", "Active Memory Timeline"), ("state", "Allocator State History"),
+             ("segs", "Active Cached Segment Timeline")]
+    if compare:
+        views.append(("cmp", "Compare"))
+    return ('<nav class="tabs" role="tablist">' + "".join(
+        f'<button type="button" role="tab" data-view="{v}" id="tgc-tab-{v}" '
+        f'aria-selected="{"true" if k == 0 else "false"}">{t}</button>'
+        for k, (v, t) in enumerate(views)) + "</nav>")
+
+
+_BAR = ('<div class="bar"><button id="tgc-reset" type="button">Reset zoom</button>'
+        '<label title="how many allocations in view are drawn one by one, the largest first; '
+        'the rest are drawn as one area per category">Detail <input id="tgc-detail-n" '
+        'type="range" min="0" max="{max}" value="{val}"> <span id="tgc-detail-v">{val}</span>'
+        '</label><input id="tgc-search" type="search" placeholder="search: stack text, name, '
+        'address or b7f..._0"> <span id="tgc-hits"></span>'
+        '<label><input type="checkbox" id="tgc-f-native"> hide C++ frames</label>'
+        '<label><input type="checkbox" id="tgc-f-torch"> hide torch internals</label>'
+        '<label><input type="checkbox" id="tgc-f-fold" checked> fold repeated frames</label>'
+        '<label title="the unwinder\'s and the interpreter\'s own frames, as memory_viz hides '
+        'them"><input type="checkbox" id="tgc-f-noise" checked> hide interpreter frames</label>'
+        '<span id="tgc-status"></span></div>')
+
+
+def _views_html(categories: bool) -> str:
+    plot = ('<div class="plot" id="tgc-plot"><canvas id="tgc-canvas"></canvas>'
+            '<canvas id="tgc-overlay"></canvas><svg id="tgc-axes" '
+            'xmlns="http://www.w3.org/2000/svg"><g id="tgc-yaxis"></g><g id="tgc-xaxis"></g>'
+            "</svg></div>")
+    nav = ('<div class="navlabel">{label}</div><div class="nav" id="tgc-nav" '
+           'title="the whole trace: drag to choose a range"><canvas id="tgc-navc"></canvas>'
+           '<canvas id="tgc-navo"></canvas></div>')
+    state = ('<section id="tgc-view-state" hidden><div class="state"><div class="events" '
+             'id="tgc-events" tabindex="0"><div id="tgc-events-in"></div></div><div '
+             'class="segpane" id="tgc-segpane"><canvas id="tgc-segc"></canvas></div></div>'
+             '<pre id="tgc-info">Select an event (click, or the arrow keys) to see the '
+             "allocator's segments after it; hover an event, a segment or a block for its "
+             "stack.</pre></section>")
+    cmp_ = ('<section id="tgc-view-cmp" hidden><div class="plot" id="tgc-cmpplot" '
+            'style="height:260px"><canvas id="tgc-cmpc"></canvas></div><div id="tgc-cmp">'
+            "</div></section>")
+    label = ("Categories over time, the whole trace (drag to choose a range)" if categories
+             else "The whole trace (drag to choose a range)")
+    return ('<section id="tgc-view-plot">' + plot + "</section>" + state + cmp_
+            + nav.format(label=label))
+
+
+def _page(title: str, summary: str, legend: str, ooms: List[List[Any]], data: Dict[str, Any],
+          detail: int, peak_table: str, compare: bool, notes: str = "") -> str:
+    oom_html = ""
+    if ooms:
+        oom_html = ('<div class="ooms">' + "".join(
+            f'<button type="button" class="oom" data-event="{i}" title="zoom to it">'
+            f"OOM at event {i:,}: requested {_html.escape(R(size))}, "
+            f"{_html.escape(R(free))} free</button>" for i, size, free in ooms[:OOM_MARKS])
+            + (f" and {len(ooms) - OOM_MARKS:,} more" if len(ooms) > OOM_MARKS else "")
+            + "</div>")
+    bar = _BAR.format(max=max(1, min(data["allocs"], 20000)), val=max(0, min(detail, 20000)))
+    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>"
+            + _html.escape(title) + "</title><style>" + _STYLE + "</style></head><body>"
+            + "<h2>" + _html.escape(title) + "</h2><p class=\"summary\">"
+            + _html.escape(summary) + "</p>" + notes + _tabs(compare) + bar
+            + '<div class="bar" id="tgc-legend-bar">' + legend
+            + '<span id="tgc-seglegend" hidden></span></div>' + oom_html
+            + '<div class="wrap"><div class="main">' + _views_html(data["cats"]["known"])
+            + '</div><aside id="tgc-panel">Click an allocation, a block or an event to pin it '
+            "here: its size, address, category, name and stack.</aside></div>"
+            + '<div id="tgc-tip" class="tip" hidden></div>' + peak_table
+            + '<script type="application/json" id="tgc-data">' + _json_for_html(data)
+            + "</script><script>" + _ui_script() + "</script></body></html>")
+
+
+def _page_data(m: _Model, detail: int) -> Dict[str, Any]:
+    data = dict(m.data)
+    data["detail"] = max(0, int(detail))
+    data["blob"] = _blob(m.parts)
+    data["ooms"] = m.ooms
+    return data
 
 
 def timeline_html(snap: Snapshot, device: DeviceLike = "cuda", detail: int = 300,
                   title: Optional[str] = None, columns: int = WIDTH,
                   categories: Optional[Mapping[int, str]] = None,
-                  names: Optional[Mapping[int, str]] = None) -> str:
-    """The page (str). ``detail``: how many of the largest allocations get their own band (the
-    rest is one summarized band), as memory_viz's slider.
+                  names: Optional[Mapping[int, str]] = None,
+                  baseline: Optional[Snapshot] = None) -> str:
+    """The page (str): the Active Memory Timeline, the Allocator State History and the Active
+    Cached Segment Timeline of one device, on one time axis (the trace position, "event N").
+    ``detail``: how many of the largest allocations in view are drawn one by one (the rest:
+    one area per category), as memory_viz's slider, which the page has too.
 
-    Categories: with the marks of ``tensorgc.categorize`` in the snapshot (its
-    "tensorgc_categories"; torch's optimizer-step annotations count too), every band is coloured
-    by category (parameter, grad, optimizer state, activation, temporary, other), a second chart
-    stacks the categories over time and the summary gives the peak's breakdown. Without marks,
-    the blocks alive at the end that are named (the snapshot's "named", or ``categories``:
-    {block address: kind} from the MemReporter taken with it, Report.block_kinds[device]) are
-    coloured by kind, the others by allocation site.
+    Categories: every allocation is coloured by its category, the same colour in every view:
+    the detail engine's categories where it gives them; with the marks of
+    ``tensorgc.categorize`` in the snapshot (its "tensorgc_categories"; torch's optimizer-step
+    annotations count too), the replay's; without marks, the blocks alive at the end that are
+    named (the snapshot's "named", or ``categories``: {block address: kind} from the
+    MemReporter taken with it, Report.block_kinds[device]). Bytes of no category are hatched.
 
-    Names: the side panel names an allocation alive at the end whose block the MemReporter
-    named: ``names`` ({block address: tensor name}, Report.block_names[device]) or the
-    snapshot's own (taken with tensorgc.categorize active); each cut to NAME_MAX characters,
-    at most NAMES_MAX of them.
+    Names: the detail engine's names of every allocation where it gives them; else those of the
+    blocks alive at the end that the MemReporter named: ``names`` ({block address: tensor
+    name}, Report.block_names[device]) or the snapshot's own (taken with tensorgc.categorize
+    active); each cut to NAME_MAX characters, at most NAMES_MAX of them.
+
+    ``baseline``: another snapshot of the same device: the page also shows its curve on the
+    same axis and what is alive at the end of this snapshot and not of the baseline, by
+    category, name and allocation site (the Compare view). ``columns`` is kept for callers of
+    the former page and no longer used.
 
     A device the snapshot does not hold is a ValueError (tensorgc.DeviceError) that lists the
     devices it holds: its page would be empty."""
-    device = snapshot_device(snap, device)
-    tl, trace, tcols = _replay(snap, device, columns, detail, categories, names)
-    # the tensors' names of blocks alive at the end (the given ones win), cut and bounded; the
-    # page shows one for an allocation alive at the end at that address
-    called = dict(names_of(snap, device))
-    called.update((a, n) for a, n in (names or {}).items() if isinstance(a, int)
-                  and isinstance(n, str))
-    called = {a: _text(n[:NAME_MAX]) for a, n in list(called.items())[:NAMES_MAX]}
-    cols = len(tl["active"])
-    top = max(tl["max"], 1)
-    ys = HEIGHT / top
-    names = tl["categories"]
+    index = snapshot_device(snap, device)
+    m = _model(snap, index, categories, names, columns=SERIES_COLUMNS if baseline else 1,
+               top=min(max(0, int(detail)), 20000))
+    breakdown = _breakdown(m)
+    at = f"event {m.peak_at:,}" if m.peak_at >= 0 else "before the trace"
+    head = title or f"Active memory timeline, cuda:{index}"
+    data = _page_data(m, detail)
+    notes = ""
+    if baseline is not None:
+        bindex = snapshot_device(baseline, index, required=False)
+        mb = _model(baseline, bindex, None, None, columns=SERIES_COLUMNS)
+        data["compare"] = _compare_data(mb, m)
+        notes = ('<p class="note">Compared with a baseline snapshot: its curve is drawn over '
+                 "this one's, and the Compare view lists what is alive at the end of this "
+                 "snapshot and not of the baseline.</p>")
+    return _page(head, _summary(m, breakdown, detail), _legend_svg(m, breakdown, at), m.ooms,
+                 data, detail, _peak_table(m), baseline is not None, notes)
 
-    def y(v: float) -> str:
-        return f"{TOP + HEIGHT - v * ys:.1f}"
 
-    def x(c: float) -> str:
-        return f"{LEFT + c * WIDTH / cols:.1f}"
+# ------------------------------------------------------------------------------- comparing
 
-    parts = []
-    allocs: List[Dict[str, Any]] = []  # the page's data of each band (data-i indexes it)
-    band_look: Dict[int, List[str]] = {}  # trace entry -> the band's fill and category
-    # bands: top edge left to right, bottom edge back; only points where the offset changes
-    legend = {}
-    for alloc_ev, free_ev, size, c0, c1, offs, addr, cat, rule in tl["bands"]:
-        if c1 <= c0:
+def _alive_groups(m: _Model) -> Dict[Tuple[str, str, str], List[int]]:
+    """The allocations alive at the end of a model's trace, by (category, name, site):
+    [count, bytes]."""
+    raw = m.d["raw"]
+    f = memoryview(raw["f"]).cast("Q")
+    s = memoryview(raw["s"]).cast("Q")
+    k = memoryview(raw["k"]).cast("I")
+    x = memoryview(raw["x"]).cast("Q")
+    names_at = {a: v for a, v in m.data.get("names_at", {}).items()}
+    name_idx = None
+    for name, fmt, blob in m.parts:
+        if name == "NI" and m.d.get("keep") is None:
+            name_idx = memoryview(blob).cast("I")
+    sites: Dict[int, str] = {}
+    out: Dict[Tuple[str, str, str], List[int]] = {}
+    alive = 2**64 - 1
+    for j in range(m.d["total"]):
+        if f[j] != alive:
             continue
-        pts_top, pts_bot = [], []
-        prev = None
-        for k, off in enumerate(offs):
-            if off != prev:
-                if prev is not None:
-                    pts_top.append(f"{x(c0 + k)},{y(prev + size)}")
-                    pts_bot.append(f"{x(c0 + k)},{y(prev)}")
-                pts_top.append(f"{x(c0 + k)},{y(off + size)}")
-                pts_bot.append(f"{x(c0 + k)},{y(off)}")
-                prev = off
-        if prev is None:  # no column: nothing to draw
-            continue
-        pts_top.append(f"{x(c1)},{y(prev + size)}")
-        pts_bot.append(f"{x(c1)},{y(prev)}")
-        entry = trace[alloc_ev] if 0 <= alloc_ev < len(trace) else {}
-        when = (f"allocated at event {alloc_ev}" if alloc_ev >= 0 else "allocated before the trace")
-        when += f", freed at event {free_ev}" if free_ev >= 0 else ", alive at the end"
-        if tl["marks"]:
-            kind = names[cat]
-            fill = _grey(_site(entry)) if kind == "other" else CATEGORY_COLORS[kind]
-            legend[kind] = True
-            when += f"; {kind.replace('_', ' ')} ({RULES.get(rule, '?')})"
+        c = m.cats[j] & 15 if m.cats is not None else NO_CATEGORY
+        cat = _text(m.cat_names[c]).replace("_", " ") if c < len(m.cat_names) else "no category"
+        if name_idx is not None:
+            name = m.names[name_idx[j]] if 0 < name_idx[j] < len(m.names) else ""
         else:
-            kind = categories.get(addr) if categories and free_ev < 0 else None
-            if kind is None and rule == 1:  # named in the snapshot's own categories
-                kind = names[cat]
-            if kind is not None:
-                kind = _text(kind)
-                fill = CATEGORY_COLORS.get(kind, CATEGORY_COLORS["other"])
-                legend[kind] = True
-                when += f"; {kind}"
-            else:
-                fill = _color(_site(entry))
-        tip = f"{R(size)} ({size:,} bytes), {when}\n{_frames_text(entry) or 'no stack recorded'}"
-        cat_name = when.split("; ", 1)[1] if "; " in when else ""
-        allocs.append({"size": size, "addr": f"0x{addr:x}" if isinstance(addr, int) else "?",
-                       "alloc": alloc_ev, "free": free_ev, "cat": cat_name,
-                       "name": called.get(addr, "") if free_ev < 0 else "",
-                       "frames": _stack_lines(entry, STACK_MAX)})
-        if alloc_ev >= 0:
-            band_look[alloc_ev] = [fill, cat_name]
-        parts.append(f'<polygon class="b" data-i="{len(allocs) - 1}" fill="{fill}" points="'
-                     + " ".join(pts_top + pts_bot[::-1])
-                     + f'"><title>{_html.escape(tip)}</title></polygon>')
-    # the summarized rest, on top of the bands
-    if any(tl["small"]):
-        upper = [f"{x(c)},{y(a)} {x(c + 1)},{y(a)}" for c, a in enumerate(tl["active"])]
-        lower = [f"{x(c + 1)},{y(a - s)} {x(c)},{y(a - s)}"
-                 for c, (a, s) in reversed(list(enumerate(zip(tl["active"], tl["small"]))))]
-        n_small = tl["allocs"] - len(tl["bands"])
-        parts.append('<polygon class="s" points="' + " ".join(upper + lower) + '"><title>'
-                     + _html.escape(f"{n_small:,} smaller allocations, summarized "
-                                    f"(raise --detail to draw more of them)") + "</title></polygon>")
-    peak = " ".join(f"{x(c)},{y(p)} {x(c + 1)},{y(p)}" for c, p in enumerate(tl["peak"]))
-    parts.append(f'<polyline class="pk" points="{peak}"><title>peak within each column</title></polyline>')
-    cols_per_event = cols / max(tl["events"], 1)
-    for i, at in tl["oom_at"]:
-        e = trace[i]
-        # the column of an OOM: its position on the replay's clock (pre-existing events first)
-        c = min(cols - 1, int(at * cols_per_event))
-        tip = f"OOM at event {i}: device free {R(e.get('device_free', 0))}\n{_frames_text(e)}"
-        parts.append(f'<line class="oom" data-col="{c}" x1="{x(c)}" x2="{x(c)}" y1="{TOP}" '
-                     f'y2="{TOP + HEIGHT}"><title>{_html.escape(tip)}</title></line>')
-    over = []  # drawn over the plot, not zoomed: legend, y ticks, axes, brush
-    if legend:
-        order = [k for k in names if k in legend] + [k for k in legend if k not in names]
-        over.append(_legend(order, LEFT + 8, TOP + 6))
-    over.append('<g id="tgc-yaxis">')
-    for v in _round_ticks(top):
-        over.append(f'<text x="{LEFT - 6}" y="{y(v)}" class="ax">{_html.escape(R(v))}</text>'
-                    f'<line x1="{LEFT}" x2="{LEFT + WIDTH}" y1="{y(v)}" y2="{y(v)}" class="grid"/>')
-    over.append("</g>")
-    svg = (f'<svg id="tgc-svg" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LEFT + WIDTH + 10} '
-           f'{TOP + HEIGHT + 30}" width="100%">'
-           '<defs><clipPath id="tgc-clip"><rect x="' + str(LEFT) + '" y="0" width="' + str(WIDTH)
-           + '" height="' + str(TOP + HEIGHT) + '"/></clipPath>'
-           '<pattern id="tgc-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
-           'patternTransform="rotate(45)"><rect width="6" height="6" fill="#d8dee6"/>'
-           '<line x1="0" y1="0" x2="0" y2="6" stroke="#9aa7b4" stroke-width="2"/></pattern></defs>'
-           f'<rect x="{LEFT}" y="{TOP}" width="{WIDTH}" height="{HEIGHT}" class="bg"/>'
-           '<g clip-path="url(#tgc-clip)"><g id="tgc-plot">' + "".join(parts) + "</g>"
-           '<g id="tgc-detail" transform="scale(0.1)"></g></g>'
-           + "".join(over)
-           + f'<rect id="tgc-brush" class="brush" x="{LEFT}" y="{TOP}" width="0" height="{HEIGHT}" '
-           'visibility="hidden"/>'
-           f'<g id="tgc-xaxis"><text x="{LEFT}" y="{TOP + HEIGHT + 20}" class="ax0">event 0</text>'
-           f'<text x="{LEFT + WIDTH}" y="{TOP + HEIGHT + 20}" class="ax1">event {len(trace):,}</text></g>'
-           "</svg>")
-    # about 1,000 times along the trace for the axis's seconds (the time column: INT64_MIN where
-    # an entry has none)
-    times = list(memoryview(tcols[3]).cast("q")[::max(1, len(trace) // 1000)])
-    detail_data = _detail_data(snap, tl, tcols, device) if tl["allocs"] <= DETAIL_MAX else None
-    page_data = {"left": LEFT, "width": WIDTH, "top": TOP, "height": HEIGHT,
-                 "events": tl["events"], "columns": cols, "allocs": allocs, "max": top,
-                 "detail": detail_data, "look": band_look,
-                 "names": {str(a): n for a, n in called.items()},
-                 "times": times if times and min(times) > -2**63 else []}
-    head = title or f"Active memory timeline, cuda:{device}"
-    summary = (f"{len(trace):,} trace entries; {tl['allocs']:,} allocations; peak {R(tl['max'])}; "
-               f"{len(tl['bands'])} largest drawn one by one, the rest summarized on top "
-               f"(hatched); {len(tl['ooms'])} OOM event(s) marked in red (click one to zoom to "
-               "it). Wheel to zoom, drag to pan, shift-drag to zoom to a range; click an "
-               "allocation to pin its size and stack; search matches stacks."
-               + ("" if tl["allocs"] <= DETAIL_MAX else
-                  f" This trace has more than {DETAIL_MAX:,} allocations: zooming scales the "
-                  "overview, and allocations are not drawn one by one."))
-    breakdown = peak_breakdown(tl)
-    areas = ""
-    if tl["cat_active"] is not None:
-        areas = ("<h3>Categories over time</h3><p>"
-                 + ("The active bytes of each category, on the columns and scale of the "
-                    "timeline above; the dashed line is the peak, hover an area for its bytes "
-                    "there." if tl["marks"] else
-               "Only the blocks named at the snapshot are known here (no phase or grad marks: "
-               "tensorgc.categorize records them); the rest is other.")
-            + "</p>" + _areas_svg(tl, cols))
-    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>"
-            + _html.escape(head) + "</title><style>"
-            "body{font:14px sans-serif;margin:16px;color:#222}"
-            ".bg{fill:#fafafa;stroke:#ccc}.b{stroke:#fff;stroke-width:.3}"
-            ".b:hover{stroke:#000;stroke-width:1.5}.s{fill:url(#tgc-hatch)}.s:hover{opacity:.8}"
-            ".pk{fill:none;stroke:#444;stroke-width:.6}.oom{stroke:#d00;stroke-width:2;cursor:pointer}"
-            ".b,.pk,.oom,.pkl{vector-effect:non-scaling-stroke}.b{cursor:pointer}"
-            ".pinned{stroke:#000;stroke-width:2.5}.searching .b{opacity:.25}.d{stroke:#fff;stroke-width:.3}"
-            ".d:hover{stroke:#000;stroke-width:1.5}.searching .hit{opacity:1;"
-            "stroke:#000;stroke-width:1.5}.grid{stroke:#e4e4e4;stroke-width:.5}"
-            ".brush{fill:#3a8fd9;fill-opacity:.15;stroke:#3a8fd9}"
-            ".tick{font-size:11px;text-anchor:middle}.tickl{stroke:#888}"
-            ".state{font-size:12px;color:#444;margin:4px 0}#tgc-state rect.seg{fill:#fff;"
-            "stroke:#999;stroke-width:.5}"
-            ".bar{margin:6px 0}.bar input{width:22em}.bar span{margin-left:1em;color:#555}"
-            ".wrap{display:flex;gap:12px;align-items:flex-start}.main{flex:1;min-width:0}"
-            "#tgc-panel{width:26em;max-height:520px;overflow:auto;border:1px solid #ccc;"
-            "padding:8px;font-size:12px}#tgc-panel pre{white-space:pre-wrap;font-size:11px}"
-            "#tgc-panel dt{font-weight:bold;float:left;width:6em}#tgc-panel dd{margin-left:6.5em}"
-            ".a{stroke:none}.a:hover{opacity:.75}.pkl{stroke:#444;stroke-width:1;"
-            "stroke-dasharray:3 3}"
-            ".ax{font-size:11px;text-anchor:end;dominant-baseline:middle}"
-            ".ax0{font-size:11px}.ax1{font-size:11px;text-anchor:end}"
-            "</style></head><body><h2>" + _html.escape(head) + "</h2><p>"
-            + _html.escape(summary + (f" {breakdown[0].upper() + breakdown[1:]}."
-                                      if breakdown else ""))
-            + "</p>" + _TOOLBAR + '<div class="wrap"><div class="main">' + svg + _STATE
-            + '</div><aside id="tgc-panel">Click an allocation to pin its size, address and '
-            "stack here.</aside></div>" + areas
-            + '<script type="application/json" id="tgc-data">' + _json_for_html(page_data)
-            + "</script><script>" + _ui_script() + "</script></body></html>")
+            name = names_at.get(_hex(x[j]), "")
+        if k[j] not in sites:
+            sites[k[j]] = _site_of(m, k[j])
+        row = out.setdefault((cat, name, sites[k[j]]), [0, 0])
+        row[0] += 1
+        row[1] += s[j]
+    return out
+
+
+COMPARE_ROWS = 200  # rows of each table of the Compare view
+
+
+def _compare_data(a: _Model, b: _Model) -> Dict[str, Any]:
+    """What is alive at the end of b and not of a, by category, name and allocation site (an
+    allocation is matched by those three and its size: the two runs' addresses differ), and both
+    curves."""
+    ga, gb = _alive_groups(a), _alive_groups(b)
+
+    def table(field: int) -> List[List[Any]]:
+        acc: Dict[str, List[int]] = {}
+        for groups, sign in ((gb, 1), (ga, -1)):
+            for key, (count, size) in groups.items():
+                row = acc.setdefault(key[field], [0, 0, 0, 0])
+                if sign > 0:
+                    row[0] += count
+                    row[1] += size
+                else:
+                    row[2] += count
+                    row[3] += size
+        rows: List[List[Any]] = [[k, *v] for k, v in acc.items()
+                                 if v[1] != v[3] or v[0] != v[2]]
+        rows.sort(key=lambda r: -(int(r[2]) - int(r[4])))
+        return rows[:COMPARE_ROWS]
+
+    def curve(m: _Model) -> Dict[str, Any]:
+        series = m.d.get("series") or {"max": [], "at": []}
+        return {"n": m.n, "max": series["max"], "at": series["at"], "peak": m.peak,
+                "peak_at": m.peak_at}
+
+    only = sum(v[1] for v in gb.values()) - sum(v[1] for v in ga.values())
+    return {"a": curve(a), "b": curve(b), "by_category": table(0), "by_name": table(1),
+            "by_site": table(2), "alive_a": sum(v[1] for v in ga.values()),
+            "alive_b": sum(v[1] for v in gb.values()), "delta": only}
 
 
 def timeline(snapshot: Union[Snapshot, StrPath, None] = None, path: Optional[StrPath] = None, *,
              device: DeviceLike = "cuda", detail: int = 300, title: Optional[str] = None,
              categories: Optional[Mapping[int, str]] = None,
-             names: Optional[Mapping[int, str]] = None, max_bytes: Optional[int] = None) -> str:
-    """The Active Memory Timeline page (as ``tensorgc timeline``), from ``snapshot``: a snapshot
-    dict, the path of a snapshot file (read with load_snapshot, which never runs code from it;
-    ``max_bytes`` as there), or None for the allocator's history now (tensorgc.snapshot(): needs
-    CUDA and record_memory_history). Returns the page; with ``path``, writes it there whole or
-    not at all (a temp file, then a rename) and returns the path instead. Arguments as
-    timeline_html's; a device the snapshot does not hold is a DeviceError."""
+             names: Optional[Mapping[int, str]] = None, max_bytes: Optional[int] = None,
+             baseline: Union[Snapshot, StrPath, None] = None) -> str:
+    """The timeline page (as ``tensorgc timeline``), from ``snapshot``: a snapshot dict, the path
+    of a snapshot file (read with load_snapshot, which never runs code from it; ``max_bytes`` as
+    there), or None for the allocator's history now (tensorgc.snapshot(): needs CUDA and
+    record_memory_history). ``baseline``: a snapshot dict or path to compare with (as
+    ``tensorgc timeline A B --compare``: A is the baseline). Returns the page; with ``path``,
+    writes it there whole or not at all (a temp file, then a rename) and returns the path
+    instead. Arguments as timeline_html's; a device the snapshot does not hold is a
+    DeviceError."""
     from .snapshot import DEFAULT_MAX_BYTES, atomic_write, load_snapshot
     from .snapshot import snapshot as take
 
-    if snapshot is None:
-        snap: Snapshot = take()
-    elif isinstance(snapshot, dict):
-        snap = snapshot
-    elif isinstance(snapshot, (str, os.PathLike)):
-        snap = load_snapshot(snapshot, max_bytes=DEFAULT_MAX_BYTES if max_bytes is None
-                             else max_bytes, lean=True)  # the page reads the columns
-    else:
-        raise TypeError("timeline(snapshot=...) takes a snapshot dict, a file path or None, "
-                        f"not {type(snapshot).__name__}")
+    def load(s: Union[Snapshot, StrPath, None], what: str) -> Snapshot:
+        if isinstance(s, dict):
+            return s
+        if isinstance(s, (str, os.PathLike)):
+            return load_snapshot(s, max_bytes=DEFAULT_MAX_BYTES if max_bytes is None
+                                 else max_bytes, lean=True)  # the page reads the columns
+        raise TypeError(f"timeline({what}=...) takes a snapshot dict, a file path or None, "
+                        f"not {type(s).__name__}")
+
+    snap = take() if snapshot is None else load(snapshot, "snapshot")
+    base = None if baseline is None else load(baseline, "baseline")
     page = timeline_html(snap, device=device, detail=detail, title=title,
-                         categories=categories, names=names)
+                         categories=categories, names=names, baseline=base)
     if path is None:
         return page
-    inputs = [snapshot] if isinstance(snapshot, (str, os.PathLike)) else []
+    inputs = [p for p in (snapshot, baseline) if isinstance(p, (str, os.PathLike))]
     return atomic_write(path, lambda f: f.write(page), inputs=inputs)
 
 

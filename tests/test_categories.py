@@ -265,10 +265,12 @@ def test_page_colours_every_band_by_category_and_draws_the_areas():
     for kind in ("parameter", "grad", "optimizer_state", "activation", "temporary", "buffer"):
         assert f">{kind.replace('_', ' ')}</text>" in page
     assert 'fill="#9ccc65"' in page  # temporary
-    assert "Categories over time" in page and page.count('class="a"') == 7
+    # the legend: one entry per category, its bytes at the peak in its title
+    assert "Categories over time" in page and page.count('class="lg"') == 7
     assert "optimizer state: 3.00M at the peak (event 10)" in page
     assert "At the peak (event 10, 9.25M): parameter 4.00M, optimizer state 3.00M" in page
-    assert "grad (a grad landed in it)" in page and "hsl(" in page  # other: greys by site
+    # the largest alive at the peak say why; one colour per category, none by site
+    assert "grad (a grad landed in it)" in page and "hsl(" not in page
     assert "<script" not in markup(page)
 
 

@@ -13,7 +13,8 @@ import pytest
 from tensorgc import SnapshotError, _tensorgc, load_snapshot
 from tensorgc.categories import (CATEGORIES, HINT_KINDS, HINT_PHASES, KEY, LABEL_INFERRED,
                                  NAME_MAX, describe_label, parse, stack_hints)
-from tensorgc.timeline import _detail_data, _replay, categories_at_peak, classification_inputs, replay, timeline_html
+from tensorgc.timeline import (_replay, _text, categories_at_peak, classification_inputs, replay,
+                               timeline_html)
 
 from _traces import accuracy, make_trace
 from _util import run_tensorgc_cli
@@ -186,9 +187,17 @@ def _detail_rows(snap, tl, cols):
     d = _tensorgc._detail(cols, tl["pre"], tl["use_req"], 1000,
                           (tl["labels"], tl["pre_labels"], tl["name_index"],
                            tl["pre_name_index"], tl["names"]))
-    _, _, _, E, _, _ = decode(d)
+    A = decode(d)[0]
+    E = [a if j >= d["npre"] else -1 for j, a in enumerate(A)]  # the trace entry: its position
     index = memoryview(d["name_index"]).cast("I")
     return d, E, d["cats"], index
+
+
+def _page_data(snap):
+    import json
+
+    page = timeline_html(snap)
+    return json.loads(page[page.index('id="tgc-data">') + 14:page.index("</script>")])
 
 
 def test_detail_carries_each_allocations_label_and_name_freed_blocks_too():
@@ -207,10 +216,12 @@ def test_detail_carries_each_allocations_label_and_name_freed_blocks_too():
             named += 1
     grads = [e for e in g.names if g.category_of(e) == "grad"]
     assert len(grads) == 3 * 26 and named >= len(grads)  # every grad of every step, freed too
-    # the page's detail data carries them (base64) with the rule texts
-    page = _detail_data(g.snapshot, tl, cols, 0)
-    assert page["categories"] == list(CATEGORIES) and page["names"] == list(tl["names"])
-    assert set(page) >= {"cats", "name_index", "rules"}
+    # the page's data carries them (in its compressed parts) with what each label says
+    page = _page_data(g.snapshot)
+    assert page["cats"]["names"] == [c.replace("_", " ") for c in CATEGORIES]
+    assert page["names"] == [_text(n) for n in tl["names"]]
+    assert {"CT", "NI"} <= {p[0] for p in page["blob"]["parts"]}
+    assert any(t.startswith("grad (") for t in page["cats"]["labels"].values())
 
 
 def test_detail_without_labels_has_none():
@@ -219,7 +230,8 @@ def test_detail_without_labels_has_none():
     assert tl["labels"] is None
     d = _tensorgc._detail(cols, tl["pre"], tl["use_req"], 10)
     assert d["cats"] is None and d["names"] is None
-    assert "cats" not in _detail_data(g.snapshot, tl, cols, 0)
+    page = _page_data(g.snapshot)
+    assert not page["cats"]["known"] and "CT" not in {p[0] for p in page["blob"]["parts"]}
     with pytest.raises(ValueError):
         _tensorgc._detail(cols, tl["pre"], tl["use_req"], 10, (b"", b"", b"", b"", []))
     with pytest.raises(TypeError):

@@ -92,14 +92,18 @@ def test_many_ooms_are_placed_in_one_pass():
             calls[0] += 1
             return dict.get(self, *a)
 
+    from tensorgc.timeline import OOM_MARKS
+
     n = 3000
     trace = [Entry(ev("alloc", 0x1000, MB))] + [Entry(ev("oom", device_free=0)) for _ in range(n)]
     page = timeline_html(snap_of(trace), detail=5)
-    assert page.count('class="oom"') == n
+    # a button for each of the first OOM_MARKS in the markup, every OOM in the page's data
+    assert page.count('class="oom"') == OOM_MARKS < n and f"and {n - OOM_MARKS:,} more" in page
+    assert len(page_data(page)["ooms"]) == n
     assert calls[0] < 20 * n  # was about n * n / 2
-    # and still in the right column: the OOM after the alloc of a 2-event trace is at the end
+    # and at its own trace position: the OOM after the alloc of a 2-entry trace is event 1
     page = timeline_html(snap_of([ev("alloc", 0x1000, MB), ev("oom")]), detail=5, columns=2)
-    assert re.search(r'class="oom" data-col="\d+" x1="670.0"', page)
+    assert re.search(r'class="oom" data-event="1"', page)
 
 
 def test_strings_from_the_file_are_cut_and_made_utf8():
@@ -172,10 +176,17 @@ def test_cli_timeline(tmp_path):
     assert r.returncode == 0 and "--detail" in r.stdout
 
 
+def page_data(page):
+    import json
+
+    return json.loads(page[page.index('id="tgc-data">') + 14:page.index("</script>")])
+
+
 def test_real_fixture_renders():
     path = os.path.join(ROOT, "tests", "data", "h100_small_snapshot.pickle")
     page = timeline_html(load_snapshot(path))
-    assert page.count('class="b"') >= 2
+    assert page_data(page)["allocs"] >= 2
+    assert page.count("<tr><td>") >= 1  # the largest allocations alive at the peak
 
 
 CHROMIUM = chromium()
@@ -327,21 +338,19 @@ def test_headless_chromium_screenshot_of_the_categories(tmp_path):
         assert bytes.fromhex(hexa) in {c[:3] for c in colors}, hexa
 
 
-def test_a_trace_past_the_detail_bound_gets_the_overview_only(monkeypatch):
-    import json
-
+def test_a_trace_past_the_detail_bound_carries_its_largest_allocations(monkeypatch):
     import sys
 
     T = sys.modules["tensorgc.timeline"]  # tensorgc.timeline is the function
 
-    trace = [ev("alloc", 0x1000 * (k + 1), MB) for k in range(10)]
-    page = timeline_html(snap_of(trace), detail=5)
-    data = json.loads(page[page.index('id="tgc-data">') + 14:page.index("</script>")])
-    assert data["detail"] is not None and data["detail"]["n"] == 10
+    trace = [ev("alloc", 0x1000 * (k + 1), (k + 1) * MB) for k in range(10)]
+    data = page_data(timeline_html(snap_of(trace), detail=5))
+    assert data["allocs"] == data["total"] == 10
     monkeypatch.setattr(T, "DETAIL_MAX", 9)
     page = timeline_html(snap_of(trace), detail=5)
-    data = json.loads(page[page.index('id="tgc-data">') + 14:page.index("</script>")])
-    assert data["detail"] is None and "more than 9 allocations" in page
+    data = page_data(page)
+    assert data["allocs"] == 9 and data["total"] == 10
+    assert "it carries the 9 largest" in page
 
 
 def test_the_timeline_function_takes_a_dict_a_path_or_now(tmp_path):

@@ -102,8 +102,11 @@ def _check_portable(out, why):
     assert out["island"]["enabled"] is False
     assert "switched" not in out and len(out["refused"]) == 2
     if HAVE_TORCH:
-        # a young and a full collection, both armed, both reported; the broken cycle is not
-        assert out["reports"] == [[0, 64, ["Node"]], [2, 64, ["Node"]]]
+        # a young and a full collection, both armed, both reported; the cycle a finalizer breaks
+        # gets no report of its own: where the collector still finds what is left of it in its
+        # garbage (3.12: the holder and its closed generator), that is an ordinary report
+        assert out["reports"][:2] == [[0, 64, ["Node"]], [2, 64, ["Node"]]]
+        assert out["reports"][2:] in ([], [[0, 16, ["GenHolder", "generator"]]])
         assert out["tracked"] is False
         assert out["owner"].startswith("module ")
 

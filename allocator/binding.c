@@ -62,8 +62,8 @@ trace_columns(PyObject *Py_UNUSED(module), PyObject *trace)
 }
 
 PyDoc_STRVAR(detail_doc,
-"_detail($module, cols, pre, use_free_requested, max_stacks, labels=None, /, *, max_allocs=-1,\n"
-"        columns=0, cats=None, raw=False, top=0)\n--\n\n"
+"_detail($module, cols, pre, use_free_requested, max_stacks, labels=None, max_allocs=-1,\n"
+"        columns=0, cats=None, raw=False, top=0, /)\n--\n\n"
 "Every allocation of a trace on the trace's own clock, varint-encoded for the timeline page\n"
 "(allocator/detail.c), a dict: labels=(entry_labels, pre_labels, entry_names, pre_names, names)\n"
 "from _timeline also gives each allocation its label (cats) and name index; max_allocs >= 0\n"
@@ -72,17 +72,15 @@ PyDoc_STRVAR(detail_doc,
 "lists the top largest (their indexes among those encoded).");
 
 static PyObject *
-detail(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
+detail(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    static char *kwlist[] = {"", "", "", "", "", "max_allocs", "columns", "cats", "raw", "top",
-                             NULL};
     PyObject *cols, *pre, *labels = Py_None, *cats = Py_None;
     int use_req, raw = 0;
     unsigned int max_stacks, columns = 0;
     Py_ssize_t max_allocs = -1, top = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!pI|O$nIOpn:_detail", kwlist, &PyTuple_Type,
-                                     &cols, &PyList_Type, &pre, &use_req, &max_stacks, &labels,
-                                     &max_allocs, &columns, &cats, &raw, &top)) {
+    if (!PyArg_ParseTuple(args, "O!O!pI|OnIOpn:_detail", &PyTuple_Type, &cols, &PyList_Type, &pre,
+                          &use_req, &max_stacks, &labels, &max_allocs, &columns, &cats, &raw,
+                          &top)) {
         return NULL;
     }
     if (columns > 100000) {
@@ -277,7 +275,7 @@ PyMethodDef tgc_alloc_methods[] = {
     {"_timeline", (PyCFunction)timeline, METH_VARARGS, timeline_doc},
     {"_segmap", (PyCFunction)segmap, METH_VARARGS, segmap_doc},
     {"_trace_columns", (PyCFunction)trace_columns, METH_O, trace_columns_doc},
-    {"_detail", (PyCFunction)(void (*)(void))detail, METH_VARARGS | METH_KEYWORDS, detail_doc},
+    {"_detail", detail, METH_VARARGS, detail_doc},
     {"_stack_frames", (PyCFunction)stack_frames, METH_VARARGS, stack_frames_doc},
     {"_trace_streams", (PyCFunction)trace_streams, METH_O, trace_streams_doc},
     {"_series", (PyCFunction)series, METH_VARARGS, series_doc},

@@ -458,8 +458,8 @@ def _model(snap: Snapshot, index: int, categories: Optional[Mapping[int, str]] =
         pre_k.append((b["address"], b["size"], k))
     pcols = tuple(cols[:5]) + (stacks,) + tuple(cols[6:])
     d = _tensorgc._detail(pcols, pre_k, use_req, DETAIL_STACKS, labels,
-                          max_allocs=DETAIL_MAX if max_allocs is None else max_allocs, raw=True,
-                          top=max(0, top))
+                          DETAIL_MAX if max_allocs is None else max_allocs,  # max_allocs
+                          0, None, True, max(0, top))  # columns, cats, raw, top
     m.d = d
     _cats_of(m, categories)
     raw = d["raw"]

@@ -102,9 +102,10 @@ def oracle(trace, pre, free_action):
     return rows, npre, other
 
 
-def detail_of(trace, pre=(), use_req=True, max_stacks=100, **kw):
+def detail_of(trace, pre=(), use_req=True, max_stacks=100, max_allocs=-1, raw=False):
     cols = _tensorgc._trace_columns(trace) + (_tensorgc._trace_streams(trace),)
-    return cols, _tensorgc._detail(cols, list(pre), use_req, max_stacks, **kw)
+    return cols, _tensorgc._detail(cols, list(pre), use_req, max_stacks, None, max_allocs, 0,
+                                   None, raw)
 
 
 def check(trace, pre=(), use_req=True):

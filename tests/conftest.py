@@ -78,6 +78,8 @@ def pytest_runtest_makereport(item, call):
 # tests/data holds a project the plugin's tests run (tests/test_pytest_plugin.py): its tests fail
 # on purpose, and are not the suite's.
 collect_ignore = ["data"]
+if torch is None:  # PyTorch's own tests, copied as they are: they import torch at the top
+    collect_ignore.append("test_cuda.py")
 
 # What makes a test slow: the fixtures that launch process groups or a browser, and these tests,
 # each a compiler run (or a pip install, which is one) or mypy reading torch's annotations.

@@ -5,6 +5,7 @@ pytest-xdist. Each run's outcome for every test and the holder each leak is char
 compared with the expected ones; the installed runs use a throwaway virtual environment."""
 import os
 import shutil
+import site
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -170,6 +171,13 @@ def test_installed_in_a_virtual_environment(project, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, timeout=300)
     python = str(venv / "bin" / "python")
+    # where this suite itself runs in a venv, "the system's packages" are the base interpreter's:
+    # the new venv sees this environment's too (after its own), through a .pth file
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+    with open(os.path.join(purelib, "_tensorgc_test_parent.pth"), "w") as f:
+        f.write("\n".join(p for p in site.getsitepackages() if os.path.isdir(p)) + "\n")
     done = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps",
                            "--no-build-isolation", str(src)],
                           capture_output=True, text=True, timeout=1200)

@@ -749,10 +749,14 @@ _UI: List[str] = []
 
 
 def _ui_script() -> str:
-    """The page's script (tensorgc/_timeline_ui.js), read once."""
+    """The page's script (tensorgc/_timeline_ui.js, then tensorgc/_timeline_views.js: one
+    function in two files), read once."""
     if not _UI:
-        with open(os.path.join(os.path.dirname(__file__), "_timeline_ui.js"), encoding="utf-8") as f:
-            _UI.append(f.read().replace("</", "<\\/"))
+        parts = []
+        for name in ("_timeline_ui.js", "_timeline_views.js"):
+            with open(os.path.join(os.path.dirname(__file__), name), encoding="utf-8") as f:
+                parts.append(f.read())
+        _UI.append("\n".join(parts).replace("</", "<\\/"))
     return _UI[0]
 
 

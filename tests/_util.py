@@ -220,3 +220,20 @@ def markup(page):
     ui = re.search(r"<script>.*?</script>", out, re.S)
     assert ui is not None and ui.group(0).startswith("<script>// The timeline page's interaction")
     return out.replace(ui.group(0), "")
+
+
+def fresh_module(name, collect=True):
+    """A generator for a `mod` fixture: a fresh module registered in sys.modules as ``name`` for
+    the test, removed and emptied after it (then a collection, unless ``collect`` is false)."""
+    import sys
+    import types
+
+    m = types.ModuleType(name)
+    sys.modules[name] = m
+    try:
+        yield m
+    finally:
+        sys.modules.pop(name, None)
+        m.__dict__.clear()
+        if collect:
+            gc.collect()

@@ -15,9 +15,10 @@ import pickle
 import subprocess
 import sys
 import threading
-import types
 
 import pytest
+
+from _util import fresh_module  # noqa: E402
 torch = pytest.importorskip("torch")  # the torch-free run skips these
 
 import tensorgc
@@ -33,13 +34,7 @@ pytest_plugins = ["pytester"]
 @pytest.fixture
 def mod():
     """A fresh module, registered in sys.modules for the test and removed after it."""
-    m = types.ModuleType(MOD_NAME)
-    sys.modules[MOD_NAME] = m
-    try:
-        yield m
-    finally:
-        sys.modules.pop(MOD_NAME, None)
-        m.__dict__.clear()
+    yield from fresh_module(MOD_NAME, collect=False)
 
 
 @pytest.fixture

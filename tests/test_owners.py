@@ -37,6 +37,8 @@ import weakref
 
 import pytest
 
+from _util import fresh_module  # noqa: E402
+
 from tensorgc import Chain, owner, owners
 
 MOD_NAME = "tgc_owners_fixture"
@@ -77,14 +79,7 @@ def visited_set(request):
 @pytest.fixture
 def mod():
     """A fresh module, registered in sys.modules for the test and removed after it."""
-    m = types.ModuleType(MOD_NAME)
-    sys.modules[MOD_NAME] = m
-    try:
-        yield m
-    finally:
-        sys.modules.pop(MOD_NAME, None)
-        m.__dict__.clear()
-        gc.collect()
+    yield from fresh_module(MOD_NAME)
 
 
 @pytest.fixture

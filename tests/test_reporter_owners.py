@@ -9,9 +9,10 @@ fixture), so names read "tgc_holders_fixture.NAME"."""
 import gc
 import re
 import sys
-import types
 
 import pytest
+
+from _util import fresh_module  # noqa: E402
 torch = pytest.importorskip("torch")  # the torch-free run skips these
 
 import tensorgc
@@ -24,14 +25,7 @@ MOD_NAME = "tgc_holders_fixture"
 @pytest.fixture
 def mod():
     """A fresh module, registered in sys.modules for the test and removed after it."""
-    m = types.ModuleType(MOD_NAME)
-    sys.modules[MOD_NAME] = m
-    try:
-        yield m
-    finally:
-        sys.modules.pop(MOD_NAME, None)
-        m.__dict__.clear()
-        gc.collect()
+    yield from fresh_module(MOD_NAME)
 
 
 def _mlp():

@@ -218,7 +218,7 @@ def markup(page):
     assert data is not None and "<" not in data.group(1)
     out = page.replace(data.group(0), "")
     ui = re.search(r"<script>.*?</script>", out, re.S)
-    assert ui is not None and ui.group(0).startswith("<script>// The timeline page's interaction")
+    assert ui is not None and ui.group(0).startswith("<script>// The timeline page's script")
     return out.replace(ui.group(0), "")
 
 

@@ -14,6 +14,50 @@
 
 static int extras_val(S *s, val *v, val *out, void **boxed);
 
+/* A list of other fields (an open frame dict's, or the pending set of one SETITEMS) with key
+ * set to value (value NULL: key removed); the last setting of a key stands. Boxed values are
+ * kept in refs (new references, let go of with the list). */
+static int
+pairs_put(S *s, pair **xs, size_t *n, size_t *cap, void ***refs, size_t *nrefs, size_t *refcap,
+          val *key, val *value)
+{
+    val k, v;
+    void *kb = NULL, *vb = NULL;
+    if (extras_val(s, key, &k, &kb) < 0 || (value && extras_val(s, value, &v, &vb) < 0)) {
+        if (kb) {
+            s->b.decref(s->b.ctx, kb);
+        }
+        return -1;
+    }
+    size_t j = 0;
+    for (size_t i = 0; i < *n; i++) {
+        if (memcmp(&(*xs)[i].k, &k, sizeof(val)) != 0) {
+            (*xs)[j++] = (*xs)[i];
+        }
+    }
+    *n = j;
+    if (tgc_ps__grow(xs, cap, *n + 1, sizeof(pair)) < 0 ||
+        tgc_ps__grow(refs, refcap, *nrefs + 2, sizeof(void *)) < 0) {
+        if (kb) {
+            s->b.decref(s->b.ctx, kb);
+        }
+        if (vb) {
+            s->b.decref(s->b.ctx, vb);
+        }
+        return tgc_ps__nomem(s);
+    }
+    if (kb) {
+        (*refs)[(*nrefs)++] = kb;
+    }
+    if (vb) {
+        (*refs)[(*nrefs)++] = vb;
+    }
+    if (value != NULL) {
+        (*xs)[(*n)++] = (pair){k, v};
+    }
+    return 0;
+}
+
 /* A frame that is not a dict at all (frame k "is int, not dict"). */
 static int
 notdict_frame(S *s, const char *type, uint32_t *id)
@@ -43,40 +87,8 @@ tgc_ps__frame_set(S *s, uint32_t idx, val *k, val *v)
         }
     }
     if (which < 0) {
-        val kx, vx;
-        void *kb = NULL, *vb = NULL;
-        if (extras_val(s, k, &kx, &kb) < 0 || extras_val(s, v, &vx, &vb) < 0) {
-            if (kb) {
-                s->b.decref(s->b.ctx, kb);
-            }
-            return -1;
-        }
         open_rec *r = &s->opens[idx];
-        size_t j = 0;
-        for (size_t i = 0; i < r->nx; i++) {  /* the last setting of a key stands */
-            if (memcmp(&r->x[i].k, &kx, sizeof(val)) != 0) {
-                r->x[j++] = r->x[i];
-            }
-        }
-        r->nx = j;
-        if (tgc_ps__grow(&r->x, &r->xcap, r->nx + 1, sizeof(pair)) < 0 ||
-            tgc_ps__grow(&r->xrefs, &r->xrefcap, r->nxrefs + 2, sizeof(void *)) < 0) {
-            if (kb) {
-                s->b.decref(s->b.ctx, kb);
-            }
-            if (vb) {
-                s->b.decref(s->b.ctx, vb);
-            }
-            return tgc_ps__nomem(s);
-        }
-        if (kb) {
-            r->xrefs[r->nxrefs++] = kb;
-        }
-        if (vb) {
-            r->xrefs[r->nxrefs++] = vb;
-        }
-        r->x[r->nx++] = (pair){kx, vx};
-        return 0;
+        return pairs_put(s, &r->x, &r->nx, &r->xcap, &r->xrefs, &r->nxrefs, &r->xrefcap, k, v);
     }
     open_rec *r = &s->opens[idx];
     if (which == 2) {  /* a line set again: a bool line set before is no more */
@@ -395,47 +407,6 @@ extras_val(S *s, val *v, val *out, void **boxed)
     }
 }
 
-/* The pending set (one SETITEMS on one entry): key set to value, or removed. */
-static int
-pend_put(S *s, val *key, val *value)
-{
-    val k, v;
-    void *kb = NULL, *vb = NULL;
-    if (extras_val(s, key, &k, &kb) < 0 || (value && extras_val(s, value, &v, &vb) < 0)) {
-        if (kb) {
-            s->b.decref(s->b.ctx, kb);
-        }
-        return -1;
-    }
-    size_t j = 0;
-    for (size_t i = 0; i < s->npend; i++) {
-        if (memcmp(&s->pend[i].k, &k, sizeof(val)) != 0) {
-            s->pend[j++] = s->pend[i];
-        }
-    }
-    s->npend = j;
-    if (tgc_ps__grow(&s->pend, &s->pendcap, s->npend + 1, sizeof(pair)) < 0 ||
-        tgc_ps__grow(&s->pend_refs, &s->pend_refs_cap, s->npend_refs + 2, sizeof(void *)) < 0) {
-        if (kb) {
-            s->b.decref(s->b.ctx, kb);
-        }
-        if (vb) {
-            s->b.decref(s->b.ctx, vb);
-        }
-        return tgc_ps__nomem(s);
-    }
-    if (kb) {
-        s->pend_refs[s->npend_refs++] = kb;
-    }
-    if (vb) {
-        s->pend_refs[s->npend_refs++] = vb;
-    }
-    if (value != NULL) {
-        s->pend[s->npend++] = (pair){k, v};
-    }
-    return 0;
-}
-
 /* One SETITEMS on an entry begins: its set of other fields is collected, not interned. */
 int
 tgc_ps__pend_begin(S *s, uint32_t d, uint32_t row)
@@ -479,7 +450,8 @@ static int
 row_extra(S *s, uint32_t d, uint32_t row, val *key, val *value)
 {
     if (s->pending && s->pend_dev == d && s->pend_row == row) {
-        return pend_put(s, key, value);
+        return pairs_put(s, &s->pend, &s->npend, &s->pendcap, &s->pend_refs, &s->npend_refs,
+                         &s->pend_refs_cap, key, value);
     }
     uint32_t *xcol = s->devs[d].col[TGC_PS_COL_EXTRA];
     uint32_t old = xcol[row];

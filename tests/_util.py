@@ -154,6 +154,24 @@ def chromium():
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def launch_chromium():
+    """A generator for a module-scoped `browser` fixture: Debian's chromium driven by playwright
+    (the caller has checked both are there), closed after the module."""
+    from playwright import sync_api
+
+    env_preload = os.environ.pop("LD_PRELOAD", None)  # chromium hangs under make asan's
+    try:
+        with sync_api.sync_playwright() as p:
+            b = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+            try:
+                yield b
+            finally:
+                b.close()
+    finally:
+        if env_preload is not None:
+            os.environ["LD_PRELOAD"] = env_preload
+
+
 def screenshot(page, shot, size="1300,600"):
     """A headless Chromium screenshot of the HTML file `page` (a pathlib.Path) into `shot`;
     returns the process result."""

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from _util import chromium, png_colors
+from _util import chromium, launch_chromium, png_colors
 from tensorgc.timeline import timeline_html
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -67,17 +67,7 @@ def alive_between(trace, a, b, free="free_completed"):
 
 @pytest.fixture(scope="module")
 def browser():
-    env_preload = os.environ.pop("LD_PRELOAD", None)  # chromium hangs under make asan's
-    try:
-        with sync_api.sync_playwright() as p:
-            b = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
-            try:
-                yield b
-            finally:
-                b.close()
-    finally:
-        if env_preload is not None:
-            os.environ["LD_PRELOAD"] = env_preload
+    yield from launch_chromium()
 
 
 def open_page(browser, tmp_path, html, name="timeline.html"):

@@ -12,7 +12,7 @@ import pickle
 import pytest
 
 from _traces import make_trace
-from _util import chromium, run_tensorgc_cli
+from _util import chromium, launch_chromium, run_tensorgc_cli
 from tensorgc import load_snapshot
 from tensorgc.categories import CATEGORIES
 from tensorgc.timeline import CATEGORY_COLORS, timeline_html
@@ -30,17 +30,7 @@ MB = 1 << 20
 
 @pytest.fixture(scope="module")
 def browser():
-    env_preload = os.environ.pop("LD_PRELOAD", None)  # chromium hangs under make asan's
-    try:
-        with sync_api.sync_playwright() as p:
-            b = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
-            try:
-                yield b
-            finally:
-                b.close()
-    finally:
-        if env_preload is not None:
-            os.environ["LD_PRELOAD"] = env_preload
+    yield from launch_chromium()
 
 
 @pytest.fixture(scope="module")

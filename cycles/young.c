@@ -9,7 +9,7 @@
  * and the collector runs alone.
  *
  * The generation lists are the collector's internals, so this file is built with Py_BUILD_CORE
- * (as is frames.c, for a frame's slots) and reads them only through gclists.h, the one place that
+ * (as is graph/frames.c, for a frame's slots) and reads them only through gclists.h, the one place that
  * knows their layout (CPython 3.10-3.13: compat.h's TGC_HAVE_YOUNG_SCAN). It also lends the
  * owner-chain search (graph/owners.c) its visited mark (young.h). At module exec, tgc_young_selfcheck() confirms
  * that the interpreter is the one the build is for (common/internals.c) and the layout on it (the

@@ -11,7 +11,7 @@ XDIST_VERSION ?= 3.8.0
 EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 SO := tensorgc/_tensorgc$(EXT_SUFFIX)
 SO_TESTING := tensorgc/_tensorgc_testing$(EXT_SUFFIX)
-SUBSYSTEMS := common tensor cycles reporter allocator module
+SUBSYSTEMS := common tensor graph cycles reporter allocator module
 SOURCES := $(foreach d,$(SUBSYSTEMS),$(wildcard $(d)/*.c $(d)/*.h)) $(wildcard include/tensorgc/*.h) setup.py
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
@@ -80,8 +80,8 @@ bench: deps build ## Run the benchmarks (B1 overhead, B2 report cost, B3 reporte
 	  $(PYTHON) -m pip install -q --no-deps "objgraph==3.7.0"
 	$(PYTHON) bench/run_all.py
 
-UNIT_SOURCES := cycles/graph.c common/buf.c cycles/render.c cycles/page.c reporter/lineprof.c
-build/test_units: tests/c/test_units.c $(UNIT_SOURCES) $(wildcard cycles/*.h include/tensorgc/*.h)
+UNIT_SOURCES := graph/graph.c common/buf.c cycles/render.c cycles/page.c reporter/lineprof.c
+build/test_units: tests/c/test_units.c $(UNIT_SOURCES) $(wildcard graph/*.h cycles/*.h include/tensorgc/*.h)
 	@mkdir -p build
 	$(CC) $(UNIT_CFLAGS) tests/c/test_units.c $(UNIT_SOURCES) -o $@ $(UNIT_LIBS)
 

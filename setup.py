@@ -1,6 +1,6 @@
 """Build of tensorgc's C extensions and its render worker. Metadata lives in setup.cfg; this file
 finds Graphviz with pkg-config, lists the C sources (module/module.c assembles the extension from
-common/, tensor/, cycles/, reporter/ and allocator/), builds the small tensorgc._tensorgc_testing
+common/, tensor/, graph/, cycles/, reporter/ and allocator/), builds the small tensorgc._tensorgc_testing
 (module/testing.c: the detector's switches for tests, bound to the main module), and builds the
 executable tensorgc/_tgc_render (Graphviz runs there, never in the user's process; see
 cycles/renderer.h). The CUDA toolkit's headers are used when present (for the driver/NVML types;
@@ -95,7 +95,7 @@ extra_link = shlex.split(os.environ.get("TENSORGC_LDFLAGS", ""))
 
 # The worker's own sources: Graphviz is linked into the worker only.
 WORKER_SOURCES = ["cycles/render_main.c", "cycles/render.c"]
-SUBSYSTEMS = ["common", "tensor", "cycles", "reporter", "allocator"]
+SUBSYSTEMS = ["common", "tensor", "graph", "cycles", "reporter", "allocator"]
 sources = sorted(set(sum((glob.glob(d + "/*.c") for d in SUBSYSTEMS), ["module/module.c"]))
                  - set(WORKER_SOURCES))
 headers = sorted(sum((glob.glob(d + "/*.h") for d in SUBSYSTEMS + ["module", "include/tensorgc"]), []))

@@ -850,6 +850,12 @@ tgc_cycles_features(const tgc_cycles *c, PyObject *features)
     return 0;
 }
 
+const tgc_heapmark *
+tgc_cycles_heapmark(void)
+{
+    return &tgc_young_mark;
+}
+
 int
 tgc_cycles_shutdown(tgc_cycles *c)
 {

@@ -1,7 +1,8 @@
 /* cycles.h: what the files of cycles/ share: the cycles part of the module state (struct
  * tgc_cycles, made by cycles/binding.c at module exec), the keys of a report's dicts, the phase
- * timers, and the contracts of its units (hook.h, report.h, names.h, edges.h, young.h). Private
- * to cycles/: reporter/ and allocator/ never include it; module.c sees only binding.h. */
+ * timers, and the contracts of its units (hook.h, report.h, young.h) and of the reference-graph
+ * engine they use (graph/: include/tensorgc/graph.h, edges.h, names.h). Private to cycles/:
+ * reporter/ and allocator/ never include it; module.c sees only binding.h. */
 #ifndef TGC_CYCLES_H
 #define TGC_CYCLES_H
 
@@ -10,12 +11,13 @@
 
 #include "tensorgc/buf.h"
 #include "tensorgc/compat.h"
+#include "tensorgc/edges.h"
 #include "tensorgc/graph.h"
+#include "tensorgc/names.h"
+#include "tensorgc/owners.h"
 #include "tensorgc/ptrmap.h"
 #include "tensorgc/tensor.h"
-#include "edges.h"
 #include "hook.h"
-#include "names.h"
 #include "renderer.h"
 #include "report.h"
 #include "young.h"
@@ -86,7 +88,7 @@ struct tgc_cycles {
     /* Interned keys of the dicts a CycleReport hands out (.tensors, .groups), indexed by
      * TGC_KEY_*: a report builds them for every tensor and group, so their keys are made once. */
     PyObject *keys[TGC_KEY_COUNT];
-    tgc_labels labels;        /* edge labels reports reuse (names.c) */
+    tgc_labels labels;        /* edge labels reports reuse (graph/names.c) */
 
     /* Only touched inside our gc callback, which runs with the GIL held and never nests: the
      * collector refuses to start a collection while one is running, and `busy` guards the rest. */

@@ -5,7 +5,6 @@
 #include "cycles.h"
 #include "module/state.h"
 #include "binding.h"
-#include "owners.h"
 
 /* The optional on/off argument of the switches below: 1 with *on set when one was given, 0 when
  * absent or None, -1 with an exception. */
@@ -239,27 +238,7 @@ observer_count(PyObject *module, PyObject *Py_UNUSED(ignored))
     return PyLong_FromSsize_t(c->observers ? PyList_GET_SIZE(c->observers) : 0);
 }
 
-PyDoc_STRVAR(owner_marks_doc,
-"_owner_marks($module, on=None, /)\n--\n\n"
-"Whether the owner-chain search marks visited objects in their gc header (on: set it);\n"
-"False makes it keep its own map, as where the header is unknown. Returns the old value.");
-
-static PyObject *
-owner_marks(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
-{
-    int on = 0, given = testing__arg("_owner_marks", args, nargs, &on);
-    if (given < 0) {
-        return NULL;
-    }
-    int was = given ? tgc_owners_use_marks(on) : tgc_owners_use_marks(1);
-    if (!given) {
-        (void)tgc_owners_use_marks(was);
-    }
-    return PyBool_FromLong(was);
-}
-
 PyMethodDef tgc_cycles_testing_methods[] = {
-    {"_owner_marks", (PyCFunction)(void (*)(void))owner_marks, METH_FASTCALL, owner_marks_doc},
     {"_phase_times", (PyCFunction)(void (*)(void))phase_times, METH_FASTCALL, phase_times_doc},
     {"_seeded_split", (PyCFunction)(void (*)(void))seeded_split, METH_FASTCALL, seeded_split_doc},
     {"_young_island", (PyCFunction)(void (*)(void))young_island, METH_FASTCALL, young_island_doc},

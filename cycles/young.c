@@ -9,9 +9,9 @@
  * and the collector runs alone.
  *
  * The generation lists are the collector's internals, so this file is built with Py_BUILD_CORE
- * (as is frames.c, for a frame's slots) and reads them only through gclists.h, the one place that
+ * (as is graph/frames.c, for a frame's slots) and reads them only through gclists.h, the one place that
  * knows their layout (CPython 3.10-3.13: compat.h's TGC_HAVE_YOUNG_SCAN). It also lends the
- * owner-chain search its visited mark (young.h). At module exec, tgc_young_selfcheck() confirms
+ * owner-chain search (graph/owners.c) its visited mark (young.h). At module exec, tgc_young_selfcheck() confirms
  * that the interpreter is the one the build is for (common/internals.c) and the layout on it (the
  * list heads are consistent rings, a new object is the tail of generation 0); otherwise the
  * detector arms every collection, the portable path. */
@@ -25,6 +25,7 @@
 #include "tensorgc/internals.h"
 #include "gclists.h"
 
+#include "tensorgc/owners.h"
 #include "tensorgc/ptrmap.h"
 #include "tensorgc/tensor.h"
 #include "young.h"
@@ -875,16 +876,16 @@ tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject 
 /* The visited mark of one heap pass (contract in young.h)                                      */
 
 #if TGC_HAVE_YOUNG_SCAN
-int
-tgc_gcmark_usable(void)
+static int
+young__mark_usable(void)
 {
     /* Inside a collection (a finalizer or a weakref callback calling in) the collector owns
      * the bit: the caller keeps its own set then. */
     return young_layout_ok && !tgc_gc_collecting();
 }
 
-int
-tgc_gcmark_test_and_set(PyObject *op)
+static int
+young__mark_test_and_set(PyObject *op)
 {
     tgc_gc_node *g = tgc_gc_node_of(op);
     int was = tgc_gc_marked(g);
@@ -892,20 +893,24 @@ tgc_gcmark_test_and_set(PyObject *op)
     return was;
 }
 
-int
-tgc_gcmark_test(PyObject *op)
+static int
+young__mark_test(PyObject *op)
 {
     return tgc_gc_marked(tgc_gc_node_of(op));
 }
 
-void
-tgc_gcmark_clear(PyObject *op)
+static void
+young__mark_clear(PyObject *op)
 {
     tgc_gc_unmark(tgc_gc_node_of(op));
 }
 #else
-int tgc_gcmark_usable(void) { return 0; }
-int tgc_gcmark_test_and_set(PyObject *op) { (void)op; return 0; }
-int tgc_gcmark_test(PyObject *op) { (void)op; return 0; }
-void tgc_gcmark_clear(PyObject *op) { (void)op; }
+static int young__mark_usable(void) { return 0; }
+static int young__mark_test_and_set(PyObject *op) { (void)op; return 0; }
+static int young__mark_test(PyObject *op) { (void)op; return 0; }
+static void young__mark_clear(PyObject *op) { (void)op; }
 #endif
+
+const tgc_heapmark tgc_young_mark = {
+    young__mark_usable, young__mark_test_and_set, young__mark_test, young__mark_clear,
+};

@@ -1,6 +1,6 @@
 /* young.h: the contract of young.c, the pre-scan of the generations a collection is about to
- * examine, and the fast traversal it shares with the hook (split.c). Python.h and
- * tensorgc/tensor.h come first. Everything here needs the GIL, runs no Python code and never
+ * examine, the fast traversal it shares with the hook (split.c), and the visited mark it lends
+ * the owner-chain search. Python.h, tensorgc/tensor.h and tensorgc/owners.h come first. Everything here needs the GIL, runs no Python code and never
  * leaves an exception set. */
 #ifndef TGC_YOUNG_H
 #define TGC_YOUNG_H
@@ -74,15 +74,12 @@ typedef struct {
 } tgc_shapes;
 int tgc_traverse_fast(tgc_shapes *shapes, PyObject *op, visitproc visit, void *arg);
 
-/* A visited mark for one pass over the heap (owners.c): the collector's "being collected" bit of
- * a gc object's header, which is clear on every object outside a collection. Only while no
- * Python code runs and no collection can start, and every mark set must be cleared before the
- * pass returns. tgc_gcmark_usable() is 0 unless tgc_young_selfcheck returned 1, and during a
- * collection (the collector owns the bit then): callers keep their own visited set. op must be
- * a gc object. */
-int tgc_gcmark_usable(void);
-int tgc_gcmark_test_and_set(PyObject *op);  /* the mark before; sets it */
-int tgc_gcmark_test(PyObject *op);
-void tgc_gcmark_clear(PyObject *op);
+/* A visited mark for one pass over the heap (the owner-chain search, graph/owners.c, borrows it:
+ * binding.c hands it to module.c, which lends it): the collector's "being collected" bit of a
+ * gc object's header, which is clear on every object outside a collection. Only while no Python
+ * code runs and no collection can start, and every mark set must be cleared before the pass
+ * returns. Its usable() is 0 unless tgc_young_selfcheck returned 1, and during a collection (the
+ * collector owns the bit then): callers keep their own visited set. op must be a gc object. */
+extern const tgc_heapmark tgc_young_mark;
 
 #endif

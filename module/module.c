@@ -1,22 +1,25 @@
 /* module.c: assembles the extension module tensorgc._tensorgc from its subsystems: the module
  * definition (multi-phase init), the module state (state.h: one part per subsystem), and each
  * subsystem's method table and types, added by its own binding (cycles/binding.c,
- * reporter/binding.c, allocator/binding.c). Data flows one way: this file -> the bindings -> the
- * engines (cycles/, reporter/, allocator/) -> tensor/ and common/; no engine calls a binding, and
- * cycles/ and reporter/ know nothing of each other.
+ * reporter/binding.c, graph/binding.c, allocator/binding.c). Data flows one way: this file -> the
+ * bindings -> the engines (cycles/, reporter/, allocator/, graph/) -> tensor/ and common/, and
+ * cycles/ -> graph/ (the reference-graph engine: edges, names, graph algorithms); no engine calls
+ * a binding, cycles/ and reporter/ know nothing of each other, and graph/ knows neither: the
+ * visited mark the detector lends the owner search passes through here (module_exec).
  *
- * The functions that exist for tests and benchmarks only (the detector's switches and counters)
- * are not added here: module/testing.c builds tensorgc._tensorgc_testing from the table this
+ * The functions that exist for tests and benchmarks only (the detector's switches and counters,
+ * the owner search's mark switch) are not added here: module/testing.c builds tensorgc._tensorgc_testing from the table this
  * module hands out in its _testing capsule. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "tensorgc/internals.h"
+#include "tensorgc/owners.h"
 #include "tensorgc/tensor.h"
 #include "module/state.h"
 #include "module/testing.h"
 #include "cycles/binding.h"
-#include "cycles/owners_binding.h"
+#include "graph/binding.h"
 #include "reporter/binding.h"
 #include "allocator/binding.h"
 
@@ -66,7 +69,8 @@ static PyMethodDef *const module_tables[] = {
 };
 
 /* What the testing module exposes, bound to this module (module/testing.h). */
-static PyMethodDef *const testing_tables[] = {tgc_cycles_testing_methods, NULL};
+static PyMethodDef *const testing_tables[] = {tgc_cycles_testing_methods,
+                                               tgc_owners_testing_methods, NULL};
 static const tgc_testing_api testing_api = {TGC_TESTING_API_VERSION, testing_tables};
 
 static int
@@ -83,6 +87,7 @@ module_exec(PyObject *module)
         tgc_reporter_exec(module, st) < 0) {
         return -1;
     }
+    tgc_owners_lend_mark(tgc_cycles_heapmark());
     for (int i = 0; module_tables[i] != NULL; i++) {
         if (PyModule_AddFunctions(module, module_tables[i]) < 0) {
             return -1;

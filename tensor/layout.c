@@ -219,7 +219,7 @@ layout__inner_list(measure *m, PyObject *t, int top, int jagged, PyObject **name
     PyObject *d = tgc_compat_instance_dict(t);  /* new reference or NULL */
     /* A dict made here (3.12+ keeps attributes inline until asked) now belongs to t and holds
      * its inner tensors: the garbage list must own it too, or the check before freeing would
-     * take its references for outside ones (as names.c does). */
+     * take its references for outside ones (as graph/names.c does). */
     if (d != NULL && m->owned != NULL && PyList_Append(m->owned, d) < 0) {
         PyErr_Clear();
         Py_CLEAR(d);  /* not accounted for: not read either */

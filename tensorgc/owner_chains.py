@@ -7,7 +7,7 @@ cycle reports name edges::
 
     module __main__ .loss_history [3] .grad_fn → MulBackward0 saved self
 
-The search is one breadth-first pass in C (cycles/owners.c) over everything the roots reach,
+The search is one breadth-first pass in C (graph/owners.c) over everything the roots reach,
 crossing containers the collector does not track; roots are the caller's named ones (``roots=``:
 the pytest plugin's fixtures), the modules (``__main__`` first), every thread's frames (their
 locals by name, innermost first) and every thread's state dict. An

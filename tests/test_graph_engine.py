@@ -1,4 +1,4 @@
-"""The plain-C graph engine (cycles/graph.c), driven through ctypes without any Python object
+"""The plain-C graph engine (graph/graph.c), driven through ctypes without any Python object
 graph: Tarjan on rings, chains and self-loops, the cycle/path/target roles, grouping, and the
 bounded pick. It is the same shared object the extension loads."""
 import ctypes

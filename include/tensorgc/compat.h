@@ -46,7 +46,7 @@ static inline PyObject *tgc_compat_newref(PyObject *o) { Py_INCREF(o); return o;
 /* The frame's local variables as a mapping (new reference), or NULL with an exception.
  * 3.13 returns a write-through proxy that holds no strong references of its own. 3.11 and 3.12
  * materialise frame->f_locals, a dict that the frame keeps: the caller must account for it
- * (cycles/names.c adds it to the set it owns), which is why *owned_by_frame says so. */
+ * (graph/names.c adds it to the set it owns), which is why *owned_by_frame says so. */
 static inline PyObject *
 tgc_compat_frame_locals(PyFrameObject *frame, int *owned_by_frame)
 {
@@ -139,7 +139,7 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
 #endif
 
 /* The interpreters whose internals tensorgc reads (the collector's generation lists in
- * cycles/young.c, a frame's slots in cycles/frames.c), decided here at build time:
+ * cycles/young.c, a frame's slots in graph/frames.c), decided here at build time:
  * TGC_INTERNALS_KNOWN is 1 when compiled against CPython 3.10-3.13 with the GIL. Everything that
  * reads internals is compiled only where it is 1, and runs only where common/internals.c also
  * agrees at run time (the interpreter that loaded the module is the one the build was compiled
@@ -183,7 +183,7 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
  * time); elsewhere the detector arms every collection. */
 #define TGC_HAVE_YOUNG_SCAN TGC_INTERNALS_KNOWN
 
-/* cycles/frames.c reads a frame's local slots (internal headers, Py_BUILD_CORE) so that the
+/* graph/frames.c reads a frame's local slots (internal headers, Py_BUILD_CORE) so that the
  * owner-chain search never materialises frame.f_locals: the _PyInterpreterFrame of 3.11 and
  * 3.12. 3.13+ need it not (frame.f_locals is a proxy); 3.10's frames are another layout. */
 #if TGC_INTERNALS_KNOWN && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && \

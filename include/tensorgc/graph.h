@@ -1,4 +1,4 @@
-/* graph.h: the contract of tensorgc's graph engine (cycles/graph.c), plain C with no Python.
+/* graph.h: the contract of tensorgc's graph algorithms (graph/graph.c), plain C with no Python.
  *
  * Nodes are dense indices 0..n-1, edges a list of (src, dst) pairs (parallel edges allowed: one per
  * reference). The engine finds the strongly connected components, keeps those that hold a cycle

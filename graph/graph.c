@@ -1,5 +1,6 @@
-/* graph.c: tensorgc's graph engine (contract in include/tensorgc/graph.h). Plain C, no Python,
- * so it is unit-tested through ctypes (tests/test_graph_engine.py) and stays valgrind-clean.
+/* graph.c: the graph algorithms of tensorgc's reference-graph engine (contract in
+ * include/tensorgc/graph.h). Plain C, no Python, so it is unit-tested through ctypes
+ * (tests/test_graph_engine.py) and the C units (make units), and stays valgrind-clean.
  * Everything is iterative: a 10-million-node ring is fine, the C stack is never the limit. */
 #include "tensorgc/graph.h"
 

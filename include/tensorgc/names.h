@@ -1,13 +1,20 @@
-/* names.h: the contract of names.c, which names the references of garbage objects ("one edge per
- * reference") and describes the objects, with C-level field reads only (no properties, no
- * __getattr__; a user __repr__ only in tgc_describe, where failures are caught). The report
- * calls it for the objects it draws; the hook never does. Python.h comes first; GIL. */
-#ifndef TGC_NAMES_H
-#define TGC_NAMES_H
+/* names.h: the contract of graph/names.c, which names the references of objects ("one edge per
+ * reference": ".attr", "[key]", "local x", "__self__"...) and describes the objects, with C-level
+ * field reads only (no properties, no __getattr__; a user __repr__ only in tgc_describe, where
+ * failures are caught). Users: the cycle detector's reports (cycles/report_*.c, for the objects
+ * they draw; the hook never calls it) and the owner chains' labels (graph/binding.c).
+ *
+ * References: the objects passed in are borrowed; what is handed out is marked new or borrowed
+ * below. Work: tgc_names_collect is one pass over an object's references (a dict's entries, a
+ * frame's locals...), no more; every string taken from the user's objects is cut before it
+ * reaches a label or a description (TGC_NAME_MAX). Errors: -1 or NULL with an exception set, as
+ * said per function. Python.h comes first; GIL. */
+#ifndef TENSORGC_NAMES_H
+#define TENSORGC_NAMES_H
 
-/* Labels made once and reused by every report (the cycles part of the module state; GIL): the
- * fixed ones ("__dict__", "__self__"...) found by the address of their C literal, ".name" by the
- * attribute's name. */
+/* Labels made once and reused by every report (the caller keeps them: the cycle detector in its
+ * part of the module state; GIL): the fixed ones ("__dict__", "__self__"...) found by the
+ * address of their C literal, ".name" by the attribute's name. */
 #define TGC_LABELS_FIXED 32
 #define TGC_LABELS_ATTRS 4096   /* a bound: the dict is emptied when it reaches this size */
 typedef struct {
@@ -58,4 +65,4 @@ PyObject *tgc_type_name(PyObject *obj);  /* new reference */
 PyObject *tgc_type_qualname(PyObject *obj);
 PyObject *tgc_describe(PyObject *obj);   /* new reference: one short line, may be "" */
 
-#endif /* TGC_NAMES_H */
+#endif /* TENSORGC_NAMES_H */

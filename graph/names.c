@@ -1,8 +1,13 @@
-/* names.c: names the references of garbage objects ("one edge per reference") and describes the
- * objects themselves, with nothing but C-level field reads: no properties, no __getattr__, and a
- * user __repr__ only through tgc_describe, where failures are caught.
- * The report calls it for the objects it draws; the hook never does (contract in names.h). */
-#include "cycles.h"
+/* names.c: names the references of objects ("one edge per reference") and describes the objects
+ * themselves, with nothing but C-level field reads: no properties, no __getattr__, and a user
+ * __repr__ only through tgc_describe, where failures are caught. The cycle detector's reports
+ * call it for the objects they draw, the owner chains for the links of a chain (contract in
+ * include/tensorgc/names.h). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "tensorgc/compat.h"
+#include "tensorgc/names.h"
 
 #include <structmember.h>
 

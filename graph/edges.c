@@ -1,12 +1,12 @@
 /* edges.c: the reference graph of a set of objects, restricted to the set: one edge per
- * reference that tp_traverse reports (contract in edges.h). Shared by split.c (splitting the
- * garbage before a report) and report_build.c (the report's graph). */
+ * reference that tp_traverse reports (contract in include/tensorgc/edges.h). Shared by the cycle
+ * detector's split (splitting the garbage before a report) and its reports' graphs. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <stdlib.h>
 
-#include "edges.h"
+#include "tensorgc/edges.h"
 
 typedef struct {
     const tgc_ptrmap *map;

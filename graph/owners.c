@@ -1,25 +1,21 @@
 /* owners.c: the shortest chain of references from the roots to each target, in one breadth-first
- * pass, then a pass over the tracked objects the first did not reach (contract in owners.h). */
-#include "cycles.h"
-#include "owners.h"
-#include "young.h"
+ * pass, then a pass over the tracked objects the first did not reach (contract in
+ * include/tensorgc/owners.h). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 
-/* tgc_owners_use_marks's switch: 1 normally. GIL. */
-static int owners_use_marks = 1;
+#include <stdlib.h>
+#include <string.h>
 
-int
-tgc_owners_use_marks(int on)
-{
-    int was = owners_use_marks;
-    owners_use_marks = on != 0;
-    return was;
-}
+#include "tensorgc/owners.h"
+#include "tensorgc/ptrmap.h"
 
 typedef struct {
     tgc_owners *o;
-    /* Visited: a gc object carries the mark of young.h (no lookup, no memory) where it is
-     * usable; the map holds the rest (targets without gc support), or everything without it. */
-    int marks;
+    /* Visited: a gc object carries the caller's mark (no lookup, no memory) where one is lent
+     * and usable; the map holds the rest (targets without gc support), or everything without
+     * it. NULL: no mark. */
+    const tgc_heapmark *mark;
     tgc_ptrmap seen;       /* visited object -> index in o->objs; grows with them */
     size_t seen_used;
     tgc_ptrmap targets;    /* target -> index in the caller's targets */
@@ -87,7 +83,7 @@ owners__append(owners_ctx *c, PyObject *op, uint32_t parent, uint32_t aux)
     if (o->n >= o->cap) {
         return -1;  /* 32-bit indices exhausted; max_objects keeps the pass below this */
     }
-    int mark = c->marks && PyObject_IS_GC(op);
+    int mark = c->mark != NULL && PyObject_IS_GC(op);
     if (!mark && (c->seen_used + 1) * 2 > c->seen.mask + 1 && owners__grow(c) < 0) {
         return -1;
     }
@@ -96,7 +92,7 @@ owners__append(owners_ctx *c, PyObject *op, uint32_t parent, uint32_t aux)
     o->parent[i] = parent;
     o->aux[i] = aux;
     if (mark) {
-        (void)tgc_gcmark_test_and_set(op);  /* cleared by owners__unmark before returning */
+        (void)c->mark->test_and_set(op);  /* cleared by owners__unmark before returning */
     }
     else {
         tgc_ptrmap_put(&c->seen, op, i);
@@ -108,8 +104,8 @@ owners__append(owners_ctx *c, PyObject *op, uint32_t parent, uint32_t aux)
 static inline int
 owners__visited(const owners_ctx *c, PyObject *op)
 {
-    if (c->marks && PyObject_IS_GC(op)) {
-        return tgc_gcmark_test(op);
+    if (c->mark != NULL && PyObject_IS_GC(op)) {
+        return c->mark->test(op);
     }
     return tgc_ptrmap_get(&c->seen, op) != UINT32_MAX;
 }
@@ -118,13 +114,13 @@ owners__visited(const owners_ctx *c, PyObject *op)
 static void
 owners__unmark(const owners_ctx *c)
 {
-    if (!c->marks) {
+    if (c->mark == NULL) {
         return;
     }
     const tgc_owners *o = c->o;
     for (uint32_t i = 0; i < o->n; i++) {
         if (PyObject_IS_GC(o->objs[i])) {
-            tgc_gcmark_clear(o->objs[i]);
+            c->mark->clear(o->objs[i]);
         }
     }
 }
@@ -165,7 +161,7 @@ owners__visit(PyObject *op, void *arg)
     if (!gc && tgc_ptrmap_get(&c->targets, op) == UINT32_MAX) {
         return 0;
     }
-    if (c->marks && gc ? tgc_gcmark_test(op) : tgc_ptrmap_get(&c->seen, op) != UINT32_MAX) {
+    if (c->mark != NULL && gc ? c->mark->test(op) : tgc_ptrmap_get(&c->seen, op) != UINT32_MAX) {
         owners__target_ref(c, op, TGC_OWNERS_NONE);  /* found when first appended */
         return 0;
     }
@@ -350,7 +346,7 @@ owners__roots(owners_ctx *c, PyObject *const *roots, uint32_t from, uint32_t to)
 }
 
 int
-tgc_owners_search(tgc_owners *o,
+tgc_owners_search(tgc_owners *o, const tgc_heapmark *mark,
                   PyObject *const *roots, uint32_t n_roots, uint32_t n_late,
                   PyObject *const *targets, uint32_t n_targets,
                   PyObject *const *exclude, uint32_t n_exclude, uint32_t n_twice,
@@ -372,13 +368,13 @@ tgc_owners_search(tgc_owners *o,
     o->last = malloc(nt * sizeof(uint32_t));
     /* Sized for every tracked object at once (the pass reaches most of them): no rehash on
      * the way. Capped by max_objects, which bounds what the pass may visit. */
-    c.marks = owners_use_marks && tgc_gcmark_usable();
+    c.mark = mark != NULL && mark->usable() ? mark : NULL;
     size_t hint = n_tracked + n_roots + 4096;
     if (hint > c.max_objects) {
         hint = c.max_objects;
     }
     if (o->found == NULL || o->referrers == NULL || o->last == NULL ||
-        tgc_ptrmap_init(&c.seen, c.marks ? 4096 : hint) < 0 || owners__reserve(o, hint) < 0) {
+        tgc_ptrmap_init(&c.seen, c.mark != NULL ? 4096 : hint) < 0 || owners__reserve(o, hint) < 0) {
         goto nomem;
     }
     c.seen_used = 0;

@@ -1,6 +1,8 @@
-/* frames.h: the contract of frames.c. Python.h comes first; GIL. */
-#ifndef TGC_FRAMES_H
-#define TGC_FRAMES_H
+/* frames.h: the contract of frames.c, private to graph/ (its one user is binding.c's
+ * _frame_locals, which tensorgc/owner_chains.py calls for the running frames' roots). Python.h
+ * comes first; GIL. */
+#ifndef TGC_GRAPH_FRAMES_H
+#define TGC_GRAPH_FRAMES_H
 
 /* A running (or finished) function frame's local variables, cells read through, as a new dict
  * that no one else holds: the frame and its f_locals are not touched. None for a frame whose
@@ -9,4 +11,4 @@
  * keeps nothing, so a copy of it serves). New reference, or NULL with an exception. */
 PyObject *tgc_frame_snapshot(PyObject *frame);
 
-#endif /* TGC_FRAMES_H */
+#endif /* TGC_GRAPH_FRAMES_H */

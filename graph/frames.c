@@ -6,10 +6,10 @@
  * it, have the frame's variables deleted by the next trampoline (another thread's tracer, a
  * profiler), and it is the same dict a user's locals() returned. So the owner-chain search
  * reads the slots instead, as frame.f_locals does, and touches nothing of the frame. The slots
- * are the interpreter's internals: this file is built with Py_BUILD_CORE (like young.c), where
- * compat.h says the layout is known (TGC_HAVE_FRAME_SLOTS) and, at run time, where
- * common/internals.c agrees; elsewhere tgc_frame_snapshot says it cannot (3.13+ needs it not: its
- * frame.f_locals is a proxy that keeps nothing). GIL. */
+ * are the interpreter's internals: this file is built with Py_BUILD_CORE (like cycles/young.c),
+ * where compat.h says the layout is known (TGC_HAVE_FRAME_SLOTS) and, at run time, where
+ * common/internals.c agrees; elsewhere tgc_frame_snapshot says it cannot (3.13+ needs it not:
+ * its frame.f_locals is a proxy that keeps nothing). GIL. */
 #define Py_BUILD_CORE 1
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -1,10 +1,27 @@
-/* owners_binding.c: the Python binding of the owner-chain search (owners.h) and of the edge names
- * along a chain (names.h, shared with the cycle reports). It only converts arguments and
- * results; tensorgc/owners.py chooses the roots and writes the chains. */
-#include "cycles.h"
-#include "owners.h"
-#include "owners_binding.h"
+/* binding.c: the Python binding of the reference-graph engine's owner-chain search
+ * (include/tensorgc/owners.h), of the edge names along a chain (include/tensorgc/names.h, shared
+ * with the cycle reports) and of a running frame's locals (frames.h). It only converts arguments
+ * and results; tensorgc/owner_chains.py chooses the roots and writes the chains. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "tensorgc/compat.h"
+#include "tensorgc/names.h"
+#include "tensorgc/owners.h"
+#include "binding.h"
 #include "frames.h"
+
+/* The visited mark the search borrows (tgc_owners_lend_mark; NULL: none lent), and the testing
+ * switch that turns it off (_owner_marks). Process-wide, like the header bit the mark stands
+ * for; GIL. */
+static const tgc_heapmark *binding_mark;
+static int binding_marks_on = 1;
+
+void
+tgc_owners_lend_mark(const tgc_heapmark *mark)
+{
+    binding_mark = mark;
+}
 
 /* A chain longer than this keeps its root and the two objects after it (which name the holder,
  * a module's dict folded in) and its last TGC_CHAIN_MAX - 3 objects, with None where the middle
@@ -158,7 +175,8 @@ owner_search(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
      * search itself allocates no Python object; building the result does. */
     int was_enabled = PyGC_Disable();
     tgc_owners o;
-    if (tgc_owners_search(&o, PySequence_Fast_ITEMS(roots), (uint32_t)nr, (uint32_t)n_late,
+    if (tgc_owners_search(&o, binding_marks_on ? binding_mark : NULL,
+                          PySequence_Fast_ITEMS(roots), (uint32_t)nr, (uint32_t)n_late,
                           PySequence_Fast_ITEMS(targets), (uint32_t)nt,
                           PySequence_Fast_ITEMS(exclude), (uint32_t)ne, (uint32_t)n_twice,
                           tracked ? PySequence_Fast_ITEMS(tracked) : NULL,
@@ -379,5 +397,33 @@ PyMethodDef tgc_owners_methods[] = {
     {"_owner_search", (PyCFunction)(void (*)(void))owner_search, METH_FASTCALL, owner_search_doc},
     {"_owner_labels", (PyCFunction)(void (*)(void))owner_labels, METH_FASTCALL, owner_labels_doc},
     {"_thread_states", (PyCFunction)thread_states, METH_NOARGS, thread_states_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(owner_marks_doc,
+"_owner_marks($module, on=None, /)\n--\n\n"
+"Whether the owner-chain search marks visited objects in their gc header (on: set it);\n"
+"False makes it keep its own map, as where the header is unknown. Returns the old value.");
+
+static PyObject *
+owner_marks(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "_owner_marks() takes at most one argument");
+        return NULL;
+    }
+    int was = binding_marks_on;
+    if (nargs == 1 && args[0] != Py_None) {
+        int on = PyObject_IsTrue(args[0]);
+        if (on < 0) {
+            return NULL;
+        }
+        binding_marks_on = on;
+    }
+    return PyBool_FromLong(was);
+}
+
+PyMethodDef tgc_owners_testing_methods[] = {
+    {"_owner_marks", (PyCFunction)(void (*)(void))owner_marks, METH_FASTCALL, owner_marks_doc},
     {NULL, NULL, 0, NULL},
 };

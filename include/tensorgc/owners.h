@@ -1,4 +1,4 @@
-/* owners.h: the contract of owners.c, which answers "why is it still alive" for objects that are
+/* owners.h: the contract of graph/owners.c, which answers "why is it still alive" for objects that are
  * not in a reference cycle: the shortest chain of references from a root (a module, a thread's
  * frame, any object the caller names) to each of a set of targets, found in one breadth-first
  * pass over what the roots reach. The pass follows tp_traverse, so it crosses containers the
@@ -13,13 +13,14 @@
  * target found by neither is held by something the collector does not track.
  *
  * Both passes run no Python code and allocate no Python object (tp_traverse and C memory only),
- * so the heap cannot change under them; the caller holds the GIL. The result holds borrowed
- * references: the caller keeps them alive (increfs what it keeps) before it runs Python code.
- * Memory: 16 bytes per object visited (plus about 24 for each one the header mark of young.h
- * cannot carry: all of them where it is unusable), and max_objects bounds the visits.
- * Python.h comes first. */
-#ifndef TGC_OWNERS_H
-#define TGC_OWNERS_H
+ * so the heap cannot change under them; the caller holds the GIL. Every reference passed in is
+ * borrowed, and the result holds borrowed references: the caller keeps them alive (increfs what
+ * it keeps) before it runs Python code. Memory: 16 bytes per object visited (plus about 24 for
+ * each one a visited mark cannot carry: all of them without one), and max_objects bounds the
+ * visits. Errors: MemoryError only. The one user is graph/binding.c (tensorgc/owner_chains.py's
+ * _owner_search: MemReporter's owners, growth(), the pytest plugin). Python.h comes first. */
+#ifndef TENSORGC_OWNERS_H
+#define TENSORGC_OWNERS_H
 
 #include <stdint.h>
 
@@ -48,6 +49,19 @@ typedef struct {
     int dark_pass;        /* whether the second pass ran */
 } tgc_owners;
 
+/* A visited mark a search may borrow instead of keeping every gc object it visits in a map of its
+ * own: one bit of a gc object's header that is clear on every object outside the search (the
+ * cycle detector lends the collector's "being collected" bit where it checked the layout:
+ * cycles/young.c). usable() is asked once per search; while it said 1, the search sets the mark
+ * on the gc objects it visits (test_and_set), reads it (test), and clears every mark it set
+ * (clear) before it returns, with no Python code run in between. */
+typedef struct {
+    int (*usable)(void);
+    int (*test_and_set)(PyObject *op);  /* the mark before; sets it */
+    int (*test)(PyObject *op);
+    void (*clear)(PyObject *op);
+} tgc_heapmark;
+
 /* Searches from roots (n_roots borrowed references) for targets (borrowed); the last n_late roots
  * are searched from only when some target is not reached from the others, after everything those
  * reach (the caller's own frame: it names a holder only of what nothing else holds), and a
@@ -56,8 +70,9 @@ typedef struct {
  * the second pass (once for an object listed twice); the last n_twice of them are snapshots of the caller's running frames' locals,
  * whose values the frame holds once more, so theirs are subtracted twice. tracked: every object the collector tracks (borrowed; NULL to
  * skip the second pass), each holding tracked_extra references from the caller's list of them.
+ * mark: a visited mark to borrow (borrowed), or NULL to keep every visited object in the map.
  * Returns 0, or -1 with MemoryError set; either way tgc_owners_free releases the result. */
-int tgc_owners_search(tgc_owners *o,
+int tgc_owners_search(tgc_owners *o, const tgc_heapmark *mark,
                       PyObject *const *roots, uint32_t n_roots, uint32_t n_late,
                       PyObject *const *targets, uint32_t n_targets,
                       PyObject *const *exclude, uint32_t n_exclude, uint32_t n_twice,
@@ -65,9 +80,4 @@ int tgc_owners_search(tgc_owners *o,
                       uint32_t max_objects);
 void tgc_owners_free(tgc_owners *o);
 
-/* Whether the search marks visited gc objects in their header (young.h) where it can; 0 makes
- * it keep every object in its own map, the path of interpreters where the mark is unusable
- * (for tests: the testing module's _owner_marks). Process-wide; GIL. Returns the old value. */
-int tgc_owners_use_marks(int on);
-
-#endif /* TGC_OWNERS_H */
+#endif /* TENSORGC_OWNERS_H */

@@ -497,7 +497,7 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
     for (uint32_t v = 0; v < b.n; v++) {
         b.names[v].labels = &c->labels;
         if (b.draw[v] && tgc_names_collect(b.items[v], &b.names[v], objs) < 0) {
-            tgc_log_exception(c, "naming references");
+            tgc_cycles_log(c, "naming references");
         }
     }
     build__fold(&b);

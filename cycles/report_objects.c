@@ -123,7 +123,7 @@ tgc_objects_graph(tgc_cycles *c, PyObject *objs, PyObject *roots)
         PyList_SET_ITEM(refs, i, out);
         b.names[v].labels = &c->labels;
         if (tgc_names_collect(b.items[v], &b.names[v], owned) < 0) {
-            tgc_log_exception(c, "naming references");
+            tgc_cycles_log(c, "naming references");
         }
         /* One entry per reference, named by the referrer; "?" where it cannot say. */
         for (uint32_t e = b.g.out_off[v]; e < b.g.out_off[v + 1]; e++) {

@@ -417,12 +417,12 @@ tgc_report_tensors(tgc_builder *b, const tgc_filter *f)
             tgc_tensor_nodispatch_enter(tn, &guard);
         }
         if (report__tensor(c, op, b->objs, &b->ts[i]) < 0) {
-            tgc_log_exception(c, "reading a tensor's metadata");
+            tgc_cycles_log(c, "reading a tensor's metadata");
             continue;
         }
         int want = report__wanted(f, op, &b->ts[i]);
         if (want < 0) {
-            tgc_log_exception(c, "the device predicate");
+            tgc_cycles_log(c, "the device predicate");
         }
         if (want == 1) {
             b->is_target[i] = 1;

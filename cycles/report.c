@@ -3,7 +3,7 @@
  * DOT, picture and page on first use by the writers (report_write.h). Until the DOT is drawn
  * the report keeps the model, which borrows the garbage, with the list that owns it; the hook
  * lets go of it (tgc_report_settle) before the garbage is freed, drawing the DOT first if
- * someone kept the report. The model is freed here only. */
+ * someone kept the report. A report's model is freed here only. */
 #include "cycles.h"
 #include "render_py.h"
 #include "report_build.h"

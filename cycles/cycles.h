@@ -13,6 +13,7 @@
 #include "tensorgc/compat.h"
 #include "tensorgc/edges.h"
 #include "tensorgc/graph.h"
+#include "tensorgc/log.h"
 #include "tensorgc/names.h"
 #include "tensorgc/owners.h"
 #include "tensorgc/ptrmap.h"
@@ -99,7 +100,7 @@ struct tgc_cycles {
     int user_saveall;         /* the user had DEBUG_SAVEALL on: leave their garbage alone */
     int interrupted;          /* a Ctrl-C stopped a layout, or interrupted Python code, during
                                  this callback: given back to the program (PyErr_SetInterrupt)
-                                 when the callback ends (tgc_keep_interrupt) */
+                                 when the callback ends (tgc_cycles_log, tgc_keep_interrupt) */
     long saved_flags;         /* the user's gc debug flags, restored in "stop" */
     Py_ssize_t garbage_len;   /* len(gc.garbage) at "start" */
     PyObject *garbage;        /* gc.garbage between "start" and "stop", new reference */
@@ -118,19 +119,27 @@ struct tgc_cycles {
     } phases[TGC_PHASE_COUNT];
 };
 
-/* Logs the pending exception on logger "tensorgc" with its traceback (observers.c); never
- * raises. */
-void tgc_log_exception(tgc_cycles *c, const char *what);
+/* The cycles part's logging (common/log.c): the pending exception logged on c->logger, a
+ * KeyboardInterrupt held in c->interrupted while inside our gc callback (hook.c gives it back
+ * when the callback ends), given back at once otherwise. Never raises. */
+static inline void
+tgc_cycles_log(tgc_cycles *c, const char *what)
+{
+    tgc_log_exception(&c->logger, c->busy ? &c->interrupted : NULL, what);
+}
+/* When the pending exception is a KeyboardInterrupt, clears it and gives the interrupt back to
+ * the program, as tgc_cycles_log does: 1; else 0. */
+static inline int
+tgc_keep_interrupt(tgc_cycles *c)
+{
+    return tgc_log_keep_interrupt(c->busy ? &c->interrupted : NULL);
+}
 /* An observer's failure (the pending exception): kept for tgc_deliver when raise_errors is on
- * and we are inside our gc callback, logged (tgc_log_exception) otherwise; never raises. */
+ * and we are inside our gc callback, logged (tgc_cycles_log) otherwise; never raises. */
 void tgc_observer_failed(tgc_cycles *c, const char *what);
 /* Hands `deferred` to the program: the first Python event of this thread after the collection
  * (a call, a return) raises it there, as torch's observers' exceptions do (observers.c). Called
  * at the end of our gc callback, outside any other callback; never raises. */
 void tgc_deliver(tgc_cycles *c);
-/* When the pending exception is a KeyboardInterrupt (raised by Python code run inside our gc
- * callback: the eval loop runs the program's SIGINT handler there), clears it and gives the
- * interrupt back to the program (at the end of the callback when inside it): 1; else 0. */
-int tgc_keep_interrupt(tgc_cycles *c);
 
 #endif /* TGC_CYCLES_H */

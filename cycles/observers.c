@@ -1,8 +1,8 @@
 /* observers.c: who listens to the collector hook (contract in hook.h): registering and removing
  * observers, keeping the hook on gc.callbacks only while someone listens, calling them on a
  * collection's garbage (one report per distinct device filter, settled before the garbage is
- * freed), and logging what they raise, or raising it in the program after the collection
- * (set_observer_errors("raise"), cycles.h's tgc_deliver). */
+ * freed), and logging what they raise (common/log.c), or raising it in the program after the
+ * collection (set_observer_errors("raise"), cycles.h's tgc_deliver). */
 #include "cycles.h"
 #include "hook_int.h"
 void
@@ -11,74 +11,11 @@ tgc_filter_clear(tgc_filter *f)
     Py_CLEAR(f->predicate);
 }
 
-int
-tgc_keep_interrupt(tgc_cycles *c)
-{
-    if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
-        return 0;
-    }
-    /* A Ctrl-C while a repr, torch's metadata or an observer ran inside the callback was logged
-     * ("reading a tensor's metadata raised KeyboardInterrupt") and dropped: the program went on
-     * as if never interrupted. It is the program's: given back as an interrupted layout's is. */
-    PyErr_Clear();
-    if (c->busy) {
-        c->interrupted = 1;  /* at the end of the callback (hook.c); no more layouts until then */
-    }
-    else {
-        PyErr_SetInterrupt();
-    }
-    return 1;
-}
-
-void
-tgc_log_exception(tgc_cycles *c, const char *what)
-{
-    if (tgc_keep_interrupt(c)) {
-        return;
-    }
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    if (type == NULL) {
-        return;
-    }
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL && value != NULL) {
-        PyException_SetTraceback(value, tb);
-    }
-    if (c->logger == NULL && !tgc_compat_is_finalizing()) {
-        PyObject *logging = PyImport_ImportModule("logging");
-        c->logger = logging ? PyObject_CallMethod(logging, "getLogger", "s", "tensorgc") : NULL;
-        Py_XDECREF(logging);
-        PyErr_Clear();
-    }
-    PyObject *ok = NULL;
-    if (c->logger != NULL && value != NULL) {
-        PyObject *meth = PyObject_GetAttrString(c->logger, "error");
-        PyObject *args = meth ? Py_BuildValue("(ss)", "tensorgc: %s raised", what) : NULL;
-        PyObject *kw = args ? Py_BuildValue("{s:O}", "exc_info", value) : NULL;
-        ok = kw ? PyObject_Call(meth, args, kw) : NULL;
-        Py_XDECREF(meth);
-        Py_XDECREF(args);
-        Py_XDECREF(kw);
-    }
-    if (ok == NULL) {
-        /* logging itself failed (or is gone at shutdown): fall back to sys.unraisablehook */
-        PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-        PyErr_WriteUnraisable(NULL);
-        return;
-    }
-    Py_DECREF(ok);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-}
-
 void
 tgc_observer_failed(tgc_cycles *c, const char *what)
 {
     if (!c->raise_errors || !c->busy || c->deferred != NULL) {
-        tgc_log_exception(c, what);  /* handles a KeyboardInterrupt too */
+        tgc_cycles_log(c, what);  /* handles a KeyboardInterrupt too */
         return;
     }
     if (tgc_keep_interrupt(c)) {
@@ -172,7 +109,7 @@ tgc_deliver(tgc_cycles *c)
         /* one is already waiting in this thread (or no memory): this one is logged */
         PyErr_Clear();
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-        tgc_log_exception(c, "an observer");
+        tgc_cycles_log(c, "an observer");
     }
     else {
         PyEval_SetProfile(deliver__profile, obj);  /* takes its own reference */
@@ -274,7 +211,7 @@ tgc_hook_remove(tgc_handle *h)
     if (then != NULL) {
         PyObject *r = PyObject_CallNoArgs(then);
         if (r == NULL) {
-            tgc_log_exception(c, "a handle's removal");
+            tgc_cycles_log(c, "a handle's removal");
         }
         Py_XDECREF(r);
         Py_DECREF(then);
@@ -329,7 +266,7 @@ tgc_hook_notify(tgc_cycles *c, PyObject *objs, int generation, int any_tensor,
     int ran = 0;
     PyObject *snapshot = PyList_AsTuple(c->observers);  /* observers may (un)register meanwhile */
     if (snapshot == NULL) {
-        tgc_log_exception(c, "listing observers");
+        tgc_cycles_log(c, "listing observers");
         return 1;
     }
     Py_ssize_t nobs = PyTuple_GET_SIZE(snapshot);
@@ -343,7 +280,7 @@ tgc_hook_notify(tgc_cycles *c, PyObject *objs, int generation, int any_tensor,
             /* A copy: if the observer keeps it, the objects stay alive (and intact). */
             PyObject *copy = PyList_GetSlice(objs, 0, PyList_GET_SIZE(objs));
             if (copy == NULL) {
-                tgc_log_exception(c, "copying the garbage list");
+                tgc_cycles_log(c, "copying the garbage list");
                 continue;
             }
             hook__call(c, h, copy, "an observe_garbage observer");
@@ -380,7 +317,7 @@ tgc_hook_notify(tgc_cycles *c, PyObject *objs, int generation, int any_tensor,
                 report = tgc_report_build(c, objs, &h->filter, generation, garbage_total);
                 TGC_PHASE_END(c, TGC_PHASE_BUILD, t0);
                 if (report == NULL) {
-                    tgc_log_exception(c, "building a cycle report");
+                    tgc_cycles_log(c, "building a cycle report");
                     continue;
                 }
                 if (nmade < 8) {
@@ -393,7 +330,7 @@ tgc_hook_notify(tgc_cycles *c, PyObject *objs, int generation, int any_tensor,
                 if (h->kind == TGC_OBS_HTML) {
                     PyObject *html = tgc_report_html(c, (tgc_report *)report);
                     if (html == NULL) {
-                        tgc_log_exception(c, "rendering a cycle report");
+                        tgc_cycles_log(c, "rendering a cycle report");
                     }
                     else {
                         hook__call(c, h, html, "an observe_tensor_cycles callback");

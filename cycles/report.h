@@ -1,11 +1,11 @@
-/* report.h: the contract of a CycleReport, what one collection's garbage held: built by
- * report_build.c (the analysis: tensors of interest, the reference graph, groups of identical
- * leaks, what to draw, the text), drawn as DOT by report_dot.c (on first use, or when the hook
- * lets go of a report someone kept), its text and hints written by report_text.c, and rendered to
- * SVG and an HTML page by report_page.c (on first use); each group's signature, the shape of its
- * leak that tensorgc/dedup.py counts repeats by, by report_sig.c. cycles/binding.c exposes it as
- * the tensorgc.CycleReport heap type; the hook builds, delivers and settles reports. Python.h
- * comes first; everything here needs the GIL. */
+/* report.h: the contract of a CycleReport, what one collection's garbage held (report.c): its
+ * model built once (report_model.h, by the builder of report_build.h), its text, lists and
+ * groups' signatures written from the model when it is made, its DOT drawn on first use or when
+ * the hook lets go of a report someone kept, and its picture and page rendered on first use (the
+ * writers of report_write.h). cycles/binding.c exposes it as the tensorgc.CycleReport heap type;
+ * the hook (observers.c) builds, delivers and settles reports. Also the graph of any list of
+ * objects, made of the same parts (report_objects.c, report_objects_dot.c). Python.h comes
+ * first; everything here needs the GIL. */
 #ifndef TGC_REPORT_H
 #define TGC_REPORT_H
 
@@ -19,21 +19,21 @@ typedef struct {
     PyObject *cycle, *hint;  /* new references (str), shared with the group's dict */
 } tgc_report_row;
 
-typedef struct tgc_pending tgc_pending;  /* report_int.h */
+typedef struct tgc_report_model tgc_report_model;  /* report_model.h */
 
 typedef struct {
     PyObject_HEAD
     /* New references, set at build. groups: a dict per group of identical leaks (count, objects,
-     * tensors, nbytes, hint, cycle, drawn, and signature: 16 hex digits, report_int.h's
+     * tensors, nbytes, hint, cycle, drawn, and signature: 16 hex digits, report_write.h's
      * tgc_report_signatures), so a repeated leak is told by reading it, without the page. */
     PyObject *text, *tensors, *groups, *edges, *hints;
     /* Made on first use: most reports are read for their text and never drawn. */
     PyObject *dot;         /* new reference, decoded from dot_src by tgc_report_dot */
     tgc_buf dot_src;       /* the DOT as drawn (UTF-8); freed once decoded */
-    /* Until the DOT is drawn: what it is drawn from (report_int.h), which borrows the garbage's
-     * objects, and the garbage list that keeps them alive (a new reference). Only while the hook
-     * delivers the report: tgc_report_settle ends it before the garbage is freed. */
-    tgc_pending *pending;
+    /* Until the DOT is drawn: the model it is drawn from (owned; report_model.h), which borrows
+     * the garbage's objects, and the garbage list that keeps them alive (a new reference). Only
+     * while the hook delivers the report: tgc_report_settle ends it before the garbage is freed. */
+    tgc_report_model *pending;
     PyObject *pending_objs;
     PyObject *svg, *html;  /* new references, NULL until first asked for (rendering is lazy) */
     PyObject *svg_error;   /* str when rendering failed, so the page can say why */
@@ -54,7 +54,7 @@ PyObject *tgc_report_dot(tgc_report *r);                  /* new reference */
 /* Before the garbage a report was built from is freed: draws the report's DOT if anyone besides
  * the caller's `own` references holds the report, else forgets what it would be drawn from. */
 int tgc_report_settle(PyObject *report, Py_ssize_t own);  /* 1 drawn, 0 forgotten, -1 neither */
-void tgc_report_forget(tgc_report *r);  /* drops what the DOT would be drawn from (tp_clear) */
+void tgc_report_forget(tgc_report *r);  /* frees the model the DOT would be drawn from (tp_clear) */
 /* Releases n rows (strings NULL where a row was never filled) and the array; NULL is fine. */
 void tgc_report_rows_free(tgc_report_row *rows, Py_ssize_t n);
 /* The drawing as SVG and the page, rendered on first use (new references; NULL with an
@@ -62,7 +62,8 @@ void tgc_report_rows_free(tgc_report_row *rows, Py_ssize_t n);
 PyObject *tgc_report_svg(tgc_cycles *c, tgc_report *r);
 PyObject *tgc_report_html(tgc_cycles *c, tgc_report *r);
 
-/* report_objects.c: torch's create_graph, to_dot and to_html over any list of objects. */
+/* torch's create_graph (report_objects.c), to_dot and to_html (report_objects_dot.c) over any
+ * list of objects. */
 /* The graph of objs (a list) whose roots[i] (a list of as many truth values) are the roots: the
  * objects that reach a root (roots included), in list order, as (labels, referrents, kept): a
  * label per kept object (str), its references to kept objects as a list of (label, index into

@@ -1,10 +1,12 @@
-/* report_build.c: turns one collection's garbage into a CycleReport (contract in report.h): which
- * objects are tensors of interest (report_tensors.c), the reference graph restricted to the garbage
- * (edges.c, tp_traverse), the cycles that hold tensors (graph.c), identical leaks grouped, what
- * fits in a bounded drawing, and the text (report_text.c). The DOT waits in the report until it is
- * drawn (report_dot.c); the picture and page come on first use (report_page.c). */
+/* report_build.c: makes one collection's garbage into a report's model (contract in
+ * report_build.h; the model's in report_model.h): which objects are tensors of interest
+ * (report_tensors.c), the reference graph restricted to the garbage (edges.c, tp_traverse), the
+ * cycles that hold tensors (graph.c), identical leaks grouped, what fits in a bounded drawing,
+ * the names and descriptions it shows, the totals, and each group's cycle and fix
+ * (report_hint.c). Writes nothing: the writers read the model afterwards (report_write.h). */
 #include "cycles.h"
-#include "report_int.h"
+#include "report_build.h"
+
 static uint64_t
 build__mix1(uint64_t x)
 {
@@ -44,60 +46,51 @@ build__cmp_bytes(const void *a, const void *b)
     return x->group < y->group ? -1 : x->group > y->group;
 }
 
-PyObject *
-tgc_report_tname(tgc_builder *b, uint32_t v)
-{
-    if (b->tname[v] == NULL) {
-        b->tname[v] = tgc_type_name(b->items[v]);
-    }
-    return b->tname[v];
-}
-
 static int
-build__emit(tgc_builder *b, uint32_t s, uint32_t d, PyObject *label)
+build__emit(tgc_report_model *m, uint32_t s, uint32_t d, PyObject *label)
 {
-    if (b->nedges == b->cap_edges) {
-        size_t cap = b->cap_edges ? b->cap_edges * 2 : 256;
-        tgc_drawn_edge *p = PyMem_Realloc(b->edges, cap * sizeof(tgc_drawn_edge));
+    if (m->nedges == m->cap_edges) {
+        size_t cap = m->cap_edges ? m->cap_edges * 2 : 256;
+        tgc_drawn_edge *p = PyMem_Realloc(m->edges, cap * sizeof(tgc_drawn_edge));
         if (p == NULL) {
             PyErr_NoMemory();
             return -1;
         }
-        b->edges = p;
-        b->cap_edges = cap;
+        m->edges = p;
+        m->cap_edges = cap;
     }
-    b->edges[b->nedges].src = s;
-    b->edges[b->nedges].dst = d;
-    b->edges[b->nedges].label = label;
-    b->nedges++;
+    m->edges[m->nedges].src = s;
+    m->edges[m->nedges].dst = d;
+    m->edges[m->nedges].label = label;
+    m->nedges++;
     return 0;
 }
 
 /* Decides which drawn containers are folded into their owner: the owner named it as its own
  * (instance dict, closure tuple and cells, frame locals) and nothing else drawn points at it. */
 static void
-build__fold(tgc_builder *b)
+build__fold(tgc_report_model *m)
 {
-    for (uint32_t x = 0; x < b->n; x++) {
-        if (!b->draw[x]) {
+    for (uint32_t x = 0; x < m->n; x++) {
+        if (!m->draw[x]) {
             continue;
         }
-        tgc_names *ns = &b->names[x];
+        tgc_names *ns = &m->names[x];
         for (int k = 0; k < ns->nfolds; k++) {
             PyObject *c_obj = ns->folds[k];
-            uint32_t c = tgc_ptrmap_get(&b->map, c_obj);
-            if (c == UINT32_MAX || c == x || !b->draw[c] || b->owner[c] != TGC_NONE) {
+            uint32_t c = tgc_ptrmap_get(&m->map, c_obj);
+            if (c == UINT32_MAX || c == x || !m->draw[c] || m->owner[c] != TGC_NONE) {
                 continue;
             }
             int only_owner = 1;
-            for (uint32_t e = b->g.in_off[c]; e < b->g.in_off[c + 1]; e++) {
-                uint32_t r = b->g.in_src[e];
-                if (!b->draw[r] || r == x) {
+            for (uint32_t e = m->g.in_off[c]; e < m->g.in_off[c + 1]; e++) {
+                uint32_t r = m->g.in_src[e];
+                if (!m->draw[r] || r == x) {
                     continue;
                 }
                 int is_fold = 0;
                 for (int j = 0; j < ns->nfolds; j++) {
-                    is_fold |= ns->folds[j] == b->items[r];
+                    is_fold |= ns->folds[j] == m->items[r];
                 }
                 if (!is_fold) {
                     only_owner = 0;
@@ -105,7 +98,7 @@ build__fold(tgc_builder *b)
                 }
             }
             if (only_owner) {
-                b->owner[c] = x;
+                m->owner[c] = x;
             }
         }
     }
@@ -114,9 +107,9 @@ build__fold(tgc_builder *b)
 /* Whether out-edge e (s -> d) is one the picture shows: both ends drawn, d not folded into its
  * owner. */
 static inline int
-build__drawable(const tgc_builder *b, uint32_t s, uint32_t d)
+build__drawable(const tgc_report_model *m, uint32_t s, uint32_t d)
 {
-    return b->draw[s] && b->draw[d] && b->owner[d] == TGC_NONE;
+    return m->draw[s] && m->draw[d] && m->owner[d] == TGC_NONE;
 }
 
 /* The references drawn. Graphviz's time grows fast with edges per node (a mesh of 61 nodes and
@@ -125,23 +118,23 @@ build__drawable(const tgc_builder *b, uint32_t s, uint32_t d)
  * then one reference into each drawn object (so none floats alone), then the rest in order;
  * the others are counted (edges_dropped). */
 static int
-build__emit_all(tgc_builder *b)
+build__emit_all(tgc_report_model *m)
 {
     size_t nodes = 0, total = 0;
-    for (uint32_t v = 0; v < b->n; v++) {
-        nodes += b->draw[v] && b->owner[v] == TGC_NONE;
+    for (uint32_t v = 0; v < m->n; v++) {
+        nodes += m->draw[v] && m->owner[v] == TGC_NONE;
     }
     size_t cap = nodes * 5 / 2;
     cap = cap < 60 ? 60 : cap > TGC_DRAW_EDGES ? TGC_DRAW_EDGES : cap;
-    for (uint32_t s = 0; s < b->n; s++) {
-        for (uint32_t e = b->g.out_off[s]; e < b->g.out_off[s + 1]; e++) {
-            total += build__drawable(b, s, b->g.out_dst[e]);
+    for (uint32_t s = 0; s < m->n; s++) {
+        for (uint32_t e = m->g.out_off[s]; e < m->g.out_off[s + 1]; e++) {
+            total += build__drawable(m, s, m->g.out_dst[e]);
         }
     }
     uint8_t *chosen = NULL;
     if (total > cap) {
-        chosen = calloc(b->g.m ? b->g.m : 1, 1);
-        uint8_t *has_in = calloc(b->n, 1);
+        chosen = calloc(m->g.m ? m->g.m : 1, 1);
+        uint8_t *has_in = calloc(m->n, 1);
         if (chosen == NULL || has_in == NULL) {
             free(chosen);
             free(has_in);
@@ -150,11 +143,11 @@ build__emit_all(tgc_builder *b)
         }
         size_t k = 0;
         for (int pass = 0; pass < 3 && k < cap; pass++) {
-            for (uint32_t s = 0; s < b->n && k < cap; s++) {
-                for (uint32_t e = b->g.out_off[s]; e < b->g.out_off[s + 1] && k < cap; e++) {
-                    uint32_t d = b->g.out_dst[e];
-                    if (chosen[e] || !build__drawable(b, s, d) ||
-                        (pass == 0 && !b->is_target[d]) || (pass == 1 && has_in[d])) {
+            for (uint32_t s = 0; s < m->n && k < cap; s++) {
+                for (uint32_t e = m->g.out_off[s]; e < m->g.out_off[s + 1] && k < cap; e++) {
+                    uint32_t d = m->g.out_dst[e];
+                    if (chosen[e] || !build__drawable(m, s, d) ||
+                        (pass == 0 && !m->is_target[d]) || (pass == 1 && has_in[d])) {
                         continue;
                     }
                     chosen[e] = 1;
@@ -164,30 +157,30 @@ build__emit_all(tgc_builder *b)
             }
         }
         free(has_in);
-        b->edges_dropped = total - k;
+        m->edges_dropped = total - k;
     }
-    for (uint32_t s = 0; s < b->n; s++) {
-        if (!b->draw[s]) {
+    for (uint32_t s = 0; s < m->n; s++) {
+        if (!m->draw[s]) {
             continue;
         }
-        uint32_t own = b->owner[s] != TGC_NONE ? b->owner[s] : s;
-        PyObject *via = own != s ? b->items[s] : NULL;
-        for (uint32_t e = b->g.out_off[s]; e < b->g.out_off[s + 1]; e++) {
-            uint32_t d = b->g.out_dst[e];
-            if (!build__drawable(b, s, d)) {
+        uint32_t own = m->owner[s] != TGC_NONE ? m->owner[s] : s;
+        PyObject *via = own != s ? m->items[s] : NULL;
+        for (uint32_t e = m->g.out_off[s]; e < m->g.out_off[s + 1]; e++) {
+            uint32_t d = m->g.out_dst[e];
+            if (!build__drawable(m, s, d)) {
                 continue;  /* not drawn, or drawn as part of its owner */
             }
-            PyObject *label = tgc_names_take(&b->names[own], b->items[d], via);
+            PyObject *label = tgc_names_take(&m->names[own], m->items[d], via);
             if (label == NULL && via != NULL) {
-                label = tgc_names_take(&b->names[s], b->items[d], NULL);
+                label = tgc_names_take(&m->names[s], m->items[d], NULL);
             }
             if (chosen != NULL && !chosen[e]) {
                 continue;  /* its label is taken all the same: parallel edges keep theirs */
             }
             if (label == NULL) {
-                label = b->unknown;
+                label = m->unknown;
             }
-            if (build__emit(b, own, d, label) < 0) {
+            if (build__emit(m, own, d, label) < 0) {
                 free(chosen);
                 return -1;
             }
@@ -197,62 +190,16 @@ build__emit_all(tgc_builder *b)
     return 0;
 }
 
-void
-tgc_report_builder_free(tgc_builder *b)
-{
-    if (b->names != NULL) {
-        for (uint32_t v = 0; v < b->n; v++) {
-            tgc_names_clear(&b->names[v]);
-        }
-    }
-    if (b->ts != NULL) {
-        for (uint32_t v = 0; v < b->n; v++) {
-            tgc_report_tensor_clear(&b->ts[v]);
-        }
-    }
-    for (uint32_t v = 0; v < b->n; v++) {
-        if (b->tname != NULL) {
-            Py_XDECREF(b->tname[v]);
-        }
-        if (b->desc != NULL) {
-            Py_XDECREF(b->desc[v]);
-        }
-    }
-    PyMem_Free(b->names);
-    PyMem_Free(b->tname);
-    PyMem_Free(b->desc);
-    PyMem_Free(b->ts);
-    PyMem_Free(b->edges);
-    free(b->is_target);
-    free(b->draw);
-    free(b->skip);
-    free(b->bridges);
-    free(b->owner);
-    free(b->groups);
-    tgc_graph_free(&b->g);
-    tgc_analysis_free(&b->a);
-    tgc_ptrmap_free(&b->map);
-    Py_XDECREF(b->unknown);
-}
-
-PyObject *
-tgc_report_str(tgc_buf *o)
-{
-    if (o->oom) {
-        return PyErr_NoMemory();
-    }
-    return PyUnicode_DecodeUTF8(o->data ? o->data : "", (Py_ssize_t)o->len, "replace");
-}
-
 static int
-build__graph(tgc_builder *b)
+build__graph(tgc_report_model *m)
 {
-    uint32_t *src, *dst, m;
-    if (tgc_edges(b->items, b->n, &b->map, &src, &dst, &m) < 0) {
+    uint32_t *src, *dst, nrefs;
+    if (tgc_edges(m->items, m->n, &m->map, &src, &dst, &nrefs) < 0) {
         return -1;
     }
     int rc = -1;
-    if (tgc_graph_build(&b->g, b->n, m, src, dst) == 0 && tgc_analyze(&b->g, b->is_target, &b->a) == 0) {
+    if (tgc_graph_build(&m->g, m->n, nrefs, src, dst) == 0 &&
+        tgc_analyze(&m->g, m->is_target, &m->a) == 0) {
         rc = 0;
     }
     else {
@@ -264,41 +211,41 @@ build__graph(tgc_builder *b)
 }
 
 static int
-build__groups(tgc_builder *b)
+build__groups(tgc_report_model *m)
 {
-    uint32_t ng = b->a.ngroups;
-    b->ngroups = ng;
-    b->groups = calloc(ng ? ng : 1, sizeof(tgc_group));
-    if (b->groups == NULL) {
+    uint32_t ng = m->a.ngroups;
+    m->ngroups = ng;
+    m->groups = calloc(ng ? ng : 1, sizeof(tgc_group));
+    if (m->groups == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     for (uint32_t k = 0; k < ng; k++) {
-        b->groups[k].group = k;
+        m->groups[k].group = k;
     }
-    for (uint32_t v = 0; v < b->n; v++) {
-        uint32_t k = b->a.group[v];
+    for (uint32_t v = 0; v < m->n; v++) {
+        uint32_t k = m->a.group[v];
         if (k == TGC_NONE) {
             continue;
         }
-        tgc_group *gi = &b->groups[k];
-        uint64_t h = (uint64_t)(uintptr_t)Py_TYPE(b->items[v]);
-        if (b->ts[v].info != NULL && (b->a.role[v] & TGC_ROLE_TARGET)) {
-            Py_hash_t sh = PyObject_Hash(b->ts[v].shape);
-            h ^= build__mix1((uint64_t)sh) ^ (uint64_t)b->ts[v].nbytes;
+        tgc_group *gi = &m->groups[k];
+        uint64_t h = (uint64_t)(uintptr_t)Py_TYPE(m->items[v]);
+        if (m->ts[v].info != NULL && (m->a.role[v] & TGC_ROLE_TARGET)) {
+            Py_hash_t sh = PyObject_Hash(m->ts[v].shape);
+            h ^= build__mix1((uint64_t)sh) ^ (uint64_t)m->ts[v].nbytes;
             gi->targets++;
-            gi->nbytes += b->ts[v].nbytes;
+            gi->nbytes += m->ts[v].nbytes;
         }
         gi->nodes++;
         gi->h1 += build__mix1(h);
         gi->h2 += build__mix2(h);
-        for (uint32_t e = b->g.out_off[v]; e < b->g.out_off[v + 1]; e++) {
-            uint32_t w = b->g.out_dst[e];
-            if (b->a.group[w] != k) {
+        for (uint32_t e = m->g.out_off[v]; e < m->g.out_off[v + 1]; e++) {
+            uint32_t w = m->g.out_dst[e];
+            if (m->a.group[w] != k) {
                 continue;
             }
-            uint64_t he = build__mix2((uint64_t)(uintptr_t)Py_TYPE(b->items[v])) ^
-                          (uint64_t)(uintptr_t)Py_TYPE(b->items[w]) ^ (v == w ? 0x5bd1e995 : 0);
+            uint64_t he = build__mix2((uint64_t)(uintptr_t)Py_TYPE(m->items[v])) ^
+                          (uint64_t)(uintptr_t)Py_TYPE(m->items[w]) ^ (v == w ? 0x5bd1e995 : 0);
             gi->edges++;
             gi->h1 += build__mix1(he + 1);
             gi->h2 += build__mix2(he + 2);
@@ -306,27 +253,27 @@ build__groups(tgc_builder *b)
     }
     PyErr_Clear();
     /* Sort by signature, fold runs into their first member, then order by bytes. */
-    qsort(b->groups, ng, sizeof(tgc_group), build__cmp_sig);
+    qsort(m->groups, ng, sizeof(tgc_group), build__cmp_sig);
     uint32_t out = 0;
     for (uint32_t i = 0; i < ng;) {
         uint32_t j = i;
-        tgc_group rep = b->groups[i];
+        tgc_group rep = m->groups[i];
         rep.count = 0;
         rep.total_bytes = 0;
         rep.total_targets = 0;
-        while (j < ng && b->groups[j].nodes == rep.nodes && b->groups[j].edges == rep.edges &&
-               b->groups[j].targets == rep.targets && b->groups[j].h1 == rep.h1 &&
-               b->groups[j].h2 == rep.h2) {
+        while (j < ng && m->groups[j].nodes == rep.nodes && m->groups[j].edges == rep.edges &&
+               m->groups[j].targets == rep.targets && m->groups[j].h1 == rep.h1 &&
+               m->groups[j].h2 == rep.h2) {
             rep.count++;
-            rep.total_bytes += b->groups[j].nbytes;
-            rep.total_targets += b->groups[j].targets;
+            rep.total_bytes += m->groups[j].nbytes;
+            rep.total_targets += m->groups[j].targets;
             j++;
         }
-        b->groups[out++] = rep;
+        m->groups[out++] = rep;
         i = j;
     }
-    b->ngroups = out;
-    qsort(b->groups, out, sizeof(tgc_group), build__cmp_bytes);
+    m->ngroups = out;
+    qsort(m->groups, out, sizeof(tgc_group), build__cmp_bytes);
     return 0;
 }
 
@@ -336,22 +283,22 @@ build__groups(tgc_builder *b)
  * down. Targets are never set aside. Groups of TGC_DRAW_SMALL nodes or fewer undo it (they are
  * drawn whole). 0, or -1 with an exception. */
 static int
-build__set_aside(tgc_builder *b)
+build__set_aside(tgc_report_model *m)
 {
-    for (uint32_t v = 0; v < b->n; v++) {
-        b->skip[v] = b->a.group[v] != TGC_NONE && PyType_Check(b->items[v]) && !b->is_target[v];
+    for (uint32_t v = 0; v < m->n; v++) {
+        m->skip[v] = m->a.group[v] != TGC_NONE && PyType_Check(m->items[v]) && !m->is_target[v];
     }
     for (int level = 0; level < 3; level++) {
-        for (uint32_t v = 0; v < b->n; v++) {
-            if (b->skip[v] || b->a.group[v] == TGC_NONE || b->is_target[v] ||
-                b->g.in_off[v] == b->g.in_off[v + 1]) {
+        for (uint32_t v = 0; v < m->n; v++) {
+            if (m->skip[v] || m->a.group[v] == TGC_NONE || m->is_target[v] ||
+                m->g.in_off[v] == m->g.in_off[v + 1]) {
                 continue;
             }
             int only = 1;
-            for (uint32_t e = b->g.in_off[v]; e < b->g.in_off[v + 1] && only; e++) {
-                only = b->skip[b->g.in_src[e]] != 0;
+            for (uint32_t e = m->g.in_off[v]; e < m->g.in_off[v + 1] && only; e++) {
+                only = m->skip[m->g.in_src[e]] != 0;
             }
-            b->skip[v] = (uint8_t)only;
+            m->skip[v] = (uint8_t)only;
         }
     }
     return 0;
@@ -360,187 +307,90 @@ build__set_aside(tgc_builder *b)
 /* Keeps the bridges of a group whose two ends are drawn (the DOT shows them as "... N more"
  * edges). 0, or -1 when out of memory. */
 static int
-build__keep_bridges(tgc_builder *b, const tgc_bridge *br, size_t nbr)
+build__keep_bridges(tgc_report_model *m, const tgc_bridge *br, size_t nbr)
 {
     for (size_t i = 0; i < nbr; i++) {
-        if (!b->draw[br[i].from] || !b->draw[br[i].to]) {
+        if (!m->draw[br[i].from] || !m->draw[br[i].to]) {
             continue;
         }
-        tgc_bridge *p = realloc(b->bridges, (b->nbridges + 1) * sizeof(*p));
+        tgc_bridge *p = realloc(m->bridges, (m->nbridges + 1) * sizeof(*p));
         if (p == NULL) {
             return -1;
         }
-        b->bridges = p;
-        b->bridges[b->nbridges++] = br[i];
+        m->bridges = p;
+        m->bridges[m->nbridges++] = br[i];
     }
     return 0;
 }
 
-PyObject *
-tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generation,
-                 Py_ssize_t garbage_total)
+/* What the writers show of the drawn objects, made here so that they only read: each drawn
+ * node's type name, each drawn object's description (tgc_describe may run a user __repr__),
+ * the line of each drawn tensor and of each group's largest. 0, or -1 with an exception. */
+static int
+build__shown(tgc_report_model *m)
 {
-    tgc_builder b;
-    memset(&b, 0, sizeof(b));
-    tgc_buf text = {0};
-    tgc_report_row *rows = NULL;  /* the table's, one per group; its strings new references */
-    PyObject *result = NULL, *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
-    PyObject *seen = NULL;
-    uint32_t *elided = NULL;
-
-    if (tgc_tensor_resolve(c->tensor) <= 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t n0 = PyList_GET_SIZE(objs);
-    if (n0 <= 0 || n0 >= (Py_ssize_t)UINT32_MAX) {
-        Py_RETURN_NONE;
-    }
-    b.c = c;
-    b.objs = objs;
-    b.n = (uint32_t)n0;
-    /* The list may grow while we name objects (materialised dicts): snapshot the pointers. */
-    b.items = PyMem_Malloc(b.n * sizeof(PyObject *));
-    b.is_target = calloc(b.n, 1);
-    b.ts = PyMem_Calloc(b.n, sizeof(tgc_rtensor));
-    b.draw = calloc(b.n, 1);
-    b.skip = calloc(b.n, 1);
-    b.owner = malloc(b.n * sizeof(uint32_t));
-    b.names = PyMem_Calloc(b.n, sizeof(tgc_names));
-    b.tname = PyMem_Calloc(b.n, sizeof(PyObject *));
-    b.desc = PyMem_Calloc(b.n, sizeof(PyObject *));
-    b.unknown = PyUnicode_FromString("?");
-    if (!b.items || !b.is_target || !b.ts || !b.draw || !b.skip || !b.owner || !b.names || !b.tname ||
-        !b.desc || !b.unknown) {
-        PyErr_NoMemory();
-        goto error;
-    }
-    memcpy(b.items, PySequence_Fast_ITEMS(objs), b.n * sizeof(PyObject *));
-    for (uint32_t v = 0; v < b.n; v++) {
-        b.owner[v] = TGC_NONE;
-    }
-
-    if (!tgc_report_tensors(&b, f)) {
-        tgc_report_builder_free(&b);
-        PyMem_Free(b.items);
-        Py_RETURN_NONE;
-    }
-    if (build__graph(&b) < 0) {
-        goto error;
-    }
-    if (b.a.kept == 0) {
-        tgc_report_builder_free(&b);
-        PyMem_Free(b.items);
-        Py_RETURN_NONE;
-    }
-    tgc_report_stacks(b.ts, b.n);
-    if (build__groups(&b) < 0) {
-        goto error;
-    }
-
-    /* What to draw: the largest groups first, within the node budget. */
-    uint32_t budget = TGC_DRAW_BUDGET;
-    elided = calloc(b.ngroups ? b.ngroups : 1, sizeof(uint32_t));
-    if (elided == NULL) {
-        PyErr_NoMemory();
-        goto error;
-    }
-    if (build__set_aside(&b) < 0) {
-        goto error;
-    }
-    for (uint32_t k = 0; k < b.ngroups && k < TGC_DRAW_GROUPS && budget > 0; k++) {
-        tgc_group *gi = &b.groups[k];
-        long picked, aside = 0, chained = 0;
-        tgc_bridge *br = NULL;
-        size_t nbr = 0;
-        if (gi->nodes > TGC_DRAW_SMALL) {
-            for (uint32_t v = 0; v < b.n; v++) {
-                aside += b.a.group[v] == gi->group && b.skip[v];
-            }
-            chained = tgc_chains(&b.g, &b.a, gi->group, TGC_CHAIN_KEEP, b.skip, &br, &nbr);
-            if (chained < 0) {
-                PyErr_NoMemory();
-                goto error;
-            }
-            aside += chained;
-        }
-        else {
-            for (uint32_t v = 0; v < b.n; v++) {
-                if (b.a.group[v] == gi->group) {
-                    b.skip[v] = 0;  /* small: drawn whole */
-                }
-            }
-        }
-        if (gi->nodes - (uint32_t)aside <= budget) {
-            for (uint32_t v = 0; v < b.n; v++) {
-                if (b.a.group[v] == gi->group && !b.skip[v]) {
-                    b.draw[v] = 1;
-                }
-            }
-            picked = gi->nodes - (uint32_t)aside;
-        }
-        else {
-            picked = tgc_pick(&b.g, &b.a, gi->group, budget, b.skip, br, nbr, b.draw);
-        }
-        if (picked < 0 || build__keep_bridges(&b, br, nbr) < 0) {
-            free(br);
-            PyErr_NoMemory();
-            goto error;
-        }
-        free(br);
-        /* The "more" node counts what is left out, less the shortened chains (their edges say). */
-        elided[k] = gi->nodes - (uint32_t)picked - (uint32_t)chained;
-        budget -= (uint32_t)picked;
-        gi->drawn = 1;
-    }
-    /* Names of drawn objects, then folding and the drawn edges. */
-    for (uint32_t v = 0; v < b.n; v++) {
-        b.names[v].labels = &c->labels;
-        if (b.draw[v] && tgc_names_collect(b.items[v], &b.names[v], objs) < 0) {
-            tgc_log_exception(c, "naming references");
-        }
-    }
-    build__fold(&b);
-    if (build__emit_all(&b) < 0) {
-        goto error;
-    }
-    /* The object nodes the DOT will show (drawn, not folded into an owner; draw is set in drawn
-     * groups only), and what dot_node writes under their type names: the DOT itself is drawn
-     * later, if at all. */
-    Py_ssize_t objects_drawn = 0;
-    for (uint32_t v = 0; v < b.n; v++) {
-        if (!b.draw[v] || b.owner[v] != TGC_NONE) {
+    for (uint32_t v = 0; v < m->n; v++) {
+        if (!m->draw[v]) {
             continue;
         }
-        objects_drawn++;
-        b.ndrawn++;
-        if (b.ts[v].info == NULL && (b.desc[v] = tgc_describe(b.items[v])) == NULL) {
+        if ((m->tname[v] = tgc_type_name(m->items[v])) == NULL) {
+            return -1;
+        }
+        if (m->ts[v].info != NULL) {
+            tgc_report_tensor_line(&m->ts[v]);
+        }
+        if (m->owner[v] != TGC_NONE) {
+            continue;  /* drawn as part of its owner */
+        }
+        m->ndrawn++;
+        if (m->ts[v].info == NULL && (m->desc[v] = tgc_describe(m->items[v])) == NULL) {
             PyErr_Clear();
         }
     }
-
-    /* Tensors of interest, largest first, and bytes counted once per storage. */
-    tensors = PyList_New(0);
-    seen = PySet_New(NULL);
-    groups = PyList_New(0);
-    edges = PyList_New(0);
-    hints = PyList_New(0);
-    if (!tensors || !seen || !groups || !edges || !hints) {
-        goto error;
+    /* Each group's largest tensor of interest, the one its line in the text names. */
+    uint32_t *best_of = malloc((m->a.ngroups ? m->a.ngroups : 1) * sizeof(uint32_t));
+    if (best_of == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    unsigned long long total = 0;
-    uint32_t ntensors = 0;
-    for (uint32_t v = 0; v < b.n; v++) {
-        if (b.ts[v].info == NULL || !(b.a.role[v] & TGC_ROLE_TARGET)) {
+    for (uint32_t g = 0; g < m->a.ngroups; g++) {
+        best_of[g] = TGC_NONE;
+    }
+    for (uint32_t v = 0; v < m->n; v++) {
+        uint32_t g = m->a.group[v];
+        if (g != TGC_NONE && m->ts[v].info && (m->a.role[v] & TGC_ROLE_TARGET) &&
+            (best_of[g] == TGC_NONE || m->ts[v].nbytes > m->ts[best_of[g]].nbytes)) {
+            best_of[g] = v;
+        }
+    }
+    for (uint32_t k = 0; k < m->ngroups; k++) {
+        uint32_t best = best_of[m->groups[k].group];
+        m->groups[k].best = best;
+        if (best != TGC_NONE) {
+            tgc_report_tensor_line(&m->ts[best]);
+        }
+    }
+    free(best_of);
+    return 0;
+}
+
+/* The tensors of interest held by cycles, and their bytes counted once per storage. 0, or -1
+ * with an exception. */
+static int
+build__totals(tgc_report_model *m)
+{
+    PyObject *seen = PySet_New(NULL);
+    if (seen == NULL) {
+        return -1;
+    }
+    for (uint32_t v = 0; v < m->n; v++) {
+        if (m->ts[v].info == NULL || !(m->a.role[v] & TGC_ROLE_TARGET)) {
             continue;
         }
-        ntensors++;
-        if (PyList_Append(tensors, b.ts[v].info) < 0) {
-            goto error;
-        }
-        if (b.ts[v].multi) {
+        m->ntensors++;
+        if (m->ts[v].multi) {
             /* the parts of a sparse tensor or a wrapper: each storage once, here and across */
-            PyObject *parts = b.ts[v].storage_key;
+            PyObject *parts = m->ts[v].storage_key;
             for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parts); i++) {
                 PyObject *key = PyTuple_GET_ITEM(PyTuple_GET_ITEM(parts, i), 0);
                 PyObject *nb = PyTuple_GET_ITEM(PyTuple_GET_ITEM(parts, i), 1);
@@ -549,98 +399,136 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
                     goto error;
                 }
                 if (!known) {
-                    total += PyLong_AsUnsignedLongLong(nb);  /* made from one: cannot fail */
+                    m->total += PyLong_AsUnsignedLongLong(nb);  /* made from one: cannot fail */
                 }
             }
             continue;
         }
-        int known = PySet_Contains(seen, b.ts[v].storage_key);
-        if (known < 0 || (known == 0 && PySet_Add(seen, b.ts[v].storage_key) < 0)) {
+        int known = PySet_Contains(seen, m->ts[v].storage_key);
+        if (known < 0 || (known == 0 && PySet_Add(seen, m->ts[v].storage_key) < 0)) {
             goto error;
         }
         if (!known) {
-            total += b.ts[v].nbytes;
+            m->total += m->ts[v].nbytes;
         }
     }
-
-    /* The text buffer starts at the size of a one-leak report (about 500 bytes; its DOT is twice
-     * that, tgc_report_draw_dot), so the common case never regrows it. */
-    tgc_buf_reserve(&text, 1000);
-    rows = PyMem_Calloc(b.ngroups ? b.ngroups : 1, sizeof(tgc_report_row));
-    if (rows == NULL) {
-        PyErr_NoMemory();
-        goto error;
-    }
-    for (size_t e = 0; e < b.nedges; e++) {
-        tgc_drawn_edge *de = &b.edges[e];
-        PyObject *src_t = tgc_report_tname(&b, de->src);
-        PyObject *dst_t = src_t ? tgc_report_tname(&b, de->dst) : NULL;
-        PyObject *tup = dst_t ? PyTuple_Pack(3, src_t, de->label, dst_t) : NULL;
-        if (tup == NULL || PyList_Append(edges, tup) < 0) {
-            Py_XDECREF(tup);
-            goto error;
-        }
-        Py_DECREF(tup);
-    }
-
-    if (tgc_report_text(&b, generation, ntensors, total, &text, rows, groups, hints) < 0) {
-        goto error;
-    }
-    if (text.oom) {
-        PyErr_NoMemory();
-        goto error;
-    }
-
-    tgc_report *r = PyObject_GC_New(tgc_report, c->report_type);
-    if (r == NULL) {
-        goto error;
-    }
-    r->text = tgc_report_str(&text);
-    r->dot = NULL;
-    memset(&r->dot_src, 0, sizeof(r->dot_src));
-    r->rows = rows;
-    r->nrows = b.ngroups;
-    rows = NULL;
-    r->tensors = tensors;
-    r->groups = groups;
-    r->edges = edges;
-    r->hints = hints;
-    tensors = groups = edges = hints = NULL;
-    r->svg = r->html = r->svg_error = NULL;
-    r->nbytes = total;
-    r->objects = objects_drawn;
-    r->garbage = garbage_total > (Py_ssize_t)b.n ? garbage_total : (Py_ssize_t)b.n;
-    r->generation = generation;
-    /* The DOT waits: most reports are read for their text and freed with the garbage, never
-     * drawn. The tgc_builder moves to the report, with the garbage list that keeps its objects
-     * alive, until the DOT is asked for or tgc_report_settle decides (before the garbage goes). */
-    r->pending = PyMem_Malloc(sizeof(tgc_pending));
-    r->pending_objs = NULL;
-    if (r->pending != NULL) {
-        r->pending->b = b;  /* moves: the builder's arrays and references */
-        r->pending->elided = elided;
-        memset(&b, 0, sizeof(b));
-        elided = NULL;
-        r->pending_objs = Py_NewRef(objs);
-    }
-    else {
-        tgc_report_draw_dot(&b, elided, &r->dot_src);  /* no memory to wait: draw it now */
-    }
-    PyObject_GC_Track((PyObject *)r);
-    result = (PyObject *)r;
-    if (r->text == NULL) {
-        Py_CLEAR(result);
-    }
+    Py_DECREF(seen);
+    return 0;
 error:
-    tgc_report_builder_free(&b);
-    PyMem_Free(b.items);
-    free(elided);
-    tgc_buf_free(&text);
-    tgc_report_rows_free(rows, b.ngroups);
-    Py_XDECREF(tensors);
-    Py_XDECREF(groups);
-    Py_XDECREF(edges);
-    Py_XDECREF(hints);
-    Py_XDECREF(seen);
-    return result;
+    Py_DECREF(seen);
+    return -1;
+}
+
+int
+tgc_report_model_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, tgc_report_model *m)
+{
+    if (tgc_tensor_resolve(c->tensor) <= 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t n0 = PyList_GET_SIZE(objs);
+    if (n0 <= 0 || n0 >= (Py_ssize_t)UINT32_MAX) {
+        return 0;
+    }
+    m->c = c;
+    m->objs = objs;
+    m->n = (uint32_t)n0;
+    /* The list may grow while we name objects (materialised dicts): snapshot the pointers. */
+    m->items = PyMem_Malloc(m->n * sizeof(PyObject *));
+    m->is_target = calloc(m->n, 1);
+    m->ts = PyMem_Calloc(m->n, sizeof(tgc_rtensor));
+    m->draw = calloc(m->n, 1);
+    m->skip = calloc(m->n, 1);
+    m->owner = malloc(m->n * sizeof(uint32_t));
+    m->names = PyMem_Calloc(m->n, sizeof(tgc_names));
+    m->tname = PyMem_Calloc(m->n, sizeof(PyObject *));
+    m->desc = PyMem_Calloc(m->n, sizeof(PyObject *));
+    m->unknown = PyUnicode_FromString("?");
+    if (!m->items || !m->is_target || !m->ts || !m->draw || !m->skip || !m->owner || !m->names ||
+        !m->tname || !m->desc || !m->unknown) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(m->items, PySequence_Fast_ITEMS(objs), m->n * sizeof(PyObject *));
+    for (uint32_t v = 0; v < m->n; v++) {
+        m->owner[v] = TGC_NONE;
+    }
+
+    if (!tgc_report_tensors(m, f)) {
+        return 0;
+    }
+    if (build__graph(m) < 0) {
+        return -1;
+    }
+    if (m->a.kept == 0) {
+        return 0;
+    }
+    tgc_report_stacks(m->ts, m->n);
+    if (build__groups(m) < 0) {
+        return -1;
+    }
+
+    /* What to draw: the largest groups first, within the node budget. */
+    uint32_t budget = TGC_DRAW_BUDGET;
+    if (build__set_aside(m) < 0) {
+        return -1;
+    }
+    for (uint32_t k = 0; k < m->ngroups && k < TGC_DRAW_GROUPS && budget > 0; k++) {
+        tgc_group *gi = &m->groups[k];
+        long picked, aside = 0, chained = 0;
+        tgc_bridge *br = NULL;
+        size_t nbr = 0;
+        if (gi->nodes > TGC_DRAW_SMALL) {
+            for (uint32_t v = 0; v < m->n; v++) {
+                aside += m->a.group[v] == gi->group && m->skip[v];
+            }
+            chained = tgc_chains(&m->g, &m->a, gi->group, TGC_CHAIN_KEEP, m->skip, &br, &nbr);
+            if (chained < 0) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            aside += chained;
+        }
+        else {
+            for (uint32_t v = 0; v < m->n; v++) {
+                if (m->a.group[v] == gi->group) {
+                    m->skip[v] = 0;  /* small: drawn whole */
+                }
+            }
+        }
+        if (gi->nodes - (uint32_t)aside <= budget) {
+            for (uint32_t v = 0; v < m->n; v++) {
+                if (m->a.group[v] == gi->group && !m->skip[v]) {
+                    m->draw[v] = 1;
+                }
+            }
+            picked = gi->nodes - (uint32_t)aside;
+        }
+        else {
+            picked = tgc_pick(&m->g, &m->a, gi->group, budget, m->skip, br, nbr, m->draw);
+        }
+        if (picked < 0 || build__keep_bridges(m, br, nbr) < 0) {
+            free(br);
+            PyErr_NoMemory();
+            return -1;
+        }
+        free(br);
+        /* The "more" node counts what is left out, less the shortened chains (their edges say). */
+        gi->elided = gi->nodes - (uint32_t)picked - (uint32_t)chained;
+        budget -= (uint32_t)picked;
+        gi->drawn = 1;
+    }
+    /* Names of drawn objects, then folding and the drawn edges. */
+    for (uint32_t v = 0; v < m->n; v++) {
+        m->names[v].labels = &c->labels;
+        if (m->draw[v] && tgc_names_collect(m->items[v], &m->names[v], objs) < 0) {
+            tgc_cycles_log(c, "naming references");
+        }
+    }
+    build__fold(m);
+    if (build__emit_all(m) < 0 || build__shown(m) < 0 || build__totals(m) < 0 ||
+        tgc_report_hints(m) < 0) {
+        return -1;
+    }
+    return 1;
 }

@@ -1,9 +1,9 @@
-/* report_dot.c: a report's drawing in Graphviz's DOT (contract in report_int.h and report.h): the
- * groups chosen for drawing as clusters, summary nodes for what did not fit, the drawn references.
- * A report waits to be drawn until its DOT is asked for or the hook lets go of it
- * (tgc_report_settle, before the garbage it borrows is freed); the picture is report_page.c's. */
+/* report_dot.c: a report's drawing in Graphviz's DOT (contract in report_write.h): the groups
+ * chosen for drawing as clusters, summary nodes for what did not fit, the drawn references, all
+ * read from the model. report.c asks for it when the DOT is wanted or the hook lets go of a
+ * report someone kept; the opening is shared with report_objects_dot.c's drawings. */
 #include "cycles.h"
-#include "report_int.h"
+#include "report_write.h"
 /* s escaped for DOT into o; a string that cannot be written (no memory) is left out, with no
  * exception left behind: drawing has no caller to report to (oom shows in the buffer). */
 static void
@@ -17,9 +17,9 @@ dot__str(tgc_buf *o, PyObject *s)
 /* A tensor's tooltip starts with its class's full name ("torch.Tensor", a subclass's module
  * and qualified name) and its line. */
 static void
-dot__tensor_tip(tgc_buf *o, tgc_builder *b, uint32_t v, const tgc_buf *line)
+dot__tensor_tip(tgc_buf *o, const tgc_report_model *m, uint32_t v, const tgc_buf *line)
 {
-    PyObject *qual = tgc_type_qualname(b->items[v]);
+    PyObject *qual = tgc_type_qualname(m->items[v]);
     if (qual != NULL) {
         dot__str(o, qual);
         tgc_buf_puts(o, ": ");
@@ -31,18 +31,18 @@ dot__tensor_tip(tgc_buf *o, tgc_builder *b, uint32_t v, const tgc_buf *line)
 }
 
 static void
-dot__node(tgc_buf *o, tgc_builder *b, uint32_t v)
+dot__node(tgc_buf *o, const tgc_report_model *m, uint32_t v)
 {
     tgc_buf_puts(o, "  n");
     tgc_buf_uint(o, v);
     tgc_buf_puts(o, " [label=\"");
-    if (b->ts[v].info != NULL) {
-        const tgc_buf *line = tgc_report_line(&b->ts[v]);
+    if (m->ts[v].info != NULL) {
+        const tgc_buf *line = &m->ts[v].line;  /* made by the builder */
         tgc_buf_dot(o, line->data ? line->data : "", line->len);
         tgc_buf_dot(o, "\n", 1);
         /* Borrowed. Not read from info: that is the dict report.tensors hands out, and the DOT
          * may be drawn after the user's callback has changed it. */
-        PyObject *stack = b->ts[v].stack;
+        PyObject *stack = m->ts[v].stack;
         if (stack != NULL) {
             /* the first lines on the node, all of it in the tooltip */
             Py_ssize_t n;
@@ -59,24 +59,24 @@ dot__node(tgc_buf *o, tgc_builder *b, uint32_t v)
                 i = end + 1;
             }
             tgc_buf_puts(o, "\", tooltip=\"");
-            dot__tensor_tip(o, b, v, line);
+            dot__tensor_tip(o, m, v, line);
             if (s != NULL) {
                 tgc_buf_puts(o, "allocated at:\\l");
                 tgc_buf_dot(o, s, (size_t)n);
             }
         }
-        else if (b->ts[v].is_cuda) {
+        else if (m->ts[v].is_cuda) {
             static const char msg[] = "no allocation stack: call torch.cuda.memory."
                                       "_record_memory_history()\nbefore allocating to see it here\n";
             tgc_buf_dot(o, msg, sizeof(msg) - 1);
             tgc_buf_puts(o, "\", tooltip=\"");
-            dot__tensor_tip(o, b, v, line);
+            dot__tensor_tip(o, m, v, line);
             tgc_buf_puts(o, "allocation stacks need torch.cuda.memory._record_memory_history()");
         }
         else {
             tgc_buf_puts(o, "(allocation stacks are recorded for CUDA tensors only)\\l\", "
                             "tooltip=\"");
-            dot__tensor_tip(o, b, v, line);
+            dot__tensor_tip(o, m, v, line);
             tgc_buf_puts(o, "allocation stacks come from "
                             "torch.cuda.memory._record_memory_history()");
         }
@@ -84,11 +84,8 @@ dot__node(tgc_buf *o, tgc_builder *b, uint32_t v)
                         "penwidth=2];\n");
         return;
     }
-    PyObject *tn = tgc_report_tname(b, v);
-    PyObject *desc = b->desc[v];  /* borrowed; NULL when describing failed */
-    if (tn == NULL) {
-        PyErr_Clear();
-    }
+    PyObject *tn = m->tname[v];    /* borrowed */
+    PyObject *desc = m->desc[v];  /* borrowed; NULL when describing failed */
     if (tn != NULL) {
         dot__str(o, tn);
     }
@@ -106,7 +103,7 @@ dot__node(tgc_buf *o, tgc_builder *b, uint32_t v)
         dot__str(o, desc);
     }
     tgc_buf_puts(o, "\"");
-    if (b->a.role[v] & TGC_ROLE_CYCLE) {
+    if (m->a.role[v] & TGC_ROLE_CYCLE) {
         tgc_buf_puts(o, ", color=\"#1565c0\"");
     }
     tgc_buf_puts(o, "];\n");
@@ -117,16 +114,16 @@ dot__node(tgc_buf *o, tgc_builder *b, uint32_t v)
  * where the reference sits: "closure x: __closure__[0].cell_contents" (which can be set to None
  * to break the cycle). */
 static void
-dot__closure_tip(tgc_buf *o, const tgc_builder *b, const tgc_drawn_edge *de)
+dot__closure_tip(tgc_buf *o, const tgc_report_model *m, const tgc_drawn_edge *de)
 {
-    PyObject *f = b->items[de->src];
+    PyObject *f = m->items[de->src];
     PyObject *closure = PyFunction_Check(f) ? ((PyFunctionObject *)f)->func_closure : NULL;
     if (closure == NULL || !PyTuple_Check(closure)) {
         return;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(closure); i++) {
         PyObject *cell = PyTuple_GET_ITEM(closure, i);
-        if (PyCell_Check(cell) && PyCell_GET(cell) == b->items[de->dst]) {
+        if (PyCell_Check(cell) && PyCell_GET(cell) == m->items[de->dst]) {
             tgc_buf_puts(o, ", tooltip=\"");
             dot__str(o, de->label);
             tgc_buf_puts(o, ": __closure__[");
@@ -137,25 +134,30 @@ dot__closure_tip(tgc_buf *o, const tgc_builder *b, const tgc_drawn_edge *de)
     }
 }
 
-/* Draws the report's DOT from its builder: the groups chosen for drawing as clusters (what did
- * not fit as one summary node each), then the drawn edges. Runs no Python code: the user reprs
- * it shows were taken at build (tgc_builder.desc). Its one tracked allocation (a large group's type
- * counts) cannot start a collection that would: a report waits to be drawn only while the hook
- * delivers it, inside the collector's callback. Leaves no exception set: a label it cannot write
- * is left out, and running out of memory shows in dot->oom. */
 void
-tgc_report_draw_dot(tgc_builder *b, const uint32_t *elided, tgc_buf *dot)
+tgc_dot_open(tgc_buf *dot)
 {
-    tgc_buf scratch = {0};  /* a cluster's title */
-    tgc_buf_reserve(dot, 2000);
+    tgc_buf_reserve(dot, 2000);  /* a one-leak report's DOT is about 1 KB */
     tgc_buf_puts(dot, "digraph tensorgc {\n"
                       "  graph [rankdir=LR, fontname=\"Helvetica\", fontsize=11, nodesep=0.25, "
                       "ranksep=0.45, bgcolor=\"white\"];\n"
                       "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#f7f7f7\", "
                       "color=\"#607d8b\", fontname=\"Helvetica\", fontsize=10];\n"
                       "  edge [fontname=\"Helvetica\", fontsize=9, color=\"#455a64\"];\n");
-    for (uint32_t k = 0; k < b->ngroups; k++) {
-        tgc_group *gi = &b->groups[k];
+}
+
+/* The groups chosen for drawing as clusters (what did not fit as one summary node each), then
+ * the drawn edges. Runs no user code: the reprs it shows were taken at build (the model's desc).
+ * Its one tracked allocation (a large group's type counts) cannot start a collection that would:
+ * a report waits to be drawn only while the hook delivers it, inside the collector's callback. A
+ * label it cannot write is left out. */
+void
+tgc_report_draw_dot(const tgc_report_model *m, tgc_buf *dot)
+{
+    tgc_buf scratch = {0};  /* a cluster's title */
+    tgc_dot_open(dot);
+    for (uint32_t k = 0; k < m->ngroups; k++) {
+        const tgc_group *gi = &m->groups[k];
         if (!gi->drawn) {
             continue;
         }
@@ -177,20 +179,20 @@ tgc_report_draw_dot(tgc_builder *b, const uint32_t *elided, tgc_buf *dot)
         tgc_buf_puts(title, " held");
         tgc_buf_dot(dot, title->data ? title->data : "", title->len);
         tgc_buf_puts(dot, "\"; style=\"rounded,dashed\"; color=\"#90a4ae\"; fontcolor=\"#37474f\";\n");
-        for (uint32_t v = 0; v < b->n; v++) {
-            if (b->draw[v] && b->owner[v] == TGC_NONE && b->a.group[v] == gi->group) {
+        for (uint32_t v = 0; v < m->n; v++) {
+            if (m->draw[v] && m->owner[v] == TGC_NONE && m->a.group[v] == gi->group) {
                 tgc_buf_puts(dot, "  ");
-                dot__node(dot, b, v);
+                dot__node(dot, m, v);
             }
         }
-        if (elided[k] > 0) {
+        if (gi->elided > 0) {
             /* The rest of a large group, as one node with its type counts. */
             PyObject *counts = PyDict_New();
-            for (uint32_t v = 0; counts && v < b->n; v++) {
-                if (b->a.group[v] != gi->group || b->draw[v] || b->skip[v] == 2) {
+            for (uint32_t v = 0; counts && v < m->n; v++) {
+                if (m->a.group[v] != gi->group || m->draw[v] || m->skip[v] == 2) {
                     continue;
                 }
-                PyObject *tn = tgc_type_name(b->items[v]);
+                PyObject *tn = tgc_type_name(m->items[v]);
                 PyObject *c = tn ? PyDict_GetItemWithError(counts, tn) : NULL;
                 PyObject *c1 = tn ? PyLong_FromLong(c ? PyLong_AsLong(c) + 1 : 1) : NULL;
                 if (c1 == NULL || PyDict_SetItem(counts, tn, c1) < 0) {
@@ -201,7 +203,7 @@ tgc_report_draw_dot(tgc_builder *b, const uint32_t *elided, tgc_buf *dot)
             }
             tgc_buf more = {0};
             tgc_buf_puts(&more, "\xe2\x80\xa6 ");
-            tgc_buf_count(&more, elided[k]);
+            tgc_buf_count(&more, gi->elided);
             tgc_buf_puts(&more, " more objects in this leak\n");
             Py_ssize_t pos = 0;
             PyObject *key, *val;
@@ -225,23 +227,23 @@ tgc_report_draw_dot(tgc_builder *b, const uint32_t *elided, tgc_buf *dot)
             tgc_buf_free(&more);
         }
         tgc_buf_puts(dot, "  }\n");
-        if (elided[k] > 0) {
+        if (gi->elided > 0) {
             /* Dashed links from drawn objects to the ones left out for the budget (not to class
              * internals or shortened chains, which the "more" node counts): a few show where the
              * rest hangs off; hundreds only slow the layout. */
             int outs = 0, ins = 0;
-            for (uint32_t v = 0; v < b->n && (outs < TGC_DRAW_STUBS || ins < TGC_DRAW_STUBS); v++) {
-                if (!b->draw[v] || b->owner[v] != TGC_NONE || b->a.group[v] != gi->group) {
+            for (uint32_t v = 0; v < m->n && (outs < TGC_DRAW_STUBS || ins < TGC_DRAW_STUBS); v++) {
+                if (!m->draw[v] || m->owner[v] != TGC_NONE || m->a.group[v] != gi->group) {
                     continue;
                 }
                 int out = 0, in = 0;
-                for (uint32_t e = b->g.out_off[v]; e < b->g.out_off[v + 1]; e++) {
-                    uint32_t w = b->g.out_dst[e];
-                    out |= !b->draw[w] && !b->skip[w] && b->a.group[w] == gi->group;
+                for (uint32_t e = m->g.out_off[v]; e < m->g.out_off[v + 1]; e++) {
+                    uint32_t w = m->g.out_dst[e];
+                    out |= !m->draw[w] && !m->skip[w] && m->a.group[w] == gi->group;
                 }
-                for (uint32_t e = b->g.in_off[v]; e < b->g.in_off[v + 1]; e++) {
-                    uint32_t w = b->g.in_src[e];
-                    in |= !b->draw[w] && !b->skip[w] && b->a.group[w] == gi->group;
+                for (uint32_t e = m->g.in_off[v]; e < m->g.in_off[v + 1]; e++) {
+                    uint32_t w = m->g.in_src[e];
+                    in |= !m->draw[w] && !m->skip[w] && m->a.group[w] == gi->group;
                 }
                 if (out && outs < TGC_DRAW_STUBS) {
                     outs++;
@@ -262,10 +264,10 @@ tgc_report_draw_dot(tgc_builder *b, const uint32_t *elided, tgc_buf *dot)
             }
         }
     }
-    for (size_t i = 0; i < b->nbridges; i++) {
-        const tgc_bridge *br = &b->bridges[i];
-        uint32_t from = b->owner[br->from] != TGC_NONE ? b->owner[br->from] : br->from;
-        uint32_t to = b->owner[br->to] != TGC_NONE ? b->owner[br->to] : br->to;
+    for (size_t i = 0; i < m->nbridges; i++) {
+        const tgc_bridge *br = &m->bridges[i];
+        uint32_t from = m->owner[br->from] != TGC_NONE ? m->owner[br->from] : br->from;
+        uint32_t to = m->owner[br->to] != TGC_NONE ? m->owner[br->to] : br->to;
         tgc_buf_puts(dot, "  n");
         tgc_buf_uint(dot, from);
         tgc_buf_puts(dot, " -> n");
@@ -275,18 +277,18 @@ tgc_report_draw_dot(tgc_builder *b, const uint32_t *elided, tgc_buf *dot)
         tgc_buf_puts(dot, br->count == 1 ? " more object\"" : " more objects\"");
         tgc_buf_puts(dot, ", style=dashed, color=\"#90a4ae\", fontcolor=\"#546e7a\"];\n");
     }
-    if (b->edges_dropped > 0) {
+    if (m->edges_dropped > 0) {
         tgc_buf_puts(dot, "  graph [labelloc=b, label=\"");
-        tgc_buf_count(dot, b->edges_dropped);
+        tgc_buf_count(dot, m->edges_dropped);
         tgc_buf_puts(dot, " more references between the drawn objects are not drawn\"];\n");
     }
-    if (b->nedges + b->nbridges > TGC_DRAW_BIG || b->ndrawn > TGC_DRAW_BIG) {
+    if (m->nedges + m->nbridges > TGC_DRAW_BIG || m->ndrawn > TGC_DRAW_BIG) {
         /* A big drawing: fewer crossing-minimisation and network-simplex passes (a random mesh
          * of 300 nodes and 600 edges took over 10 s with the defaults, 1.7 s with these). */
         tgc_buf_puts(dot, "  graph [mclimit=0.2, nslimit=2, nslimit1=2];\n");
     }
-    for (size_t e = 0; e < b->nedges; e++) {
-        tgc_drawn_edge *de = &b->edges[e];
+    for (size_t e = 0; e < m->nedges; e++) {
+        const tgc_drawn_edge *de = &m->edges[e];
         tgc_buf_puts(dot, "  n");
         tgc_buf_uint(dot, de->src);
         tgc_buf_puts(dot, " -> n");
@@ -294,69 +296,12 @@ tgc_report_draw_dot(tgc_builder *b, const uint32_t *elided, tgc_buf *dot)
         tgc_buf_puts(dot, " [label=\"");
         dot__str(dot, de->label);
         tgc_buf_puts(dot, "\"");
-        dot__closure_tip(dot, b, de);
-        if (b->is_target[de->dst]) {
+        dot__closure_tip(dot, m, de);
+        if (m->is_target[de->dst]) {
             tgc_buf_puts(dot, ", color=\"#c62828\", fontcolor=\"#c62828\"");
         }
         tgc_buf_puts(dot, "];\n");
     }
     tgc_buf_puts(dot, "}\n");
     tgc_buf_free(&scratch);
-}
-
-/* Ends the wait, drawing the DOT into dot_src first when `draw`. The report's fields are
- * detached before anything else: drawing runs no Python code and freeing the builder only
- * releases strings, but this also serves tp_clear, and a re-entrant call must find nothing. */
-static void
-dot__end_wait(tgc_report *r, int draw)
-{
-    tgc_pending *p = r->pending;
-    PyObject *objs = r->pending_objs;  /* keeps the builder's objects alive until the end */
-    r->pending = NULL;
-    r->pending_objs = NULL;
-    if (p != NULL) {
-        if (draw) {
-            tgc_buf dot = {0};
-            tgc_report_draw_dot(&p->b, p->elided, &dot);
-            tgc_buf_free(&r->dot_src);
-            r->dot_src = dot;
-        }
-        tgc_report_builder_free(&p->b);
-        PyMem_Free(p->b.items);
-        free(p->elided);
-        PyMem_Free(p);
-    }
-    Py_XDECREF(objs);
-}
-
-void
-tgc_report_forget(tgc_report *r)
-{
-    dot__end_wait(r, 0);
-}
-
-int
-tgc_report_settle(PyObject *report, Py_ssize_t own)
-{
-    if (report == NULL || report == Py_None || ((tgc_report *)report)->pending == NULL) {
-        return -1;  /* drawn already (the DOT was asked for), or no report */
-    }
-    int kept = Py_REFCNT(report) > own;  /* kept by someone: draw while the objects live */
-    dot__end_wait((tgc_report *)report, kept);
-    return kept;
-}
-
-PyObject *
-tgc_report_dot(tgc_report *r)
-{
-    if (r->dot == NULL) {
-        /* Drawing and decoding run no Python code (the reprs on the DOT were taken at build), so
-         * nothing reads the report in between: one drawing, one decoding. */
-        dot__end_wait(r, 1);
-        r->dot = tgc_report_str(&r->dot_src);
-        if (r->dot != NULL) {
-            tgc_buf_free(&r->dot_src);
-        }
-    }
-    return Py_XNewRef(r->dot);
 }

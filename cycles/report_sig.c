@@ -1,9 +1,10 @@
-/* report_sig.c: the signature of each group of leaks (contract in report_int.h), the shape of its
- * cycle as a short string that is the same for every instance of that shape, in every collection
- * and every process. report_text.c puts it into the group's dict; tensorgc/dedup.py counts
- * repeated leaks by it. Reads no Python object beyond type names and edge labels: no user code. */
+/* report_sig.c: the signature of each group of leaks (contract in report_write.h), the shape of
+ * its cycle as a short string that is the same for every instance of that shape, in every
+ * collection and every process. report_lists.c puts it into the group's dict; tensorgc/dedup.py
+ * counts repeated leaks by it. Reads the model only, and of Python objects no more than type
+ * names and edge labels: no user code. */
 #include "cycles.h"
-#include "report_int.h"
+#include "report_write.h"
 
 #define SIG_FNV_BASIS 0xcbf29ce484222325ULL
 #define SIG_FNV_PRIME 0x100000001b3ULL
@@ -89,7 +90,7 @@ sig__edge(uint64_t src, uint64_t label, uint64_t dst)
 }
 
 typedef struct {
-    uint32_t k;     /* index in b->groups */
+    uint32_t k;     /* index in m->groups */
     uint64_t h;     /* one reference's hash */
 } sig_item;
 
@@ -104,34 +105,34 @@ sig__cmp(const void *a, const void *b)
 }
 
 int
-tgc_report_signatures(tgc_builder *b, uint64_t *sig)
+tgc_report_signatures(const tgc_report_model *m, uint64_t *sig)
 {
     uint32_t *rep = NULL;   /* per analysis group: the index k of the group it represents */
     sig_item *items = NULL;
-    size_t n = 0, cap = b->nedges;
-    for (uint32_t k = 0; k < b->ngroups; k++) {
+    size_t n = 0, cap = m->nedges;
+    for (uint32_t k = 0; k < m->ngroups; k++) {
         sig[k] = 0;
     }
-    if (b->ngroups == 0) {
+    if (m->ngroups == 0) {
         return 0;
     }
-    rep = malloc((b->a.ngroups ? b->a.ngroups : 1) * sizeof(uint32_t));
+    rep = malloc((m->a.ngroups ? m->a.ngroups : 1) * sizeof(uint32_t));
     if (rep == NULL) {
         goto nomem;
     }
-    for (uint32_t g = 0; g < b->a.ngroups; g++) {
+    for (uint32_t g = 0; g < m->a.ngroups; g++) {
         rep[g] = TGC_NONE;
     }
     int undrawn = 0;
-    for (uint32_t k = 0; k < b->ngroups; k++) {
-        rep[b->groups[k].group] = k;
-        undrawn |= !b->groups[k].drawn;
+    for (uint32_t k = 0; k < m->ngroups; k++) {
+        rep[m->groups[k].group] = k;
+        undrawn |= !m->groups[k].drawn;
     }
     if (undrawn) {
-        for (uint32_t v = 0; v < b->n; v++) {
-            uint32_t g = b->a.group[v];
-            if (g != TGC_NONE && rep[g] != TGC_NONE && !b->groups[rep[g]].drawn) {
-                cap += b->g.out_off[v + 1] - b->g.out_off[v];
+        for (uint32_t v = 0; v < m->n; v++) {
+            uint32_t g = m->a.group[v];
+            if (g != TGC_NONE && rep[g] != TGC_NONE && !m->groups[rep[g]].drawn) {
+                cap += m->g.out_off[v + 1] - m->g.out_off[v];
             }
         }
     }
@@ -141,34 +142,34 @@ tgc_report_signatures(tgc_builder *b, uint64_t *sig)
     }
     /* A drawn group: the references the page draws between its representative's objects, with
      * their labels (containers folded into their owner, as drawn). */
-    for (size_t e = 0; e < b->nedges; e++) {
-        const tgc_drawn_edge *de = &b->edges[e];
-        uint32_t g = b->a.group[de->src];
-        if (g == TGC_NONE || rep[g] == TGC_NONE || b->a.group[de->dst] != g) {
+    for (size_t e = 0; e < m->nedges; e++) {
+        const tgc_drawn_edge *de = &m->edges[e];
+        uint32_t g = m->a.group[de->src];
+        if (g == TGC_NONE || rep[g] == TGC_NONE || m->a.group[de->dst] != g) {
             continue;
         }
         items[n].k = rep[g];
-        items[n].h = sig__edge(sig__type(b->items[de->src]), sig__label(de->label),
-                               sig__type(b->items[de->dst]));
+        items[n].h = sig__edge(sig__type(m->items[de->src]), sig__label(de->label),
+                               sig__type(m->items[de->dst]));
         n++;
     }
     /* A group not drawn has no labels: its references between the representative's objects,
      * each labelled "?". */
     if (undrawn) {
         uint64_t unknown = sig__bytes(SIG_FNV_BASIS, "?", 1);
-        for (uint32_t v = 0; v < b->n; v++) {
-            uint32_t g = b->a.group[v];
-            if (g == TGC_NONE || rep[g] == TGC_NONE || b->groups[rep[g]].drawn) {
+        for (uint32_t v = 0; v < m->n; v++) {
+            uint32_t g = m->a.group[v];
+            if (g == TGC_NONE || rep[g] == TGC_NONE || m->groups[rep[g]].drawn) {
                 continue;
             }
-            uint64_t tv = sig__type(b->items[v]);
-            for (uint32_t e = b->g.out_off[v]; e < b->g.out_off[v + 1]; e++) {
-                uint32_t w = b->g.out_dst[e];
-                if (b->a.group[w] != g) {
+            uint64_t tv = sig__type(m->items[v]);
+            for (uint32_t e = m->g.out_off[v]; e < m->g.out_off[v + 1]; e++) {
+                uint32_t w = m->g.out_dst[e];
+                if (m->a.group[w] != g) {
                     continue;
                 }
                 items[n].k = rep[g];
-                items[n].h = sig__edge(tv, unknown, sig__type(b->items[w]));
+                items[n].h = sig__edge(tv, unknown, sig__type(m->items[w]));
                 n++;
             }
         }
@@ -183,7 +184,7 @@ tgc_report_signatures(tgc_builder *b, uint64_t *sig)
         }
         sig[items[i].k] = sig__mix(sig[items[i].k] ^ items[i].h) + items[i].h;
     }
-    for (uint32_t k = 0; k < b->ngroups; k++) {
+    for (uint32_t k = 0; k < m->ngroups; k++) {
         if (sig[k] == 0) {  /* no reference inside the group was seen (not expected) */
             sig[k] = sig__mix(0x6e6f6e65ULL);
         }

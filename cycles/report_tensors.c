@@ -1,9 +1,9 @@
-/* report_tensors.c: what a report reads of each tensor in the garbage (contract in report_int.h):
- * its metadata through tensor/ (with subclass dispatch off where it could run), the key its bytes
- * are counted once under, whether an observer's device filter wants it, and its allocation stack
- * from torch's CUDA memory history. */
+/* report_tensors.c: what the builder reads of each tensor in the garbage (contract in
+ * report_build.h): its metadata through tensor/ (with subclass dispatch off where it could run),
+ * the key its bytes are counted once under, whether an observer's device filter wants it, its
+ * allocation stack from torch's CUDA memory history, and the line a report shows for it. */
 #include "cycles.h"
-#include "report_int.h"
+#include "report_build.h"
 
 /* A device's type and index from its str(): torch writes str(device) as the type's name, then
  * ":index" when it has one, and .type is that same name. Reading the cached str saves the
@@ -83,28 +83,6 @@ report__part_keys(const tgc_tensor_bytes *bytes)
         PyTuple_SET_ITEM(keys, i, pair);  /* steals pair */
     }
     return keys;
-}
-
-PyObject *
-tgc_report_dict(PyObject *const *keys, PyObject **vals, int n)
-{
-    PyObject *d = NULL;
-    for (int i = 0; i < n; i++) {
-        if (vals[i] == NULL) {
-            goto done;
-        }
-    }
-    d = tgc_compat_dict_presized(n);
-    for (int i = 0; d != NULL && i < n; i++) {
-        if (PyDict_SetItem(d, keys[i], vals[i]) < 0) {
-            Py_CLEAR(d);
-        }
-    }
-done:
-    for (int i = 0; i < n; i++) {
-        Py_XDECREF(vals[i]);
-    }
-    return d;
 }
 
 /* Reads tensor t of the garbage owned by the list objs into out. 0, or -1 with an exception. */
@@ -214,19 +192,6 @@ error:
     Py_CLEAR(out->info);
     Py_CLEAR(out->storage_key);
     return -1;
-}
-
-void
-tgc_report_tensor_clear(tgc_rtensor *rt)
-{
-    Py_CLEAR(rt->info);
-    Py_CLEAR(rt->storage_key);
-    Py_CLEAR(rt->shape);
-    Py_CLEAR(rt->dtype_s);
-    Py_CLEAR(rt->device_s);
-    Py_CLEAR(rt->type_name);
-    Py_CLEAR(rt->stack);
-    tgc_buf_free(&rt->line);
 }
 
 /* 1 when the tensor passes the observer's device filter, 0 when not, -1 with an exception. */
@@ -400,14 +365,14 @@ done:
 }
 
 int
-tgc_report_tensors(tgc_builder *b, const tgc_filter *f)
+tgc_report_tensors(tgc_report_model *m, const tgc_filter *f)
 {
-    tgc_cycles *c = b->c;
+    tgc_cycles *c = m->c;
     tgc_tensor_state *tn = c->tensor;
     int found = 0;
     tgc_tensor_nodispatch guard = {NULL, NULL};
-    for (uint32_t i = 0; i < b->n; i++) {
-        PyObject *op = b->items[i];
+    for (uint32_t i = 0; i < m->n; i++) {
+        PyObject *op = m->items[i];
         if (!tgc_tensor_check(tn, op)) {
             continue;
         }
@@ -416,22 +381,88 @@ tgc_report_tensors(tgc_builder *b, const tgc_filter *f)
             /* tensor subclasses with __torch_function__ must not run Python for .shape */
             tgc_tensor_nodispatch_enter(tn, &guard);
         }
-        if (report__tensor(c, op, b->objs, &b->ts[i]) < 0) {
-            tgc_log_exception(c, "reading a tensor's metadata");
+        if (report__tensor(c, op, m->objs, &m->ts[i]) < 0) {
+            tgc_cycles_log(c, "reading a tensor's metadata");
             continue;
         }
-        int want = report__wanted(f, op, &b->ts[i]);
+        int want = report__wanted(f, op, &m->ts[i]);
         if (want < 0) {
-            tgc_log_exception(c, "the device predicate");
+            tgc_cycles_log(c, "the device predicate");
         }
         if (want == 1) {
-            b->is_target[i] = 1;
+            m->is_target[i] = 1;
             found = 1;
         }
         else {
-            tgc_report_tensor_clear(&b->ts[i]);
+            tgc_report_tensor_clear(&m->ts[i]);
         }
     }
     tgc_tensor_nodispatch_exit(&guard);
     return found;
+}
+
+/* A shape as the text shows it: str() of the tuple in brackets, (3, 4) -> [3, 4], (4,) -> [4],
+ * () -> []. Plain int dimensions, the usual case, are written directly; anything else (None for
+ * a ragged dimension, a huge int) goes through str(), which gives the same for plain ints. */
+static void
+report__shape(tgc_buf *o, PyObject *shape)
+{
+    if (!PyTuple_Check(shape)) {
+        tgc_buf_puts(o, "[?]");  /* not even the number of dimensions could be read */
+        return;
+    }
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    int plain = 1;
+    for (Py_ssize_t i = 0; i < nd && plain; i++) {
+        PyObject *d = PyTuple_GET_ITEM(shape, i);
+        int overflow = 0;
+        plain = PyLong_CheckExact(d) && (PyLong_AsLongLongAndOverflow(d, &overflow), !overflow);
+    }
+    if (plain) {
+        tgc_buf_puts(o, "[");
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            if (i > 0) {
+                tgc_buf_puts(o, ", ");
+            }
+            tgc_buf_int(o, PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i)));
+        }
+        tgc_buf_puts(o, "]");
+        return;
+    }
+    PyObject *s = PyObject_Str(shape);
+    if (s != NULL) {
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+        if (u != NULL && n >= 2) {
+            tgc_buf_puts(o, "[");
+            tgc_buf_add(o, u + 1, (size_t)(n - 2 - (n >= 3 && u[n - 2] == ',')));
+            tgc_buf_puts(o, "]");
+        }
+        Py_DECREF(s);
+    }
+    PyErr_Clear();
+}
+
+void
+tgc_report_tensor_line(tgc_rtensor *rt)
+{
+    tgc_buf *o = &rt->line;
+    if (o->len > 0 || o->oom) {
+        return;
+    }
+    tgc_buf_pystr(o, rt->type_name, 0);
+    tgc_buf_puts(o, " ");
+    tgc_buf_pystr(o, rt->dtype_s, 0);
+    report__shape(o, rt->shape);
+    tgc_buf_puts(o, " on ");
+    tgc_buf_pystr(o, rt->device_s, 0);
+    if (rt->none != NULL) {
+        tgc_buf_printf(o, " (no storage: %s)", rt->none);
+    }
+    else {
+        tgc_buf_puts(o, " (");
+        tgc_buf_bytes(o, rt->nbytes);
+        tgc_buf_puts(o, ")");
+    }
+    PyErr_Clear();
 }

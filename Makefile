@@ -87,8 +87,8 @@ build/test_units: tests/c/test_units.c $(UNIT_SOURCES) $(wildcard graph/*.h cycl
 
 # The streaming loader's engine and the pre-scan, with the rules they share (plain C;
 # pickstream_py.c, the loader's Python builder, is not in it).
-PICKSTREAM_SOURCES := allocator/pickstream.c allocator/pickstream_intern.c allocator/pickstream_read.c \
-  allocator/pickstream_values.c allocator/pickstream_rows.c allocator/pickstream_machine.c \
+PICKSTREAM_SOURCES := allocator/pickstream.c allocator/pickstream_error.c allocator/pickstream_intern.c \
+  allocator/pickstream_read.c allocator/pickstream_values.c allocator/pickstream_rows.c allocator/pickstream_machine.c \
   allocator/pickscan.c allocator/pickrules.c
 build/test_pickstream: tests/c/test_pickstream.c $(PICKSTREAM_SOURCES) allocator/pickstream_int.h \
   allocator/pickrules.h include/tensorgc/pickstream.h include/tensorgc/pickscan.h

@@ -1,8 +1,7 @@
 /* pickstream.c: the streaming snapshot loader's construction and its API (contract in
- * tensorgc/pickstream.h): the stream made and freed, the error record every part of it fills,
- * and the interned tables and the devices' columns read out after the load. The loader's other
- * files and what they share: allocator/pickstream_int.h. */
-#include <stdarg.h>
+ * tensorgc/pickstream.h): the stream made and freed, and the interned tables and the devices'
+ * columns read out after the load. The loader's other files and what they share:
+ * allocator/pickstream_int.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,36 +12,6 @@
 static const char *const known_keys[NKNOWN] = {
     "action", "addr", "size", "stream", "time_us", "device_free", "frames", "filename", "name",
     "line", "device_traces"};
-
-/* ------------------------------------------------------------------------------------------ */
-/* Errors                                                                                      */
-
-void
-tgc_ps__fail_at(S *s, int code, uint64_t pos, uint64_t a, uint64_t b, uint64_t c)
-{
-    if (s->err.code != TGC_PS_OK) {
-        return;  /* the first failure stands */
-    }
-    s->err.code = code;
-    s->err.pos = pos;
-    s->err.a = a;
-    s->err.b = b;
-    s->err.c = c;
-    s->err.size = s->size > s->total ? s->size : s->total;
-}
-
-int
-tgc_ps__fail_text(S *s, int code, const char *fmt, ...)
-{
-    if (s->err.code == TGC_PS_OK) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(s->err.text, sizeof(s->err.text), fmt, ap);
-        va_end(ap);
-        tgc_ps__fail(s, code, 0, 0, 0);
-    }
-    return -1;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Construction, tables, columns                                                               */

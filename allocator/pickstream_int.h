@@ -1,7 +1,8 @@
 /* pickstream_int.h: what the files of the streaming snapshot loader share (its contract with
  * callers is include/tensorgc/pickstream.h); included by them alone, never by a binding.
  *
- *   pickstream.c          construction, the error record, the tables' and columns' API
+ *   pickstream.c          construction, the tables' and columns' API
+ *   pickstream_error.c    the error record every other file fills (it calls none of them)
  *   pickstream_intern.c   growable arrays, hashing, the interning of strings, frames, stacks and
  *                         sets of other fields
  *   pickstream_read.c     the chunked reader: the buffer, payloads past a chunk, text lines,
@@ -10,6 +11,9 @@
  *                         a value reads as a field
  *   pickstream_rows.c     frame dicts and frames lists, the devices' rows and their faults
  *   pickstream_machine.c  the opcode machine (tgc_ps_run) and its stack
+ *
+ * They call one another one way: pickstream.c and the machine call the rows, values, reader
+ * and tables; the rows call values and tables; values call tables; all fill the error record.
  *
  * Naming: a function one file defines and another calls is tgc_ps__name (two underscores: not
  * the public tgc_ps_ API) and is declared here; everything else is static to its file. The

@@ -355,7 +355,7 @@ def test_a_trace_past_the_detail_bound_carries_its_largest_allocations(monkeypat
 
 def test_the_timeline_function_takes_a_dict_a_path_or_now(tmp_path):
     import tensorgc
-    from tensorgc._devices import cuda_available
+    from tensorgc._common.devices import cuda_available
 
     trace = [ev("alloc", 0x1000, MB), ev("free_requested", 0x1000, MB)]
     page = tensorgc.timeline(snap_of(trace), title="one <step>")

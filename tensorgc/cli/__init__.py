@@ -28,10 +28,10 @@ import sys
 from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from ._devices import SNAPSHOT_WHY, DeviceError, cuda_index, snapshot_device
-from ._errors import OutputError, SnapshotError
-from ._lean import action_counts
-from .reporter import readable_size as R
+from .._common.devices import SNAPSHOT_WHY, DeviceError, cuda_index, snapshot_device
+from .._common.errors import OutputError, SnapshotError
+from ..allocator._lean import action_counts
+from .._common.units import readable_size as R
 
 __all__ = ["main"]
 
@@ -115,7 +115,7 @@ def _limit_hint(args: argparse.Namespace) -> str:
 def _load(args: argparse.Namespace, path: str, lean: Optional[bool] = None) -> Snapshot:
     """The snapshot at ``path`` (standard input for "-"), checked; messages name --max-bytes.
     lean: as load_snapshot's (the timeline streams every file: it reads the trace's columns)."""
-    from .snapshot import _load as load_file, _parse_bytes, _read_stream
+    from ..allocator.snapshot import _load as load_file, _parse_bytes, _read_stream
 
     _progress(args, f"reading {path} ...")
     if path == STDIN:
@@ -152,7 +152,7 @@ def _output(path: str, inputs: Sequence[str] = ()) -> str:
     """The absolute output path, checked before any work: its directory exists, and it is a
     file that may be replaced (snapshot.output_target: never a device, FIFO, socket, directory
     or one of the inputs). ``-``: standard output."""
-    from .snapshot import output_target
+    from ..allocator.snapshot import output_target
 
     if path == STDOUT:
         return path
@@ -178,7 +178,7 @@ class _WriteFailed(Exception):
 
 def _write_page(path: str, page: str, inputs: Sequence[str] = ()) -> int:
     """Writes the page atomically (see snapshot.atomic_write), or to standard output for -."""
-    from .snapshot import atomic_write, write_failure
+    from ..allocator.snapshot import atomic_write, write_failure
 
     out = _output(path, inputs)
     if out == STDOUT:
@@ -223,7 +223,7 @@ def _many(args: argparse.Namespace) -> Optional[List[str]]:
     directory contributes its regular files named *.pickle (not hidden ones: atomic_write's
     temp files). SnapshotError for a directory without snapshots; UsageError for standard input
     among several, or more than MAX_FILES files."""
-    from .ranks_page import MAX_FILES, SCAN_MAX, order_files
+    from ..distributed.ranks_page import MAX_FILES, SCAN_MAX, order_files
 
     given: List[str] = args.snapshot
     if len(given) == 1 and (given[0] == STDIN or not os.path.isdir(given[0])):
@@ -267,7 +267,7 @@ def _many(args: argparse.Namespace) -> Optional[List[str]]:
 def _rank_rows(args: argparse.Namespace, files: List[str], device: Optional[int],
                columns: int, first: bool = False) -> List[Any]:
     """Each file loaded, reduced to its rows (tensorgc.ranks_page.RankSnapshot) and dropped."""
-    from .ranks_page import _label_text, rank_snapshots
+    from ..distributed.ranks_page import _label_text, rank_snapshots
 
     rows = []
     for path in files:
@@ -287,19 +287,19 @@ def _rank_rows(args: argparse.Namespace, files: List[str], device: Optional[int]
 
 
 def _many_what(given: List[str]) -> str:
-    from .ranks_page import _label_text
+    from ..distributed.ranks_page import _label_text
 
     return ", ".join(_label_text(g) for g in given[:4]) + (" ..." if len(given) > 4 else "")
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from . import allocator
-    from .timeline import _text, categories_at_peak
+    from .. import allocator
+    from ..allocator.timeline import _text, categories_at_peak
 
     given = list(args.snapshot)
     files = _many(args)
     if files is not None:
-        from .ranks_page import stats_text
+        from ..distributed.ranks_page import stats_text
 
         print(stats_text(_rank_rows(args, files, None, 1), _many_what(given)))
         return 0
@@ -333,7 +333,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _timeline(args: argparse.Namespace) -> int:
-    from .timeline import _text, timeline_html
+    from ..allocator.timeline import _text, timeline_html
 
     if args.compare:
         return _timeline_compare(args)
@@ -342,7 +342,7 @@ def _timeline(args: argparse.Namespace) -> int:
     inputs = files if files is not None else [args.snapshot]
     _output(args.output, inputs)  # before reading what may be gigabytes
     if files is not None:
-        from .ranks_page import COLUMNS, _label_text, ranks_html
+        from ..distributed.ranks_page import COLUMNS, _label_text, ranks_html
 
         # "cuda" (the default): each file's first device; an index: that device in every file
         index = cuda_index(args.device, "--device", SNAPSHOT_WHY)
@@ -371,7 +371,7 @@ def _timeline(args: argparse.Namespace) -> int:
 def _timeline_compare(args: argparse.Namespace) -> int:
     """``tensorgc timeline A B --compare``: B's page, A's curve on its axis, and what is alive
     at the end of B and not of A."""
-    from .timeline import _text, timeline_html
+    from ..allocator.timeline import _text, timeline_html
 
     given = list(args.snapshot)
     if len(given) != 2 or any(os.path.isdir(g) for g in given):
@@ -393,7 +393,7 @@ def _timeline_compare(args: argparse.Namespace) -> int:
 
 
 def _segments(args: argparse.Namespace) -> int:
-    from .segments import segments_html
+    from ..allocator.segmap import segments_html
 
     if args.at is not None and args.oom is not None:
         raise UsageError("give --at or --oom, not both")
@@ -418,8 +418,8 @@ def _segments(args: argparse.Namespace) -> int:
 
 
 def _flamegraph(args: argparse.Namespace) -> int:
-    from . import flamegraph as fg
-    from .timeline import _text
+    from ..allocator import flamegraph as fg
+    from ..allocator.timeline import _text
 
     inputs = [args.snapshot] + ([args.compare] if args.compare is not None else [])
     _output(args.output, inputs)
@@ -443,7 +443,7 @@ def _flamegraph(args: argparse.Namespace) -> int:
 
 
 def _frames(entry: Dict[str, Any], limit: int) -> List[str]:
-    from .timeline import _frame_lines
+    from ..allocator.timeline import _frame_lines
 
     return _frame_lines(entry, limit)
 
@@ -453,7 +453,7 @@ def _hex(v: object) -> str:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from .timeline import _text
+    from ..allocator.timeline import _text
 
     snap = _load(args, args.snapshot)
     index = _device(args, snap)
@@ -486,7 +486,7 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .timeline import _text
+    from ..allocator.timeline import _text
 
     if args.a == STDIN and args.b == STDIN:
         raise UsageError("standard input (-) can be read once: give it for A or for B")
@@ -544,7 +544,7 @@ MAX_BYTES_HELP = "refuse larger files; bytes, or with a unit: 16G (default 8G)"
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ._version import __version__
+    from .._version import __version__
 
     p = argparse.ArgumentParser(prog="tensorgc", description="tensorgc: where your GPU memory is.")
     p.add_argument("--version", action="version", version=f"tensorgc {__version__}")
@@ -667,7 +667,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         p.print_help(sys.stderr)
         return 2
-    from .snapshot import DEFAULT_MAX_BYTES
+    from ..allocator.snapshot import DEFAULT_MAX_BYTES
 
     if getattr(args, "max_bytes", 0) is None:
         args.max_bytes = DEFAULT_MAX_BYTES

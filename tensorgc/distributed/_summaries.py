@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple,
                     Union)
 
-from ._devices import NO_CUDA, DeviceError, DeviceLike, cuda_available, parse_device
-from ._rank import rank_info
-from ._units import LEN, readable_size as R, table_row
+from .._common.devices import NO_CUDA, DeviceError, DeviceLike, cuda_available, parse_device
+from .._common.rank import rank_info
+from .._common.units import LEN, readable_size as R, table_row
+from ..cycles import dedup as _dedup  # the module: cycle_totals is looked up when called
 
 if TYPE_CHECKING:
     import torch
@@ -108,14 +109,9 @@ def _check_top(top: object) -> int:
 def _cycles_held() -> Tuple[int, bool]:
     """Bytes of the tensors reference cycles held, as warn_tensor_cycles counted them since it
     began (tensorgc.cycle_totals()["bytes"]); (0, False) where that fails: the column then
-    reads 0 and the table says so. The package is read from sys.modules (it is imported
-    whenever this module is), never imported from here: it imports this module."""
-    package = sys.modules.get(__name__.rpartition(".")[0])
-    totals: Optional[Callable[[], Dict[str, Any]]] = getattr(package, "cycle_totals", None)
-    if totals is None:
-        return 0, False
+    reads 0 and the table says so."""
     try:
-        return int(totals()["bytes"]), True
+        return int(_dedup.cycle_totals()["bytes"]), True
     except Exception:  # noqa: BLE001 -- a missing column, never a failed report
         return 0, False
 

@@ -213,7 +213,7 @@ def test_nothing_inside_imports_through_the_flat_paths(layout):
 
 
 def test_no_package_module_binds_the_name_of_its_submodule(layout):
-    graph, aliases, trees, _ = layout
+    graph, _, trees, _ = layout
     files = _module_files()
     bad = []
     for pkg, path in files.items():
@@ -226,11 +226,14 @@ def test_no_package_module_binds_the_name_of_its_submodule(layout):
                 bound.add(node.name)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 bound.add(node.id)
-            elif isinstance(node, ast.alias):
-                bound.add((node.asname or node.name).split(".")[0])
-        # a re-export of the submodule itself (from . import x) is the one allowed binding
-        bad += [f"{pkg}.{n}" for n in sorted(subs & bound)
-                if not _reexport_only(trees[pkg])]
+            elif isinstance(node, ast.Import):
+                bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                # `from . import x` binds the submodule x itself: the one binding allowed
+                own = node.level == 1 and node.module is None
+                bound |= {a.asname or a.name for a in node.names
+                          if not (own and a.name in subs and a.asname in (None, a.name))}
+        bad += [f"{pkg}.{n}" for n in sorted(subs & bound)]
     assert bad == [], f"names that importing their submodule would replace: {bad}"
 
 
@@ -301,3 +304,15 @@ def test_no_source_file_is_longer_than_the_limit(kind):
         if n > MAX_LINES:
             long.append(f"{rel}: {n} lines")
     assert long == [], f"longer than {MAX_LINES} lines: {long}"
+
+
+def test_each_subcommand_is_a_module_of_the_cli_package():
+    import argparse
+
+    from tensorgc import cli
+
+    (sub,) = [a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    names = set(sub.choices)
+    assert names == set(cli.COMMANDS) and len(names) >= 6
+    for name in names:
+        assert cli.COMMANDS[name].__module__ == f"tensorgc.cli.{name}", name

@@ -1,4 +1,4 @@
-"""Repeated leaks in long jobs (tensorgc/dedup.py, docs/api.md "Repeated leaks"): a cycle
+"""Repeated leaks in long jobs (tensorgc/cycles/dedup.py, docs/api.md "Repeated leaks"): a cycle
 signature reported in full once and then counted, max_pages and min_interval, the summary
 lines (time driven by an injected clock), the bounds, thread safety, cycle_totals(); and the
 signature itself (cycles/report_sig.c): the same for the same shape whatever the sizes,

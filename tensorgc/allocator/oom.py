@@ -15,8 +15,8 @@ output directory (set_output_dir, $TENSORGC_OUTPUT_DIR), else the temporary dire
 * ``gc.txt`` (and ``cycles-<i>.html``): whether a garbage collection right now frees device
   memory, and the cycle reports of the tensors it frees;
 * ``ranks.txt`` (in a distributed job): which rank this is, its own summary and the latest
-  summaries the other ranks published to the job's store (tensorgc/ranks.py: an OOM happens on
-  one rank, so no collective can ask them; the store is read without waiting for a missing key,
+  summaries the other ranks published to the job's store (distributed/ranks.py: an OOM happens
+  on one rank, so no collective can ask them; the store is read without waiting for a missing key,
   for at most ``peers_wait`` seconds in all).
 
 and logs a WARNING on logger "tensorgc" with the directory and the one-line verdict. The observer

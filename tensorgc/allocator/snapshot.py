@@ -14,7 +14,7 @@
   input.
 * ``load_snapshot(path, lean=True)`` (the default for files of LEAN_BYTES and more) streams the
   file instead (allocator/pickstream.c: the same opcodes refused, the same checks, the file read
-  a chunk at a time) and keeps each device's trace as a LeanTrace (tensorgc/_lean.py): columns,
+  a chunk at a time) and keeps each device's trace as a LeanTrace (_lean.py beside this): columns,
   and one frames list per distinct stack, so memory grows with the distinct stacks, not with the
   entries.
 """

@@ -13,7 +13,7 @@ the page as JSON text that the script puts in the DOM with textContent, or escap
     html = timeline_html(load_snapshot(path), device="cuda:0", detail=300)
 
 ``device`` everywhere here: an index (0), "cuda:N", "cuda" (the first device the snapshot holds)
-or a torch.device, as the command line's --device (tensorgc/_devices.py parses both).
+or a torch.device, as the command line's --device (tensorgc/_common/devices.py parses both).
 
 Bounds (whatever the file holds, the page stays bounded): DETAIL_MAX allocations (the largest,
 when a trace has more), DETAIL_STACKS distinct stacks, STACK_FRAMES frames a stack and

@@ -2,7 +2,7 @@
 that MemReporter's own options can use it): one rank's summary made from a Report, the
 collective that gathers the summaries (GatheredReport), the store they are published to, and
 the reading of the other ranks' summaries for the OOM autopsy. The public functions are in
-tensorgc/ranks.py (gather_report, publish_reports); see there and docs/api.md.
+tensorgc/distributed/ranks.py (gather_report, publish_reports); see there and docs/api.md.
 
 * The summaries travel with ``torch.distributed.gather_object`` to ``dst`` (``all_gather_object``
   with ``all_ranks=True``): a collective, every rank of the group takes part.
@@ -10,7 +10,7 @@ tensorgc/ranks.py (gather_report, publish_reports); see there and docs/api.md.
   after an optimizer step, at most once per ``every`` seconds; gathering writes it too. Writes go
   through one daemon thread, so a store that stops answering never holds up training.
 * ``peer_summaries(wait=..., max_peers=...)`` reads the others' keys for the OOM autopsy
-  (tensorgc/oom.py): an OOM happens on one rank only, where no collective can run. Keys are
+  (allocator/oom.py): an OOM happens on one rank only, where no collective can run. Keys are
   looked up with ``store.check`` (a missing key is never waited for), in one daemon thread the
   caller waits for at most ``wait`` seconds.
 

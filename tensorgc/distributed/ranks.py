@@ -1,6 +1,6 @@
 """Distributed jobs: every rank's memory in one table, and each rank's latest summary kept in
 the job's store for the OOM autopsy of another rank. The machinery (the summary, the collective,
-the store) is in tensorgc/_summaries.py, which MemReporter's own options use too; this module
+the store) is in _summaries.py beside it, which MemReporter's own options use too; this module
 adds the MemReporter each call needs.
 
     tensorgc.gather_report(reporter=tensorgc.MemReporter(model, optimizer=opt))  # every rank

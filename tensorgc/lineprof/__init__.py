@@ -82,7 +82,7 @@ def _code_of(func: object) -> CodeType:
 
 def _device_index(gpu: DeviceLike) -> int:
     """target_gpu as an index: 0, "0", "cuda:1", "cuda" (device 0) or a torch.device (the
-    package's one device syntax, tensorgc/_devices.py)."""
+    package's one device syntax, tensorgc/_common/devices.py)."""
     index = cuda_index(gpu, "target_gpu", "the line profiler reads a CUDA device's allocator "
                                           "(without CUDA it reads the process's memory itself)")
     return 0 if index is None else index

@@ -260,8 +260,8 @@ def _footer(dev: str, t: Totals, sites: Sequence[Site], verbose: bool) -> List[s
 
 
 def _parse_device(device: Optional[object]) -> Filter:
-    """None, or (type, index or None) for the device filter (tensorgc/_devices.py: the syntax
-    the whole package shares); DeviceError (a ValueError) when invalid."""
+    """None, or (type, index or None) for the device filter (_common/devices.py: the syntax the
+    whole package shares); DeviceError (a ValueError) when invalid."""
     if device is None:
         return None
     return parse_device(device, "device")

@@ -1,4 +1,4 @@
-"""python -m tensorgc: the tensorgc command (see tensorgc/cli.py)."""
+"""python -m tensorgc: the tensorgc command (see tensorgc/cli/)."""
 import sys
 
 from .cli import main

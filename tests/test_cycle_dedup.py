@@ -1,4 +1,4 @@
-"""Repeated leaks in long jobs (tensorgc/dedup.py, docs/api.md "Repeated leaks"): a cycle
+"""Repeated leaks in long jobs (tensorgc/cycles/dedup.py, docs/api.md "Repeated leaks"): a cycle
 signature reported in full once and then counted, max_pages and min_interval, the summary
 lines (time driven by an injected clock), the bounds, thread safety, cycle_totals(); and the
 signature itself (cycles/report_sig.c): the same for the same shape whatever the sizes,
@@ -20,6 +20,7 @@ import pytest
 
 import tensorgc
 from tensorgc import CycleDedup, dedup
+from tensorgc.cycles import observe
 from _util import DEVICE, T, new_class
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,7 +54,7 @@ def fresh_process_counts(monkeypatch):
     monkeypatch.setattr(dedup, "_totals", {"reports": 0, "seen": 0, "bytes": 0})
     monkeypatch.setattr(dedup, "_other_seen", False)
     yield
-    for counter, handle in list(tensorgc._counters):
+    for counter, handle in list(observe._counters):
         if not handle.active:
             counter.summaries(final=True)
 
@@ -446,7 +447,7 @@ def test_a_repeat_never_makes_its_page_nor_its_text(track, tmp_path, monkeypatch
             return self.report.text
 
     real = tensorgc.observe_cycles
-    monkeypatch.setattr(tensorgc, "observe_cycles",
+    monkeypatch.setattr(observe, "observe_cycles",
                         lambda cb, device: real(lambda r: cb(Counted(r)), device=device))
     track(tensorgc.warn_tensor_cycles(device=DEVICE, directory=tmp_path))
     Node = new_class("Node")

@@ -25,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")  # the torch-free run (Python versions without a CPU build) skips these
 
 import tensorgc
+from tensorgc.cycles import observe
 from tensorgc.oom import _Observer
 from _util import instances, new_class
 
@@ -321,7 +322,7 @@ def test_a_page_that_cannot_be_made_still_warns_with_the_summary(track, tmp_path
             raise MemoryError
 
     real = tensorgc.observe_cycles
-    monkeypatch.setattr(tensorgc, "observe_cycles",
+    monkeypatch.setattr(observe, "observe_cycles",
                         lambda cb, device: real(lambda r: cb(NoPage(r)), device=device))
     texts = []
     track(real(lambda r: texts.append(r.text.rstrip()), device="cpu"))

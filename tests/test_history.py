@@ -1,13 +1,13 @@
 """observe_tensor_cycles and warn_tensor_cycles start the CUDA allocator's history as torch's
 observe_tensor_cycles does, when it is useful and nothing records yet, and stop what they started
-when the last observer relying on it goes. torch is replaced by a fake (tensorgc._history._torch),
+when the last observer relying on it goes. torch is replaced by a fake (tensorgc.allocator._history._torch),
 so the decisions are checked on any machine; the real start is tests/test_cuda.py's (CUDA)."""
 import logging
 
 import pytest
 
 import tensorgc
-from tensorgc import _history
+from tensorgc.allocator import _history
 
 
 class FakeTorch:
@@ -111,7 +111,7 @@ def test_record_memory_history_takes_it_over(fake, monkeypatch):
 
     snap_mod = importlib.import_module("tensorgc.snapshot")
 
-    recorder = importlib.import_module("tensorgc._recorder")
+    recorder = importlib.import_module("tensorgc.allocator._recorder")
     monkeypatch.setattr(snap_mod, "cuda_available", lambda: True)
     monkeypatch.setattr(recorder, "record", lambda *a, **k: None)
     h = tensorgc.observe_tensor_cycles(lambda html: None)
@@ -167,7 +167,7 @@ class _BeforeInit:
     def __init__(self, monkeypatch):
         import torch
 
-        from tensorgc import _recorder
+        from tensorgc.allocator import _recorder
 
         self.initialized = False
         self.queued = []
@@ -236,7 +236,7 @@ def test_a_queued_start_that_fails_never_fails_cudas_initialization(monkeypatch,
     def broken(enabled="all", **kw):
         raise RuntimeError("no history here")
 
-    from tensorgc import _recorder
+    from tensorgc.allocator import _recorder
     with tensorgc.observe_tensor_cycles(lambda html: None, device="cuda"):
         monkeypatch.setattr(_recorder, "record", broken)
         with caplog.at_level(logging.WARNING, logger="tensorgc"):

@@ -1,6 +1,6 @@
 """The line profiler (reporter/lineprof.c, its Python side reporter/lineprof_*.c and binding.c,
-tensorgc/lineprof.py) on the process-memory source, which is what a machine without CUDA measures.
-CUDA columns are in test_lineprof_cuda.py."""
+tensorgc/lineprof/__init__.py) on the process-memory source, which is what a machine without
+CUDA measures. CUDA columns are in test_lineprof_cuda.py."""
 import ctypes
 import os
 import subprocess

@@ -1,5 +1,5 @@
-"""%load_ext tensorgc: the %mlrun / %%mlrun magics (tensorgc/magics.py) with memlab's flags, in
-a real IPython shell. IPython is installed by `make deps`."""
+"""%load_ext tensorgc: the %mlrun / %%mlrun magics (tensorgc/lineprof/magics.py) with memlab's
+flags, in a real IPython shell. IPython is installed by `make deps`."""
 import pytest
 
 IPython = pytest.importorskip("IPython")

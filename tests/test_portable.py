@@ -120,7 +120,7 @@ def test_every_feature_is_on_where_the_collector_is_known():
     for name, feat in f.items():
         assert feat.enabled is known, name
         assert (feat.why == "" and feat.effect == "") is known
-    assert (tensorgc._features.portable_message() is None) is known
+    assert (tensorgc._common.features.portable_message() is None) is known
 
 
 def test_asked_for_at_run_time_with_tensorgc_portable(tmp_path):
@@ -155,12 +155,8 @@ def unknown_build(tmp_path_factory):
         pytest.fail("building with the unknown version check failed:\n"
                     + (done.stdout + done.stderr)[-3000:])
     pkg = out / "pkg" / "tensorgc"
-    pkg.mkdir(parents=True)
-    src = os.path.join(ROOT, "tensorgc")
-    for name in os.listdir(src):
-        full = os.path.join(src, name)
-        if os.path.isfile(full) and not name.endswith(".so") and name != "_tgc_render":
-            shutil.copy(full, pkg / name)
+    shutil.copytree(os.path.join(ROOT, "tensorgc"), pkg,
+                    ignore=shutil.ignore_patterns("*.so", "_tgc_render", "__pycache__"))
     for built in glob.glob(str(out / "lib" / "tensorgc" / "*")):
         shutil.copy(built, pkg / os.path.basename(built))
     return out

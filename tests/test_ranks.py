@@ -16,7 +16,7 @@ import time
 import pytest
 
 import tensorgc
-from tensorgc import _output, _rank
+from tensorgc._common import output as _output, rank as _rank
 from _util import new_class
 
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")

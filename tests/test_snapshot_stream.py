@@ -21,7 +21,7 @@ import pytest
 
 import tensorgc
 from tensorgc import SnapshotError, dump_snapshot, load_snapshot
-from tensorgc._lean import COLUMNS, TIME_ABSENT, LeanTrace
+from tensorgc.allocator._lean import COLUMNS, TIME_ABSENT, LeanTrace
 from tensorgc.snapshot import LEAN_BYTES, check_snapshot
 
 HERE = os.path.dirname(os.path.abspath(__file__))

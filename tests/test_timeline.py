@@ -219,7 +219,7 @@ def test_progress_only_for_large_inputs_on_a_terminal(tmp_path, monkeypatch, cap
     import io
     import types
 
-    from tensorgc import cli
+    from tensorgc.cli import base
 
     p = tmp_path / "s.pickle"
     dump_snapshot(p, snap_of([ev("alloc", 0x1000, MB)]))
@@ -229,15 +229,15 @@ def test_progress_only_for_large_inputs_on_a_terminal(tmp_path, monkeypatch, cap
         def isatty(self):
             return True
 
-    monkeypatch.setattr(cli.sys, "stderr", Tty())
-    cli._progress(args, "hello")
-    assert cli.sys.stderr.getvalue() == ""  # small input: quiet
-    monkeypatch.setattr(cli, "PROGRESS_BYTES", 10)
-    cli._progress(args, "hello")
-    assert cli.sys.stderr.getvalue() == "tensorgc timeline: hello\n"
-    monkeypatch.setattr(cli.sys, "stderr", io.StringIO())  # not a terminal: quiet
-    cli._progress(args, "hello")
-    assert cli.sys.stderr.getvalue() == ""
+    monkeypatch.setattr(base.sys, "stderr", Tty())
+    base.progress(args, "hello")
+    assert base.sys.stderr.getvalue() == ""  # small input: quiet
+    monkeypatch.setattr(base, "PROGRESS_BYTES", 10)
+    base.progress(args, "hello")
+    assert base.sys.stderr.getvalue() == "tensorgc timeline: hello\n"
+    monkeypatch.setattr(base.sys, "stderr", io.StringIO())  # not a terminal: quiet
+    base.progress(args, "hello")
+    assert base.sys.stderr.getvalue() == ""
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make deps installs it)")
@@ -355,7 +355,7 @@ def test_a_trace_past_the_detail_bound_carries_its_largest_allocations(monkeypat
 
 def test_the_timeline_function_takes_a_dict_a_path_or_now(tmp_path):
     import tensorgc
-    from tensorgc._devices import cuda_available
+    from tensorgc._common.devices import cuda_available
 
     trace = [ev("alloc", 0x1000, MB), ev("free_requested", 0x1000, MB)]
     page = tensorgc.timeline(snap_of(trace), title="one <step>")

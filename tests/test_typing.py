@@ -111,5 +111,11 @@ def test_a_build_ships_py_typed_and_the_stub(tmp_path):
     assert r.returncode == 0, r.stderr
     shipped = set(os.listdir(tmp_path / "tensorgc"))
     assert {"py.typed", "_tensorgc.pyi", "__init__.py"} <= shipped
-    assert "_timeline_ui.js" in shipped  # the timeline page's script, read at run time
+    # the timeline page's script, read at run time, and every subpackage
+    page = set(os.listdir(tmp_path / "tensorgc" / "allocator" / "page"))
+    assert {"timeline_ui.js", "timeline_views.js"} <= page
+    subpackages = {d for d in os.listdir(os.path.join(ROOT, "tensorgc"))
+                   if os.path.isfile(os.path.join(ROOT, "tensorgc", d, "__init__.py"))}
+    assert {"cycles", "reporter", "allocator", "lineprof", "distributed", "cli"} <= subpackages
+    assert all(os.path.isfile(tmp_path / "tensorgc" / d / "__init__.py") for d in subpackages)
     assert open(tmp_path / "tensorgc" / "py.typed").read() == ""  # a marker: the whole package

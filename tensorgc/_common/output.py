@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Optional, Union
 
-from ._rank import rank_tag
+from .rank import rank_tag
 
 __all__ = ["ENV", "set_output_dir", "get_output_dir", "output_dir", "ranked"]
 

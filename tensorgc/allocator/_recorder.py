@@ -8,7 +8,7 @@ import logging
 import sys
 from typing import Callable, Literal, Optional
 
-from ._devices import DeviceLike, cuda_available, require_cuda
+from .._common.devices import DeviceLike, cuda_available, require_cuda
 
 __all__ = ["check_history_args", "record"]
 

@@ -17,4 +17,4 @@ Segment = Dict[str, Any]
 Block = Dict[str, Any]
 TraceEntry = Dict[str, Any]
 Frame = Dict[str, Any]
-Trace = Sequence[TraceEntry]  # a list, or a LeanTrace (tensorgc/_lean.py)
+Trace = Sequence[TraceEntry]  # a list, or a LeanTrace (tensorgc/allocator/_lean.py)

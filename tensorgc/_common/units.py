@@ -1,5 +1,5 @@
 """Sizes and table rows as the reports print them (pytorch_memlab's format); re-exported by
-tensorgc.reporter, and shared with the table of every rank (tensorgc/_summaries.py)."""
+tensorgc.reporter, and shared with the table of every rank (tensorgc/distributed/_summaries.py)."""
 from __future__ import annotations
 
 import functools

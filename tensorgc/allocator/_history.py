@@ -19,10 +19,10 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Set
 
-from . import _tensorgc
+from .. import _tensorgc
 
 if TYPE_CHECKING:
-    from ._tensorgc import Handle
+    from .._tensorgc import Handle
 
 __all__ = ["start_for", "took_over", "SETTINGS", "started_by_tensorgc"]
 
@@ -36,7 +36,7 @@ class _Torch:
     """The three questions and two actions the decision needs, asked of torch."""
 
     def cuda_available(self) -> bool:
-        from ._devices import cuda_available
+        from .._common.devices import cuda_available
         return cuda_available()
 
     def recording(self) -> Optional[bool]:

@@ -9,6 +9,11 @@ every storage once, and on CUDA maps each storage to its caching-allocator block
     reporter = MemReporter(model, optimizer=opt)
     reporter.report(verbose=True)            # memlab's table, plus an explained footer
     rep = reporter.collect(device="cuda:0")  # the same as data: rep.rows, rep.totals
+
+The subpackage tensorgc.reporter is this module; beside it: owner_chains.py (why an object is
+still alive: tensorgc.owners), owner_page.py (the owners page, Report.html), growth.py
+(checkpoint and growth: what was born and is still alive) and pytest_plugin.py (``pytest
+--tensorgc``, loaded through tensorgc/_pytest_entry.py).
 """
 from __future__ import annotations
 
@@ -21,16 +26,16 @@ from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional,
                     Sequence, Set, Tuple)
 
-from . import _tensorgc
-from . import allocator as _alloc
-from ._units import LEN, ROW_TEMPLATE as _TEMPLATE, readable_size  # readable_size: memlab's name
-from ._units import table_row as _table_row
-from ._devices import NO_CUDA, DeviceLike, cuda_available, parse_device
+from .. import _tensorgc
+from .. import allocator as _alloc
+from .._common.units import LEN, ROW_TEMPLATE as _TEMPLATE, readable_size  # readable_size: memlab's name
+from .._common.units import table_row as _table_row
+from .._common.devices import NO_CUDA, DeviceLike, cuda_available, parse_device
 
 if TYPE_CHECKING:
     import torch
 
-    from ._summaries import Publisher
+    from ..distributed._summaries import Publisher
 
 Shape = Tuple[Optional[int], ...]
 Totals = Dict[str, Any]  # bytes and counts by name (int); on CUDA also the driver's view
@@ -255,8 +260,8 @@ def _footer(dev: str, t: Totals, sites: Sequence[Site], verbose: bool) -> List[s
 
 
 def _parse_device(device: Optional[object]) -> Filter:
-    """None, or (type, index or None) for the device filter (tensorgc/_devices.py: the syntax
-    the whole package shares); DeviceError (a ValueError) when invalid."""
+    """None, or (type, index or None) for the device filter (_common/devices.py: the syntax the
+    whole package shares); DeviceError (a ValueError) when invalid."""
     if device is None:
         return None
     return parse_device(device, "device")
@@ -331,7 +336,7 @@ class MemReporter:
         prints one table of every rank (tensorgc.gather_report; the others print nothing).
         ``max_objects``: the owner search's bound (see collect)."""
         if gather:
-            from ._summaries import TOP_DEFAULT, gather_summaries, summary_now
+            from ..distributed._summaries import TOP_DEFAULT, gather_summaries, summary_now
 
             rep = gather_summaries(lambda: summary_now(self, device, TOP_DEFAULT, owners),
                                    group=group, dst=dst, show=False)
@@ -346,7 +351,7 @@ class MemReporter:
         """Publish this rank's summary (this reporter's names) to the job's store after
         optimizer steps, at most once every ``every`` seconds, for the OOM autopsy of another
         rank to read (tensorgc.publish_reports). Returns the Publisher; ``remove()`` stops it."""
-        from ._summaries import Publisher
+        from ..distributed._summaries import Publisher
 
         return Publisher(self, every, device, top)
 

@@ -17,6 +17,9 @@ profiler runs).
     with LineProfiler(train_step) as lp:
         train_step()
     lp.print_stats()
+
+The subpackage tensorgc.lineprof is this module; beside it: magics.py (``%load_ext tensorgc``:
+%mlrun and %%mlrun) and courtesy.py (memlab's Courtesy: tensors moved off the GPU and back).
 """
 from __future__ import annotations
 
@@ -32,9 +35,9 @@ from types import CodeType, FrameType, TracebackType
 from typing import (Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Type,
                     TypedDict, TypeVar, Union, cast, overload)
 
-from . import _tensorgc
-from ._devices import DeviceLike, cuda_index
-from .reporter import readable_size
+from .. import _tensorgc
+from .._common.devices import DeviceLike, cuda_index
+from .._common.units import readable_size
 
 __all__ = ["LineProfiler", "LineStats", "profile", "profile_every", "set_target_gpu",
            "clear_global_line_profiler", "global_line_profiler", "DEFAULT_COLUMNS"]
@@ -79,7 +82,7 @@ def _code_of(func: object) -> CodeType:
 
 def _device_index(gpu: DeviceLike) -> int:
     """target_gpu as an index: 0, "0", "cuda:1", "cuda" (device 0) or a torch.device (the
-    package's one device syntax, tensorgc/_devices.py)."""
+    package's one device syntax, tensorgc/_common/devices.py)."""
     index = cuda_index(gpu, "target_gpu", "the line profiler reads a CUDA device's allocator "
                                           "(without CUDA it reads the process's memory itself)")
     return 0 if index is None else index

@@ -4,6 +4,12 @@
 ``attribute(...)`` maps storages to blocks in C (allocator/blocks.c); ``device_memory(i)``
 asks the CUDA driver and NVML, loaded at run time (allocator/device.c). Nothing here imports
 torch.cuda state on machines without CUDA.
+
+The subpackage tensorgc.allocator is this module; beside it, the tools over the allocator's
+snapshot and trace: snapshot.py (record, dump and load; _lean.py a streamed trace as columns;
+_history.py and _recorder.py the allocator history), categories.py (categories over time),
+timeline.py (the timeline page; page/ holds its script), segmap.py (the segment map page),
+flamegraph.py (flame graphs of the allocator's state) and oom.py (the OOM autopsy).
 """
 from __future__ import annotations
 
@@ -11,11 +17,11 @@ import inspect
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Sequence, Tuple
 
-from . import _tensorgc
-from ._types import Block, Frame, Segment
+from .. import _tensorgc
+from .._common.types import Block, Frame, Segment
 
 if TYPE_CHECKING:  # the stub's names (tensorgc/_tensorgc.pyi); the module has no such objects
-    from ._tensorgc import _Block, _DeviceMemory
+    from .._tensorgc import _Block, _DeviceMemory
 
 __all__ = ["segments", "attribute", "device_memory", "top_sites"]
 

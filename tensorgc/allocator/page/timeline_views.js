@@ -1,7 +1,7 @@
 // The timeline page's script, second half: drawing each view, the panels and every interaction
-// (zoom, pan, hover, search, selection, keys). tensorgc/timeline.py inlines it right after
-// tensorgc/_timeline_ui.js, whose closure (opened there, closed at the end of this file) it
-// shares: the decoded data, the layout and the paint.
+// (zoom, pan, hover, search, selection, keys). tensorgc/allocator/timeline.py inlines it right
+// after timeline_ui.js, whose closure (opened there, closed at the end of this file) it shares:
+// the decoded data, the layout and the paint.
   // ---------------------------------------------------------------- drawing a plot view
   function apply() {
     if (!M) return;

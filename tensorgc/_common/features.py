@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, NamedTuple, Optional
 
-from . import _tensorgc
+from .. import _tensorgc
 
 
 class PortableModeWarning(RuntimeWarning):

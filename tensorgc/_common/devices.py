@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple, Union
 
-from ._errors import DeviceError
+from .errors import DeviceError
 
 if TYPE_CHECKING:
     import torch

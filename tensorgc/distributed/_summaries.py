@@ -2,7 +2,7 @@
 that MemReporter's own options can use it): one rank's summary made from a Report, the
 collective that gathers the summaries (GatheredReport), the store they are published to, and
 the reading of the other ranks' summaries for the OOM autopsy. The public functions are in
-tensorgc/ranks.py (gather_report, publish_reports); see there and docs/api.md.
+tensorgc/distributed/ranks.py (gather_report, publish_reports); see there and docs/api.md.
 
 * The summaries travel with ``torch.distributed.gather_object`` to ``dst`` (``all_gather_object``
   with ``all_ranks=True``): a collective, every rank of the group takes part.
@@ -10,7 +10,7 @@ tensorgc/ranks.py (gather_report, publish_reports); see there and docs/api.md.
   after an optimizer step, at most once per ``every`` seconds; gathering writes it too. Writes go
   through one daemon thread, so a store that stops answering never holds up training.
 * ``peer_summaries(wait=..., max_peers=...)`` reads the others' keys for the OOM autopsy
-  (tensorgc/oom.py): an OOM happens on one rank only, where no collective can run. Keys are
+  (allocator/oom.py): an OOM happens on one rank only, where no collective can run. Keys are
   looked up with ``store.check`` (a missing key is never waited for), in one daemon thread the
   caller waits for at most ``wait`` seconds.
 
@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple,
                     Union)
 
-from ._devices import NO_CUDA, DeviceError, DeviceLike, cuda_available, parse_device
-from ._rank import rank_info
-from ._units import LEN, readable_size as R, table_row
+from .._common.devices import NO_CUDA, DeviceError, DeviceLike, cuda_available, parse_device
+from .._common.rank import rank_info
+from .._common.units import LEN, readable_size as R, table_row
+from ..cycles import dedup as _dedup  # the module: cycle_totals is looked up when called
 
 if TYPE_CHECKING:
     import torch
@@ -108,14 +109,9 @@ def _check_top(top: object) -> int:
 def _cycles_held() -> Tuple[int, bool]:
     """Bytes of the tensors reference cycles held, as warn_tensor_cycles counted them since it
     began (tensorgc.cycle_totals()["bytes"]); (0, False) where that fails: the column then
-    reads 0 and the table says so. The package is read from sys.modules (it is imported
-    whenever this module is), never imported from here: it imports this module."""
-    package = sys.modules.get(__name__.rpartition(".")[0])
-    totals: Optional[Callable[[], Dict[str, Any]]] = getattr(package, "cycle_totals", None)
-    if totals is None:
-        return 0, False
+    reads 0 and the table says so."""
     try:
-        return int(totals()["bytes"]), True
+        return int(_dedup.cycle_totals()["bytes"]), True
     except Exception:  # noqa: BLE001 -- a missing column, never a failed report
         return 0, False
 

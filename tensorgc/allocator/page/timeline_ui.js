@@ -1,6 +1,6 @@
 // The timeline page's script, first half (decoding, text, the views' models, layout, paint and
-// axes; tensorgc/_timeline_views.js, inlined right after it, draws the views and handles the
-// interaction and closes the function opened here), inlined into the page by tensorgc/timeline.py
+// axes; timeline_views.js, inlined right after it, draws the views and handles the interaction
+// and closes the function opened here), inlined into the page by tensorgc/allocator/timeline.py
 // (no network, no library). The data block #tgc-data holds every allocation of one device's
 // trace on the trace's own clock (event N: the N-th trace entry) as varint streams (include/tensorgc/detail.h), the
 // stacks as frame ids, the segments and the other entries. This script decodes them once and

@@ -20,7 +20,7 @@ from collections import Counter
 from typing import (Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Sequence,
                     Tuple, Union, overload)
 
-from ._types import Frame, TraceEntry
+from .._common.types import Frame, TraceEntry
 
 __all__ = ["LeanTrace", "COLUMNS", "TIME_ABSENT", "action_counts", "positions", "as_list"]
 

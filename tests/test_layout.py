@@ -1,0 +1,318 @@
+"""The package's layout, read from the source with ast:
+
+* no module imports the package's face (tensorgc/__init__.py, which imports every part to
+  re-export the API), and the modules import each other one way: no circle, with an import
+  inside a function counted as much as one at the top;
+* the flat layout's module paths (tensorgc/snapshot.py and the like) hand out the real module,
+  and nothing inside the package imports through them;
+* no subpackage whose __init__ holds code binds a name that one of its submodules has
+  (importing the submodule would replace it);
+* no source file is longer than 1,500 lines.
+
+The import graph has one node per module file (a package is its __init__.py) and the C modules.
+`from P import n` depends on P.n where that is a module, else on P. A package __init__ that only
+re-exports (a docstring, imports, __all__) stands for what it imports: depending on it is
+depending on each of them, so a circle through such an __init__ is found too. The parent
+packages that Python runs before a submodule are not edges: every import of a submodule runs
+the face, which is why the face must be imported by nobody.
+"""
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PKG = os.path.join(ROOT, "tensorgc")
+MAX_LINES = 1500
+C_DIRS = ("common", "tensor", "cycles", "reporter", "allocator", "module", "include", "graph")
+
+
+def _module_files():
+    """{dotted name: path} of every Python module of the package."""
+    out = {}
+    for d, dirs, files in os.walk(PKG):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        rel = os.path.relpath(d, ROOT).replace(os.sep, ".")
+        for f in sorted(files):
+            if f.endswith(".py"):
+                out[rel if f == "__init__.py" else f"{rel}.{f[:-3]}"] = os.path.join(d, f)
+    return out
+
+
+def _extensions():
+    """The C modules (tensorgc/_tensorgc.pyi, tensorgc/_tensorgc.cpython-311-...so)."""
+    return {"tensorgc." + f.split(".")[0] for f in os.listdir(PKG) if f.endswith((".so", ".pyi"))}
+
+
+def _parse(path):
+    with open(path, encoding="utf-8") as f:
+        return ast.parse(f.read(), path)
+
+
+def _is_alias(tree):
+    """A module of the flat layout's paths: it sets sys.modules[__name__] to another module."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            t = node.targets[0]
+            if (isinstance(t, ast.Subscript) and ast.unparse(t.value) == "sys.modules"
+                    and ast.unparse(t.slice) == "__name__"):
+                return True
+    return False
+
+
+def _reexport_only(tree):
+    """A package __init__ of a docstring, imports and __all__ only."""
+    for i, node in enumerate(tree.body):
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]:
+            continue
+        return False
+    return True
+
+
+def _imports(name, path, tree, modules):
+    """The modules of the package that module `name` imports, anywhere in its source. The
+    TYPE_CHECKING imports of an alias are skipped: they are for the type checker only."""
+    base = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    deps = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "tensorgc":
+                    deps.add(a.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = base.split(".")
+                target = ".".join(parts[:len(parts) - node.level + 1])
+                target = f"{target}.{node.module}" if node.module else target
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "tensorgc":
+                continue
+            for a in node.names:
+                deps.add(f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target)
+    deps.discard(name)
+    return deps
+
+
+def _layout():
+    """(graph {module: set of modules}, aliases {path: real module}, trees {module: ast})."""
+    files = _module_files()
+    modules = set(files) | _extensions()
+    trees = {m: _parse(p) for m, p in files.items()}
+    aliases = {}
+    graph = {}
+    for m, p in files.items():
+        tree = trees[m]
+        if _is_alias(tree):
+            body = ast.Module([n for n in tree.body if not isinstance(n, ast.If)], [])
+            (aliases[m],) = _imports(m, p, body, modules)
+            graph[m] = {aliases[m]}
+        else:
+            graph[m] = _imports(m, p, tree, modules)
+    return graph, aliases, trees
+
+
+def _expand(graph, trees, files):
+    """The graph with each re-export-only package __init__ replaced by what it imports."""
+    reexport = {m for m in graph if files[m].endswith("__init__.py") and m != "tensorgc"
+                and _reexport_only(trees[m])}
+
+    def through(d, seen=()):
+        if d not in reexport or d in seen:
+            return {d}
+        return set().union(set(), *(through(x, seen + (d,)) for x in graph[d])) if graph[d] \
+            else set()
+
+    return {m: set().union(set(), *(through(d) for d in deps)) - {m}
+            for m, deps in graph.items() if m not in reexport}
+
+
+def _cycle(graph):
+    """A cycle as a list of modules, or None."""
+    state = {}  # 1: on the current path, 2: done (no cycle through it)
+
+    def visit(m, path):
+        state[m] = 1
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                return path[path.index(d):] + [d]
+            if d not in state:
+                found = visit(d, path + [d])
+                if found:
+                    return found
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = visit(m, [m])
+            if found:
+                return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def layout():
+    graph, aliases, trees = _layout()
+    return graph, aliases, trees, _expand(graph, trees, _module_files())
+
+
+def test_the_graph_is_read_from_every_module(layout):
+    graph, aliases, _, _ = layout
+    assert {"tensorgc.allocator.snapshot", "tensorgc.allocator.categories", "tensorgc.cli",
+            "tensorgc._common.errors", "tensorgc.cycles.observe"} <= set(graph)
+    # a lazy import inside a function counts too
+    assert "tensorgc.reporter" in graph["tensorgc.allocator.categories"]
+    assert "tensorgc._tensorgc" in graph["tensorgc.allocator"]  # from .. import _tensorgc
+    assert aliases["tensorgc.timeline"] == "tensorgc.allocator.timeline"
+    assert "tensorgc.allocator.timeline" in graph["tensorgc"]  # the face imports the parts
+
+
+def test_no_module_imports_the_face(layout):
+    graph = layout[0]
+    importers = sorted(m for m, deps in graph.items() if "tensorgc" in deps)
+    assert importers == [], f"{importers} import the package's face (which imports them)"
+
+
+def test_no_module_imports_one_that_imports_it_back(layout):
+    expanded = layout[3]
+    cycle = _cycle(expanded)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_checks_find_what_they_look_for():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    # a circle through a re-export-only __init__: p re-exports p.x, p.x imports q, q imports p
+    graph = {"p": {"p.x"}, "p.x": {"q"}, "q": {"p"}}
+    trees = {"p": ast.parse('"""p"""\nfrom .x import f\n__all__ = ["f"]\n')}
+    files = {"p": "p/__init__.py", "p.x": "p/x.py", "q": "q.py"}
+    assert _cycle(_expand(graph, trees, files)) == ["p.x", "q", "p.x"]
+    tree = ast.parse("from .b import c\nfrom .. import d\nfrom . import e\nimport tensorgc.f\n"
+                     "def g():\n    from tensorgc import h\n")
+    assert _imports("tensorgc.a.m", "tensorgc/a/m.py", tree, {"tensorgc.a.e"}) == {
+        "tensorgc.a.b", "tensorgc", "tensorgc.a.e", "tensorgc.f"}
+    assert _imports("tensorgc.a", "tensorgc/a/__init__.py", ast.parse("from . import e\n"),
+                    {"tensorgc.a.e"}) == {"tensorgc.a.e"}
+    assert _is_alias(ast.parse("import sys\nsys.modules[__name__] = m\n"))
+    assert not _reexport_only(ast.parse("from .x import f\ng = f()\n"))
+
+
+def test_nothing_inside_imports_through_the_flat_paths(layout):
+    graph, aliases, _, _ = layout
+    users = sorted(m for m, deps in graph.items() if m not in aliases and m != "tensorgc"
+                   and deps & set(aliases))
+    assert users == [], f"{users} import a flat-layout path instead of the module itself"
+    assert all(real not in aliases and real in graph for real in aliases.values())
+
+
+def test_no_package_module_binds_the_name_of_its_submodule(layout):
+    graph, _, trees, _ = layout
+    files = _module_files()
+    bad = []
+    for pkg, path in files.items():
+        if not path.endswith("__init__.py") or pkg == "tensorgc":
+            continue
+        subs = {m.rpartition(".")[2] for m in graph if m.rpartition(".")[0] == pkg}
+        bound = set()
+        for node in ast.walk(trees[pkg]):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                bound.add(node.id)
+            elif isinstance(node, ast.Import):
+                bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                # `from . import x` binds the submodule x itself: the one binding allowed
+                own = node.level == 1 and node.module is None
+                bound |= {a.asname or a.name for a in node.names
+                          if not (own and a.name in subs and a.asname in (None, a.name))}
+        bad += [f"{pkg}.{n}" for n in sorted(subs & bound)]
+    assert bad == [], f"names that importing their submodule would replace: {bad}"
+
+
+def test_the_flat_paths_hand_out_the_modules_themselves():
+    """In a fresh interpreter: each old path is the real module; the package's functions that
+    share a name with a path (snapshot, timeline, growth) keep it after the path is imported."""
+    _, aliases, _ = _layout()
+    code = ("import importlib, sys, tensorgc\n"
+            f"aliases = {aliases!r}\n"
+            "for old, real in sorted(aliases.items()):\n"
+            "    m = importlib.import_module(old)\n"
+            "    assert m is sys.modules[real] is sys.modules[old], old\n"
+            "    leaf = old.rpartition('.')[2]\n"
+            "    attr = getattr(tensorgc, leaf)\n"
+            "    assert attr is m or (callable(attr) and attr.__module__ == real), old\n"
+            "assert tensorgc.timeline.__name__ == 'timeline' and callable(tensorgc.snapshot)\n"
+            "from tensorgc.timeline import timeline_html\n"
+            "assert timeline_html is sys.modules['tensorgc.allocator.timeline'].timeline_html\n"
+            "print(len(aliases))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == len(aliases) >= 10
+
+
+def test_every_module_imports_in_a_fresh_interpreter():
+    names = sorted(n for n in _module_files() if not n.endswith("__main__"))
+    code = ("import importlib, sys\n"
+            f"for n in {names!r}:\n"
+            "    importlib.import_module(n)\n"
+            "s = sys.modules['tensorgc.snapshot']; c = sys.modules['tensorgc.categories']\n"
+            "from tensorgc._common.errors import SnapshotError as E\n"
+            "assert s.SnapshotError is c.SnapshotError is E\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def _tracked(patterns):
+    try:
+        out = subprocess.run(["git", "ls-files", "--", *patterns], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):  # a copy without git: walk the tree
+        import fnmatch
+        out = []
+        for d, dirs, files in os.walk(ROOT):
+            dirs[:] = [x for x in dirs if not x.startswith(".") and x != "build"]
+            out += [os.path.relpath(os.path.join(d, f), ROOT) for f in files
+                    if any(fnmatch.fnmatch(os.path.relpath(os.path.join(d, f), ROOT), p)
+                           for p in patterns)]
+    return [p for p in out if os.path.isfile(os.path.join(ROOT, p))]
+
+
+@pytest.mark.parametrize("kind", ["python", "c and js"])
+def test_no_source_file_is_longer_than_the_limit(kind):
+    if kind == "python":
+        files = _tracked(["*.py"])
+        assert "tensorgc/allocator/timeline.py" in files
+    else:
+        files = _tracked([f"{d}/*.{e}" for d in C_DIRS for e in ("c", "h")]
+                         + ["tensorgc/*.js"])
+        assert "cycles/hook.c" in files and "tensorgc/allocator/page/timeline_ui.js" in files
+    long = []
+    for rel in files:
+        with open(os.path.join(ROOT, rel), encoding="utf-8", errors="replace") as f:
+            n = sum(1 for _ in f)
+        if n > MAX_LINES:
+            long.append(f"{rel}: {n} lines")
+    assert long == [], f"longer than {MAX_LINES} lines: {long}"
+
+
+def test_each_subcommand_is_a_module_of_the_cli_package():
+    import argparse
+
+    from tensorgc import cli
+
+    (sub,) = [a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    names = set(sub.choices)
+    assert names == set(cli.COMMANDS) and len(names) >= 6
+    for name in names:
+        assert cli.COMMANDS[name].__module__ == f"tensorgc.cli.{name}", name

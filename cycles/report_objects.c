@@ -1,5 +1,5 @@
 /* report_objects.c: the graph of any list of objects (contract in report.h): torch's
- * create_graph (tensorgc/object_graph.py), built of a report's parts into a model of its own
+ * create_graph (tensorgc/cycles/object_graph.py), built of a report's parts into a model of its own
  * (report_model.h). The tensors are read by report_tensors.c, the references found by edges.c
  * (tp_traverse), what reaches a root decided by the graph engine (graph.c), references named and
  * objects described by names.c. Its drawing and page are report_objects_dot.c's. */

@@ -1,6 +1,6 @@
 /* report_objects_dot.c: the drawing of a graph of nodes and its page (contract in report.h):
- * torch's to_dot and to_html (tensorgc/object_graph.py) over create_graph's nodes, bounded as a
- * report's drawing (report_model.h), with its opening and escapers; the page is page.c's, laid
+ * torch's to_dot and to_html (tensorgc/cycles/object_graph.py) over create_graph's nodes, bounded
+ * as a report's drawing (report_model.h), with its opening and escapers; the page is page.c's, laid
  * out by the render worker. Reads the caller's lists only. */
 #include "cycles.h"
 #include "page.h"

@@ -1,8 +1,8 @@
 /* report_sig.c: the signature of each group of leaks (contract in report_write.h), the shape of
  * its cycle as a short string that is the same for every instance of that shape, in every
- * collection and every process. report_lists.c puts it into the group's dict; tensorgc/dedup.py
- * counts repeated leaks by it. Reads the model only, and of Python objects no more than type
- * names and edge labels: no user code. */
+ * collection and every process. report_lists.c puts it into the group's dict;
+ * tensorgc/cycles/dedup.py counts repeated leaks by it. Reads the model only, and of Python
+ * objects no more than type names and edge labels: no user code. */
 #include "cycles.h"
 #include "report_write.h"
 

@@ -1,7 +1,7 @@
 /* binding.c: the Python binding of the reference-graph engine's owner-chain search
  * (include/tensorgc/owners.h), of the edge names along a chain (include/tensorgc/names.h, shared
  * with the cycle reports) and of a running frame's locals (frames.h). It only converts arguments
- * and results; tensorgc/owner_chains.py chooses the roots and writes the chains. */
+ * and results; tensorgc/reporter/owner_chains.py chooses the roots and writes the chains. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 

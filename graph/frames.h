@@ -1,6 +1,6 @@
 /* frames.h: the contract of frames.c, private to graph/ (its one user is binding.c's
- * _frame_locals, which tensorgc/owner_chains.py calls for the running frames' roots). Python.h
- * comes first; GIL. */
+ * _frame_locals, which tensorgc/reporter/owner_chains.py calls for the running frames' roots).
+ * Python.h comes first; GIL. */
 #ifndef TGC_GRAPH_FRAMES_H
 #define TGC_GRAPH_FRAMES_H
 

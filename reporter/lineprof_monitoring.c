@@ -1,5 +1,5 @@
 /* lineprof_monitoring.c: the line profiler's event source on Python 3.12+ (contract in
- * lineprof_py.h): the sys.monitoring callbacks that tensorgc/lineprof.py registers for the
+ * lineprof_py.h): the sys.monitoring callbacks that tensorgc/lineprof/__init__.py registers for the
  * profiled code objects only, so no other code raises an event. Each converts its arguments and
  * hands the event to lineprof_events.c. */
 #define PY_SSIZE_T_CLEAN

@@ -3,7 +3,7 @@
  *   lineprof_events.c      one event of a profiled code object: every enabled profiler takes a
  *                          reading of its memory source and folds it;
  *   lineprof_monitoring.c  the event source on 3.12+: sys.monitoring callbacks, registered by
- *                          tensorgc/lineprof.py for the profiled code objects only;
+ *                          tensorgc/lineprof/__init__.py for the profiled code objects only;
  *   lineprof_trace.c       the event source on 3.10/3.11: a C trace function, per thread;
  *   binding.c              the _LineProfiler heap type (code objects, memory source, records).
  * Python.h comes first. Everything here runs with the GIL held. */

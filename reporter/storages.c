@@ -1,18 +1,18 @@
 /* storages.c: the storages that a list of tensors holds, as tensorgc.checkpoint() and growth()
- * compare them (contract in reporter.h; the Python side is tensorgc/growth.py).
+ * compare them (contract in reporter.h; the Python side is tensorgc/reporter/growth.py).
  *
  * A storage is known by its key (device, data address, bytes), and counted once: for the first
- * row that MemReporter's _build (tensorgc/reporter.py) would count it in. So the rules here are
- * _build's: tensors in the list's order, a tensor on a device the filter leaves out or with no
- * elements gives no row, a tensor's rows are its own storage or else its parts (a sparse
+ * row that MemReporter's _build (tensorgc/reporter/__init__.py) would count it in. So the rules
+ * here are _build's: tensors in the list's order, a tensor on a device the filter leaves out or
+ * with no elements gives no row, a tensor's rows are its own storage or else its parts (a sparse
  * tensor's indices and values, a wrapper subclass's inner tensors), the first row with a given
  * (device, address) claims it and its bytes are the key's.
  *
  * A plain tensor (one whose type runs no __torch_function__ of its own, with a readable storage)
  * is read directly: its device, whether it has elements (its nbytes), and untyped_storage()'s
- * nbytes() and data_ptr(), the calls tensor/layout.c makes for it. Every other tensor, and any plain one whose read fails,
- * gets tgc_walk_row's whole row with subclass dispatch off, as _build gets it, and its parts'
- * rows likewise.
+ * nbytes() and data_ptr(), the calls tensor/layout.c makes for it. Every other tensor, and any
+ * plain one whose read fails, gets tgc_walk_row's whole row with subclass dispatch off, as _build
+ * gets it, and its parts' rows likewise.
  *
  * The claims and the checkpoint's keys share one open-addressing table, so a row costs one probe
  * and a key the checkpoint has makes no Python object. A checkpoint keeps its pass's table as a

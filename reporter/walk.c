@@ -2,7 +2,8 @@
  * walking the collector's object lists (PyUnstable_GC_VisitObjects on 3.12+, gc.get_objects()
  * before), and reads what a report needs of each tensor through tensor/ (TensorBase's own
  * descriptors), so no Python-level isinstance, subclass property or deprecation warning ever
- * runs. Names are given in Python (tensorgc/reporter.py); this file only finds and measures. */
+ * runs. Names are given in Python (tensorgc/reporter/__init__.py); this file only finds and
+ * measures. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -144,10 +145,10 @@ ask:;
 /* One tensor: (storage_ptr, storage_nbytes, device, device_type, device_index, shape, dtype,
  * numel, is_sparse, storage, parts, nbytes, no_storage), new reference. storage_ptr and
  * storage_nbytes are its own storage's ((0, 0) for a meta tensor, None where it has none: sparse,
- * mkldnn, wrapper subclasses). storage is how nbytes, its real bytes, were counted (tensor/layout.c);
- * parts is None when they are the tensor's own, else ((name, tensor), ...) of the tensors that
- * hold them (a sparse tensor's indices and values, a wrapper's inner tensors); no_storage says
- * why nothing is counted (e.g. "meta"), else None. */
+ * mkldnn, wrapper subclasses). storage is how nbytes, its real bytes, were counted
+ * (tensor/layout.c); parts is None when they are the tensor's own, else ((name, tensor), ...) of
+ * the tensors that hold them (a sparse tensor's indices and values, a wrapper's inner tensors);
+ * no_storage says why nothing is counted (e.g. "meta"), else None. */
 PyObject *
 tgc_walk_row(tgc_reporter *r, PyObject *t)
 {

@@ -1,5 +1,5 @@
-/* owners.h: the contract of graph/owners.c, which answers "why is it still alive" for objects that are
- * not in a reference cycle: the shortest chain of references from a root (a module, a thread's
+/* owners.h: the contract of graph/owners.c, which answers "why is it still alive" for objects that
+ * are not in a reference cycle: the shortest chain of references from a root (a module, a thread's
  * frame, any object the caller names) to each of a set of targets, found in one breadth-first
  * pass over what the roots reach. The pass follows tp_traverse, so it crosses containers the
  * collector does not track (an untracked tuple or dict) as well as tracked ones.
@@ -17,8 +17,9 @@
  * borrowed, and the result holds borrowed references: the caller keeps them alive (increfs what
  * it keeps) before it runs Python code. Memory: 16 bytes per object visited (plus about 24 for
  * each one a visited mark cannot carry: all of them without one), and max_objects bounds the
- * visits. Errors: MemoryError only. The one user is graph/binding.c (tensorgc/owner_chains.py's
- * _owner_search: MemReporter's owners, growth(), the pytest plugin). Python.h comes first. */
+ * visits. Errors: MemoryError only. The one user is graph/binding.c
+ * (tensorgc/reporter/owner_chains.py's _owner_search: MemReporter's owners, growth(), the pytest
+ * plugin). Python.h comes first. */
 #ifndef TENSORGC_OWNERS_H
 #define TENSORGC_OWNERS_H
 
@@ -65,13 +66,14 @@ typedef struct {
 /* Searches from roots (n_roots borrowed references) for targets (borrowed); the last n_late roots
  * are searched from only when some target is not reached from the others, after everything those
  * reach (the caller's own frame: it names a holder only of what nothing else holds), and a
- * reference from what only they reach is not counted for a target found before. exclude (borrowed) are
- * the caller's own containers: never visited, never roots, and their references are subtracted in
- * the second pass (once for an object listed twice); the last n_twice of them are snapshots of the caller's running frames' locals,
- * whose values the frame holds once more, so theirs are subtracted twice. tracked: every object the collector tracks (borrowed; NULL to
- * skip the second pass), each holding tracked_extra references from the caller's list of them.
- * mark: a visited mark to borrow (borrowed), or NULL to keep every visited object in the map.
- * Returns 0, or -1 with MemoryError set; either way tgc_owners_free releases the result. */
+ * reference from what only they reach is not counted for a target found before. exclude (borrowed)
+ * are the caller's own containers: never visited, never roots, and their references are subtracted
+ * in the second pass (once for an object listed twice); the last n_twice of them are snapshots of
+ * the caller's running frames' locals, whose values the frame holds once more, so theirs are
+ * subtracted twice. tracked: every object the collector tracks (borrowed; NULL to skip the second
+ * pass), each holding tracked_extra references from the caller's list of them. mark: a visited
+ * mark to borrow (borrowed), or NULL to keep every visited object in the map. Returns 0, or -1
+ * with MemoryError set; either way tgc_owners_free releases the result. */
 int tgc_owners_search(tgc_owners *o, const tgc_heapmark *mark,
                       PyObject *const *roots, uint32_t n_roots, uint32_t n_late,
                       PyObject *const *targets, uint32_t n_targets,

@@ -7,7 +7,11 @@
   and nothing inside the package imports through them;
 * no subpackage whose __init__ holds code binds a name that one of its submodules has
   (importing the submodule would replace it);
-* no source file is longer than 1,500 lines.
+* no source file is longer than 1,500 lines;
+* in C, the files depend on one another one way: no circle of #include "..." and no circle of
+  calls between files (a function one file defines and another names), and the subsystems'
+  folders depend one way (common/ and tensor/ at the bottom, the graph engine above them, the
+  tools above it, module/ at the top).
 
 The import graph has one node per module file (a package is its __init__.py) and the C modules.
 `from P import n` depends on P.n where that is a module, else on P. A package __init__ that only
@@ -18,6 +22,7 @@ the face, which is why the face must be imported by nobody.
 """
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -316,3 +321,96 @@ def test_each_subcommand_is_a_module_of_the_cli_package():
     assert names == set(cli.COMMANDS) and len(names) >= 6
     for name in names:
         assert cli.COMMANDS[name].__module__ == f"tensorgc.cli.{name}", name
+
+
+# The C subsystems from the bottom up: a folder may use those before it, never one after it.
+C_LAYERS = ("common", "tensor", "graph", "allocator", "reporter", "cycles", "module")
+_C_DEF = re.compile(r"^([a-z_][a-z0-9_]*)\(", re.M)  # the house style: a definition's name opens its line
+
+
+def _c_sources():
+    files = _tracked([f"{d}/*.{e}" for d in C_DIRS for e in ("c", "h")])
+    text = {}
+    for rel in files:
+        with open(os.path.join(ROOT, rel), encoding="utf-8", errors="replace") as f:
+            text[rel] = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)  # comments name files freely
+    return text
+
+
+def _c_includes(text):
+    """{file: {included file}} for #include "x", resolved as the build does (the including
+    file's folder, then include/, then the root)."""
+    graph = {}
+    for rel, t in text.items():
+        deps = set()
+        for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', t, re.M):
+            for base in (os.path.dirname(rel), "include", ""):
+                cand = os.path.normpath(os.path.join(base, name))
+                if cand in text:
+                    deps.add(cand)
+                    break
+        graph[rel] = deps
+    return graph
+
+
+def _c_calls(text):
+    """{file: {file defining a non-static function that this file names}} over the .c files."""
+    defs = {}
+    for rel, t in text.items():
+        if not rel.endswith(".c"):
+            continue
+        for m in _C_DEF.finditer(t):
+            line_before = t[t.rfind("\n", 0, m.start() - 1) + 1:m.start()]
+            if "static" not in line_before and not m.group(1).startswith("__"):
+                defs.setdefault(m.group(1), rel)
+    word = re.compile(r"\b(%s)\b" % "|".join(sorted(defs, key=len, reverse=True)))
+    return {rel: {defs[w] for w in word.findall(t)} - {rel}
+            for rel, t in text.items() if rel.endswith(".c")}
+
+
+def _folder(rel):
+    if rel == "module/state.h":  # the module state: each subsystem's binding reads its own part
+        return None
+    top = rel.split("/")[0]
+    return top if top in C_LAYERS else None
+
+
+@pytest.fixture(scope="module")
+def c_graphs():
+    text = _c_sources()
+    assert "cycles/hook.c" in text and "graph/owners.c" in text
+    return _c_includes(text), _c_calls(text)
+
+
+def test_c_files_include_one_another_one_way(c_graphs):
+    includes, _ = c_graphs
+    assert includes["cycles/cycles.h"] >= {"include/tensorgc/graph.h", "cycles/hook.h"}
+    assert _cycle(includes) is None
+
+
+def test_c_files_call_one_another_one_way(c_graphs):
+    _, calls = c_graphs
+    assert "graph/owners.c" in calls["graph/binding.c"]  # the reading sees calls
+    assert _cycle(calls) is None
+
+
+@pytest.mark.parametrize("kind", ["includes", "calls"])
+def test_c_subsystems_depend_downwards(c_graphs, kind):
+    graph = c_graphs[0] if kind == "includes" else c_graphs[1]
+    wrong = []
+    for rel, deps in graph.items():
+        a = _folder(rel)
+        for d in deps:
+            b = _folder(d)  # include/tensorgc/*.h are contracts: anyone may read them
+            if a and b and a != b and C_LAYERS.index(b) > C_LAYERS.index(a):
+                wrong.append(f"{rel} -> {d}")
+    assert wrong == []
+
+
+def test_the_c_checks_find_what_they_look_for():
+    text = {"a/x.c": '#include "y.h"\nint\nf_x(void)\n{\n    return f_y();\n}\n',
+            "a/y.h": '#include "x.h"\n', "a/x.h": '#include "y.h"\n',
+            "a/y.c": "int\nf_y(void)\n{\n    return f_x();\n}\n"}
+    assert _cycle(_c_includes(text)) is not None
+    assert _c_calls(text) == {"a/x.c": {"a/y.c"}, "a/y.c": {"a/x.c"}}
+    assert _cycle(_c_calls(text)) is not None

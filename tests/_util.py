@@ -255,3 +255,16 @@ def fresh_module(name, collect=True):
         m.__dict__.clear()
         if collect:
             gc.collect()
+
+
+def open_timeline(browser, tmp_path, html, name, height):
+    """A timeline page (html, a str) written to tmp_path/name and opened in a new tab of browser,
+    1500 pixels wide, once its plot is drawn; (the page, the list its script errors go to)."""
+    path = tmp_path / name
+    path.write_text(html)
+    page = browser.new_page(viewport={"width": 1500, "height": height})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector("#tgc-plot[data-full]")
+    return page, errors

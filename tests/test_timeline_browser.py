@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from _util import chromium, launch_chromium, png_colors
+from _util import chromium, launch_chromium, open_timeline, png_colors
 from tensorgc.timeline import timeline_html
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -71,14 +71,7 @@ def browser():
 
 
 def open_page(browser, tmp_path, html, name="timeline.html"):
-    path = tmp_path / name
-    path.write_text(html)
-    page = browser.new_page(viewport={"width": 1500, "height": 1000})
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(path.as_uri())
-    page.wait_for_selector("#tgc-plot[data-full]")
-    return page, errors
+    return open_timeline(browser, tmp_path, html, name, height=1000)
 
 
 def state(page):

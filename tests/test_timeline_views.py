@@ -12,7 +12,7 @@ import pickle
 import pytest
 
 from _traces import make_trace
-from _util import chromium, launch_chromium, run_tensorgc_cli
+from _util import chromium, launch_chromium, open_timeline, run_tensorgc_cli
 from tensorgc import load_snapshot
 from tensorgc.categories import CATEGORIES
 from tensorgc.timeline import CATEGORY_COLORS, timeline_html
@@ -42,14 +42,7 @@ def training():
 
 
 def open_page(browser, tmp_path, html, name="timeline.html"):
-    path = tmp_path / name
-    path.write_text(html)
-    page = browser.new_page(viewport={"width": 1500, "height": 1100})
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(path.as_uri())
-    page.wait_for_selector("#tgc-plot[data-full]")
-    return page, errors
+    return open_timeline(browser, tmp_path, html, name, height=1100)
 
 
 def state(page):

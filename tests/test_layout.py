@@ -244,18 +244,32 @@ def test_no_package_module_binds_the_name_of_its_submodule(layout):
     assert bad == [], f"names that importing their submodule would replace: {bad}"
 
 
+# In a fresh interpreter: load(name) imports a module, or gives None where an optional
+# dependency (IPython for magics) is missing.
+_IMPORT = ("def load(name):\n"
+           "    try:\n"
+           "        return importlib.import_module(name)\n"
+           "    except ModuleNotFoundError as e:\n"
+           f"        assert e.name.partition('.')[0] in {OPTIONAL!r}, e\n"
+           "        return None\n")
+
+
+def _fresh(code):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
 def test_the_flat_paths_hand_out_the_modules_themselves():
     """In a fresh interpreter: each old path is the real module; the package's functions that
     share a name with a path (snapshot, timeline, growth) keep it after the path is imported."""
     _, aliases, _ = _layout()
     code = ("import importlib, sys, tensorgc\n"
             f"aliases = {aliases!r}\n"
+            + _IMPORT +
             "n = 0\n"
             "for old, real in sorted(aliases.items()):\n"
-            "    try:\n"
-            "        m = importlib.import_module(old)\n"
-            "    except ModuleNotFoundError as e:  # an optional dependency (IPython for magics)\n"
-            f"        assert e.name.partition('.')[0] in {OPTIONAL!r}, e\n"
+            "    m = load(old)\n"
+            "    if m is None:\n"
             "        continue\n"
             "    n += 1\n"
             "    assert m is sys.modules[real] is sys.modules[old], old\n"
@@ -266,8 +280,7 @@ def test_the_flat_paths_hand_out_the_modules_themselves():
             "from tensorgc.timeline import timeline_html\n"
             "assert timeline_html is sys.modules['tensorgc.allocator.timeline'].timeline_html\n"
             "print(n)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=300, cwd=ROOT)
+    r = _fresh(code)
     assert r.returncode == 0, r.stderr
     assert len(aliases) >= int(r.stdout) >= 10
 
@@ -275,17 +288,14 @@ def test_the_flat_paths_hand_out_the_modules_themselves():
 def test_every_module_imports_in_a_fresh_interpreter():
     names = sorted(n for n in _module_files() if not n.endswith("__main__"))
     code = ("import importlib, sys\n"
+            + _IMPORT +
             f"for n in {names!r}:\n"
-            "    try:\n"
-            "        importlib.import_module(n)\n"
-            "    except ModuleNotFoundError as e:  # an optional dependency (IPython for magics)\n"
-            f"        assert e.name.partition('.')[0] in {OPTIONAL!r}, e\n"
+            "    load(n)\n"
             "s = sys.modules['tensorgc.snapshot']; c = sys.modules['tensorgc.categories']\n"
             "from tensorgc._common.errors import SnapshotError as E\n"
             "assert s.SnapshotError is c.SnapshotError is E\n"
             "print('ok')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=300, cwd=ROOT)
+    r = _fresh(code)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 

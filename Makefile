@@ -8,6 +8,7 @@ MEMLAB_VERSION ?= 0.3.2
 MYPY_VERSION ?= 2.4.1
 PLAYWRIGHT_VERSION ?= 1.65.2
 XDIST_VERSION ?= 3.8.0
+COVERAGE_VERSION ?= 7.17.5
 EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 SO := tensorgc/_tensorgc$(EXT_SUFFIX)
 SO_TESTING := tensorgc/_tensorgc_testing$(EXT_SUFFIX)
@@ -33,7 +34,7 @@ REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build (TORCH_VERSION=none: no torch), pytest, pytest-xdist, IPython, mypy, playwright, nvml.h (pip)
+deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build (TORCH_VERSION=none: no torch), pytest, pytest-xdist, coverage, IPython, mypy, playwright, nvml.h (pip)
 	@if ! pkg-config --exists libgvc libcgraph 2>/dev/null; then \
 	  echo "tensorgc: installing Graphviz's C library (libgraphviz-dev, pkg-config)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libgraphviz-dev pkg-config; \
@@ -47,6 +48,9 @@ deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.
 	@# pytest-xdist: the pytest plugin run under it (tests/test_pytest_plugin.py)
 	@$(PYTHON) -c "import importlib.metadata as m, sys; sys.exit(m.version('pytest-xdist') != '$(XDIST_VERSION)')" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q "pytest-xdist==$(XDIST_VERSION)"
+	@# coverage.py: the line profiler beside another tracer (tests/test_guest.py)
+	@$(PYTHON) -c "import importlib.metadata as m, sys; sys.exit(m.version('coverage') != '$(COVERAGE_VERSION)')" 2>/dev/null || \
+	  $(PYTHON) -m pip install -q "coverage==$(COVERAGE_VERSION)"
 	@# IPython: the %mlrun magics' tests
 	@$(PYTHON) -c "import IPython" 2>/dev/null || $(PYTHON) -m pip install -q ipython
 	@# mypy: the typed API's tests (strict check of a user's script, stubtest of the C module)

@@ -325,7 +325,13 @@ tgc_report_stacks(tgc_rtensor *ts, Py_ssize_t n)
         return;
     }
     PyObject *C = PyImport_ImportModule("torch._C");
-    PyObject *on = C ? PyObject_CallMethod(C, "_cuda_isHistoryEnabled", NULL) : NULL;
+    /* A collection inside a CUDA graph's capture (torch.cuda.graph) asks the allocator nothing:
+     * the capture must stay valid, and the report goes without stacks. */
+    PyObject *capturing = C ? PyObject_CallMethod(C, "_cuda_isCurrentStreamCapturing", NULL) : NULL;
+    int in_capture = capturing != NULL && PyObject_IsTrue(capturing) == 1;
+    Py_XDECREF(capturing);
+    PyErr_Clear();  /* a torch without the question: no capture to protect */
+    PyObject *on = C && !in_capture ? PyObject_CallMethod(C, "_cuda_isHistoryEnabled", NULL) : NULL;
     if (on == NULL || PyObject_IsTrue(on) != 1) {
         goto done;
     }

@@ -593,6 +593,7 @@ tgc_reporter_traverse(tgc_reporter *r, visitproc visit, void *arg)
     Py_VISIT(r->lineprof.type);
     Py_VISIT(r->lineprof.enabled);
     Py_VISIT(r->lineprof.hook);
+    Py_VISIT(r->lineprof.saved_key);
     return 0;
 }
 
@@ -609,6 +610,7 @@ tgc_reporter_clear(tgc_reporter *r)
     Py_CLEAR(r->lineprof.type);
     Py_CLEAR(r->lineprof.enabled);
     Py_CLEAR(r->lineprof.hook);
+    Py_CLEAR(r->lineprof.saved_key);
 }
 
 void

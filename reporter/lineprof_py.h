@@ -40,6 +40,7 @@ typedef struct {
     PyTypeObject *type;     /* _LineProfiler */
     PyObject *enabled;      /* list of the enabled profilers, enabling order */
     PyObject *hook;         /* _lp_thread_hook (new reference): the C tracer's argument */
+    PyObject *saved_key;    /* interned key of a thread's replaced tracer (new reference) */
 } tgc_lineprof;
 
 /* lineprof_events.c */

@@ -90,28 +90,31 @@ lp__restore_tracer(void)
     Py_XDECREF(obj);
 }
 
-/* The C trace function of the 3.10/3.11 path. `obj` is tgc_lineprof.hook (the module's
- * _lp_thread_hook) on every thread. On any thread, the first event after the last profiler went
- * away puts the thread's previous tracer back (a disable on another thread could not). */
-static int
-lp__trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *Py_UNUSED(arg))
+/* The thread's replaced tracer, as saved by lp__save_tracer: NULL when there is none. A
+ * dictionary look-up with an interned key per event: the tracer is per thread. Never raises. */
+static lp_saved_tracer *
+lp__saved(tgc_lineprof *lp)
 {
-    tgc_state *st = tgc_state_of(PyCFunction_GET_SELF(obj));
-    tgc_lineprof *lp = st != NULL && st->reporter != NULL ? &st->reporter->lineprof : NULL;
-    if (lp == NULL || lp->enabled == NULL) {
+    PyObject *dict = PyThreadState_GetDict();  /* borrowed */
+    PyObject *cap = dict && lp->saved_key ? PyDict_GetItemWithError(dict, lp->saved_key) : NULL;
+    if (cap == NULL) {
         PyErr_Clear();
-        return 0;  /* the module is being torn down */
+        return NULL;
     }
-    if (PyList_GET_SIZE(lp->enabled) == 0) {
-        lp__restore_tracer();  /* nobody listens any more */
-        return 0;
-    }
+    return PyCapsule_GetPointer(cap, LP_SAVED_KEY);
+}
+
+/* The profiler's own handling of one event: the events of profiled code objects go to
+ * lineprof_events.c. */
+static void
+lp__own(tgc_lineprof *lp, PyFrameObject *frame, int what)
+{
     int ev;
     switch (what) {
     case PyTrace_CALL: ev = LP_EV_ENTER; break;
     case PyTrace_LINE: ev = LP_EV_LINE; break;
     case PyTrace_RETURN: ev = LP_EV_LEAVE; break;  /* also on an exception's way out */
-    default: return 0;
+    default: return;
     }
     PyCodeObject *code = PyFrame_GetCode(frame);  /* new reference */
     if (tgc_lineprof_interested(lp, (PyObject *)code)) {
@@ -123,7 +126,43 @@ lp__trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *Py_UNUSED(arg
         tgc_lineprof_dispatch(lp, ev, (PyObject *)code, line);
     }
     Py_DECREF(code);
-    return 0;
+}
+
+/* The C trace function of the 3.10/3.11 path. `obj` is tgc_lineprof.hook (the module's
+ * _lp_thread_hook) on every thread. The tracer it replaced on this thread (coverage's, a
+ * debugger's) gets every event first, as if the profiler were not there: its result is the
+ * interpreter's (an exception it raises goes on as without us). On any thread, the first event
+ * after the last profiler went away puts that tracer back (a disable on another thread could
+ * not). */
+static int
+lp__trace(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    tgc_state *st = tgc_state_of(PyCFunction_GET_SELF(obj));
+    tgc_lineprof *lp = st != NULL && st->reporter != NULL ? &st->reporter->lineprof : NULL;
+    if (lp == NULL || lp->enabled == NULL) {
+        PyErr_Clear();
+        return 0;  /* the module is being torn down */
+    }
+    lp_saved_tracer *prev = lp__saved(lp);
+    int rc = 0;
+    if (prev != NULL && prev->func != NULL) {
+        PyObject *prev_obj = Py_XNewRef(prev->obj);  /* it may replace itself meanwhile */
+        rc = prev->func(prev_obj, frame, what, arg);
+        Py_XDECREF(prev_obj);
+    }
+    if (PyList_GET_SIZE(lp->enabled) == 0) {
+        if (PyThreadState_Get()->c_tracefunc == lp__trace) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);  /* the replaced tracer's exception, if any */
+            lp__restore_tracer();  /* nobody listens any more */
+            PyErr_Restore(et, ev, tb);
+        }
+        return rc;
+    }
+    if (rc == 0) {
+        lp__own(lp, frame, what);
+    }
+    return rc;
 }
 
 /* _lp_settrace(on): installs the C tracer on this thread (remembering, for this thread, the
@@ -138,10 +177,11 @@ lp_settrace(PyObject *module, PyObject *arg)
     }
     PyThreadState *ts = PyThreadState_Get();
     if (on) {
-        if (ts->c_tracefunc != lp__trace && lp__save_tracer(ts) < 0) {
+        PyObject *hook = tgc_state_of(module)->reporter->lineprof.hook;  /* borrowed */
+        if (ts->c_tracefunc != lp__trace && ts->c_traceobj != hook && lp__save_tracer(ts) < 0) {
             return NULL;
         }
-        PyEval_SetTrace(lp__trace, tgc_state_of(module)->reporter->lineprof.hook);
+        PyEval_SetTrace(lp__trace, hook);
     }
     else if (ts->c_tracefunc == lp__trace) {
         lp__restore_tracer();
@@ -172,10 +212,21 @@ lp_thread_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (hook == NULL) {
         Py_RETURN_NONE;  /* the module is being torn down */
     }
-    PyEval_SetTrace(lp__trace, hook);
+    PyThreadState *ts = PyThreadState_Get();
+    if (ts->c_tracefunc != lp__trace) {
+        /* the tracer the program's own thread hook put on this thread, kept and called first;
+         * but this hook as a Python tracer (sys.settrace(sys.gettrace()) round trip) is ours:
+         * the one saved before stays the thread's */
+        if (ts->c_traceobj != hook && lp__save_tracer(ts) < 0) {
+            return NULL;
+        }
+        PyEval_SetTrace(lp__trace, hook);
+    }
     if (PyFrame_Check(args[0]) && PyUnicode_Check(args[1]) &&
         PyUnicode_CompareWithASCIIString(args[1], "call") == 0) {
-        lp__trace(hook, (PyFrameObject *)args[0], PyTrace_CALL, NULL);
+        /* the replaced tracer had this event already, from the program's thread hook */
+        lp__own(&tgc_state_of(module)->reporter->lineprof, (PyFrameObject *)args[0],
+                PyTrace_CALL);
     }
     Py_RETURN_NONE;
 }
@@ -195,6 +246,10 @@ PyMethodDef tgc_lineprof_trace_methods[] = {
 int
 tgc_lineprof_trace_exec(PyObject *module, tgc_lineprof *lp)
 {
+    lp->saved_key = PyUnicode_InternFromString(LP_SAVED_KEY);
+    if (lp->saved_key == NULL) {
+        return -1;
+    }
     lp->hook = PyCFunction_NewEx(&lp_hook_def, module, NULL);
     if (lp->hook == NULL || PyModule_AddObjectRef(module, "_lp_thread_hook", lp->hook) < 0) {
         return -1;

@@ -154,6 +154,9 @@ def gc_state(_freeze_startup_objects):
         problems.append(f"sys.getprofile() changed: {profile_after!r}")
 
     # Restore everything, whatever happened.
+    history = sys.modules.get("tensorgc.allocator._history")
+    if history is not None:
+        history._program_set = False  # each test is a program of its own: it may start one
     gc.set_debug(saved_debug)
     gc.callbacks[:] = saved_callbacks
     gc.garbage[:] = saved_garbage

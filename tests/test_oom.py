@@ -143,3 +143,35 @@ def test_real_oom_writes_the_autopsy(tmp_path, caplog):
     assert "OOM at event" in (path / "timeline.html").read_text()
     assert "just before OOM event" in (path / "segments.html").read_text()
     assert any("autopsy in" in r.message for r in caplog.records)
+
+
+class _FakeAttach:
+    """torch's OOM observer list, for on_oom's argument checks on a machine without CUDA."""
+
+    def __init__(self, monkeypatch):
+        from tensorgc.allocator import oom
+
+        self.observers = []
+        monkeypatch.setattr(oom, "require_cuda", lambda *a: None)
+        monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer",
+                            self.observers.append, raising=False)
+
+
+def test_on_oom_makes_a_missing_directory_and_its_parents(tmp_path, monkeypatch):
+    fake = _FakeAttach(monkeypatch)
+    target = tmp_path / "runs" / "7" / "autopsies"
+    off = tensorgc.on_oom(target)
+    assert target.is_dir() and oct(os.stat(target).st_mode & 0o777) == "0o700"
+    assert len(fake.observers) == 1 and fake.observers[0].directory == str(target)
+    off()
+
+
+def test_on_oom_says_in_one_line_why_it_cannot_make_the_directory(tmp_path, monkeypatch):
+    _FakeAttach(monkeypatch)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError, match="exists and is not a directory") as e:
+        tensorgc.on_oom(tmp_path / "file")
+    assert "\n" not in str(e.value)
+    with pytest.raises(OSError, match="cannot make the directory") as e:
+        tensorgc.on_oom(tmp_path / "file" / "below\nnewline")
+    assert "\n" not in str(e.value) and "\\n" in str(e.value)

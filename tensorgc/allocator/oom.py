@@ -341,6 +341,24 @@ class _Observer:
         self.active = False
 
 
+def _autopsy_dir(directory: StrPath) -> str:
+    """``directory`` as an absolute path, made (with its parents) when missing, as every writer
+    of tensorgc makes its file's place; an OSError of one line where it cannot be."""
+    where = os.path.abspath(os.fspath(directory))
+    shown = repr(where if len(where) <= 300 else where[:300] + "...")  # escaped, one line
+    if os.path.isdir(where):
+        return where
+    if os.path.lexists(where):
+        raise NotADirectoryError(f"tensorgc: on_oom: {shown} exists and is not a "
+                                 "directory")
+    try:
+        os.makedirs(where, 0o700, exist_ok=True)  # private, as write_autopsy makes one
+    except OSError as exc:
+        raise type(exc)(exc.errno, f"tensorgc: on_oom cannot make the directory "
+                        f"{shown}: {exc.strerror or exc}") from None
+    return where
+
+
 def on_oom(directory: Optional[StrPath] = None, *, model: Optional[torch.nn.Module] = None,
            optimizer: Optional[torch.optim.Optimizer] = None,
            peers_wait: float = 2.0) -> Callable[[], None]:
@@ -358,12 +376,7 @@ def on_oom(directory: Optional[StrPath] = None, *, model: Optional[torch.nn.Modu
     if attach is None:
         raise RuntimeError("tensorgc: on_oom needs a torch with "
                            "torch._C._cuda_attach_out_of_memory_observer (PyTorch 2.0 or later)")
-    where: Optional[str] = None
-    if directory is not None:
-        where = os.fspath(directory)
-        if not os.path.isdir(where):
-            raise NotADirectoryError(f"{where!r} is not a directory")
-        where = os.path.abspath(where)
+    where = None if directory is None else _autopsy_dir(directory)
     obs = _Observer(where,
                     weakref.ref(model) if model is not None else None,
                     weakref.ref(optimizer) if optimizer is not None else None,

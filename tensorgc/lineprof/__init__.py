@@ -205,13 +205,17 @@ MONITORING = hasattr(sys, "monitoring")
 
 
 def _thread_hook(frame: FrameType, event: str, arg: Any) -> Any:
-    """threading.settrace's hook (3.10/3.11): a new thread gets the C tracer, and the user's
-    own thread hook still runs."""
+    """threading.settrace's hook (3.10/3.11). The program's own thread hook runs first, as if
+    the profiler were not there, on the tracer threading.settrace would have given the thread
+    (it may put its own on the thread: coverage's does); then the C tracer goes on top of
+    whatever the thread has, and calls that first on every event."""
     prev = _Events.prev_thread_hook
-    _tensorgc._lp_thread_hook(frame, event, arg)
+    result = None
+    sys.settrace(prev)  # in place of this hook: the thread's tracer without the profiler
     if prev is not None:
-        return prev(frame, event, arg)
-    return None
+        result = prev(frame, event, arg)
+    _tensorgc._lp_thread_hook(frame, event, arg)
+    return result
 
 
 class LineProfiler:

@@ -307,5 +307,5 @@ def test_a_device_the_file_names_is_shown_by_its_name_escaped(tmp_path):
     r = run_tensorgc_cli("timeline", str(tmp_path), "-o", str(out))
     assert r.returncode == 0, r.stderr
     html = out.read_text()
-    assert "<script>ale" not in html and "    assert "<script>alert" not in html and "&lt;script&gt;alert(1)" in htmllt;script    assert "<script>alert" not in html and "&lt;script&gt;alert(1)" in htmlgt;ale" in html and "\x1b" not in html
+    assert "<script>ale" not in html and "&lt;script&gt;ale" in html and "\x1b" not in html
     assert ", cpu: peak " in html

@@ -7,9 +7,14 @@ organised.
 * Every ```python block of docs/guide.md and README.md runs, and every ```sh block marked to run.
   A block runs as written, in a fresh namespace, in a temporary directory that holds `run.pickle`
   (a copy of tests/data/h100_small_snapshot.pickle). Markers on the line before a fence:
-  `<!-- run: skip -->` (a fragment, not run), `<!-- run: cuda -->` (only with CUDA),
-  `<!-- run: sh -->` (a shell block: each line runs with bash; `tensorgc ...` is the console
-  script, run as `python -m tensorgc ...`).
+  `<!-- run: skip (why) -->` (not run: the reason is required), `<!-- run: cuda -->` (only with
+  CUDA, or TENSORGC_TEST_DEVICE=cuda), `<!-- run: sh -->` (a shell block: each line runs with
+  bash; `tensorgc ...` and `pytest ...` run with this interpreter), `<!-- run: file NAME -->`
+  (written to NAME for the next samples), `<!-- run: as NAME -->` (run from a file NAME).
+  Output blocks: `<!-- output -->` is compared with what the sample before it printed
+  (normalise(): addresses, times, temporary paths; `...` lines stand for any lines),
+  `<!-- output: loose -->` sizes and counts aside too, `<!-- output: recorded (where) -->` not
+  compared (a GPU run of a demo).
 * `git ls-files` has no name like `stop16`, `r7`, `round3` or `session`.
 
     python tests/test_docs.py docs/guide.md    # runs one file's samples and prints their output

@@ -8,15 +8,21 @@ leaves a directory: the snapshot, the timeline and the segment map at the OOM, t
 table, and the finding that a gc.collect() would have freed the memory, with the cycle drawn.
 
     python demos/oom_autopsy.py                 # needs CUDA; caps this process at ~2 GB more
+
+Without CUDA there is no caching allocator to run out of: it says so on stderr and exits 2.
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import os
+import sys
 import tempfile
 
 from _common import import_tensorgc, pick_device
+
+
+NEEDS_CUDA = 2  # the exit status where it cannot run here (demos/run_all.py reads it)
 
 
 class Step:
@@ -37,8 +43,9 @@ def main(argv=None) -> int:
     tensorgc = import_tensorgc()
     device = pick_device(args.device)
     if not device.startswith("cuda"):
-        print("oom_autopsy: needs CUDA (the observer is the CUDA caching allocator's)")
-        return 0
+        print(f"oom_autopsy: needs CUDA (the observer is the CUDA caching allocator's); "
+              f"device {device!r} has none: nothing to show", file=sys.stderr)
+        return NEEDS_CUDA
     directory = args.directory or tempfile.mkdtemp(prefix="tensorgc-oom-")
     os.makedirs(directory, exist_ok=True)
     free, total = torch.cuda.mem_get_info()
@@ -61,7 +68,7 @@ def main(argv=None) -> int:
         torch.cuda.set_per_process_memory_fraction(1.0)
     autopsy = sorted(d for d in os.listdir(directory) if d.startswith("oom-"))
     if not autopsy:
-        print("no autopsy written")
+        print(f"oom_autopsy: no autopsy written in {directory}", file=sys.stderr)
         return 1
     path = os.path.join(directory, autopsy[0])
     print(f"autopsy: {path}")

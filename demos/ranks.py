@@ -62,8 +62,11 @@ class CpuHistory:
         segs = [{"device": self.index, "address": a, "total_size": n, "segment_type": "large",
                  "blocks": [{"address": a, "size": n, "requested_size": n,
                              "state": "active_allocated"}]} for a, n in sorted(self.live.items())]
+        # index is the rank's, so that the files line up as CUDA ranks' would; the key below
+        # makes `tensorgc stats` and the ranks page call the device "cpu", not cuda:<index>
         return {"segments": segs,
-                "device_traces": [[] for _ in range(self.index)] + [self.trace]}
+                "device_traces": [[] for _ in range(self.index)] + [self.trace],
+                "tensorgc_device_names": {self.index: "cpu"}}
 
 
 def run(rank: int, world: int, local: int, use_cuda: bool, args) -> None:
@@ -124,16 +127,21 @@ def run(rank: int, world: int, local: int, use_cuda: bool, args) -> None:
                 torch.cuda.set_per_process_memory_fraction(1.0)
             found = sorted(d for d in os.listdir(out) if d.startswith("oom-"))
             autopsy = os.path.join(out, found[-1]) if found else None
-        else:
-            autopsy, _ = tensorgc.write_autopsy(out, "cpu", model=model, optimizer=opt,
+            what = "OOM autopsy"
+        else:  # no allocator to run out of: the same files, written by hand and named so
+            written, _ = tensorgc.write_autopsy(out, "cpu", model=model, optimizer=opt,
                                                 reason="by hand: the CPU has no allocator to "
                                                        "run out of")
-        if autopsy is not None and os.path.exists(os.path.join(autopsy, "ranks.txt")):
-            with open(os.path.join(autopsy, "ranks.txt"), encoding="utf-8") as f:
-                lines = f.read().splitlines()
-            print(f"rank 1's OOM autopsy: {autopsy}\n  ranks.txt:", flush=True)
-            start = next(i for i, ln in enumerate(lines) if ln.startswith("Memory by rank"))
-            print("\n".join("    " + ln for ln in lines[start:start + 9]), flush=True)
+            autopsy = os.path.join(out, "autopsy-" + os.path.basename(written)[len("oom-"):])
+            os.rename(written, autopsy)
+            what = "autopsy (written by hand: a CPU run has no OOM)"
+        if autopsy is None or not os.path.exists(os.path.join(autopsy, "ranks.txt")):
+            raise SystemExit(f"rank 1: no autopsy with ranks.txt in {out}: nothing to show")
+        with open(os.path.join(autopsy, "ranks.txt"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        print(f"rank 1's {what}: {autopsy}\n  ranks.txt:", flush=True)
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("Memory by rank"))
+        print("\n".join("    " + ln for ln in lines[start:start + 9]), flush=True)
     dist.barrier()
     if off is not None:
         off()

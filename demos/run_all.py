@@ -4,7 +4,9 @@
 Runs ``simple_leak.py`` with a small iteration count and ``--gc-interval`` so
 that a tensorgc report appears quickly: it prints the report's text summary and
 the path of its HTML page (``HTML: /tmp/tensorgc-....html``).  Takes a few
-seconds on CPU.  ``--all`` also runs the Awaitable and training demos.
+seconds on CPU.  ``--all`` also runs the Awaitable and training demos, and the demos that need
+CUDA (``oom_autopsy.py``) where there is CUDA: without it they are skipped, saying so, and the
+run still succeeds. A demo that ran and could not show what it is for fails the run.
 
 Each demo runs in its own interpreter (``sys.executable``), no shell involved.
 """
@@ -18,6 +20,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+CUDA_ONLY = ("oom_autopsy.py",)  # they exit 2 without CUDA, saying so on stderr
 
 
 def run(script: str, *args: str) -> int:
@@ -46,7 +49,22 @@ def main(argv=None) -> int:
     if args.all:
         rcs.append(run("awaitable_leak.py", *common))
         rcs.append(run("training_no_zero_grad.py", *common))
+        cuda = _cuda() if args.device == "auto" else args.device.startswith("cuda")
+        for script in CUDA_ONLY:
+            if cuda:
+                rcs.append(run(script, *common))
+            else:
+                print(f"[{script}: skipped, it needs CUDA and device {args.device!r} has none]\n",
+                      flush=True)
     return max(rcs)
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 if __name__ == "__main__":

@@ -84,7 +84,15 @@ def main(argv=None) -> int:
                                 "-p", "tensorgc.pytest_plugin", "--tensorgc", path],
                                cwd=d, env=env, capture_output=True, text=True)
             print(r.stdout.replace(d, "<tmp>"))
-            return 0 if r.returncode == 1 else 1  # the test is meant to fail
+            # the test is meant to error at its teardown with the plugin's report, and only so
+            shown = (r.returncode == 1 and "tensorgc: the test left" in r.stdout
+                     and "1 error" in r.stdout and " failed" not in r.stdout)
+            if not shown:
+                print(f"why_alive --pytest: pytest exited {r.returncode} without the plugin's "
+                      f"report of the leak (a test that errors at its teardown):\n"
+                      f"{r.stderr.replace(d, '<tmp>')[-2000:]}", file=sys.stderr)
+                return 1
+            return 0
     width = args.width if is_cuda(device) else min(args.width, 512)
     model, opt = build(device, width)
     x = torch.randn(256, width, device=device)

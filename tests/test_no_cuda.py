@@ -102,6 +102,17 @@ def test_asking_for_cuda_cycles_without_cuda_warns(track, log):
     assert NO_CUDA in w and "device='cpu'" in w
 
 
+def test_observe_tensor_cycles_by_default_says_it_sees_nothing_without_cuda(track, log):
+    track(tensorgc.observe_tensor_cycles(lambda html: None))  # torch's default: "cuda"
+    (w,) = messages(log, logging.WARNING)
+    assert "observe_tensor_cycles(device='cuda') watches CUDA tensors, and there are none" in w
+    assert NO_CUDA in w and "device='cpu' or 'any'" in w
+    log.clear()
+    for device in ("cpu", "any", lambda t: True):  # these see the CPU's tensors: nothing said
+        track(tensorgc.observe_tensor_cycles(lambda html: None, device=device))
+    assert messages(log, logging.WARNING) == []
+
+
 def test_a_device_the_detector_refuses_raises_without_a_warning_first(log):
     for bad in ("0", "gpu"):  # a bare index is not a filter of the cycle detector
         with pytest.raises(ValueError, match="device must be 'cuda', 'cpu', 'any'"):

@@ -109,6 +109,65 @@ def test_from_a_checkout_under_xdist(project, tmp_path):
     assert "[gw" in r.stdout  # the reports came from the workers
 
 
+# a leak into a broader fixture by the test that is the last one to use it: the check runs before
+# pytest tears the module and session fixtures down
+LAST_LEAKS = {
+    "test_leaky::test_fills_the_cache": WITH_TENSORGC["test_leaky::test_fills_the_cache"],
+    "test_leaky::test_appends_to_the_module_table":
+        WITH_TENSORGC["test_leaky::test_appends_to_the_module_table"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAST_LEAKS))
+def test_a_leak_into_a_broader_fixture_by_a_test_run_alone(project, tmp_path, name):
+    node = name.replace("::", ".py::")
+    r, got = _run(sys.executable, project, ["-p", "tensorgc.pytest_plugin", "--tensorgc", node],
+                  _checkout_env(), tmp_path / "alone.xml")
+    _check(got, {name: LAST_LEAKS[name]})
+    assert "1 passed, 1 error" in r.stdout
+
+
+def test_a_leak_into_a_session_fixture_by_the_last_test_of_an_xdist_worker(project, tmp_path):
+    pytest.importorskip("xdist")
+    names = ["test_leaky::test_keeps_a_tensor_in_a_global", "test_leaky::test_fills_the_cache"]
+    r, got = _run(sys.executable, project,
+                  ["-p", "tensorgc.pytest_plugin", "--tensorgc", "-n", "2", "--dist", "loadfile"]
+                  + [n.replace("::", ".py::") for n in names],
+                  _checkout_env(), tmp_path / "xdist-last.xml")
+    _check(got, {n: WITH_TENSORGC[n] for n in names})
+    assert "[gw" in r.stdout
+
+
+def test_the_last_tests_fixtures_teardown_error_is_reported_and_the_rest_torn_down(tmp_path):
+    """A function fixture whose teardown fails, in the run's last test: that error is the one
+    reported (not the leak), and the session fixture is still torn down after it."""
+    pytest.importorskip("torch")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    (proj / "conftest.py").write_text(
+        "import pytest\n"
+        "@pytest.fixture(scope='session')\n"
+        "def cache():\n"
+        "    d = {}\n"
+        "    yield d\n"
+        "    open('session-torn-down', 'w').write(str(len(d)))\n"
+        "@pytest.fixture\n"
+        "def broken():\n"
+        "    yield\n"
+        "    raise RuntimeError('the fixture broke on teardown')\n")
+    (proj / "test_it.py").write_text(
+        "import torch\n"
+        "def test_leaks_and_breaks(cache, broken):\n"
+        "    cache['k'] = torch.empty(1000)\n")
+    r, got = _run(sys.executable, proj, ["-p", "tensorgc.pytest_plugin", "--tensorgc"],
+                  _checkout_env(), tmp_path / "broken.xml")
+    outcome, text = got["test_it::test_leaks_and_breaks"]
+    assert outcome == "error" and "the fixture broke on teardown" in text, text
+    assert "tensorgc: the test left" not in text
+    assert (proj / "session-torn-down").read_text() == "1"
+
+
 def _entry_point_site(tmp_path):
     """A directory that, on sys.path, makes the checkout look installed to pytest: a distribution
     whose only content is tensorgc's pytest11 entry point, as setup.cfg declares it."""

@@ -278,3 +278,34 @@ def test_two_files_with_one_rank_are_told_apart_by_their_names(tmp_path, capsys)
     code, _, err = run(capsys, "timeline", tmp_path, "-o", page)
     assert code == 0, err
     assert "rank 1 (a-rank1.pickle), cuda:0: peak" in page.read_text()
+
+
+def test_a_device_the_file_names_is_shown_by_its_name_escaped(tmp_path):
+    """A stand-in made from CPU tensors names its device (tensorgc_device_names): the table and
+    the page show that name, not cuda:N; a hostile one is text."""
+    import pickle
+
+    from _util import run_tensorgc_cli
+
+    hostile = '<script>alert(1)</script>\x1b]8;;'
+    for rank, name in ((0, "cpu"), (1, hostile)):
+        snap = {"segments": [{"device": rank, "address": 4096, "total_size": 512,
+                              "segment_type": "large", "stream": 0,
+                              "blocks": [{"address": 4096, "size": 512, "requested_size": 512,
+                                          "state": "active_allocated"}]}],
+                "device_traces": [[] for _ in range(rank)]
+                + [[{"action": "alloc", "addr": 4096, "size": 512, "stream": 0}]],
+                "tensorgc_device_names": {rank: name}}
+        with open(tmp_path / f"snapshot-rank{rank}.pickle", "wb") as f:
+            pickle.dump(snap, f)
+    r = run_tensorgc_cli("stats", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith(("rank 0 ", "rank 1 "))][:2]
+    assert lines[0].split()[:3] == ["rank", "0", "cpu"], lines
+    assert "cuda:" not in lines[0] and "\x1b" not in r.stdout and "cuda:1" not in lines[1]
+    out = tmp_path / "ranks.html"
+    r = run_tensorgc_cli("timeline", str(tmp_path), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    html = out.read_text()
+    assert "<script>ale" not in html and "&lt;script&gt;ale" in html and "\x1b" not in html
+    assert ", cpu: peak " in html

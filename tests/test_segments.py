@@ -105,3 +105,29 @@ CHROMIUM = chromium()
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make deps installs it)")
 def test_headless_chromium_screenshot_is_not_blank(tmp_path):
     assert len(page_colors(tmp_path, segments_html(snapshot(), at=3), "1200,300")) > 5
+
+
+def test_the_page_at_an_oom_shows_the_request_and_the_free_blocks_too_small_for_it():
+    import re
+
+    snap = snapshot()
+    snap["device_traces"][0][5] = {"action": "oom", "addr": 0, "size": 8 * MB,
+                                   "device_free": 3 * MB, "frames": []}
+    html = segments_html(snap, oom=0)
+    assert "The request that failed: 8.00M, with 3.00M free on the device." in html
+    assert "Free blocks in these segments: 3, the largest 14.00M; 1 as large as the request" in html
+    gaps = re.findall(r'<rect class="(g(?: fit)?)"[^>]*><title>([^<]*)</title>', html)
+    assert sorted(gaps) == sorted([
+        ("g", "free 1.00M at +0x100000 of the segment: too small for the request of 8.00M"),
+        ("g", "free 4.00M at +0x0 of the segment: too small for the request of 8.00M"),
+        ("g fit", "free 14.00M at +0x600000 of the segment: as large as the request of 8.00M")])
+    # a request no free block can take: every one outlined red, and the page says so
+    snap["device_traces"][0][5]["size"] = 32 * MB
+    html = segments_html(snap, oom=0)
+    assert "every one too small for the request (red outline)" in html
+    assert 'class="g fit"' not in html and html.count('<rect class="g"') == 3
+    # not at an OOM: no request, no free blocks drawn
+    assert 'class="g' not in segments_html(snap, at=5)
+    # an OOM entry whose size is not a number: a request of 0 bytes, nothing raised
+    snap["device_traces"][0][5]["size"] = "<b>"
+    assert "The request that failed: 0.00B" in segments_html(snap, oom=0)

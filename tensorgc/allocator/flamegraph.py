@@ -212,23 +212,25 @@ def _color(name: str, depth: int) -> str:
     return f"hsl({h % 55},{70 + h // 55 % 25}%,{55 + h // 1375 % 15}%)"
 
 
-def _layout(root: _Node, min_w: float) -> Tuple[List[Tuple[_Node, float, float, int]], int]:
-    """(node, x, width, depth) of each frame drawn, and the depth reached."""
-    out: List[Tuple[_Node, float, float, int]] = []
+def _layout(root: _Node, min_w: float) -> Tuple[List[Tuple[_Node, float, float, int, int]], int]:
+    """(node, x, width, depth, parent) of each frame drawn, and the depth reached; parent is the
+    index in the list of the frame drawn beneath (-1 for the root)."""
+    out: List[Tuple[_Node, float, float, int, int]] = []
     scale = WIDTH / root.total if root.total else 0.0
-    todo = [(root, 0.0, 0)]
+    todo = [(root, 0.0, 0, -1)]
     deepest = 0
     while todo:
-        node, x, depth = todo.pop()
+        node, x, depth, parent = todo.pop()
         w = node.total * scale
         if w < min_w:
             continue
-        out.append((node, x, w, depth))
+        me = len(out)
+        out.append((node, x, w, depth, parent))
         deepest = max(deepest, depth)
         cx = x
         for name in sorted(node.children):  # alphabetical, as flame graphs merge
             child = node.children[name]
-            todo.append((child, cx, depth + 1))
+            todo.append((child, cx, depth + 1, me))
             cx += child.total * scale
     return out, deepest
 
@@ -256,12 +258,13 @@ def _svg(fold: _Folded, title: str, min_w: float) -> str:
              f"{len(fold.bytes):,} stacks"
              + (f"; {RECTS_MAX:,} frames at most are drawn" if len(frames) >= RECTS_MAX else "")
              + "</text>"]
-    for node, x, w, depth in frames:
+    for i, (node, x, w, depth, parent) in enumerate(frames):
         y = height - BOTTOM - (depth + 1) * ROW
         full = node.name if depth else "all"
         tip = (f"{full} ({readable_size(node.total)}, {node.total:,} bytes, "
                f"{100 * node.total / total:.2f}%)")
-        parts.append(f'<g class="f" data-x="{x:.2f}" data-w="{w:.2f}" data-d="{depth}" '
+        parts.append(f'<g class="f" id="f{i}" data-p="{parent}" data-x="{x:.2f}" '
+                     f'data-w="{w:.2f}" data-d="{depth}" '
                      f'data-n="{_html.escape(fold.short.get(full, full))}"><title>'
                      f'{_html.escape(tip)}</title><rect x="{x + 10:.2f}" y="{y}" '
                      f'width="{max(w - 0.5, 0.1):.2f}" height="{ROW - 1}" rx="2" '
@@ -271,6 +274,8 @@ def _svg(fold: _Folded, title: str, min_w: float) -> str:
     return "\n".join(parts)
 
 
+# A click zooms into a frame: it and what is stacked on it fill the width; beneath it only the
+# frames it stands on (its parents, found by data-p) are drawn, full width; the rest are hidden.
 _ZOOM = """<script>
 (function(){var W=%d,gs=[].slice.call(document.querySelectorAll('g.f'));
 function fit(g,x,w){var r=g.querySelector('rect'),t=g.querySelector('text'),n=g.getAttribute('data-n');
@@ -278,8 +283,10 @@ r.setAttribute('x',(x+10).toFixed(2));r.setAttribute('width',Math.max(w-0.5,0.1)
 t.setAttribute('x',(x+13).toFixed(2));var k=Math.floor((w-6)/6.5);
 t.textContent=k<3?'':(n.length<=k?n:n.slice(0,k-2)+'..');}
 function zoom(z){var zx=+z.getAttribute('data-x'),zw=+z.getAttribute('data-w'),zd=+z.getAttribute('data-d');
+var under={},p=z.getAttribute('data-p'),seen=0;
+while(p!==null&&p!=='-1'&&seen++<gs.length){under[p]=1;var q=document.getElementById('f'+p);p=q?q.getAttribute('data-p'):null;}
 gs.forEach(function(g){var x=+g.getAttribute('data-x'),w=+g.getAttribute('data-w'),d=+g.getAttribute('data-d');
-if(d<zd){g.style.display='';fit(g,0,W);return;}
+if(d<zd){if(under[g.id.slice(1)]){g.style.display='';fit(g,0,W);}else{g.style.display='none';}return;}
 if(x+w<=zx+1e-6||x>=zx+zw-1e-6){g.style.display='none';return;}
 g.style.display='';fit(g,(x-zx)*W/zw,w*W/zw);});}
 gs.forEach(function(g){g.style.cursor='pointer';g.addEventListener('click',function(){zoom(g);});});

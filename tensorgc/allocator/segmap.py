@@ -86,6 +86,28 @@ def _block_frames(snap: Snapshot, device: int) -> Dict[Tuple[int, int], Dict[str
 SITES = 20  # allocation sites listed under the map
 
 
+def _oom_request(trace: Trace, upto: int) -> Tuple[int, Optional[int]]:
+    """(the size the OOM entry asked for, the device's free bytes it recorded or None)."""
+    entry = trace[upto] if 0 <= upto < len(trace) else {}
+    size = entry.get("size") if isinstance(entry, dict) else None
+    free = entry.get("device_free") if isinstance(entry, dict) else None
+    return (size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else 0,
+            free if isinstance(free, int) and not isinstance(free, bool) else None)
+
+
+def _gap(sa: int, ss: int, addr: int, size: int, y: int, request: int, gaps: List[int]) -> str:
+    """A free block of a segment at an OOM, outlined: red when too small for the request."""
+    gaps.append(size)
+    x0 = LEFT + (addr - sa) * WIDTH / max(ss, 1)
+    w = max(size * WIDTH / max(ss, 1), 0.5)
+    small = size < request
+    tip = (f"free {R(size)} at +{addr - sa:#x} of the segment: "
+           + (f"too small for the request of {R(request)}" if small else
+              f"as large as the request of {R(request)}"))
+    return (f'<rect class="g{"" if small else " fit"}" x="{x0:.1f}" y="{y + 2}" '
+            f'width="{w:.1f}" height="{ROW - 4}"><title>{_html.escape(tip)}</title></rect>')
+
+
 def segments_html(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int] = None,
                   oom: Optional[int] = None, title: Optional[str] = None) -> str:
     """The page (str) of the segment map after trace[:at] (default: the end) or just before the
@@ -97,6 +119,8 @@ def segments_html(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int]
     device = snapshot_device(snap, device)
     upto, segs, allocs, trace = segment_map(snap, device=device, at=at, oom=oom)
     blocks = _block_frames(snap, device)
+    request = _oom_request(trace, upto) if oom is not None else None
+    gaps: List[int] = []  # the sizes of the free blocks of the segments drawn
     sites: Dict[str, List[int]] = {}
     rows = segs[:MAX_ROWS]
     parts = []
@@ -109,8 +133,12 @@ def segments_html(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int]
         while j < len(allocs) and allocs[j][0] < sa:
             j += 1
         k = j
+        free_at = sa  # the end of the last allocation: a free block runs from there
         while k < len(allocs) and allocs[k][0] < sa + ss:
             a, s, e = allocs[k]
+            if request is not None and a > free_at:
+                inner.append(_gap(sa, ss, free_at, a - free_at, y, request[0], gaps))
+            free_at = max(free_at, a + s)
             used += s
             entry = trace[e] if 0 <= e < len(trace) else {}
             if not _frame_list(entry):
@@ -128,6 +156,8 @@ def segments_html(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int]
                          f'height="{ROW - 4}" fill="{_color(site)}">'
                          f"<title>{_html.escape(tip)}</title></rect>")
             k += 1
+        if request is not None and sa + ss > free_at:
+            inner.append(_gap(sa, ss, free_at, sa + ss - free_at, y, request[0], gaps))
         j = k  # drawn once: segments from a file may overlap, each row would redraw them all
         parts.append(f'<rect class="s" x="{LEFT}" y="{y + 1}" width="{WIDTH}" height="{ROW - 2}">'
                      f"<title>{_html.escape(f'segment {sa:#x}: {R(ss)}, {R(used)} allocated')}"
@@ -146,6 +176,17 @@ def segments_html(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int]
                + (f" The first {MAX_ROWS} segments are drawn." if len(segs) > MAX_ROWS else "")
                + " Each row is one segment scaled to the width; hover an allocation for its "
                "size and stack.")
+    if request is not None:
+        size, free = request
+        fit = sum(g >= size for g in gaps)
+        summary += (f" The request that failed: {R(size)}"
+                    + (f", with {R(free)} free on the device" if free is not None else "")
+                    + f". Free blocks in these segments: {len(gaps):,}"
+                    + (f", the largest {R(max(gaps))}" if gaps else "")
+                    + ("; every one too small for the request (red outline)." if not fit else
+                       f"; {fit:,} as large as the request (green outline: the allocator did not "
+                       "use them, as they belong to another stream or pool, or rounding made "
+                       "the request larger), the rest too small (red outline)."))
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {LEFT + WIDTH + 10} {h}" '
            f'width="100%">' + "".join(parts) + "</svg>")
     top = sorted(sites.items(), key=lambda kv: (-kv[1][0], kv[0]))[:SITES]
@@ -161,7 +202,8 @@ def segments_html(snap: Snapshot, device: DeviceLike = "cuda", at: Optional[int]
                   + (f"<p>{more:,} more sites.</p>" if more > 0 else ""))
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>" + _html.escape(head)
             + "</title><style>body{font:14px sans-serif;margin:16px;color:#222}"
-            ".s{fill:#eee;stroke:#bbb}.a{stroke:#fff;stroke-width:.3}.a:hover{stroke:#000;"
+            ".s{fill:#eee;stroke:#bbb}.g{fill:#fff;stroke:#c62828;stroke-width:1.2}"
+            ".g.fit{stroke:#2e7d32}.a{stroke:#fff;stroke-width:.3}.a:hover{stroke:#000;"
             "stroke-width:1.5}.ax{font-size:11px;text-anchor:end;dominant-baseline:middle}"
             "table{border-collapse:collapse}td,th{padding:2px 8px;text-align:left}"
             "td.n{text-align:right}.k{display:inline-block;width:10px;height:10px;"

@@ -42,10 +42,27 @@ def observe_tensor_cycles(
     settings that give a live tensor its stack (record_memory_history("state", context="state",
     stacks="python")); it stops it when the last observer relying on it is removed, unless the
     program took it over (record_memory_history) meanwhile. ``record_history=False`` leaves the
-    allocator alone. docs/benchmarks.md gives the cost."""
+    allocator alone. docs/benchmarks.md gives the cost.
+
+    The default device is torch's, "cuda": on a machine without CUDA it would see nothing, so
+    one WARNING on logger "tensorgc" says so (device="cpu" or "any" watches the CPU's)."""
     handle = _tensorgc.observe_tensor_cycles(callback, device=device)
     start_for(handle, device, record_history)
+    if _asks_cuda(device) and not cuda_available():
+        logger.warning("tensorgc: observe_tensor_cycles(device=%r) watches CUDA tensors, and "
+                       "there are none: %s; device='cpu' or 'any' watches the CPU's", device,
+                       NO_CUDA)
     return handle
+
+
+def _asks_cuda(device: object) -> bool:
+    """Whether ``device`` names CUDA tensors only ("cuda", "cuda:1", 0, a torch.device)."""
+    if not ((isinstance(device, str) and device != "any") or type(device).__name__ == "device"):
+        return False
+    try:
+        return parse_device(device)[0] == "cuda"  # type: ignore[arg-type]
+    except ValueError:
+        return False  # observe_cycles said what is wrong with it
 
 
 def warn_tensor_cycles(
@@ -113,11 +130,8 @@ def warn_tensor_cycles(
             device, why = "cuda", " (the default: CUDA is available)"
         else:
             device, why = "cpu", f" (the default: no CUDA, {NO_CUDA})"
-    elif (isinstance(device, str) and device != "any") or type(device).__name__ == "device":
-        try:
-            asks_cuda = parse_device(device)[0] == "cuda"
-        except ValueError:
-            pass  # observe_cycles says what is wrong with it
+    else:
+        asks_cuda = _asks_cuda(device)
 
     def write_and_log(report: CycleReport) -> None:
         verdict = counter.admit(report)  # reads the signatures only: no text, no page

@@ -78,6 +78,12 @@ class RankSnapshot:
     # each OOM: (trace entry, event, time_us or None, tooltip); at most MARKS_MAX kept
     oom_count: int = 0
     times: Optional[Tuple[int, int]] = None  # first and last time_us, where every entry has one
+    device_name: str = ""           # what the file calls the device ("cpu" for a stand-in)
+
+    @property
+    def where(self) -> str:
+        """The device as the table shows it: the file's own name for it, else cuda:N."""
+        return self.device_name or f"cuda:{self.device}"
     active: List[int] = field(default_factory=list)
     peaks: List[int] = field(default_factory=list)  # peak within each column
     bounds: List[float] = field(default_factory=list)  # column edges: time_us (clock) ...
@@ -140,6 +146,11 @@ def _reduce(snap: Snapshot, path: str, label: str, rank: Optional[int], index: i
     return out
 
 
+# A snapshot's key naming a device index that is not a CUDA device: {index: "cpu"} in a stand-in
+# made from CPU tensors (demos/ranks.py --spawn); torch writes no such key.
+DEVICE_NAMES = "tensorgc_device_names"
+
+
 def rank_snapshots(snap: Snapshot, path: str, device: Optional[int] = None,
                    columns: int = COLUMNS, first: bool = False) -> List[RankSnapshot]:
     """The RankSnapshot of each CUDA device the file holds (``first``: of the first one only;
@@ -156,6 +167,11 @@ def rank_snapshots(snap: Snapshot, path: str, device: Optional[int] = None,
         return [RankSnapshot(path, base, rank, None,
                              note=f"{what} in this file (it holds {held_text(held)})")]
     rows = [_reduce(snap, path, base, rank, d, totals, columns) for d in want]
+    names = snap.get(DEVICE_NAMES)
+    for r in rows:  # a snapshot made for another device (a CPU stand-in) names it
+        name = names.get(r.device) if isinstance(names, dict) else None
+        if isinstance(name, str) and name:
+            r.device_name = _label_text(name, 12)
     # a rank's file holds every device its process touched (NCCL touches the others): the
     # devices where nothing was allocated or reserved are left out while one has something
     used = [r for r in rows if r.peak or r.reserved or r.allocs or r.oom_count]
@@ -193,7 +209,7 @@ def pointers(rows: Sequence[RankSnapshot], clock: Optional[Tuple[int, int]]) -> 
     if not live:
         return ["no file holds a CUDA device to compare"]
     top = max(live, key=lambda r: r.peak)  # the first of equals: the lowest rank
-    name = f"{top.label} (cuda:{top.device})" if len(live) > len({r.label for r in live}) \
+    name = f"{top.label} ({top.where})" if len(live) > len({r.label for r in live}) \
         else top.label
     if len(live) >= 2:
         med = statistics.median(r.peak for r in live)
@@ -236,7 +252,7 @@ def stats_text(rows: Sequence[RankSnapshot], what: str) -> str:
             lines.append(f"{r.label:<{width}s}  {r.note}")
             continue
         first = _when(r, r.first_oom, clock) if r.first_oom else "-"
-        lines.append(f"{r.label:<{width}s}  {f'cuda:{r.device}':<7s}{R(r.peak):>10s}"
+        lines.append(f"{r.label:<{width}s}  {r.where:<7s}{R(r.peak):>10s}"
                      f"{R(r.reserved):>10s}{R(r.allocated):>11s}{r.allocs:>9,d}"
                      f"{r.oom_count:>6d}  {first}")
     lines.append("-" * 79)
@@ -349,7 +365,7 @@ def ranks_html(rows: Sequence[RankSnapshot], title: str) -> str:
         cls = " ".join(k for k, on in (("hi", r is highest), ("first", r is first)) if on)
         when = _when(r, r.first_oom, clock) if r.first_oom else "-"
         table.append(f'<tr class="{cls}"><td class="l">{esc(r.label)}</td><td class="l">'
-                     f"cuda:{r.device}</td><td>{R(r.peak)}</td><td>{R(r.reserved)}</td>"
+                     f"{esc(r.where)}</td><td>{R(r.peak)}</td><td>{R(r.reserved)}</td>"
                      f"<td>{R(r.allocated)}</td><td>{r.allocs:,}</td><td>{r.oom_count}</td>"
                      f'<td class="l">{esc(when)}</td><td class="l">'
                      f"{esc(_label_text(os.path.basename(r.path), 80))}</td></tr>")
@@ -367,7 +383,7 @@ def ranks_html(rows: Sequence[RankSnapshot], title: str) -> str:
         name = f"rank{r.rank}" if r.rank is not None else "rank"
         cmd = (f"python -m tensorgc timeline {shlex.quote(_label_text(r.path))} "
                f"--device {r.device} -o {name}-timeline.html")
-        charts.append(f'<div class="rank"><h3>{esc(r.label)}, cuda:{r.device}: peak '
+        charts.append(f'<div class="rank"><h3>{esc(r.label)}, {esc(r.where)}: peak '
                       f"{R(r.peak)}, {r.oom_count} OOM(s)"
                       + (f" (the first {MARKS_MAX} drawn)" if r.oom_count > MARKS_MAX else "")
                       + "</h3>" + _chart(r, clock, max_events, top)

@@ -119,15 +119,57 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]
     del item.stash[_PENDING]
     before, s = pending
     del pending
+    g = None
     try:
-        res = yield  # the fixtures' teardown: an error there is the one reported
-        _drop_torn_down(item)
-        g = _growth(before, s["device"], item)
+        # The test's own fixtures first, and the check before the broader ones go: the last
+        # test of a module, of an xdist worker or of the run (nextitem None) tears down module
+        # and session fixtures too, and what it left in them would be freed unseen.
+        torn, own_error = _teardown_own_fixtures(item)
+        if torn and own_error is None:
+            _drop_torn_down(item)
+            g = _growth(before, s["device"], item)
+        res = yield  # the rest of the teardown: the broader fixtures nextitem does not need
+        if own_error is not None:  # the fixtures' teardown: an error there is the one reported
+            raise own_error
+        if not torn:  # a pytest whose teardown could not be split: check after all of it
+            _drop_torn_down(item)
+            g = _growth(before, s["device"], item)
     finally:
         del before
-    if g.rows and g.nbytes > s["min_bytes"]:
+    if g is not None and g.rows and g.nbytes > s["min_bytes"]:
         pytest.fail(_message(g), pytrace=False)
     return res
+
+
+class _ParentChain:
+    """Stands in for a next item that needs every node above ``item``: given to pytest's
+    SetupState.teardown_exact, it tears down the item's own node (its function-scoped
+    fixtures) and nothing else."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        self._chain = item.listchain()[:-1]
+
+    def listchain(self) -> list:  # type: ignore[type-arg]
+        return self._chain
+
+
+def _teardown_own_fixtures(item: pytest.Item) -> Tuple[bool, Optional[BaseException]]:
+    """Tears down the test's function-scoped fixtures, as pytest's own teardown would first:
+    (whether it could, the error a finalizer raised). Not done (False) where the session's
+    SetupState is not the one known (pytest 7 to 9: a dict from node to finalizers, the item
+    last)."""
+    state = getattr(item.session, "_setupstate", None)
+    stack = getattr(state, "stack", None)
+    if (not isinstance(stack, dict) or not stack or next(reversed(stack)) is not item
+            or not callable(getattr(state, "teardown_exact", None))):
+        return False, None
+    try:
+        state.teardown_exact(_ParentChain(item))  # type: ignore[union-attr]
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001  Exception, or pytest's outcomes (fail, skip)
+        return True, e
+    return True, None
 
 
 def _fixture_defs(item: pytest.Item) -> Dict[str, Any]:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "build", "wheel")
@@ -186,6 +187,8 @@ def main():
     ap.add_argument("--python", action="append", metavar="X.Y",
                     help="a CPython version to build for (repeatable; default: 3.10 to 3.13)")
     ap.add_argument("--dist", default=os.path.join(ROOT, "dist"), help="where the files go")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                    help="wheels built at once (default: 2, or 1 on one core)")
     args = ap.parse_args()
     wanted = args.python or list(VERSIONS)
     t0 = time.monotonic()
@@ -203,13 +206,11 @@ def main():
         run([tools, "-m", "build", "--no-isolation", "--sdist", "--outdir", args.dist, ROOT],
             stdout=f, stderr=subprocess.STDOUT)
     sdist = glob.glob(os.path.join(args.dist, "tensorgc-*.tar.gz"))[0]
-    built, missing = [], []
-    for want in wanted:
-        got = build_one(want, sdist, tools, args.dist)
-        if got is None:
-            missing.append(want)
-        else:
-            built.append(got)
+    # the compilers run side by side, args.jobs at a time
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        got = list(pool.map(lambda want: build_one(want, sdist, tools, args.dist), wanted))
+    built = [g for g in got if g is not None]
+    missing = [want for want, g in zip(wanted, got) if g is None]
     run([os.path.join(os.path.dirname(tools), "twine"), "check", "--strict",
          *glob.glob(os.path.join(args.dist, "tensorgc-*"))])
     for path, secs in built:

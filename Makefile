@@ -134,4 +134,4 @@ phases: deps build ## Build a copy with phase timers (build/phases-lib) and show
 	  --variant timed=build/phases-lib/tensorgc/_tensorgc$(EXT_SUFFIX)
 
 clean: ## Remove build products
-	rm -rf build dist *.egg-info tensorgc/*.so tensorgc/_tgc_render
+	rm -rf build dist *.egg-info tensorgc/*.so tensorgc/_tgc_render tensorgc.libs

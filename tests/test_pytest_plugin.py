@@ -12,6 +12,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from _util import needs_graphviz_dev
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT = os.path.join(ROOT, "tests", "data", "plugin_project")
 
@@ -176,6 +178,7 @@ def _copy_for_install(dst):
     shutil.copytree(ROOT, dst, ignore=ignore)
 
 
+@needs_graphviz_dev
 def test_installed_in_a_virtual_environment(project, tmp_path):
     """pip installs a copy of the checkout into a throwaway venv (the system's packages visible:
     torch, pytest, pytest-xdist); the project then runs with the entry point alone, with

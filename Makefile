@@ -29,7 +29,7 @@ DEVICE_CFLAGS = $(shell $(PYTHON) tools/cuda_flags.py 2>/dev/null)
 REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 
 .DEFAULT_GOAL := build
-.PHONY: help deps build test demo bench units valgrind asan phases clean
+.PHONY: help deps build test wheel smoke demo bench units valgrind asan phases clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -71,6 +71,12 @@ build: $(SO) ## Build the extensions in place (warnings are errors)
 
 test: deps build ## Run the test suite (TENSORGC_TEST_DEVICE=cuda for CUDA tensors)
 	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+
+wheel: ## Build the sdist and a manylinux wheel per CPython 3.10-3.13 into dist/, Graphviz bundled (auditwheel; tools pinned in tools/build_wheels.py)
+	$(PYTHON) tools/build_wheels.py $(WHEEL_ARGS)
+
+smoke: ## Install a wheel from dist/ into fresh venvs, Graphviz hidden, as root and as nobody, and run what a user runs (tools/wheel_smoke.sh)
+	bash tools/wheel_smoke.sh $(SMOKE_ARGS)
 
 demo: deps build ## Run a leak with the detector on: prints the summary and the HTML page's path
 	$(PYTHON) demos/run_all.py
@@ -132,4 +138,4 @@ phases: deps build ## Build a copy with phase timers (build/phases-lib) and show
 	  --variant timed=build/phases-lib/tensorgc/_tensorgc$(EXT_SUFFIX)
 
 clean: ## Remove build products
-	rm -rf build dist *.egg-info tensorgc/*.so tensorgc/_tgc_render
+	rm -rf build dist *.egg-info tensorgc/*.so tensorgc/_tgc_render tensorgc.libs

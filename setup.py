@@ -16,14 +16,19 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 
+# One line, the same wherever pkg-config or Graphviz's development files are missing.
+GRAPHVIZ_MISSING = (
+    "tensorgc: building it needs Graphviz's C library and pkg-config, not found "
+    "(`pkg-config libgvc libcgraph`); install them: Debian/Ubuntu `apt-get install libgraphviz-dev "
+    "pkg-config`, Fedora `dnf install graphviz-devel pkgconf-pkg-config`, conda `conda install "
+    "-c conda-forge graphviz pkg-config` (or install a tensorgc wheel, which bundles Graphviz)")
+
+
 def pkg_config(*args):
     try:
         out = subprocess.run(["pkg-config", *args], check=True, capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        detail = getattr(exc, "stderr", "") or str(exc)
-        sys.exit("tensorgc: Graphviz's C library was not found with pkg-config "
-                 f"({detail.strip()}). Install it with `make deps` "
-                 "(Debian: apt-get install libgraphviz-dev pkg-config).")
+    except (OSError, subprocess.CalledProcessError):
+        sys.exit(GRAPHVIZ_MISSING)
     return out.stdout.strip()
 
 
@@ -85,7 +90,6 @@ if sysconfig.get_config_var("Py_GIL_DISABLED"):
     sys.exit("tensorgc does not support free-threaded CPython builds (Py_GIL_DISABLED): the cycle "
              "detector edits gc.garbage in place and reads reference counts without per-object "
              "locks, which only the GIL makes safe. Build it with a standard (GIL) CPython.")
-gv = graphviz()
 cuda_inc, cuda_macros = cuda_headers()
 warnings = ["-Wall", "-Wextra", "-Wshadow", "-Wno-missing-field-initializers", "-Wno-cast-function-type"]
 if os.environ.get("TENSORGC_WERROR"):
@@ -123,9 +127,33 @@ testing = Extension(
 
 
 class build_ext_and_worker(build_ext):
-    """build_ext, then the render worker executable beside the extension module."""
+    """build_ext, then the render worker executable beside the extension module.
+
+    The test-only module tensorgc._tensorgc_testing is built when build_ext is the command run
+    (`make build`, the tests' own builds), never by a build of a wheel or an install. With
+    --testing-only, build_ext builds that module alone (no Graphviz needed), into --build-lib
+    beside an installed tensorgc of the same sources."""
+
+    user_options = build_ext.user_options + [
+        ("testing-only", None, "build only tensorgc._tensorgc_testing (no extension, no worker)"),
+    ]
+    boolean_options = build_ext.boolean_options + ["testing-only"]
+
+    def initialize_options(self):
+        super().initialize_options()
+        self.testing_only = False
+
+    def finalize_options(self):
+        super().finalize_options()
+        if self.testing_only:
+            self.extensions = [testing]
+        elif "build_ext" not in self.distribution.commands:
+            self.extensions = [e for e in self.extensions if e is not testing]
 
     def run(self):
+        if self.testing_only:
+            return super().run()
+        gv = graphviz()  # before compiling anything: without Graphviz, stop at once
         super().run()
         mod_path = self.get_ext_fullpath(ext.name)
         out = os.path.join(os.path.dirname(mod_path), "_tgc_render")

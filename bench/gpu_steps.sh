@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Build tensorgc from source on a CUDA machine, then run the steps named on the command line;
-# logs and tables go under $OUT (default /tmp/tensorgc-gpu). Needs: python3 with torch (a CUDA
-# build), Graphviz's C library (libgraphviz-dev, pkg-config), a C compiler. Run from the
-# repository root:
+# Set tensorgc up on a CUDA machine, then run the steps named on the command line; logs and
+# tables go under $OUT (default /tmp/tensorgc-gpu). Set up from the wheel users install when
+# $GPU_WHEELS (default .gpu/wheels) holds one for this python3 (`make wheel` on the build machine,
+# then copy dist/*.whl there): its compiled parts (the extension, the render worker and the
+# Graphviz it bundles in tensorgc.libs/) are laid out in the checkout as pip lays them out in
+# site-packages, beside the checkout's Python files (the same sources), and only the test-only
+# module is compiled (no Graphviz needed). Without such a wheel it builds from source, which
+# needs Graphviz's C library (libgraphviz-dev, pkg-config). Needs: python3 with torch (a CUDA
+# build), a C compiler. Run from the repository root:
 #   bash bench/gpu_steps.sh tests demos bench
 # Steps: tests, demos, bench, quickbench, reporter, b1, inproc, pages, b1torch, b2, young, units,
 # profile, index, lineprof, ab, phases, ranks (see the case below, or CONTRIBUTING.md).
 #
 # Optional settings (environment):
 #   OUT=DIR          where logs go (default /tmp/tensorgc-gpu)
+#   GPU_WHEELS=DIR   tensorgc's wheels (default .gpu/wheels); the one for this python3 is used
 #   WHEELS=DIR       a folder of wheels to install offline first, with --no-deps --no-index, into
 #                    a private target on PYTHONPATH (for a machine without a package index:
 #                    nvidia-nvml-dev for nvml.h, pytorch_memlab and calmsize for B3/B5)
@@ -30,13 +36,30 @@ if [ "$BENCH_CPU" = none ]; then PIN=(); else PIN=(taskset -c "$BENCH_CPU"); fi
   python3 -V
   python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  pkg-config --modversion libgvc
 } 2>&1 | tee "$OUT/env.log"
 if [ -n "${WHEELS:-}" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-deps --no-index --target /tmp/tgc-extra "$WHEELS"/*.whl > "$OUT/wheels.log" 2>&1
   export PYTHONPATH=/tmp/tgc-extra${PYTHONPATH:+:$PYTHONPATH}
 fi
-TENSORGC_WERROR=1 python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+tag=$(python3 -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+version=$(python3 -c 'exec(open("tensorgc/_version.py").read()); print(__version__)')
+wheel=$(ls "${GPU_WHEELS:-.gpu/wheels}"/tensorgc-"$version"-"$tag"-"$tag"-manylinux*.whl 2>/dev/null | head -1)
+if [ -n "$wheel" ]; then
+  site=$(mktemp -d /tmp/tgc-wheel.XXXXXX)
+  {
+    python3 -m pip install -q --no-deps --no-index --target "$site" "$wheel" &&
+    rm -rf tensorgc/_tensorgc.*.so tensorgc/_tensorgc_testing.*.so tensorgc/_tgc_render tensorgc.libs &&
+    cp "$site"/tensorgc/_tensorgc.*.so "$site"/tensorgc/_tgc_render tensorgc/ &&
+    cp -r "$site"/tensorgc.libs . &&
+    TENSORGC_WERROR=1 python3 setup.py -q build_ext --testing-only --inplace
+  } > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+  rm -rf "$site"
+  echo "installed $(basename "$wheel") (Graphviz: $(ls tensorgc.libs | tr '\n' ' '))" | tee -a "$OUT/env.log"
+else
+  pkg-config --modversion libgvc 2>&1 | tee -a "$OUT/env.log"
+  TENSORGC_WERROR=1 python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+  echo "built from source" | tee -a "$OUT/env.log"
+fi
 echo "build ok"
 EXT=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 for step in "$@"; do

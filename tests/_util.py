@@ -3,6 +3,8 @@
 import gc
 import os
 
+import pytest
+
 try:
     import torch
 except ImportError:  # the torch-free run: the C engines and the snapshot tools only
@@ -268,3 +270,18 @@ def open_timeline(browser, tmp_path, html, name, height):
     page.goto(path.as_uri())
     page.wait_for_selector("#tgc-plot[data-full]")
     return page, errors
+
+
+def graphviz_dev():
+    """Whether Graphviz's development files are here (pkg-config finds libgvc and libcgraph):
+    a build from source needs them; an installed wheel's extension and worker do not."""
+    import shutil
+    import subprocess
+    return shutil.which("pkg-config") is not None and subprocess.run(
+        ["pkg-config", "--exists", "libgvc", "libcgraph"]).returncode == 0
+
+
+# a test that builds the extensions or the render worker from source
+needs_graphviz_dev = pytest.mark.skipif(
+    not graphviz_dev(), reason="builds from source: needs Graphviz's development files "
+                               "(libgraphviz-dev, pkg-config)")

@@ -8,10 +8,13 @@ import subprocess
 
 import pytest
 
+from _util import needs_graphviz_dev
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make and a C compiler")
+@needs_graphviz_dev
 def test_c_units():
     build = subprocess.run(["make", "-s", "build/test_units"], cwd=ROOT, capture_output=True,
                            text=True, timeout=300)

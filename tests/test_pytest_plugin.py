@@ -12,6 +12,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from _util import needs_graphviz_dev
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT = os.path.join(ROOT, "tests", "data", "plugin_project")
 
@@ -196,6 +198,22 @@ def test_the_entry_point_and_the_module_named_too(project, tmp_path):
     assert r.returncode == 4 and "unrecognized arguments: --tensorgc" in r.stderr
 
 
+def test_a_project_without_torch(tmp_path):
+    """Where torch cannot be imported no test can leave a tensor alive: --tensorgc checks nothing
+    and fails nothing (it ran as the installed wheel's smoke test does, without torch)."""
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "torch.py").write_text("raise ImportError('torch is hidden from this run')\n")
+    proj = tmp_path / "plain"
+    proj.mkdir()
+    (proj / "test_plain.py").write_text("KEEP = []\n\n\ndef test_keeps_a_list():\n"
+                                        "    KEEP.append([0] * 1000)\n")
+    r, got = _run(sys.executable, proj, ["-p", "tensorgc.pytest_plugin", "--tensorgc",
+                                         "-p", "no:cacheprovider"],
+                  _checkout_env(str(hide)), tmp_path / "plain.xml")
+    _check(got, {"test_plain::test_keeps_a_list": ("passed", None)})
+
+
 def test_the_plugin_module_imports_nothing_heavy():
     code = ("import sys, tensorgc.pytest_plugin, tensorgc._pytest_entry; "
             "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
@@ -219,6 +237,7 @@ def _copy_for_install(dst):
     shutil.copytree(ROOT, dst, ignore=ignore)
 
 
+@needs_graphviz_dev
 def test_installed_in_a_virtual_environment(project, tmp_path):
     """pip installs a copy of the checkout into a throwaway venv (the system's packages visible:
     torch, pytest, pytest-xdist); the project then runs with the entry point alone, with

@@ -1,6 +1,8 @@
 # tensorgc: a self-documenting Makefile. `make help` lists the targets.
 PYTHON ?= python3
 PYTEST_ARGS ?= -q
+# pytest-xdist workers for `make test` (0: one process); the suite's tests are independent
+PYTEST_WORKERS ?= 2
 # "none": the torch-free run (a Python for which the registry has no CPU build of torch)
 TORCH_VERSION ?= 2.13.0
 NVML_DEV_VERSION ?= 13.0.87
@@ -70,7 +72,7 @@ $(SO): $(SOURCES)
 build: $(SO) ## Build the extensions in place (warnings are errors)
 
 test: deps build ## Run the test suite (TENSORGC_TEST_DEVICE=cuda for CUDA tensors)
-	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+	$(PYTHON) -m pytest tests -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 wheel: ## Build the sdist and a manylinux wheel per CPython 3.10-3.13 into dist/, Graphviz bundled (auditwheel; tools pinned in tools/build_wheels.py)
 	$(PYTHON) tools/build_wheels.py $(WHEEL_ARGS)

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import tempfile
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
@@ -139,8 +140,10 @@ class Watcher:
         self.name = name
         self.say = say
         self.sink: Optional[Sink] = None
-        self.model: Any = None
-        self.optimizers: List[Any] = []
+        # weak references: a run that never reaches stop() (an Accelerate loop) must not keep
+        # its model and optimizer alive
+        self._model: Callable[[], Any] = _none
+        self._optimizers: List[Callable[[], Any]] = []
         self.device = "cpu"
         self.directory: Optional[str] = None
         self.started = False
@@ -151,6 +154,7 @@ class Watcher:
         self.sink_failures = 0
         self.text_ok = True
         self.pages: Set[str] = set()
+        self.pages_before: Set[str] = set()  # pages in the directory before the run: not ours
         self.reports_at_start = 0
         self.seen_at_start = 0
         self.bytes_at_start = 0
@@ -159,6 +163,14 @@ class Watcher:
         self.last_report: Any = None
         self.last_gathered: Any = None
         self.announced = False
+
+    @property
+    def model(self) -> Any:
+        return self._model()
+
+    @property
+    def optimizers(self) -> List[Any]:
+        return [o for o in (r() for r in self._optimizers) if o is not None]
 
     # -- guards -------------------------------------------------------------------------------
     def _guard(self, part: str, fn: Callable[[], Any]) -> Any:
@@ -203,6 +215,8 @@ class Watcher:
         global _running
         if self.started:
             return
+        if not isinstance(model, _module_type()):
+            raise TypeError(f"the model must be a torch.nn.Module, not {type(model).__name__}")
         if _running is not None and _running is not self:
             log.warning("%s: another tensorgc integration is already watching this process "
                         "(%s); this one stays idle", self.name, _running.name)
@@ -211,8 +225,8 @@ class Watcher:
         self.started = True
         self.steps = 0
         self.at = 0
-        self.model = model
-        self.optimizers = [o for o in map(torch_optimizer, optimizers) if o is not None]
+        self._model = _weak(model)
+        self._optimizers = [_weak(o) for o in map(torch_optimizer, optimizers) if o is not None]
         self.sink = sink
         self.device = model_device(model)
         self.directory = self._guard("output directory", lambda: self._directory(log_dir))
@@ -222,6 +236,7 @@ class Watcher:
         self.bytes_at_start = totals.get("bytes", 0)
         opts = self.options
         if opts.cycles and self.directory is not None:
+            self.pages_before = set(self._guard("cycle pages", self._page_files) or ())
             self._guard("cycle detector", self._start_cycles)
         if opts.oom and self.device.startswith("cuda") and self.directory is not None:
             self._guard("OOM autopsy", self._start_oom)
@@ -300,7 +315,10 @@ class Watcher:
         from ..reporter import MemReporter
 
         opts = self.options
-        reporter = MemReporter(self.model)
+        model = self.model
+        if model is None:  # the run's model is gone: nothing of it to report
+            return
+        reporter = MemReporter(model)
         for o in self.optimizers:
             reporter.add_optimizer(o)
         info = rank_info()
@@ -341,11 +359,23 @@ class Watcher:
             return
         self.last_reports = reports
         self._scalars(self.cycle_scalars(), self.at)
-        for entry in os.scandir(self.directory):
-            if (entry.name.startswith("tensorgc-cycle-") and entry.name.endswith(".html")
-                    and entry.path not in self.pages and len(self.pages) < PAGES_MAX):
-                self.pages.add(entry.path)
-                self.say(f"{self.name}: cycle page {entry.path}")
+        for path in self._page_files():
+            if path not in self.pages and path not in self.pages_before and len(self.pages) < PAGES_MAX:
+                self.pages.add(path)
+                self.say(f"{self.name}: cycle page {path}")
+
+    def _page_files(self) -> List[str]:
+        """This rank's cycle pages in the directory (other ranks' may share it)."""
+        from .._common.output import ranked
+
+        mine = ranked("tensorgc-cycle-")
+        out = []
+        for entry in os.scandir(self.directory or "."):
+            n = entry.name
+            if (n.startswith(mine) and n.endswith(".html")
+                    and (mine != "tensorgc-cycle-" or not n.startswith("tensorgc-cycle-rank"))):
+                out.append(entry.path)
+        return out
 
     def stop(self) -> None:
         """At the end of the run: the last pages announced, every part removed."""
@@ -359,14 +389,33 @@ class Watcher:
         global _running
         if _running is self:
             _running = None
-        self.model = None
-        self.optimizers = []
+        self._model = _none
+        self._optimizers = []
+
+
+def _none() -> Any:
+    return None
+
+
+def _weak(obj: Any) -> Callable[[], Any]:
+    if obj is None:
+        return _none
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 def _cycle_totals() -> Dict[str, int]:
     from ..cycles.dedup import cycle_totals
 
     return cycle_totals()
+
+
+def _module_type() -> type:
+    import torch
+
+    return torch.nn.Module
 
 
 def _group_ready() -> bool:

@@ -120,10 +120,11 @@ def torch_optimizer(opt: Any) -> Any:
     import torch
 
     for _ in range(4):
-        if opt is None or isinstance(opt, torch.optim.Optimizer):
-            return opt
-        opt = getattr(opt, "optimizer", None) or getattr(opt, "_optimizer", None)
-    return None
+        inner = getattr(opt, "optimizer", None)  # AcceleratedOptimizer is an Optimizer itself
+        if inner is None or inner is opt:
+            break
+        opt = inner
+    return opt if isinstance(opt, torch.optim.Optimizer) else None
 
 
 def _cut(text: str, n: int = TEXT_MAX) -> str:

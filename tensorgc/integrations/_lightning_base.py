@@ -45,7 +45,7 @@ class LightningSink(Sink):
 def make_callback(pl: Any) -> type:
     """The TensorGC callback class over the Lightning package ``pl``."""
 
-    class TensorGC(pl.Callback):  # type: ignore[misc,name-defined]
+    class TensorGC(pl.Callback):  # type: ignore[misc]
         """tensorgc in a Lightning run: ``Trainer(callbacks=[TensorGC()])``.
 
         Starts at fit's first training batch and stops at its end: the cycle detector with its

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 import os
-from typing import Any, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 MAX_BYTES = 4 * 1024 * 1024   # the page kept in a notebook cell, at most
 # (detail, columns) tried in turn until the page fits
@@ -36,7 +36,7 @@ class InlinePage:
         return f"<InlinePage {self.title!r}: {size}>"
 
 
-def inline_timeline(snapshot: Union[dict, str, "os.PathLike[str]", None] = None, *,
+def inline_timeline(snapshot: Union[Dict[str, Any], str, "os.PathLike[str]", None] = None, *,
                     device: Any = "cuda", title: Optional[str] = None,
                     max_bytes: int = MAX_BYTES, height: int = 640) -> InlinePage:
     """The timeline page of ``snapshot`` (a dict, a snapshot file's path, or None: the

@@ -21,7 +21,7 @@ log = logging.getLogger("tensorgc")
 def _handler_of(callback: Any) -> Any:
     """The Trainer's CallbackHandler that is calling ``callback`` now (a few frames up, the
     call_event that runs this hook), or None. Its callbacks are the Trainer's loggers."""
-    f = sys._getframe(1)
+    f: Any = sys._getframe(1)
     for _ in range(6):
         if f is None:
             return None
@@ -62,7 +62,7 @@ class TrainerSink(Sink):
                 writer.add_text(tag, text, step)
 
 
-class TensorGCCallback(TrainerCallback):  # type: ignore[misc]
+class TensorGCCallback(TrainerCallback):
     """tensorgc in a Trainer run: ``Trainer(..., callbacks=[TensorGCCallback()])``.
 
     From train's start to its end: the cycle detector with its pages, the OOM autopsy (CUDA,

@@ -48,7 +48,7 @@ def report_html(rep: Any) -> str:
         parts.append(f"<p>no tensors found on {_e(rep.device or 'any device')}</p>")
     for dev, t in rep.totals.items():
         rows = [r for r in rep.rows if r.device == dev]
-        kinds: dict = {}
+        kinds: dict[str, int] = {}
         for r in rows:
             kinds[r.kind] = kinds.get(r.kind, 0) + r.used
         head = f"Storage on {dev}: {readable_size(t['used'])} in {t['tensors']} tensors"

@@ -11,6 +11,10 @@ MYPY_VERSION ?= 2.4.1
 PLAYWRIGHT_VERSION ?= 1.65.2
 XDIST_VERSION ?= 3.8.0
 COVERAGE_VERSION ?= 7.17.5
+# The training-loop integrations' tests (tests/test_integration*.py, tests/test_notebooks.py); not
+# installed with TORCH_VERSION=none
+INTEG_PINS ?= lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 tensorboard==2.21.0 \
+  nbclient==0.11.0 ipykernel==7.4.0 nbformat==5.11.1
 EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 SO := tensorgc/_tensorgc$(EXT_SUFFIX)
 SO_TESTING := tensorgc/_tensorgc_testing$(EXT_SUFFIX)
@@ -36,7 +40,7 @@ REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build (TORCH_VERSION=none: no torch), pytest, pytest-xdist, coverage, IPython, mypy, playwright, nvml.h (pip)
+deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build (TORCH_VERSION=none: no torch), pytest, pytest-xdist, coverage, IPython, mypy, playwright, the integrations' libraries (INTEG_PINS), nvml.h (pip)
 	@if ! pkg-config --exists libgvc libcgraph 2>/dev/null; then \
 	  echo "tensorgc: installing Graphviz's C library (libgraphviz-dev, pkg-config)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libgraphviz-dev pkg-config; \
@@ -61,6 +65,10 @@ deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.
 	@# playwright: the timeline page's real-browser tests (it drives Debian's chromium; no browser download)
 	@$(PYTHON) -c "import importlib.metadata as m, sys; sys.exit(m.version('playwright') != '$(PLAYWRIGHT_VERSION)')" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q "playwright==$(PLAYWRIGHT_VERSION)"
+	@# the integrations' libraries, at the pinned versions (the torch-free run skips their tests)
+	@[ "$(TORCH_VERSION)" = none ] || $(PYTHON) -c "import importlib.metadata as m, sys; \
+	  sys.exit(any(m.version(p.split('==')[0]) != p.split('==')[1] for p in '$(INTEG_PINS)'.split()))" 2>/dev/null || \
+	  $(PYTHON) -m pip install -q $(INTEG_PINS)
 	@$(PYTHON) -c "import setuptools, wheel" 2>/dev/null || $(PYTHON) -m pip install -q setuptools wheel
 	@# nvml.h for the device view (CUDA 13 toolkits do not ship it); headers only, 124 KB
 	@$(PYTHON) -c "import glob, sys; sys.exit(not any(glob.glob(p + '/nvidia/cu*/include/nvml.h') for p in sys.path if p))" || \

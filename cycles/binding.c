@@ -211,10 +211,51 @@ report_get_html(tgc_report *r, void *Py_UNUSED(closure))
     return c ? tgc_report_html(c, r) : NULL;
 }
 
+/* For Jupyter: the page as the srcdoc of a sandboxed iframe (its script runs in an origin of its
+ * own and reaches nothing of the notebook). The page's own escaping keeps the user's strings
+ * text; this one keeps the page inside the attribute (& < > " ' as entities; newlines kept, the
+ * summary is preformatted). */
 static PyObject *
 report_repr_html(tgc_report *r, PyObject *Py_UNUSED(ignored))
 {
-    return report_get_html(r, NULL);
+    PyObject *page = report_get_html(r, NULL);   /* new reference */
+    if (page == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(page, &n);
+    if (s == NULL) {
+        Py_DECREF(page);
+        return NULL;
+    }
+    tgc_buf b = {0};
+    tgc_buf_puts(&b, "<iframe sandbox=\"allow-scripts\" style=\"width:100%;height:600px;border:1px solid #ccc\" "
+                     "title=\"tensorgc cycle report\" srcdoc=\"");
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *ent;
+        switch (s[i]) {
+        case '&': ent = "&amp;"; break;
+        case '<': ent = "&lt;"; break;
+        case '>': ent = "&gt;"; break;
+        case '"': ent = "&quot;"; break;
+        case '\'': ent = "&#39;"; break;
+        default: continue;
+        }
+        tgc_buf_add(&b, s + start, (size_t)(i - start));
+        tgc_buf_puts(&b, ent);
+        start = i + 1;
+    }
+    tgc_buf_add(&b, s + start, (size_t)(n - start));
+    tgc_buf_puts(&b, "\"></iframe>");
+    Py_DECREF(page);
+    if (b.oom) {
+        tgc_buf_free(&b);
+        return PyErr_NoMemory();
+    }
+    PyObject *out = PyUnicode_DecodeUTF8(b.data, (Py_ssize_t)b.len, "strict");
+    tgc_buf_free(&b);
+    return out;
 }
 
 static PyObject *
@@ -282,7 +323,7 @@ static PyGetSetDef report_getset[] = {
 
 static PyMethodDef report_methods[] = {
     {"_repr_html_", (PyCFunction)report_repr_html, METH_NOARGS,
-     "_repr_html_($self, /)\n--\n\nThe page, for Jupyter (same as .html)."},
+     "_repr_html_($self, /)\n--\n\nThe page, for Jupyter: .html in a sandboxed iframe's srcdoc."},
     {NULL, NULL, 0, NULL},
 };
 

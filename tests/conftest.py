@@ -92,6 +92,8 @@ _SLOW_TESTS = {
     "test_phase_times.py": {"test_timed_build_counts_each_phase"},
     "test_portable.py": {"test_built_with_the_version_check_forced_to_unknown"},
     "test_pytest_plugin.py": {"test_installed_in_a_virtual_environment"},
+    "test_integration_runs.py": {"test_two_cpu_processes_each_write_their_pages_and_rank_0_logs_the_table",
+                                 "test_pytorch_lightning_package"},
 }
 
 

@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "tensorgc")
 MAX_LINES = 1500
 # What a module may need that the package does not require (each part says so where it needs it).
-OPTIONAL = ("IPython", "torch", "pytest")
+OPTIONAL = ("IPython", "torch", "pytest", "lightning", "pytorch_lightning", "transformers", "accelerate")
 C_DIRS = ("common", "tensor", "cycles", "reporter", "allocator", "module", "include", "graph")
 
 

@@ -141,6 +141,12 @@ class Report:
     def __str__(self) -> str:
         return self.text
 
+    def _repr_html_(self) -> str:
+        """For notebooks: the totals by category and the rows, as HTML tables (escaped)."""
+        from .notebook_html import report_html
+
+        return report_html(self)
+
     def html(self, title: Optional[str] = None, max_chains: int = 200) -> str:
         """One self-contained HTML page: the owner chains drawn by Graphviz (merged into a tree
         per root, largest first, at most ``max_chains``) and the verbose table."""

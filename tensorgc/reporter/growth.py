@@ -91,6 +91,12 @@ class Growth:
     def __str__(self) -> str:
         return self.format()
 
+    def _repr_html_(self) -> str:
+        """For notebooks: the summary, the bytes by owner and by site, as HTML (escaped)."""
+        from .notebook_html import growth_html
+
+        return growth_html(self)
+
     def to_dict(self) -> Dict[str, Any]:
         return {"nbytes": self.nbytes, "storages": len(self.rows), "freed": self.freed,
                 "seconds": self.seconds, "device": self.device,

@@ -224,7 +224,10 @@ def run_samples(rel, workdir, cuda=None):
 
     cuda = _cuda() if cuda is None else cuda
     shutil.copy(SNAPSHOT, os.path.join(workdir, "run.pickle"))
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    # a reader's shell: not a pytest-xdist worker's (a pytest the sample runs would take itself
+    # for one, and a plugin such as pytest-benchmark says so on its output)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                MPLBACKEND="Agg", PYTHONUNBUFFERED="1", COLUMNS="80")
     py, out, ok, printed = [], [], True, {}
     for line, kind, marker, code in blocks(rel):

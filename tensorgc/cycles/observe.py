@@ -60,7 +60,7 @@ def _asks_cuda(device: object) -> bool:
     if not ((isinstance(device, str) and device != "any") or type(device).__name__ == "device"):
         return False
     try:
-        return parse_device(device)[0] == "cuda"  # type: ignore[arg-type]
+        return parse_device(device)[0] == "cuda"
     except ValueError:
         return False  # observe_cycles said what is wrong with it
 

@@ -3,6 +3,7 @@ with session, module and function fixtures), run as a user would: from a checkou
 ``-p tensorgc.pytest_plugin``, through the installed entry point, both at once, and under
 pytest-xdist. Each run's outcome for every test and the holder each leak is charged to are
 compared with the expected ones; the installed runs use a throwaway virtual environment."""
+import glob
 import os
 import shutil
 import site
@@ -12,7 +13,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from _util import needs_graphviz_dev
+from _util import graphviz_dev
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT = os.path.join(ROOT, "tests", "data", "plugin_project")
@@ -237,14 +238,29 @@ def _copy_for_install(dst):
     shutil.copytree(ROOT, dst, ignore=ignore)
 
 
-@needs_graphviz_dev
+def _built_wheel():
+    """The wheel `make wheel` built from this tree for this interpreter, where the run names
+    the folder (TENSORGC_TEST_WHEEL_DIR: CI builds the wheels before the tests): what users
+    install, without compiling the extension again."""
+    folder = os.environ.get("TENSORGC_TEST_WHEEL_DIR")
+    if not folder:
+        return None
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    found = sorted(glob.glob(os.path.join(folder, f"tensorgc-*-{tag}-{tag}-manylinux*.whl")))
+    return found[-1] if found else None
+
+
 def test_installed_in_a_virtual_environment(project, tmp_path):
-    """pip installs a copy of the checkout into a throwaway venv (the system's packages visible:
-    torch, pytest, pytest-xdist); the project then runs with the entry point alone, with
-    -p tensorgc.pytest_plugin too, and under xdist."""
+    """pip installs the wheel built from this tree (else a copy of the checkout) into a
+    throwaway venv (the system's packages visible: torch, pytest, pytest-xdist); the project
+    then runs with the entry point alone, with -p tensorgc.pytest_plugin too, and under xdist."""
     pytest.importorskip("xdist")
-    src = tmp_path / "src"
-    _copy_for_install(src)
+    src = _built_wheel()
+    if src is None:
+        if not graphviz_dev():
+            pytest.skip("needs Graphviz's development files to build from the checkout")
+        src = tmp_path / "src"
+        _copy_for_install(src)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, timeout=300)

@@ -183,14 +183,19 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
  * time); elsewhere the detector arms every collection. */
 #define TGC_HAVE_YOUNG_SCAN TGC_INTERNALS_KNOWN
 
-/* graph/frames.c reads a frame's local slots (internal headers, Py_BUILD_CORE) so that the
- * owner-chain search never materialises frame.f_locals: the _PyInterpreterFrame of 3.11 and
- * 3.12. 3.13+ need it not (frame.f_locals is a proxy); 3.10's frames are another layout. */
+/* graph/frames.c reads a frame's local slots so that the owner-chain search never
+ * materialises frame.f_locals, a dict the frame keeps (the same one locals() returned, which
+ * reading it would update) on 3.10-3.12. TGC_FRAME_SLOTS says which layout: 2, the
+ * _PyInterpreterFrame of 3.11 and 3.12 (internal headers, Py_BUILD_CORE); 1, 3.10's
+ * PyFrameObject, whose f_localsplus holds the locals, then the cells and free variables (public
+ * cpython/frameobject.h); 0, none (3.13+ need it not: frame.f_locals is a proxy). */
 #if TGC_INTERNALS_KNOWN && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && \
     __has_include("internal/pycore_frame.h")
-#  define TGC_HAVE_FRAME_SLOTS 1
+#  define TGC_FRAME_SLOTS 2
+#elif TGC_INTERNALS_KNOWN && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030B0000
+#  define TGC_FRAME_SLOTS 1
 #else
-#  define TGC_HAVE_FRAME_SLOTS 0
+#  define TGC_FRAME_SLOTS 0
 #endif
 
 /* structmember.h's T_OBJECT_EX became Py_T_OBJECT_EX (Python.h) in 3.12. */

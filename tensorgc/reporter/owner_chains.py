@@ -247,9 +247,10 @@ def _ours(f: Any) -> bool:
 def _locals_of(f: Any) -> Optional[Dict[str, Any]]:
     """The frame's locals as a dict that only we hold, or None when they cannot be read
     without running the user's code. A function's frame is read from its slots (the C module:
-    frame.f_locals on 3.11 and 3.12 is a dict the frame keeps, which would pin what it holds, and
-    which a tracer's trampoline writes back into the frame); 3.13's frame.f_locals is a proxy
-    that keeps nothing, so a copy of it serves. A module's or class body's frame gives its
+    frame.f_locals on 3.10-3.12 is a dict the frame keeps, the one locals() returned, which
+    reading it would update and which would pin what it holds, and which a tracer's trampoline
+    writes back into the frame); 3.13's frame.f_locals is a proxy that keeps nothing, so a copy
+    of it serves. A module's or class body's frame gives its
     namespace: a dict as it is, a dict subclass copied at the C level, any other mapping is not
     read (its methods are the user's code)."""
     snap = _tensorgc._frame_locals(f)
@@ -260,7 +261,7 @@ def _locals_of(f: Any) -> Optional[Dict[str, Any]]:
         if type(loc) is dict:
             return loc
         return dict.copy(loc) if isinstance(loc, dict) else None
-    return dict(loc)  # 3.13's proxy, or 3.10's f_locals: a copy
+    return dict(loc)  # 3.13's proxy: a copy
 
 
 def _roots(me: Any, late_caller: bool,

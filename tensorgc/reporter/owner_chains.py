@@ -394,11 +394,19 @@ def _named_roots(roots: Optional[Roots]) -> Tuple[List[str], List[Dict[str, Any]
     return labels, spaces
 
 
+# 3.10 keeps a call's arguments on the caller's value stack until the call returns, where no
+# traversal sees them (3.11+ hands them to the callee's frame, whose locals the search reads):
+# owner(x) discounts that one reference, else x held only from C would read as held twice, and
+# x in an uncollected cycle as held from outside.
+_CALL_KEEPS_ARGS = sys.version_info < (3, 11)
+
+
 def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool = False,
-            named: Optional[Roots] = None) -> List[Chain]:
+            named: Optional[Roots] = None, held_by_call: Sequence[Any] = ()) -> List[Chain]:
     """The chains of ``objs``; ``late_caller``: our caller's frame is searched last (owner(),
     owners()); ``named``: {label: {name: object}} roots searched first (the pytest plugin's
-    fixtures)."""
+    fixtures); ``held_by_call``: objects our caller's call holds one reference to that no
+    traversal shows (owner()'s argument on 3.10)."""
     _check_max_objects(max_objects)
     named_labels, named_spaces = _named_roots(named)
     n_named = len(named_labels)
@@ -424,6 +432,10 @@ def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool =
         # tensors, say) is ours too: never entered, and its references do not make a target
         # look held. The snapshots of our frames' locals come last (subtracted twice).
         mine = [v for d in ours for v in d.values() if id(v) not in first and gc.is_tracked(v)]
+        # A list of the call's arguments, subtracted twice like the snapshots: once for its own
+        # references, once for the caller's. Made after the snapshots, so none of them lists it
+        # (an object in `mine` is subtracted once).
+        ours = ours + ([list(held_by_call)] if held_by_call else [])
         exclude = [objs, targets, roots, labels, ours, mine] + mine + ours
         res = _tensorgc._owner_search(roots, targets, exclude, len(ours), tracked, bound, n_late)
         del tracked, exclude, ours, mine
@@ -484,4 +496,5 @@ def owners(objs: Iterable[Any], *, max_objects: Optional[int] = None,
 def owner(obj: Any, *, max_objects: Optional[int] = None,
           roots: Optional[Roots] = None) -> Chain:
     """owners([obj])[0]: what keeps ``obj`` alive besides the caller's own frame."""
-    return _chains([obj], max_objects, late_caller=True, named=roots)[0]
+    return _chains([obj], max_objects, late_caller=True, named=roots,
+                   held_by_call=(obj,) if _CALL_KEEPS_ARGS else ())[0]

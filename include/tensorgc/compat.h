@@ -130,6 +130,15 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
 #endif
 }
 
+/* A profile function that fails a "call" event: 3.10's eval loop leaves the new frame at once
+ * (Python/ceval.c: goto exit_eval_frame) without adding it to the traceback, so the function
+ * that raised adds it; 3.11+ add it themselves. */
+#if PY_VERSION_HEX < 0x030B0000
+#  define TGC_PROFILE_CALL_ERROR_ADDS_FRAME 1
+#else
+#  define TGC_PROFILE_CALL_ERROR_ADDS_FRAME 0
+#endif
+
 /* PyUnstable_GC_VisitObjects walks every tracked object without building a list (3.12+);
  * before that the reporter asks gc.get_objects(). */
 #if PY_VERSION_HEX >= 0x030C0000

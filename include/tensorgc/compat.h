@@ -242,6 +242,21 @@ tgc_compat_weakref_target(PyObject *ref)
 #  define TGC_TPFLAGS_MANAGED_DICT 0
 #endif
 
+/* An instance's __dict__ where it is already an object of its own that the instance's
+ * tp_traverse reports (borrowed), else NULL; never makes one. Every instance dict on 3.10; from
+ * 3.11 a managed dict is left out (reading it could make it: tp_traverse then reports the
+ * attributes themselves). */
+static inline PyObject *
+tgc_compat_existing_dict(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (tp->tp_dictoffset == 0 || (tp->tp_flags & TGC_TPFLAGS_MANAGED_DICT) || PyType_Check(obj)) {
+        return NULL;
+    }
+    PyObject **p = _PyObject_GetDictPtr(obj);
+    return p != NULL && *p != NULL && PyDict_Check(*p) ? *p : NULL;
+}
+
 /* A dict with room for n entries without resizing: a report builds one per tensor and group.
  * _PyDict_NewPresized left the public headers in 3.13. */
 #if PY_VERSION_HEX < 0x030D0000

@@ -245,12 +245,14 @@ tgc_compat_weakref_target(PyObject *ref)
 /* An instance's __dict__ where it is already an object of its own that the instance's
  * tp_traverse reports (borrowed), else NULL; never makes one. Every instance dict on 3.10; from
  * 3.11 a managed dict is left out (reading it could make it: tp_traverse then reports the
- * attributes themselves). */
+ * attributes themselves). Not a class's, a module's or a function's: names.c names those
+ * through their dict. */
 static inline PyObject *
 tgc_compat_existing_dict(PyObject *obj)
 {
     PyTypeObject *tp = Py_TYPE(obj);
-    if (tp->tp_dictoffset == 0 || (tp->tp_flags & TGC_TPFLAGS_MANAGED_DICT) || PyType_Check(obj)) {
+    if (tp->tp_dictoffset == 0 || (tp->tp_flags & TGC_TPFLAGS_MANAGED_DICT) ||
+        PyType_Check(obj) || PyModule_Check(obj) || PyFunction_Check(obj)) {
         return NULL;
     }
     PyObject **p = _PyObject_GetDictPtr(obj);

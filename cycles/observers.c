@@ -76,6 +76,9 @@ deliver__profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
     else {
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);  /* keeps exc's traceback */
     }
+    if (TGC_PROFILE_CALL_ERROR_ADDS_FRAME && what == PyTrace_CALL) {
+        (void)PyTraceBack_Here(frame);  /* where it surfaced; a failure leaves an error set */
+    }
     Py_DECREF(obj);
     return -1;
 }

@@ -190,6 +190,53 @@ build__emit_all(tgc_report_model *m)
     return 0;
 }
 
+/* An instance's own __dict__, where it is an object of its own in the garbage that only its
+ * instance references (every instance's on 3.10), is seen through: instance -> dict -> x reads
+ * instance -> x, as 3.11+'s instances reference their attributes, and the dict is left with no
+ * edge (so neither kept nor drawn nor counted: a ring of instances is one ring, whatever the
+ * version). In place: edges are only dropped or given another source. */
+static void
+build__see_through_dicts(tgc_report_model *m, uint32_t *src, uint32_t *dst, uint32_t *nrefs)
+{
+    uint32_t *owner = malloc((m->n ? m->n : 1) * sizeof(uint32_t));
+    uint32_t *indeg = calloc(m->n ? m->n : 1, sizeof(uint32_t));
+    int any = 0;
+    if (owner == NULL || indeg == NULL) {
+        free(owner);
+        free(indeg);
+        return;  /* drawn with its dicts, as the references are */
+    }
+    for (uint32_t e = 0; e < *nrefs; e++) {
+        indeg[dst[e]]++;
+    }
+    for (uint32_t v = 0; v < m->n; v++) {
+        owner[v] = TGC_NONE;
+    }
+    for (uint32_t v = 0; v < m->n; v++) {
+        PyObject *d = tgc_compat_existing_dict(m->items[v]);  /* borrowed */
+        uint32_t j = d != NULL ? tgc_ptrmap_get(&m->map, d) : UINT32_MAX;
+        if (j != UINT32_MAX && j != v && indeg[j] == 1 && owner[j] == TGC_NONE &&
+            !m->is_target[j]) {
+            owner[j] = v;
+            any = 1;
+        }
+    }
+    uint32_t k = 0;
+    for (uint32_t e = 0; any && e < *nrefs; e++) {
+        uint32_t s = src[e], d = dst[e];
+        if (owner[d] != TGC_NONE) {
+            continue;  /* its one in-edge: from its instance */
+        }
+        src[k] = owner[s] != TGC_NONE ? owner[s] : s;
+        dst[k++] = d;
+    }
+    if (any) {
+        *nrefs = k;
+    }
+    free(owner);
+    free(indeg);
+}
+
 static int
 build__graph(tgc_report_model *m)
 {
@@ -197,6 +244,7 @@ build__graph(tgc_report_model *m)
     if (tgc_edges(m->items, m->n, &m->map, &src, &dst, &nrefs) < 0) {
         return -1;
     }
+    build__see_through_dicts(m, src, dst, &nrefs);
     int rc = -1;
     if (tgc_graph_build(&m->g, m->n, nrefs, src, dst) == 0 &&
         tgc_analyze(&m->g, m->is_target, &m->a) == 0) {

@@ -31,6 +31,121 @@ objects__label(tgc_report_model *m, uint32_t v)
     return label;
 }
 
+/* The references among items[0:n], with an item's own __dict__ seen through where it is an
+ * object of its own that the list leaves out (every instance's on 3.10: a caller lists the
+ * instances, not their dicts): item -> dict -> x reads item -> x. dicts[v] is the dict seen
+ * through for item v, or NULL. Fills m->map (over the items and those dicts) and malloc'd edge
+ * arrays, as tgc_edges does. 0, or -1 with an exception. */
+static int
+objects__edges(tgc_report_model *b, PyObject **dicts, uint32_t **src, uint32_t **dst,
+               uint32_t *nedges)
+{
+    uint32_t n = b->n, k = 0, m0 = 0;
+    uint32_t *s0 = NULL, *d0 = NULL, *owner = NULL, *off = NULL, *fill = NULL, *out = NULL;
+    PyObject **all = PyMem_Malloc((2 * (size_t)n + 1) * sizeof(PyObject *));  /* borrowed items */
+    tgc_ptrmap listed;
+    int rc = -1;
+    *src = *dst = NULL;
+    *nedges = 0;
+    owner = malloc(((size_t)n + 1) * sizeof(uint32_t));
+    if (all == NULL || owner == NULL || tgc_ptrmap_init(&listed, 2 * (size_t)n + 1) < 0) {
+        PyMem_Free(all);
+        free(owner);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (uint32_t v = 0; v < n; v++) {
+        all[v] = b->items[v];
+        tgc_ptrmap_put(&listed, b->items[v], v);
+    }
+    for (uint32_t v = 0; v < n; v++) {
+        PyObject *d = tgc_compat_existing_dict(b->items[v]);  /* borrowed: its instance keeps it */
+        dicts[v] = NULL;
+        if (d != NULL && tgc_ptrmap_get(&listed, d) == UINT32_MAX) {
+            tgc_ptrmap_put(&listed, d, n + k);  /* an item listed twice sees it through once */
+            dicts[v] = d;
+            owner[k] = v;
+            all[n + k++] = d;
+        }
+    }
+    tgc_ptrmap_free(&listed);
+    if (tgc_edges(all, n + k, &b->map, &s0, &d0, &m0) < 0) {
+        goto done;
+    }
+    /* The dicts' references to items, grouped by dict (off: counts, then starts). */
+    off = calloc((size_t)k + 2, sizeof(uint32_t));
+    if (off == NULL) {
+        goto nomem;
+    }
+    size_t total = 0;
+    for (uint32_t e = 0; e < m0; e++) {
+        if (s0[e] >= n && d0[e] < n) {
+            off[s0[e] - n + 2]++;
+        }
+    }
+    for (uint32_t j = 0; j < k; j++) {
+        off[j + 2] += off[j + 1];
+    }
+    fill = malloc(((size_t)k + 1) * sizeof(uint32_t));
+    out = malloc(((size_t)off[k + 1] + 1) * sizeof(uint32_t));
+    if (fill == NULL || out == NULL) {
+        goto nomem;
+    }
+    memcpy(fill, off + 1, (size_t)k * sizeof(uint32_t));
+    for (uint32_t e = 0; e < m0; e++) {
+        if (s0[e] >= n && d0[e] < n) {
+            out[fill[s0[e] - n]++] = d0[e];
+        }
+    }
+    for (uint32_t e = 0; e < m0; e++) {
+        uint32_t s = s0[e], d = d0[e];
+        if (s < n && d < n) {
+            total++;
+        }
+        else if (s < n && d >= n && owner[d - n] == s) {
+            total += off[d - n + 2] - off[d - n + 1];
+        }
+    }
+    if (total >= UINT32_MAX) {
+        goto nomem;
+    }
+    *src = malloc((total + 1) * sizeof(uint32_t));
+    *dst = malloc((total + 1) * sizeof(uint32_t));
+    if (*src == NULL || *dst == NULL) {
+        goto nomem;
+    }
+    for (uint32_t e = 0; e < m0; e++) {
+        uint32_t s = s0[e], d = d0[e];
+        if (s < n && d < n) {
+            (*src)[*nedges] = s;
+            (*dst)[(*nedges)++] = d;
+        }
+        else if (s < n && d >= n && owner[d - n] == s) {
+            for (uint32_t i = off[d - n + 1]; i < off[d - n + 2]; i++) {
+                (*src)[*nedges] = s;
+                (*dst)[(*nedges)++] = out[i];
+            }
+        }
+    }
+    rc = 0;
+    goto done;
+nomem:
+    PyErr_NoMemory();
+    free(*src);
+    free(*dst);
+    *src = *dst = NULL;
+    *nedges = 0;
+done:
+    free(s0);
+    free(d0);
+    free(off);
+    free(fill);
+    free(out);
+    free(owner);
+    PyMem_Free(all);
+    return rc;
+}
+
 PyObject *
 tgc_objects_graph(tgc_cycles *c, PyObject *objs, PyObject *roots)
 {
@@ -39,6 +154,7 @@ tgc_objects_graph(tgc_cycles *c, PyObject *objs, PyObject *roots)
     PyObject *owned = NULL, *labels = NULL, *refs = NULL, *kept = NULL, *result = NULL;
     uint32_t *src = NULL, *dst = NULL, *newidx = NULL, m = 0;
     uint8_t *anc = NULL;
+    PyObject **dicts = NULL;  /* borrowed: each item's dict seen through, or NULL */
     Py_ssize_t n0 = PyList_GET_SIZE(objs);
     if (n0 >= (Py_ssize_t)UINT32_MAX || PyList_GET_SIZE(roots) != n0) {
         PyErr_SetString(PyExc_ValueError, "objects and roots differ in length");
@@ -58,8 +174,9 @@ tgc_objects_graph(tgc_cycles *c, PyObject *objs, PyObject *roots)
     b.names = PyMem_Calloc(b.n ? b.n : 1, sizeof(tgc_names));
     anc = calloc(b.n ? b.n : 1, 1);
     newidx = malloc((b.n ? b.n : 1) * sizeof(uint32_t));
+    dicts = PyMem_Malloc((b.n ? b.n : 1) * sizeof(PyObject *));
     b.unknown = PyUnicode_FromString("?");
-    if (!b.items || !b.is_target || !b.ts || !b.names || !anc || !newidx ||
+    if (!b.items || !b.is_target || !b.ts || !b.names || !anc || !newidx || !dicts ||
         !b.unknown) {
         PyErr_NoMemory();
         goto done;
@@ -83,7 +200,7 @@ tgc_objects_graph(tgc_cycles *c, PyObject *objs, PyObject *roots)
         }
         b.is_target[v] = (uint8_t)r;
     }
-    if (tgc_edges(b.items, b.n, &b.map, &src, &dst, &m) < 0) {
+    if (objects__edges(&b, dicts, &src, &dst, &m) < 0) {
         goto done;
     }
     if (tgc_graph_build(&b.g, b.n, m, src, dst) < 0 || tgc_ancestors(&b.g, b.is_target, anc) < 0) {
@@ -128,6 +245,9 @@ tgc_objects_graph(tgc_cycles *c, PyObject *objs, PyObject *roots)
                 continue;
             }
             PyObject *name = tgc_names_take(&b.names[v], b.items[w], NULL);
+            if (name == NULL && dicts[v] != NULL) {
+                name = tgc_names_take(&b.names[v], b.items[w], dicts[v]);
+            }
             PyObject *pair = Py_BuildValue("(OI)", name ? name : b.unknown, newidx[w]);
             if (pair == NULL || PyList_Append(out, pair) < 0) {
                 Py_XDECREF(pair);
@@ -145,6 +265,7 @@ done:
     free(dst);
     free(anc);
     free(newidx);
+    PyMem_Free(dicts);
     tgc_report_model_free(&b);
     Py_DECREF(owned);
     return result;

@@ -677,10 +677,14 @@ island__quick(young_ctx *y, int generation, tgc_gc_node *hit, tgc_gc_node *last,
     }
     /* 3. A seed whose references do not all come from the set is referenced from outside any
      *    set the marked walk would build (those hold no more objects than this one): no island.
-     *    Any other member may be an old object the marked walk would leave out. */
+     *    So is the instance whose own __dict__ is a seed (3.10's instances, whose dict is what
+     *    references the tensor): inside the marked set it fails there, outside it it is a
+     *    reference to the seed from outside. Any other member may be an old object the marked
+     *    walk would leave out. */
     for (uint32_t i = 0; i < c.n; i++) {
         if (!island__member_ok(&c, i, 0)) {
-            if (i < nseeds) {
+            PyObject *d = tgc_compat_existing_dict(c.items[i]);  /* borrowed */
+            if (i < nseeds || (d != NULL && tgc_ptrmap_get(&c.map, d) < nseeds)) {
                 rc = TGC_YOUNG_ARM;
                 goto done;
             }

@@ -305,8 +305,11 @@ names__function(tgc_names *ns, PyObject *obj)
     return 0;
 }
 
+/* A frame's references. self_via: where the frame is drawn as part of another object (a
+ * generator's, below), the frame itself, so that its local slots are also named as reached
+ * through it; NULL otherwise. */
 static int
-names__frame(tgc_names *ns, PyObject *obj, PyObject *owned)
+names__frame(tgc_names *ns, PyObject *obj, PyObject *owned, PyObject *self_via)
 {
     PyFrameObject *frame = (PyFrameObject *)obj;
     PyFrameObject *back = PyFrame_GetBack(frame);      /* new reference or NULL */
@@ -349,7 +352,9 @@ names__frame(tgc_names *ns, PyObject *obj, PyObject *owned)
         /* The value may be referenced directly from the frame's fast locals, through the
          * locals dict, or through a cell for variables closures share. */
         if (names__add(ns, v, NULL, tgc_cut(PyUnicode_FromFormat("local %U", k), TGC_NAME_MAX)) < 0 ||
-            names__add(ns, v, locals, tgc_cut(PyUnicode_FromFormat("local %U", k), TGC_NAME_MAX)) < 0) {
+            names__add(ns, v, locals, tgc_cut(PyUnicode_FromFormat("local %U", k), TGC_NAME_MAX)) < 0 ||
+            (self_via != NULL &&
+             names__add(ns, v, self_via, tgc_cut(PyUnicode_FromFormat("local %U", k), TGC_NAME_MAX)) < 0)) {
             Py_DECREF(items);
             return -1;
         }
@@ -384,10 +389,12 @@ names__generator_attrs(PyObject *obj, const char **frame, const char **awaits)
 }
 
 /* A generator's, coroutine's or async generator's references: what it delegates to, and the
- * locals of its frame, which it holds itself (the frame lives inside it since 3.11) and which
- * are named as a frame's are. The getters are C (these types cannot be subclassed); reading the
- * frame makes its frame object (and on 3.11/3.12 the frame's locals dict, names__frame) if none
- * existed: the generator keeps them, so they go to `owned` with it. */
+ * locals of its frame, which are named as a frame's are. The frame is folded into the generator:
+ * since 3.11 it lives inside it and the generator references its locals itself; on 3.10 it is an
+ * object of its own that only the generator references, which holds the locals, and is drawn as
+ * part of the generator all the same. The getters are C (these types cannot be subclassed);
+ * reading the frame makes its frame object (and on 3.10-3.12 the frame's locals dict,
+ * names__frame) if none existed: the generator keeps them, so they go to `owned` with it. */
 static int
 names__generator(tgc_names *ns, PyObject *obj, PyObject *owned)
 {
@@ -417,7 +424,8 @@ names__generator(tgc_names *ns, PyObject *obj, PyObject *owned)
             rc = names__fixed(ns, frame, frame_attr);
         }
         if (rc == 0) {
-            rc = names__frame(ns, frame, owned);
+            names__fold(ns, frame);
+            rc = names__frame(ns, frame, owned, frame);
         }
     }
     Py_DECREF(frame);
@@ -464,7 +472,7 @@ tgc_names_collect(PyObject *obj, tgc_names *ns, PyObject *owned)
         rc = names__function(ns, obj);
     }
     else if (PyFrame_Check(obj)) {
-        rc = names__frame(ns, obj, owned);
+        rc = names__frame(ns, obj, owned, NULL);
     }
     else if (tgc_is_generator(obj)) {
         rc = names__generator(ns, obj, owned);

@@ -252,7 +252,7 @@ def _built_wheel():
 
 def test_installed_in_a_virtual_environment(project, tmp_path):
     """pip installs the wheel built from this tree (else a copy of the checkout) into a
-    throwaway venv (the system's packages visible: torch, pytest, pytest-xdist); the project
+    throwaway venv (this environment's packages visible: torch, pytest, pytest-xdist); the project
     then runs with the entry point alone, with -p tensorgc.pytest_plugin too, and under xdist."""
     pytest.importorskip("xdist")
     src = _built_wheel()
@@ -262,11 +262,14 @@ def test_installed_in_a_virtual_environment(project, tmp_path):
         src = tmp_path / "src"
         _copy_for_install(src)
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+    # No pip or setuptools of its own, and not the base interpreter's site-packages: 3.10's venv
+    # and base interpreter carry setuptools 65, which builds no wheel without the `wheel`
+    # package, and either would be found before this environment's
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
                    check=True, timeout=300)
     python = str(venv / "bin" / "python")
-    # where this suite itself runs in a venv, "the system's packages" are the base interpreter's:
-    # the new venv sees this environment's too (after its own), through a .pth file
+    # the new venv sees the packages of the environment this suite runs in (the base
+    # interpreter's, or a venv's), pip and setuptools included, through a .pth file
     purelib = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True, timeout=120).stdout.strip()

@@ -130,6 +130,15 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
 #endif
 }
 
+/* A profile function that fails a "call" event: 3.10's eval loop leaves the new frame at once
+ * (Python/ceval.c: goto exit_eval_frame) without adding it to the traceback, so the function
+ * that raised adds it; 3.11+ add it themselves. */
+#if PY_VERSION_HEX < 0x030B0000
+#  define TGC_PROFILE_CALL_ERROR_ADDS_FRAME 1
+#else
+#  define TGC_PROFILE_CALL_ERROR_ADDS_FRAME 0
+#endif
+
 /* PyUnstable_GC_VisitObjects walks every tracked object without building a list (3.12+);
  * before that the reporter asks gc.get_objects(). */
 #if PY_VERSION_HEX >= 0x030C0000
@@ -183,14 +192,19 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
  * time); elsewhere the detector arms every collection. */
 #define TGC_HAVE_YOUNG_SCAN TGC_INTERNALS_KNOWN
 
-/* graph/frames.c reads a frame's local slots (internal headers, Py_BUILD_CORE) so that the
- * owner-chain search never materialises frame.f_locals: the _PyInterpreterFrame of 3.11 and
- * 3.12. 3.13+ need it not (frame.f_locals is a proxy); 3.10's frames are another layout. */
+/* graph/frames.c reads a frame's local slots so that the owner-chain search never
+ * materialises frame.f_locals, a dict the frame keeps (the same one locals() returned, which
+ * reading it would update) on 3.10-3.12. TGC_FRAME_SLOTS says which layout: 2, the
+ * _PyInterpreterFrame of 3.11 and 3.12 (internal headers, Py_BUILD_CORE); 1, 3.10's
+ * PyFrameObject, whose f_localsplus holds the locals, then the cells and free variables (public
+ * cpython/frameobject.h); 0, none (3.13+ need it not: frame.f_locals is a proxy). */
 #if TGC_INTERNALS_KNOWN && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && \
     __has_include("internal/pycore_frame.h")
-#  define TGC_HAVE_FRAME_SLOTS 1
+#  define TGC_FRAME_SLOTS 2
+#elif TGC_INTERNALS_KNOWN && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030B0000
+#  define TGC_FRAME_SLOTS 1
 #else
-#  define TGC_HAVE_FRAME_SLOTS 0
+#  define TGC_FRAME_SLOTS 0
 #endif
 
 /* structmember.h's T_OBJECT_EX became Py_T_OBJECT_EX (Python.h) in 3.12. */
@@ -227,6 +241,23 @@ tgc_compat_weakref_target(PyObject *ref)
 #else
 #  define TGC_TPFLAGS_MANAGED_DICT 0
 #endif
+
+/* An instance's __dict__ where it is already an object of its own that the instance's
+ * tp_traverse reports (borrowed), else NULL; never makes one. Every instance dict on 3.10; from
+ * 3.11 a managed dict is left out (reading it could make it: tp_traverse then reports the
+ * attributes themselves). Not a class's, a module's or a function's: names.c names those
+ * through their dict. */
+static inline PyObject *
+tgc_compat_existing_dict(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (tp->tp_dictoffset == 0 || (tp->tp_flags & TGC_TPFLAGS_MANAGED_DICT) ||
+        PyType_Check(obj) || PyModule_Check(obj) || PyFunction_Check(obj)) {
+        return NULL;
+    }
+    PyObject **p = _PyObject_GetDictPtr(obj);
+    return p != NULL && *p != NULL && PyDict_Check(*p) ? *p : NULL;
+}
 
 /* A dict with room for n entries without resizing: a report builds one per tensor and group.
  * _PyDict_NewPresized left the public headers in 3.13. */

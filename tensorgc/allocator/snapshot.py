@@ -140,7 +140,6 @@ _NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # tempfile's, so the name
 # systems): the new name is then reserved with mkstemp instead (atomic_write)
 _NO_LINK = frozenset(e for e in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS,
                                  errno.EMLINK) if e is not None)
-_ADD_NOTE = hasattr(BaseException, "add_note")  # Python 3.11+
 
 
 class _Out:
@@ -373,7 +372,7 @@ def atomic_write(path: StrPath, write: Callable[[_Out], object], binary: bool = 
         if left:
             try:
                 setattr(exc, "_tensorgc_left", "; ".join(left))
-                if _ADD_NOTE:
+                if sys.version_info >= (3, 11):  # add_note is 3.11+ (a check mypy reads)
                     exc.add_note("; ".join(left))
             except Exception:  # noqa: BLE001 -- an exception type that takes no attributes
                 pass

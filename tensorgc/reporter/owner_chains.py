@@ -247,9 +247,10 @@ def _ours(f: Any) -> bool:
 def _locals_of(f: Any) -> Optional[Dict[str, Any]]:
     """The frame's locals as a dict that only we hold, or None when they cannot be read
     without running the user's code. A function's frame is read from its slots (the C module:
-    frame.f_locals on 3.11 and 3.12 is a dict the frame keeps, which would pin what it holds, and
-    which a tracer's trampoline writes back into the frame); 3.13's frame.f_locals is a proxy
-    that keeps nothing, so a copy of it serves. A module's or class body's frame gives its
+    frame.f_locals on 3.10-3.12 is a dict the frame keeps, the one locals() returned, which
+    reading it would update and which would pin what it holds, and which a tracer's trampoline
+    writes back into the frame); 3.13's frame.f_locals is a proxy that keeps nothing, so a copy
+    of it serves. A module's or class body's frame gives its
     namespace: a dict as it is, a dict subclass copied at the C level, any other mapping is not
     read (its methods are the user's code)."""
     snap = _tensorgc._frame_locals(f)
@@ -260,7 +261,7 @@ def _locals_of(f: Any) -> Optional[Dict[str, Any]]:
         if type(loc) is dict:
             return loc
         return dict.copy(loc) if isinstance(loc, dict) else None
-    return dict(loc)  # 3.13's proxy, or 3.10's f_locals: a copy
+    return dict(loc)  # 3.13's proxy: a copy
 
 
 def _roots(me: Any, late_caller: bool,
@@ -393,11 +394,19 @@ def _named_roots(roots: Optional[Roots]) -> Tuple[List[str], List[Dict[str, Any]
     return labels, spaces
 
 
+# 3.10 keeps a call's arguments on the caller's value stack until the call returns, where no
+# traversal sees them (3.11+ hands them to the callee's frame, whose locals the search reads):
+# owner(x) discounts that one reference, else x held only from C would read as held twice, and
+# x in an uncollected cycle as held from outside.
+_CALL_KEEPS_ARGS = sys.version_info < (3, 11)
+
+
 def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool = False,
-            named: Optional[Roots] = None) -> List[Chain]:
+            named: Optional[Roots] = None, held_by_call: Sequence[Any] = ()) -> List[Chain]:
     """The chains of ``objs``; ``late_caller``: our caller's frame is searched last (owner(),
     owners()); ``named``: {label: {name: object}} roots searched first (the pytest plugin's
-    fixtures)."""
+    fixtures); ``held_by_call``: objects our caller's call holds one reference to that no
+    traversal shows (owner()'s argument on 3.10)."""
     _check_max_objects(max_objects)
     named_labels, named_spaces = _named_roots(named)
     n_named = len(named_labels)
@@ -423,6 +432,10 @@ def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool =
         # tensors, say) is ours too: never entered, and its references do not make a target
         # look held. The snapshots of our frames' locals come last (subtracted twice).
         mine = [v for d in ours for v in d.values() if id(v) not in first and gc.is_tracked(v)]
+        # A list of the call's arguments, subtracted twice like the snapshots: once for its own
+        # references, once for the caller's. Made after the snapshots, so none of them lists it
+        # (an object in `mine` is subtracted once).
+        ours = ours + ([list(held_by_call)] if held_by_call else [])
         exclude = [objs, targets, roots, labels, ours, mine] + mine + ours
         res = _tensorgc._owner_search(roots, targets, exclude, len(ours), tracked, bound, n_late)
         del tracked, exclude, ours, mine
@@ -483,4 +496,5 @@ def owners(objs: Iterable[Any], *, max_objects: Optional[int] = None,
 def owner(obj: Any, *, max_objects: Optional[int] = None,
           roots: Optional[Roots] = None) -> Chain:
     """owners([obj])[0]: what keeps ``obj`` alive besides the caller's own frame."""
-    return _chains([obj], max_objects, late_caller=True, named=roots)[0]
+    return _chains([obj], max_objects, late_caller=True, named=roots,
+                   held_by_call=(obj,) if _CALL_KEEPS_ARGS else ())[0]

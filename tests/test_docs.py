@@ -13,8 +13,9 @@ organised.
   (written to NAME for the next samples), `<!-- run: as NAME -->` (run from a file NAME).
   Output blocks: `<!-- output -->` is compared with what the sample before it printed
   (normalise(): addresses, times, temporary paths; `...` lines stand for any lines),
-  `<!-- output: loose -->` sizes and counts aside too, `<!-- output: recorded (where) -->` not
-  compared (a GPU run of a demo).
+  `<!-- output: loose -->` sizes and counts aside too, `<!-- output: cpu -->` as loose, on a
+  machine without CUDA only (what it prints there; CUDA changes the columns), `<!-- output:
+  recorded (where) -->` not compared (a GPU run of a demo).
 * `git ls-files` has no name like `stop16`, `r7`, `round3` or `session`.
 
     python tests/test_docs.py docs/guide.md    # runs one file's samples and prints their output
@@ -317,7 +318,7 @@ def test_every_sample_runs_or_says_why_it_does_not(doc):
             bad.append(f"{line}: a skipped sample says why: <!-- run: skip (why) -->")
         if how in ("file", "as") and not name:
             bad.append(f"{line}: run: {how} names the file")
-        if what == "output" and how not in ("", "loose", "cuda", "recorded"):
+        if what == "output" and how not in ("", "loose", "cpu", "cuda", "recorded"):
             bad.append(f"{line}: unknown marker output: {how}")
         if what == "output" and how == "recorded" and not reason:
             bad.append(f"{line}: a recorded output says where it comes from")
@@ -337,14 +338,15 @@ def test_the_samples_run_and_print_what_the_page_shows(doc, tmp_path):
     for line, marker, shown, sample in outputs(doc):
         if marker[1] == "recorded":
             continue
-        if marker[1] == "cuda" and not cuda:
+        if (marker[1] == "cuda" and not cuda) or (marker[1] == "cpu" and cuda):
             continue
         assert sample in printed, f"{doc}:{line}: the sample before it (line {sample}) did not run"
         compared += 1
-        if not matches(shown, printed[sample], loose=marker[1] == "loose"):
+        if not matches(shown, printed[sample], loose=marker[1] in ("loose", "cpu")):
             bad.append(f"{doc}:{line} shows:\n{shown}\n--- the sample at line {sample} printed:\n"
                        f"{printed[sample]}")
-    due = sum(1 for _, m, _, _ in outputs(doc) if m[1] in ("", "loose") or (m[1] == "cuda" and cuda))
+    due = sum(1 for _, m, _, _ in outputs(doc)
+              if m[1] in ("", "loose") or (m[1] == "cuda" and cuda) or (m[1] == "cpu" and not cuda))
     assert compared == due, f"{doc}: {compared} outputs compared of {due}"
     assert not bad, "\n\n".join(bad)[-8000:]
 

@@ -41,7 +41,8 @@ class Options:
       set one (set_output_dir, TENSORGC_OUTPUT_DIR), else the loop's log directory + /tensorgc,
       else a new temporary directory.
     cycles: the cycle detector with its pages (warn_tensor_cycles); cycles_device: its device
-      filter (None: CUDA where available, else the CPU); max_pages: pages per process.
+      filter (None: the model's device, where the loop's tensors live); max_pages: pages per
+      process.
     record_history: the allocator's history at tensorgc's cheap setting, for the pages' stacks
       (CUDA only; never over a history the program records).
     oom: the OOM autopsy on each rank (CUDA only).
@@ -261,7 +262,8 @@ class Watcher:
         from ..cycles.observe import warn_tensor_cycles
 
         self.handles["cycles"] = warn_tensor_cycles(
-            device=self.options.cycles_device, directory=self.directory,
+            device=self.device if self.options.cycles_device is None else self.options.cycles_device,
+            directory=self.directory,
             max_pages=self.options.max_pages, record_history=self.options.record_history)
 
     def _start_oom(self) -> None:

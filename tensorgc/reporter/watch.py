@@ -375,7 +375,8 @@ class GrowthWatch:
             if probe is None:
                 if rate is None or step < self._cooldown_until or not self._may_spend():
                     return None
-                return self._begin(step, rate)
+                self._begin(step, rate)
+                return None
             looks = step - probe.start == self._confirm or step - probe.start >= 2 * self._confirm
             if not looks:
                 return None
@@ -399,7 +400,6 @@ class GrowthWatch:
             self._spent += self._clock() - t
         self._investigations += 1
         self._probe = _Probe(step, rate, cp)
-        return None
 
     def _growth(self, probe: _Probe) -> Optional[Growth]:
         if probe.cp is None:

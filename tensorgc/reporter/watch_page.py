@@ -6,10 +6,7 @@ self-contained file, no script; every string from the user's program escaped; bo
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Dict, List, Tuple
-
-if TYPE_CHECKING:
-    from .watch import Forecast
+from typing import Any, Dict, List, Tuple
 
 __all__ = ["page_html"]
 
@@ -22,9 +19,9 @@ def _mib(n: float) -> str:
     return f"{n / 1048576:.1f} MiB"
 
 
-def page_html(fc: "Forecast", points: List[Tuple[int, float]],
+def page_html(fc: Any, points: List[Tuple[int, float]],
               holder_points: Dict[str, List[Tuple[int, float]]]) -> str:
-    """The page: ``points`` (step, bytes sampled), the forecast's holders drawn as what each
+    """The page of ``fc`` (watch.Forecast, which imports this module): ``points`` (step, bytes sampled), the forecast's holders drawn as what each
     adds from the growth's first step at its measured rate a step."""
     esc = html.escape
     pts = points[-1024:] or [(fc.step, 0.0)]

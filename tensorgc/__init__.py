@@ -82,6 +82,11 @@ from .lineprof.courtesy import Courtesy, Moved  # noqa: E402  (memlab's Courtesy
 from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
 from .reporter.growth import Checkpoint, Growth, checkpoint, growth  # noqa: E402  (what grows)
 from .reporter.owner_chains import Chain, owner, owners  # noqa: E402  (why is it still alive)
+from .reporter.watch import (  # noqa: E402  (steady growth in long jobs, and the OOM ahead)
+    Forecast,
+    GrowthWatch,
+    warn_memory_growth,
+)
 
 __all__ = [
     "Categorizer",
@@ -92,9 +97,11 @@ __all__ = [
     "CycleReport",
     "DeviceError",
     "Feature",
+    "Forecast",
     "GatheredReport",
     "GraphvizError",
     "Growth",
+    "GrowthWatch",
     "Handle",
     "LeanTrace",
     "LineProfiler",
@@ -142,6 +149,7 @@ __all__ = [
     "set_render_timeout",
     "set_observer_errors",
     "warn_tensor_cycles",
+    "warn_memory_growth",
 ]
 
 logger = logging.getLogger("tensorgc")

@@ -19,8 +19,8 @@ import torch
 from IPython.core.interactiveshell import InteractiveShell
 
 import tensorgc
-from tensorgc import (Categorizer, Courtesy, CycleReport, DeviceError, GatheredReport,
-                      GraphvizError, Handle, LineProfiler, MemReporter, Moved, Publisher, Report,
+from tensorgc import (Categorizer, Courtesy, CycleReport, DeviceError, Forecast,
+                      GatheredReport, GraphvizError, GrowthWatch, Handle, LineProfiler, MemReporter, Moved, Publisher, Report,
                       Row, SnapshotError)
 from tensorgc.cli import main as tensorgc_command
 from tensorgc.lineprof import LineStats
@@ -237,6 +237,25 @@ def across_ranks(model: Net, opt: torch.optim.Optimizer, snap_path: str, out: st
     return tensorgc_command(["stats", ranks_dir, snap_path])
 
 
+def watch_growth(model: Net, opt: torch.optim.Optimizer, x: torch.Tensor, out: str) -> int:
+    """A watch over a loop that leaks: the forecasts it made, through the callback."""
+    seen: List[Forecast] = []
+
+    def tell(fc: Forecast) -> None:
+        left = "unknown" if fc.steps_left is None else f"{fc.steps_left} steps"
+        log.info("%.0f bytes a step, %s left, %s", fc.bytes_per_step, left, fc.holders[:1])
+        seen.append(fc)
+    kept: List[torch.Tensor] = []
+    with tensorgc.warn_memory_growth(DEVICE, callback=tell, limit=1 << 34,
+                                     directory=out) as watch:
+        w: GrowthWatch = watch
+        for _ in range(60):
+            train_step(model, opt, x)
+            kept.append(torch.empty(1 << 18, device=DEVICE))
+    log.info("watch: %s", w.stats())
+    return len(seen)
+
+
 def in_a_notebook(shell: InteractiveShell) -> None:
     """%load_ext tensorgc does this: the %mlrun and %%mlrun magics."""
     tensorgc.load_ipython_extension(shell)
@@ -260,6 +279,7 @@ def main(argv: List[str]) -> int:
     restored = lend_the_device()
     autopsy = after_an_oom(model, opt, out)
     assert across_ranks(model, opt, snapshot_path, out) == 0
+    assert watch_growth(model, opt, x, out) == 1
     print(f"sample: {len(reports)} cycle report(s); {len(rep.rows)} rows; "
           f"{len(stats.functions)} profiled function(s); snapshot {snapshot_path}; "
           f"restored {restored.nbytes} bytes; autopsy {autopsy}")

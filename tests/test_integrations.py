@@ -59,8 +59,8 @@ def run(tmp_path):
         made.append(w)
         return w
 
-    def train_step(w):
-        LEAK.append(torch.zeros(1024))
+    def train_step(w, leak=1024):
+        LEAK.append(torch.zeros(leak))
         n = Node()
         n.self = n
         n.t = torch.zeros(256)
@@ -157,11 +157,11 @@ def test_growth_forecast_with_the_real_function(run):
     start, train_step, _, _ = run
     sink = Recorder()
     w = start(sink, report_every=None, cycles=False)
-    for _ in range(40):
-        train_step(w)
+    for _ in range(60):
+        train_step(w, leak=1 << 18)  # 1 MiB a step: above the watch's least growth
     got = sink.merged()
     assert got["tensorgc/growth_bytes_per_step"], sink.scalar_calls
-    assert max(got["tensorgc/growth_bytes_per_step"].values()) >= 4096 * 0.9
+    assert max(got["tensorgc/growth_bytes_per_step"].values()) >= (1 << 20) * 0.9
     assert any("LEAK" in t for _, t, _ in sink.texts)
 
 

@@ -226,8 +226,10 @@ def run_samples(rel, workdir, cuda=None):
     cuda = _cuda() if cuda is None else cuda
     shutil.copy(SNAPSHOT, os.path.join(workdir, "run.pickle"))
     # a reader's shell: not a pytest-xdist worker's (a pytest the sample runs would take itself
-    # for one, and a plugin such as pytest-benchmark says so on its output)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    # for one, and a plugin such as pytest-benchmark says so on its output), nor a CI machine's
+    # (where pytest leaves its summary lines uncut)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PYTEST_") and k not in ("CI", "BUILD_NUMBER")}
     env.update(PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                MPLBACKEND="Agg", PYTHONUNBUFFERED="1", COLUMNS="80")
     py, out, ok, printed = [], [], True, {}

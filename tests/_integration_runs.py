@@ -14,17 +14,20 @@ import torch
 
 LEAK = []
 STEPS = 4
+# the device of the single-process runs: TENSORGC_TEST_DEVICE=cuda trains them on the GPU (the
+# runs of two processes stay on the CPU, with gloo)
+DEVICE = "cuda" if os.environ.get("TENSORGC_TEST_DEVICE", "").startswith("cuda") else "cpu"
 
 
 class Node:
     pass
 
 
-def plant():
-    LEAK.append(torch.zeros(4096))
+def plant(device="cpu"):
+    LEAK.append(torch.zeros(4096, device=device))
     n = Node()
     n.self = n
-    n.t = torch.zeros(1024)
+    n.t = torch.zeros(1024, device=device)
     del n
     gc.collect()
 
@@ -45,7 +48,7 @@ def lightning(out, package="lightning", ddp=False):
             self.layer = torch.nn.Linear(32, 32)
 
         def training_step(self, batch, i):
-            plant()
+            plant(self.device)
             return self.layer(batch[0]).pow(2).mean()
 
         def configure_optimizers(self):
@@ -54,7 +57,8 @@ def lightning(out, package="lightning", ddp=False):
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 32)),
                                        batch_size=8)
     trainer = pl.Trainer(
-        max_steps=STEPS, accelerator="cpu", devices=2 if ddp else 1,
+        max_steps=STEPS, accelerator="gpu" if DEVICE == "cuda" and not ddp else "cpu",
+        devices=2 if ddp else 1,
         strategy="ddp" if ddp else "auto",
         logger=[CSVLogger(out, name="csv"), TensorBoardLogger(out, name="tb")],
         callbacks=[TensorGC(report_every=2)],
@@ -69,14 +73,15 @@ def trainer(out):
     class Leaky(GPT2LMHeadModel):
         def forward(self, *args, **kwargs):
             if self.training:
-                plant()
+                plant(self.device)
             return super().forward(*args, **kwargs)
 
     config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16)
     ids = torch.randint(0, 64, (16, 16), generator=torch.Generator().manual_seed(0))
     args = TrainingArguments(output_dir=out, max_steps=STEPS, per_device_train_batch_size=4,
                              logging_steps=2, report_to=["tensorboard"], save_strategy="no",
-                             use_cpu=True, disable_tqdm=True, remove_unused_columns=False)
+                             use_cpu=DEVICE == "cpu", disable_tqdm=True,
+                             remove_unused_columns=False)
     Trainer(model=Leaky(config), args=args, train_dataset=[{"input_ids": r, "labels": r} for r in ids],
             callbacks=[TensorGCCallback(report_every=2)]).train()
 
@@ -85,7 +90,8 @@ def accelerate(out):
     from accelerate import Accelerator
     from tensorgc.integrations.accelerate import watch
 
-    accelerator = Accelerator(cpu=True, log_with="tensorboard", project_dir=out)
+    two = int(os.environ.get("WORLD_SIZE", "1")) > 1  # under accelerate launch: gloo
+    accelerator = Accelerator(cpu=DEVICE == "cpu" or two, log_with="tensorboard", project_dir=out)
     accelerator.init_trackers("run")
     model = torch.nn.Linear(32, 32)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -96,7 +102,7 @@ def accelerate(out):
     for step, (x,) in enumerate(data):
         if step == STEPS:
             break
-        plant()
+        plant(accelerator.device)
         loss = model(x).pow(2).mean()
         accelerator.backward(loss)
         optimizer.step()

@@ -106,6 +106,15 @@ def test_trainer_logs_reach_tensorboard_and_the_state(tmp_path_factory):
     _pages_printed_once(output)
 
 
+def test_accelerate_in_one_process_logs_the_scalars_and_the_leak(tmp_path):
+    pytest.importorskip("accelerate")
+    output = _run([sys.executable, SCRIPT, "accelerate"], str(tmp_path))
+    scalars, _ = _events(os.path.join(str(tmp_path), "run", "events.out.tfevents.*"))
+    _leak_grows(dict(scalars["tensorgc/memory/other"]))
+    assert max(v for _, v in scalars["tensorgc/cycles_found"]) == 4
+    _pages_printed_once(output)
+
+
 @pytest.mark.parametrize("kind", ["lightning-ddp", "accelerate"])
 def test_two_cpu_processes_each_write_their_pages_and_rank_0_logs_the_table(tmp_path, kind):
     if kind == "accelerate":

@@ -10,7 +10,7 @@ MEMLAB_VERSION ?= 0.3.2
 MYPY_VERSION ?= 2.4.1
 PLAYWRIGHT_VERSION ?= 1.65.2
 XDIST_VERSION ?= 3.8.0
-COVERAGE_VERSION ?= 7.17.5
+COVERAGE_VERSION ?= 7.16.2
 # The training-loop integrations' tests (tests/test_integration*.py, tests/test_notebooks.py); not
 # installed with TORCH_VERSION=none
 INTEG_PINS ?= lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 tensorboard==2.21.0 \

@@ -12,9 +12,16 @@ PLAYWRIGHT_VERSION ?= 1.65.2
 XDIST_VERSION ?= 3.8.0
 COVERAGE_VERSION ?= 7.16.2
 # The training-loop integrations' tests (tests/test_integration*.py, tests/test_notebooks.py); not
-# installed with TORCH_VERSION=none
+# installed with TORCH_VERSION=none. transformers 5.21+ and ipykernel 7 need Python 3.11+: 3.10
+# takes the last releases that install there.
+PY_MINOR := $(shell $(PYTHON) -c "import sys; print(sys.version_info[1])" 2>/dev/null)
+ifeq ($(PY_MINOR),10)
+INTEG_PINS ?= lightning==2.6.6 transformers==5.20.2 accelerate==1.15.0 tensorboard==2.21.0 \
+  nbclient==0.11.0 ipykernel==6.31.0 nbformat==5.11.1
+else
 INTEG_PINS ?= lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 tensorboard==2.21.0 \
   nbclient==0.11.0 ipykernel==7.4.0 nbformat==5.11.1
+endif
 EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 SO := tensorgc/_tensorgc$(EXT_SUFFIX)
 SO_TESTING := tensorgc/_tensorgc_testing$(EXT_SUFFIX)

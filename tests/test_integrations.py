@@ -152,8 +152,6 @@ def test_growth_forecast_through_a_stand_in(run, monkeypatch):
 
 
 def test_growth_forecast_with_the_real_function(run):
-    if getattr(tensorgc, "warn_memory_growth", None) is None:
-        pytest.skip("this tensorgc has no warn_memory_growth yet")
     start, train_step, _, _ = run
     sink = Recorder()
     w = start(sink, report_every=None, cycles=False)

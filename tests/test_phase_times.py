@@ -57,9 +57,9 @@ def _load(lib):
 
 @pytest.fixture(scope="module")
 def timed(tmp_path_factory):
+    """The suite runs where the extension was just built from source, so the compiler is there."""
     if not graphviz_dev():
         pytest.skip("builds from source: needs Graphviz's development files")
-    """The suite runs where the extension was just built from source, so the compiler is there."""
     out = tmp_path_factory.mktemp("phases")
     env = dict(os.environ, TENSORGC_CFLAGS="-DTGC_PHASE_TIMES", TENSORGC_WERROR="1")
     done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--force",

@@ -134,10 +134,12 @@ inf__python_facts(const tgc_frame *f, int64_t *apply_line)
     const char *nm = f->name;
     size_t nn = f->name_len;
     uint16_t b = TGC_FF_PYTHON;
-    if (inf__eq(nm, nn, "backward") ||
-        (inf__torch(f, "autograd/__init__.py") && inf__in(nm, nn, autograd_entries)) ||
-        (inf__torch(f, "autograd/graph.py") && inf__eq(nm, nn, "_engine_run_backward")) ||
-        (inf__torch(f, "utils/checkpoint.py") && inf__in(nm, nn, recomputes))) {
+    if (inf__torch(f, "utils/checkpoint.py") && inf__in(nm, nn, recomputes)) {
+        b |= TGC_FF_BACKWARD | TGC_FF_RECOMPUTE;
+    }
+    else if (inf__eq(nm, nn, "backward") ||
+             (inf__torch(f, "autograd/__init__.py") && inf__in(nm, nn, autograd_entries)) ||
+             (inf__torch(f, "autograd/graph.py") && inf__eq(nm, nn, "_engine_run_backward"))) {
         b |= TGC_FF_BACKWARD;
     }
     int module_py = inf__torch(f, "nn/modules/module.py");
@@ -172,6 +174,26 @@ inf__python_facts(const tgc_frame *f, int64_t *apply_line)
     return b;
 }
 
+/* C++ functions of torch that allocate a library's workspace, and nothing else: cuBLAS's per
+ * handle and stream (setWorkspaceForHandle) and cuBLASLt's (getCUDABlasLtWorkspace), both kept
+ * for the process's life; cuDNN's per call (the v7 convolution's Workspace struct, the v8
+ * frontend's run_conv_plan). cuSOLVER's work buffers come from the at::native function that
+ * also makes the results: no frame of their own. */
+static const char *const workspaces[] = {
+    "setWorkspaceForHandle", "BlasLtWorkspace", "::Workspace::Workspace(", "run_conv_plan", NULL};
+
+/* some name of the NULL-terminated list occurs in s */
+static int
+inf__in_any(const char *s, size_t n, const char *const *names)
+{
+    for (; *names != NULL; names++) {
+        if (inf__has(s, n, *names)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static uint16_t
 inf__cpp_facts(const tgc_frame *f)
 {
@@ -186,7 +208,7 @@ inf__cpp_facts(const tgc_frame *f)
         inf__has(nm, nn, "c10d::Reducer::initialize_buckets")) {
         b |= TGC_FF_ACCUMULATE;
     }
-    if (inf__has(nm, nn, "setWorkspaceForHandle") || inf__has(nm, nn, "BlasLtWorkspace")) {
+    if (inf__in_any(nm, nn, workspaces)) {
         b |= TGC_FF_WORKSPACE;
     }
     if (inf__has(nm, nn, "THPVariable_set_grad")) {
@@ -209,7 +231,7 @@ tgc_frame_facts_of(const tgc_frame *f, tgc_frame_facts *out)
 uint8_t
 tgc_stack_hint(const tgc_frame_facts *f, size_t nf, uint8_t frameless, int64_t *apply_line)
 {
-    int phase = -1, kind = -1, backward = 0, python = 0, user_init = 0;
+    int phase = -1, kind = -1, backward = 0, python = 0, user_init = 0, recompute = 0;
     uint16_t any = 0;  /* the C++ frames' facts, anywhere */
     int64_t line = -1;
     *apply_line = -1;
@@ -219,6 +241,7 @@ tgc_stack_hint(const tgc_frame_facts *f, size_t nf, uint8_t frameless, int64_t *
     for (size_t i = 0; i < nf; i++) {
         uint16_t b = f[i].bits;
         backward |= (b & TGC_FF_BACKWARD) != 0;
+        recompute |= (b & TGC_FF_RECOMPUTE) != 0;
         if (!(b & TGC_FF_PYTHON)) {
             any |= b;
             continue;
@@ -254,7 +277,8 @@ tgc_stack_hint(const tgc_frame_facts *f, size_t nf, uint8_t frameless, int64_t *
     int ph = backward ? TGC_HP_BACKWARD : phase >= 0 ? phase
              : python ? TGC_HP_OUTSIDE : TGC_HP_UNKNOWN;
     int k = any & TGC_FF_WORKSPACE ? TGC_HK_WORKSPACE : any & TGC_FF_SET_GRAD ? TGC_HK_UNGRAD
-            : kind >= 0 ? kind : user_init && ph == TGC_HP_OUTSIDE ? TGC_HK_PARAM : TGC_HK_PLAIN;
+            : kind >= 0 ? kind : user_init && ph == TGC_HP_OUTSIDE ? TGC_HK_PARAM
+            : recompute ? TGC_HK_RECOMPUTE : TGC_HK_PLAIN;
     if (k == TGC_HK_PARAM && kind == TGC_HK_PARAM) {
         *apply_line = line;
     }

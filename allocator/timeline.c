@@ -12,7 +12,8 @@
 #include "tensorgc/timeline.h"
 
 const char *const tgc_category_names[TGC_NCAT] = {
-    "parameter", "buffer", "optimizer_state", "grad", "input", "activation", "temporary", "other",
+    "parameter", "buffer", "optimizer_state", "grad", "workspace", "input", "output", "activation",
+    "temporary", "other",
 };
 
 typedef struct {
@@ -28,6 +29,8 @@ typedef struct {
     uint8_t pre;           /* alive from the start without an event of its own at `start` */
     uint8_t grad;          /* a grad mark found it alive */
     uint8_t ahint, fhint;  /* the hints of the stacks that allocated and freed it */
+    uint8_t rc_kept;       /* made by a checkpoint's recompute, freed after that recompute */
+    uint32_t rc_run;       /* the run of recompute events that made it (0: none) */
     uint8_t category, rule;
 } tl_alloc;
 
@@ -175,6 +178,51 @@ tl__next_start(const tl_phase *p, int64_t t)
     return lo < p->n ? p->v[lo].t0 : INT64_MAX;
 }
 
+/* The first span of p starting after t, or NULL. */
+static const tgc_span *
+tl__next_span(const tl_phase *p, int64_t t)
+{
+    size_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->v[mid].t0 <= t) {
+            lo = mid + 1;
+        }
+        else {
+            hi = mid;
+        }
+    }
+    return lo < p->n ? &p->v[lo] : NULL;
+}
+
+/* OUTPUT of timeline.h: a forward's block (allocated in fw, alive after it) that outlived the
+ * backward after that forward -- a backward frees what its forward saved, so the loop holds it
+ * -- until the next result replaced it (freed by the end of the next forward) or to the end
+ * (no forward after; fw not the trace's first forward). That backward must have ended: a forward or a step (in ph, or in rph's
+ * steps: torch's annotations) begins after it; after an OOM inside a backward nothing does. */
+static int
+tl__output(const tl_alloc *a, const tgc_span *fw, const tl_phase ph[TGC_NPHASE],
+           const tl_phase *rph)
+{
+    const tgc_span *bw = tl__next_span(&ph[TGC_PHASE_BACKWARD], fw->t1);
+    if (bw == NULL || a->t1 <= bw->t1 ||
+        bw->t0 >= tl__next_start(&ph[TGC_PHASE_FORWARD], fw->t1)) {
+        return 0;
+    }
+    const tgc_span *next = tl__next_span(&ph[TGC_PHASE_FORWARD], bw->t1);
+    int64_t step = tl__next_start(&ph[TGC_PHASE_OPTIMIZER], bw->t1);
+    if (rph != NULL) {
+        int64_t r = tl__next_start(&rph[TGC_PHASE_OPTIMIZER], bw->t1);
+        step = r < step ? r : step;
+    }
+    if (next == NULL) {
+        /* alive at the end: not from the trace's first forward, whose survivors include what
+         * lives for the process (a workspace no stack named) */
+        return step != INT64_MAX && (a->t1 != INT64_MAX || ph[TGC_PHASE_FORWARD].v[0].t0 < fw->t0);
+    }
+    return a->t1 <= next->t1;
+}
+
 /* What the inferred rules read besides the allocation: the inferred and the recorded spans,
  * and the times of the frees whose stacks say grad (zero_grad's), sorted. */
 typedef struct {
@@ -233,8 +281,19 @@ tl__by_span(tl_alloc *a, const tl_phase ph[TGC_NPHASE], int named_end, const tl_
     /* alive at the end is never "freed by t1", even in a span still open at the snapshot */
     int freed = a->t1 != INT64_MAX && a->t1 <= best->t1;
     a->category = freed ? TGC_CAT_TEMPORARY : kept[inferred][phase];
+    a->rule = rule[inferred][phase];
+    if (a->category == TGC_CAT_ACTIVATION && tl__output(a, best, ph, inferred ? x->rph : NULL)) {
+        a->category = TGC_CAT_OUTPUT;
+        return 1;
+    }
     if (!inferred && a->category == TGC_CAT_ACTIVATION && a->t1 == INT64_MAX && named_end) {
         a->category = TGC_CAT_OTHER;
+    }
+    /* made by a checkpoint's recompute and used after it (the block's backward freed it): what
+     * the forward would have saved, made again */
+    if (inferred && phase == TGC_PHASE_BACKWARD && a->category == TGC_CAT_TEMPORARY &&
+        a->rc_kept) {
+        a->category = TGC_CAT_ACTIVATION;
     }
     /* outlived its backward, but a zero_grad that freed grads after it did not free it (the
      * engine thread's cuBLAS workspace, seen without C++ frames): no grad */
@@ -252,7 +311,6 @@ tl__by_span(tl_alloc *a, const tl_phase ph[TGC_NPHASE], int named_end, const tl_
             a->category = TGC_CAT_OTHER;
         }
     }
-    a->rule = rule[inferred][phase];
     return 1;
 }
 
@@ -281,7 +339,7 @@ tl__infer(tl_alloc *a, const tl_infer_ctx *x)
         }
     }
     if (ak == TGC_HK_WORKSPACE) {
-        a->category = TGC_CAT_OTHER;
+        a->category = TGC_CAT_WORKSPACE;
         a->rule = 14;
         return 1;
     }
@@ -464,6 +522,8 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
         }
     }
     size_t nslots = 0;
+    uint32_t rc_run = 0;            /* runs of consecutive recompute events, numbered from 1 */
+    int rc_prev = 0, in_rc = 0;
     for (size_t i = 0; i < n; i++) {
         const tgc_event *e = &ev[i];
         if (who != NULL) {
@@ -471,6 +531,11 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
         }
         if (e->kind == TGC_EV_OOM) {
             continue;
+        }
+        if (e->kind != TGC_EV_PRE) {
+            in_rc = TGC_HINT_KIND(e->hint) == TGC_HK_RECOMPUTE;
+            rc_run += in_rc && !rc_prev;
+            rc_prev = in_rc;
         }
         /* grad and name marks made before this event: the events up to their time are in
          * the table */
@@ -505,6 +570,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
             a->free_event = UINT32_MAX;
             a->pos = i;
             a->ahint = e->hint;
+            a->rc_run = e->kind == TGC_EV_ALLOC && in_rc ? rc_run : 0;
             a->pre = e->kind == TGC_EV_PRE;
             a->start = a->pre ? 0 : i;
             a->t0 = a->pre ? TGC_TIME_NONE : e->time;
@@ -538,6 +604,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
             al[k].t1 = e->time;
             al[k].free_event = e->index;
             al[k].fhint = e->hint;
+            al[k].rc_kept = al[k].rc_run != 0 && !(in_rc && al[k].rc_run == rc_run);
             delta[i] -= (int64_t)al[k].size;
             if (who != NULL) {
                 who[i] = k;
@@ -590,6 +657,13 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
             if (al[k].grad) {
                 al[k].category = TGC_CAT_GRAD;
                 al[k].rule = 2;
+                continue;
+            }
+            /* a stack that made a library's workspace says what the block is: before the
+             * recorded spans, which would call the first forward's cuBLAS workspace other */
+            if (cls->infer && TGC_HINT_KIND(al[k].ahint) == TGC_HK_WORKSPACE) {
+                al[k].category = TGC_CAT_WORKSPACE;
+                al[k].rule = 14;
                 continue;
             }
             if (tl__by_span(&al[k], phases, cls->nnamed > 0, NULL) ||

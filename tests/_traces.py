@@ -40,9 +40,9 @@ __all__ = ["make_trace", "Generated", "CATEGORIES", "accuracy"]
 
 # The true categories (the generator's own list; tensorgc's may be a subset)
 CATEGORIES = ("parameter", "buffer", "optimizer_state", "grad", "input", "activation",
-              "temporary", "other")
+              "temporary", "other", "workspace", "output")
 _CAT = {c: i for i, c in enumerate(CATEGORIES)}
-PARAMETER, BUFFER, OPT_STATE, GRAD, INPUT, ACTIVATION, TEMPORARY, OTHER = range(8)
+PARAMETER, BUFFER, OPT_STATE, GRAD, INPUT, ACTIVATION, TEMPORARY, OTHER, WORKSPACE, OUTPUT = range(10)
 
 MiB = 1 << 20
 TORCH = "/opt/conda/lib/python3.11/site-packages/torch/"
@@ -359,7 +359,7 @@ def make_trace(layers: int = 4, steps: Optional[int] = 3, d_model: int = 256, *,
                vocab: int = 1000, oom: bool = True, buffers: bool = False,
                side_stream: bool = False, annotations: bool = True,
                loss_outside: bool = False, clip_grad: bool = False, metrics: bool = False,
-               accumulate: int = 1, set_to_none: bool = True,
+               accumulate: int = 1, set_to_none: bool = True, hold_output: bool = False,
                capacity: int = 80 << 30) -> Generated:
     """A synthetic snapshot of `steps` training steps (see the module's docstring).
 
@@ -376,7 +376,12 @@ def make_trace(layers: int = 4, steps: Optional[int] = 3, d_model: int = 256, *,
     clip_grad_norm_ before the step (its norms are temporaries); metrics: an accuracy computed
     by the loop after the step (temporaries of no phase); accumulate: micro-batches per step
     (the later backwards accumulate into the grads: their new grads are temporaries);
-    set_to_none=False: zero_grad zeroes the grads in place, which then live for the run."""
+    set_to_none=False: zero_grad zeroes the grads in place, which then live for the run;
+    hold_output: the loop keeps the last micro-batch's logits and loss in its variables into
+    the next step (freed when the next forward's logits rebind them; the last ones to the end).
+
+    The truth: the logits and the loss are outputs (no op saves them: the loop holds them past
+    their backward), the cuBLAS workspaces workspaces."""
     if stacks not in ("all", "python", "none"):
         raise ValueError(f"stacks must be 'all', 'python' or 'none', not {stacks!r}")
     if optimizer not in ("adam", "adamw", "sgd"):
@@ -387,7 +392,7 @@ def make_trace(layers: int = 4, steps: Optional[int] = 3, d_model: int = 256, *,
         raise ValueError("accumulate must be >= 1")
     o = _Options(layers, steps, d_model, optimizer, seed, max_entries, stacks, categorize, batch,
                  seq, vocab, oom, buffers, side_stream, annotations, loss_outside, clip_grad,
-                 metrics, accumulate, set_to_none, capacity)
+                 metrics, accumulate, set_to_none, hold_output, capacity)
     # a million entry dicts: the cyclic collector would walk them again and again (half the time)
     enabled = gc.isenabled()
     gc.disable()
@@ -419,6 +424,7 @@ class _Options(NamedTuple):
     metrics: bool
     accumulate: int
     set_to_none: bool
+    hold_output: bool
     capacity: int
 
 
@@ -573,6 +579,7 @@ def _make(o: _Options) -> Generated:
     grads: Dict[str, int] = {}    # param name -> grad address (alive until zero_grad)
     states: Dict[str, List[int]] = {}
     workspaces = [False, False]
+    held: List[int] = []  # the loop's logits and loss, kept into the next step (hold_output)
     step = 0
     with_marks = categorize
     while steps is None or step < steps:
@@ -593,17 +600,22 @@ def _make(o: _Options) -> Generated:
                 for key, nbytes, is_saved, frames in layer_ops:
                     if not workspaces[0] and key == "in_proj":
                         workspaces[0] = True
-                        run.alloc(32 * MiB, OTHER, ws_fw)
+                        run.alloc(32 * MiB, WORKSPACE, ws_fw)
                     a = run.alloc(nbytes, ACTIVATION if is_saved else TEMPORARY, frames)
                     if is_saved:
                         keep.append(a)
                     else:
                         run.free(a, fw_free)
                 saved.append(keep)
-            out = run.alloc(T * vocab * 4, ACTIVATION, head_out)
+            # the logits and the loss: no op saves them, the loop holds them past the backward
+            out = run.alloc(T * vocab * 4, OUTPUT, head_out)
+            if held:  # the previous step's, rebound by `out = model(x)`
+                for a in held:
+                    run.free(a, del_free)
+                held = []
             t_fw_end = run.t
             lsm = run.alloc(T * vocab * 4, ACTIVATION, loss_lsm)
-            loss = run.alloc(4, ACTIVATION, loss_nll)
+            loss = run.alloc(4, OUTPUT, loss_nll)
             tw = run.alloc(4, ACTIVATION, loss_nll)
             if not o.loss_outside:
                 t_fw_end = run.t
@@ -619,7 +631,7 @@ def _make(o: _Options) -> Generated:
             run.free(ones, bw_free_tmp)
             if not workspaces[1]:
                 workspaces[1] = True
-                run.alloc(32 * MiB, OTHER, ws_bw)
+                run.alloc(32 * MiB, WORKSPACE, ws_bw)
 
             def grad_of(name: str, nbytes: int, kind: str) -> None:
                 frames = bw_acc if kind == "n" else bw_w if kind == "w" else bw_b
@@ -709,8 +721,11 @@ def _make(o: _Options) -> Generated:
         x, y, out, loss = kept
         for a in (x, y):
             run.free(a, del_free, delay=3 if side_stream else 0)
-        for a in (out, loss):
-            run.free(a, del_free)
+        if o.hold_output:
+            held = [out, loss]
+        else:
+            for a in (out, loss):
+                run.free(a, del_free)
         step += 1
     run.flush()
     if oom:
@@ -792,14 +807,16 @@ def _make(o: _Options) -> Generated:
 
 # ---------------------------------------------------------------------- checking an inference
 
-def accuracy(gen: Generated, tl: Dict[str, Any]) -> Dict[str, Any]:
+def accuracy(gen: Generated, tl: Dict[str, Any],
+             seen_as: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """How well a replay's categories (tensorgc.timeline.replay(gen.snapshot)'s: its labels,
     pre_labels, pre, categories, peak_event, use_req) match the truth. Returns {"peak": the
     fraction of the bytes alive just after the peak event classified right, "time": the
     fraction of bytes x trace entries alive, "confusion": {(true, got): bytes at the peak},
     "allocations": the fraction of allocations classified right}. Lifetimes are counted in
     trace entries, from the alloc to the free the replay uses (free_requested when the trace
-    has them)."""
+    has them). seen_as: {true category: the category the evidence can tell at most} (a
+    workspace seen without C++ frames is "other")."""
     trace = gen.snapshot["device_traces"][0]
     labels, names = tl["labels"], tl["categories"]
     free_action = "free_requested" if tl["use_req"] else "free_completed"
@@ -831,6 +848,7 @@ def accuracy(gen: Generated, tl: Dict[str, Any]) -> Dict[str, Any]:
     confusion: Dict[Tuple[str, str], int] = {}
     for start, end, size, cat, lab in rows:
         want = CATEGORIES[cat]
+        want = (seen_as or {}).get(want, want)
         got = names[lab & 15] if lab >> 4 else "unclassified"
         right = want == got
         ok_n += right

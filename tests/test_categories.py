@@ -99,7 +99,8 @@ def test_every_rule_exact_bytes_per_category_per_column():
     # by hand, at the end: P 4M + X 1M (buffer) + S 3M + Y 256K
     end = {k: v[-1] for k, v in tl["cat_active"].items()}
     assert end == {"parameter": 4 * MB, "buffer": MB, "optimizer_state": 3 * MB, "grad": 0,
-                   "input": 0, "activation": 0, "temporary": 0, "other": 256 * KB}
+                   "input": 0, "activation": 0, "temporary": 0, "other": 256 * KB,
+                   "workspace": 0, "output": 0}
     alive = {b[6]: (tl["categories"][b[7]], b[8]) for b in tl["bands"] if b[1] < 0}
     assert alive[0x1000] == ("parameter", 1) and alive[0x3000] == ("buffer", 1)
     assert alive[0x8000] == ("other", 6)
@@ -114,7 +115,7 @@ def test_every_rule_exact_bytes_per_category_per_column():
     assert trace[tl["peak_event"]]["time_us"] == 520
     assert tl["at_peak"] == {"parameter": 4 * MB, "buffer": 0, "optimizer_state": 3 * MB,
                              "grad": MB, "input": 0, "activation": 0, "temporary": MB,
-                             "other": 256 * KB}
+                             "other": 256 * KB, "workspace": 0, "output": 0}
 
 
 def test_columns_sum_to_active_and_stay_exact_with_fewer_columns():
@@ -221,7 +222,7 @@ def test_explicit_categories_win_over_the_file_and_other_names_nothing():
     (([(0, 1)], [], []), ValueError), (([(3, 1, 2)], [], []), ValueError),
     (([(0, 5, 2)], [], []), ValueError), (([(0, "a", 2)], [], []), ValueError),
     (([(0, 1 << 63, 2)], [], []), ValueError), (([], [(-1, 5)], []), ValueError),
-    (([], [((1 << 64) - 1, 5)], []), ValueError), (([], [], [(1, 8)]), ValueError),
+    (([], [((1 << 64) - 1, 5)], []), ValueError), (([], [], [(1, len(CATEGORIES))]), ValueError),
     (([], [], [[1, 0]]), ValueError), (([], [(1.5, 2)], []), ValueError),
 ])
 def test_the_binding_checks_its_inputs(classify, err):

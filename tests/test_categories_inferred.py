@@ -106,7 +106,8 @@ def test_stats_says_inferred():
 def test_generated_runs_against_their_truth(stacks, kw):
     g = make_trace(layers=4, steps=3, d_model=128, stacks=stacks, **kw)
     tl, _ = replay(g.snapshot, columns=1, detail=0)
-    a = accuracy(g, tl)
+    # Python frames alone do not show the cuBLAS workspaces (their C++ frames do): other
+    a = accuracy(g, tl, {"workspace": "other"} if stacks == "python" else None)
     assert a["peak"] >= 0.99, a["confusion"]
     assert a["time"] >= 0.98 and a["allocations"] >= 0.98
 
@@ -173,7 +174,9 @@ def test_recorded_marks_win_over_the_stacks():
         if e["action"] != "alloc":
             continue
         rule = lab[i] >> 4
-        if any(t0 <= e["time_us"] <= t1 for t0, t1 in spans):  # a recorded span holds it
+        if rule == 14:  # a stack that made a library's workspace names it, in a span or not
+            assert CATEGORIES[lab[i] & 15] == "workspace" and g.category_of(i) == "workspace"
+        elif any(t0 <= e["time_us"] <= t1 for t0, t1 in spans):  # a recorded span holds it
             assert 1 <= rule <= 5 and not lab[i] & LABEL_INFERRED
     # the loss, made outside the model's forward hooks, comes from the stacks
     assert any(lab[i] & LABEL_INFERRED and CATEGORIES[lab[i] & 15] == "activation"

@@ -67,7 +67,8 @@ def test_shape_books_and_truth(tmp_path):
     # every allocation has its truth; each category of a training run is there
     allocs = [i for i, e in enumerate(trace) if e["action"] == "alloc"]
     assert all(g.category_of(i) in CATEGORIES for i in allocs)
-    assert {g.category_of(i) for i in allocs} == set(CATEGORIES)
+    # (nothing this run makes is of no category: "other" is the classifier's last resort)
+    assert {g.category_of(i) for i in allocs} == set(CATEGORIES) - {"other"}
     assert all(g.category_of(i) is None for i, e in enumerate(trace) if e["action"] != "alloc")
     # the model's size: 3 layers of 12 d^2 + 13 d parameters and the head, fp32 (the trace says
     # the bytes asked for; the segments' blocks are rounded to 512)

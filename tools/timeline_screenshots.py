@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 from _util import chromium  # noqa: E402
 from tensorgc import load_snapshot  # noqa: E402
+from tensorgc.categories import CATEGORIES  # noqa: E402
 from tensorgc.timeline import timeline_html  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests", "data")
@@ -60,8 +61,7 @@ def main(out_dir: str) -> None:
                 "(c) => tgc.drawn().filter(function (j) { return tgcModel.cat[j] === c &&"
                 " tgc.pointOf(j); }).sort(function (a, b) { return tgcModel.S[b] -"
                 " tgcModel.S[a]; })[0]",
-                ["parameter", "buffer", "optimizer_state", "grad", "input", "activation",
-                 "temporary", "other"].index(kind))
+                CATEGORIES.index(kind))
 
         # the whole run, an activation hovered
         pt = page.evaluate("(j) => tgc.pointOf(j)", band("activation"))

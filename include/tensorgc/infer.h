@@ -39,10 +39,13 @@ enum {
  * __init__ too (a model's constructor). BUFFER: register_buffer, or _apply's buffer loop (see
  * tgc_stack_hint's apply_line). GRAD: what it allocates is a grad: AccumulateGrad's allocation,
  * DDP's gradient buckets (what AccumulateGrad frees is the incoming grad it summed: no grad).
- * WORKSPACE: a cuBLAS/cuBLASLt handle's workspace (kept for the process's life). UNGRAD: what
- * it frees is a grad: zero_grad, a grad's setter (p.grad = None). */
+ * WORKSPACE: a library's workspace: a cuBLAS/cuBLASLt handle's (kept for the process's life),
+ * a cuDNN convolution's (freed after the call). UNGRAD: what
+ * it frees is a grad: zero_grad, a grad's setter (p.grad = None). RECOMPUTE: run by activation
+ * checkpointing's recompute inside a backward (torch.utils.checkpoint's unpack hook). */
 enum {
-    TGC_HK_PLAIN = 0, TGC_HK_PARAM, TGC_HK_BUFFER, TGC_HK_GRAD, TGC_HK_WORKSPACE, TGC_HK_UNGRAD
+    TGC_HK_PLAIN = 0, TGC_HK_PARAM, TGC_HK_BUFFER, TGC_HK_GRAD, TGC_HK_WORKSPACE, TGC_HK_UNGRAD,
+    TGC_HK_RECOMPUTE
 };
 
 #define TGC_HINT(phase, kind) ((uint8_t)((phase) | ((kind) << 3)))
@@ -71,8 +74,9 @@ enum {
     TGC_FF_USER_INIT = 1 << 7,  /* an __init__ that is not torch's */
     TGC_FF_APPLY = 1 << 8,      /* Module._apply itself */
     TGC_FF_ACCUMULATE = 1 << 9, /* AccumulateGrad, DDP's bucket setup (C++) */
-    TGC_FF_WORKSPACE = 1 << 10, /* a cuBLAS handle's workspace (C++) */
-    TGC_FF_SET_GRAD = 1 << 11   /* a grad's setter (C++) */
+    TGC_FF_WORKSPACE = 1 << 10, /* a library's workspace: cuBLAS, cuDNN (C++) */
+    TGC_FF_SET_GRAD = 1 << 11,  /* a grad's setter (C++) */
+    TGC_FF_RECOMPUTE = 1 << 12  /* checkpoint's recompute (a backward frame too) */
 };
 
 typedef struct {
@@ -104,7 +108,8 @@ void tgc_frame_facts_of(const tgc_frame *f, tgc_frame_facts *out);
  * line than the first), else -1. Precedence: AccumulateGrad; then the phase (the engine's
  * thread or a backward frame anywhere; else the innermost Python frame of a phase; else OUTSIDE
  * with Python frames); the kind: a workspace, a grad's setter (UNGRAD), else the innermost
- * Python frame of a kind, else a user __init__ outside every phase (PARAM). */
+ * Python frame of a kind, else a user __init__ outside every phase (PARAM), else RECOMPUTE
+ * under a checkpoint's recompute. */
 uint8_t tgc_stack_hint(const tgc_frame_facts *f, size_t nf, uint8_t frameless,
                        int64_t *apply_line);
 

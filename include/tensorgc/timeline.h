@@ -16,18 +16,23 @@
  *   2. a grad mark (addr, t) finds it alive at t (t_alloc <= t < t_free): grad;
  *   3-5. allocated inside a phase span [t0, t1] (optimizer step, forward, backward; nested
  *      spans: the innermost, i.e. latest start; equal starts in that order): freed by t1 ->
- *      temporary, else optimizer_state / activation / other -- but a forward's block alive at
- *      the end that the reporter did not name (when it named any) holds no tensor: other;
- * inferred from the stacks (with cls->infer; the events' hints, infer.h), where none of 1-5 did:
+ *      temporary, else optimizer_state / activation / other -- but a forward's block that
+ *      outlived the backward after it (see OUTPUT below) is an output, and one alive at the
+ *      end that the reporter did not name (when it named any) holds no tensor: other;
+ * inferred from the stacks (with cls->infer; the events' hints, infer.h), where none of 1-5 did
+ * (but 14 comes before 3-5: a stack that made a library's workspace names it outright):
  *   8. its stack allocated it as a parameter or a buffer (Module.to, a module's __init__...);
  *   9. its stack says grad: allocated by AccumulateGrad (and not freed inside that backward),
  *      or freed by zero_grad or p.grad = None;
- *   14. its stack made a library workspace (cuBLAS): other;
+ *   14. its stack made a library's workspace (cuBLAS, cuBLASLt, cuDNN): workspace;
  *   10-12. allocated inside a span inferred from the stacks (tgc_infer_spans; innermost as in
  *      3-5): freed by its end -> temporary, else optimizer_state / activation / grad -- but
- *      other for a backward's block that a later zero_grad, freeing grads, left alone, and for
- *      a forward's block kept into the next forward and through a step's start (persistent:
- *      a workspace no C++ frame named); alive before the trace (no start time): its own
+ *      output for a forward's OUTPUT, activation for a block a checkpoint's recompute made
+ *      (RECOMPUTE, infer.h) and the backward freed after that recompute (what the forward
+ *      would have saved, made again), other for a backward's block that a later zero_grad,
+ *      freeing grads, left alone, and for a forward's block kept into the next forward and
+ *      through a step's start (persistent: a workspace no C++ frame named, a kept loss
+ *      history); alive before the trace (no start time): its own
  *      stack's phase decides, as if it outlived its span (a block's stack from the snapshot's
  *      segments), with the same two exceptions for one alive through the whole trace;
  *   15. alive before the trace without a stack of its own, freed inside an inferred backward
@@ -39,7 +44,15 @@
  *   6. other.
  * Then the active bytes of each category at the end of each column and at the peak, for
  * O(events + marks log marks + allocations log spans + columns x TGC_NCAT). A rule number
- * fits 4 bits; those of 8 and up are the inferred ones (TGC_RULE_INFERRED). */
+ * fits 4 bits; those of 8 and up are the inferred ones (TGC_RULE_INFERRED).
+ * OUTPUT: a forward's block alive after the first backward that follows that forward (before
+ * the next forward begins), with a forward or a step begun after that backward (it ended: an
+ * OOM inside it is no end), and freed by the end of the next forward (the loop's variable
+ * rebound to the next result) or alive at the end with no forward after that backward (and
+ * not made in the trace's first forward, whose survivors include what lives for the process:
+ * a workspace no stack named; in a one-step trace the two look the same). A
+ * backward frees what its forward saved, so what outlives it is held by the loop: the
+ * model's output (logits), a loss. Kept longer, it is persistent (see 10-12). */
 #ifndef TENSORGC_TIMELINE_H
 #define TENSORGC_TIMELINE_H
 
@@ -52,10 +65,14 @@ extern "C" {
 
 enum { TGC_EV_ALLOC = 0, TGC_EV_FREE = 1, TGC_EV_OOM = 2, TGC_EV_PRE = 3 };
 
-/* Stacking order, bottom first; tgc_category_names[] spells them. */
+/* Stacking order, bottom first; tgc_category_names[] spells them. OTHER stays last (a named
+ * block of category OTHER or past it names nothing); a label holds the category in 4 bits, so
+ * there is room for 15 (the page keeps 15 for "no category"). The codes live only in one
+ * replay's results and in a page that carries the names with them: nothing persists them. */
 enum {
-    TGC_CAT_PARAMETER = 0, TGC_CAT_BUFFER, TGC_CAT_OPTIMIZER_STATE, TGC_CAT_GRAD, TGC_CAT_INPUT,
-    TGC_CAT_ACTIVATION, TGC_CAT_TEMPORARY, TGC_CAT_OTHER, TGC_NCAT
+    TGC_CAT_PARAMETER = 0, TGC_CAT_BUFFER, TGC_CAT_OPTIMIZER_STATE, TGC_CAT_GRAD,
+    TGC_CAT_WORKSPACE, TGC_CAT_INPUT, TGC_CAT_OUTPUT, TGC_CAT_ACTIVATION, TGC_CAT_TEMPORARY,
+    TGC_CAT_OTHER, TGC_NCAT
 };
 extern const char *const tgc_category_names[TGC_NCAT];
 

@@ -40,9 +40,10 @@ __all__ = ["categorize", "Categorizer", "PHASES", "CATEGORIES", "MAX_MARKS",
 logger = logging.getLogger("tensorgc")
 
 PHASES = ("forward", "backward", "optimizer")  # codes 0, 1, 2: TGC_PHASE_* of timeline.h
-# TGC_CAT_* of timeline.h, in stacking order (bottom first); the replay returns the same tuple
-CATEGORIES = ("parameter", "buffer", "optimizer_state", "grad", "input", "activation", "temporary",
-              "other")
+# TGC_CAT_* of timeline.h, in stacking order (bottom first); the replay returns the same tuple.
+# "other" stays last: it names nothing. The codes are not persisted (a page carries the names).
+CATEGORIES = ("parameter", "buffer", "optimizer_state", "grad", "workspace", "input", "output",
+              "activation", "temporary", "other")
 # the reporter's kinds that are a category under another name: a tensor saved for backward is an
 # activation (alive at the end: the snapshot was taken, or the OOM hit, with a graph alive)
 ALIASES = {"saved_for_backward": "activation"}
@@ -733,12 +734,12 @@ RULES = {0: "not classified", 1: "named by the reporter at the snapshot",
          11: "inferred from the stacks: allocated in a forward",
          12: "inferred from the stacks: allocated in a backward",
          13: "inferred from the stack: made by the training loop between the phases",
-         14: "inferred from the stack: a library's workspace (cuBLAS)",
+         14: "inferred from the stack: a library's workspace (cuBLAS, cuBLASLt, cuDNN)",
          15: "inferred from the stack: made before the trace, freed by a backward"}
 _SPAN_RULES = (3, 4, 5, 10, 11, 12)
 MAX_NAMES = 50_000  # distinct tensor names one replay carries (more: unnamed)
 HINT_PHASES = ("unknown", "frameless", "outside", "forward", "backward", "optimizer")  # infer.h
-HINT_KINDS = ("plain", "parameter", "buffer", "grad", "workspace", "ungrad")
+HINT_KINDS = ("plain", "parameter", "buffer", "grad", "workspace", "ungrad", "recompute")
 
 
 def describe_label(label: int) -> str:
@@ -749,6 +750,10 @@ def describe_label(label: int) -> str:
     why = RULES.get(rule, f"rule {rule}")
     if rule in _SPAN_RULES:
         why += (", freed inside it" if name == "temporary" else
+                ", alive after the backward that followed, until the next result"
+                if name == "output" else
+                " by a checkpoint's recompute, used after it" if name == "activation"
+                and rule == 12 else
                 ", alive after it" if name != "other" else
                 ", kept past the next forward and a step" if rule == 11 else
                 ", alive after it but not freed by zero_grad" if rule == 12 else ", alive after it")

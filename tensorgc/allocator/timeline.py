@@ -247,7 +247,8 @@ COMPRESS_OVER = 16_384  # bytes of binary data past which the page carries it de
 
 CATEGORY_COLORS = {"parameter": "#7b3fb5", "grad": "#d93b3b", "optimizer_state": "#f0a030",
                    "activation": "#3a8fd9", "buffer": "#2a9d8f", "input": "#c2649a",
-                   "temporary": "#9ccc65", "other": "#b8860b"}
+                   "temporary": "#9ccc65", "other": "#b8860b", "workspace": "#6b7b8c",
+                   "output": "#00b4d8"}
 # colours for category names of another source (a caller's kinds, a newer classifier)
 _MORE_COLORS = ("#e377c2", "#17becf", "#bcbd22", "#8c564b", "#ff7f0e", "#1f77b4", "#2ca02c")
 NO_CATEGORY = 15  # the page's category index of an allocation of no category (hatched)

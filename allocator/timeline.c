@@ -248,6 +248,19 @@ tl__grad_freed_within(const tl_infer_ctx *x, int64_t t0, int64_t t1)
     return lo < x->ngfree && x->gfree[lo] < t1;
 }
 
+/* The start of the first span of any phase, inferred or recorded, after t; INT64_MAX: none. */
+static int64_t
+tl__next_any(const tl_infer_ctx *x, int64_t t)
+{
+    int64_t first = INT64_MAX;
+    for (int ph = 0; ph < TGC_NPHASE; ph++) {
+        int64_t i = tl__next_start(&x->iph[ph], t), r = tl__next_start(&x->rph[ph], t);
+        first = i < first ? i : first;
+        first = r < first ? r : first;
+    }
+    return first;
+}
+
 /* Rules 3-5 (recorded spans) or 10-12 (inferred: x not NULL) of timeline.h: the innermost span
  * holding the allocation's start decides; 0 when none does. `named_end`: the reporter named the
  * blocks alive at the end, so a recorded forward's block alive then that it did not name holds
@@ -288,6 +301,12 @@ tl__by_span(tl_alloc *a, const tl_phase ph[TGC_NPHASE], int named_end, const tl_
     }
     if (!inferred && a->category == TGC_CAT_ACTIVATION && a->t1 == INT64_MAX && named_end) {
         a->category = TGC_CAT_OTHER;
+    }
+    /* a step's result the loop dropped before anything else ran (clip_grad_norm_'s norm):
+     * states live on through the next phases */
+    if (inferred && phase == TGC_PHASE_OPTIMIZER && a->category == TGC_CAT_OPTIMIZER_STATE &&
+        a->t1 != INT64_MAX && a->t1 < tl__next_any(x, best->t1)) {
+        a->category = TGC_CAT_TEMPORARY;
     }
     /* made by a checkpoint's recompute and used after it (the block's backward freed it): what
      * the forward would have saved, made again */
@@ -396,13 +415,7 @@ tl__infer(tl_alloc *a, const tl_infer_ctx *x)
             return 1;
         }
         /* made and freed by the loop's code before any phase began again (a metric) */
-        int64_t again = INT64_MAX;
-        for (int ph = 0; ph < TGC_NPHASE; ph++) {
-            int64_t t = tl__next_start(&iph[ph], a->t0), r = tl__next_start(&rph[ph], a->t0);
-            again = t < again ? t : again;
-            again = r < again ? r : again;
-        }
-        if (a->t1 != INT64_MAX && a->t1 < again) {
+        if (a->t1 != INT64_MAX && a->t1 < tl__next_any(x, a->t0)) {
             a->category = TGC_CAT_TEMPORARY;
             a->rule = 13;
             return 1;

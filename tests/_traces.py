@@ -679,8 +679,10 @@ def _make(o: _Options) -> Generated:
         if o.clip_grad:  # clip_grad_norm_: a norm per grad, their total, freed at once
             norms = [run.alloc(4, TEMPORARY, clip_norms) for _ in params]
             norms.append(run.alloc(4, TEMPORARY, clip_norms))
+            total = norms.pop()  # the total norm it returns, which the loop drops at once
             for a in norms:
                 run.free(a, clip_free)
+            run.free(total, del_free)
         # the optimizer step
         run.tick(50, 300)
         t_opt = run.t

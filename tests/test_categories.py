@@ -659,3 +659,31 @@ def test_a_forward_block_alive_at_the_end_is_an_activation_only_if_named_so():
     # without the reporter's names the forward's survivors are activations, as before
     tl, _ = replay(snap_of(trace, key=key(grads=[], named={})), columns=len(trace))
     assert {k: v[-1] for k, v in tl["cat_active"].items()}["activation"] == 3 * MB
+
+
+def test_a_forward_block_held_past_its_backward_is_an_output():
+    """Two steps, recorded: forward [100, 200], backward [300, 400], step [500, 600]; forward
+    [700, 800], backward [900, 1000], step [1100, 1200]. What the first forward makes and the
+    backward does not free is held by the loop: an output when the next result replaces it
+    (freed by the end of the next forward) or, made after the first forward, at the end; kept
+    longer, or made in the first forward and alive at the end (a workspace no stack names, in
+    a one-step trace the same), it is not."""
+    spans = [["forward", 100, 200], ["backward", 300, 400], ["optimizer", 500, 600],
+             ["forward", 700, 800], ["backward", 900, 1000], ["optimizer", 1100, 1200]]
+    rows = [("A", 0x1000, MB, 110, 350, "activation"),   # freed by its backward
+            ("L", 0x2000, MB, 190, 750, "output"),       # rebound in the next forward
+            ("M", 0x3000, MB, 195, 650, "output"),       # del after the step
+            ("K", 0x4000, MB, 150, 950, "activation"),   # kept past the next forward
+            ("W", 0x5000, MB, 120, None, "activation"),  # from the first forward, to the end
+            ("N", 0x2000, MB, 790, None, "output")]      # the last logits, to the end
+    trace = step_trace(rows)
+    tl, _ = replay(snap_of(trace, key=key(spans=spans, grads=[], named={})),
+                   columns=len(trace))
+    assert tl["cat_active"] == expected_by_column(trace, rows)
+    # an OOM inside the second backward: nothing begins after it, so no backward is known to
+    # have ended: what its forward made is an activation still
+    oom = [s for s in spans if s[1] < 900] + [["backward", 900, 950]]
+    rows = [r for r in rows if r[0] != "K"][:-1] + [("N", 0x2000, MB, 790, None, "activation")]
+    trace = step_trace(rows)
+    tl, _ = replay(snap_of(trace, key=key(spans=oom, grads=[], named={})), columns=len(trace))
+    assert tl["cat_active"] == expected_by_column(trace, rows)

@@ -1,8 +1,9 @@
 """Categories inferred from the allocation stacks (allocator/infer.c, timeline.c's rules 8-15):
-torch's own recordings of a training run classified to under 10% "other" at the peak, with the
-model's, AdamW's and the grads' bytes what the run held; the synthetic traces of tests/_traces.py
-checked against their truth; stacks of any shape read within bounds; recorded marks winning;
-each allocation's label and name in the page's detail data, freed blocks named."""
+torch's own recordings of two training runs classified to under 10% "other" at the peak, with
+the model's, the optimizer's, the grads', the workspaces' and the loop's outputs' bytes what
+the run held; the synthetic traces of tests/_traces.py checked against their truth; stacks of
+any shape read within bounds; recorded marks winning; each allocation's label and name in the
+page's detail data, freed blocks named."""
 import os
 import pickle
 import re
@@ -66,6 +67,14 @@ def test_recorded_run_holds_what_the_run_did(recorded):
     assert max(tl["cat_active"]["input"]) == 32 * 256 * 512 * 4 + 32 * 256 * 8
     rules = tl["rules"]
     assert rules[8] == 74 and rules[9] == 3 * 74 and rules[13] == 6  # params, grads, inputs
+    # `out` and `loss`, held by the loop past the backward until `del` after the step
+    assert tl["at_peak"]["output"] == max(tl["cat_active"]["output"]) == 32 * 256 * 1000 * 4 + 4
+    # the cuBLAS workspaces: told by their C++ frames, else other
+    ws = _cublas_workspace_bytes(load_snapshot(
+        os.path.join(DATA, "transformer-adamw-big-all.pickle"))["device_traces"][0])
+    assert ws == 2 * (32 << 20) + (1 << 20)
+    assert tl["at_peak"]["workspace"] == (ws if mode == "all" else 0)
+    assert tl["at_peak"]["other"] == (0 if mode == "all" else ws)
 
 
 def test_recorded_run_sources(recorded):
@@ -101,8 +110,10 @@ def test_stats_says_inferred():
 @pytest.mark.parametrize("stacks", ["all", "python"])
 @pytest.mark.parametrize("kw", [{}, REAL, dict(optimizer="sgd", accumulate=2, **REAL),
                                 dict(optimizer="adam", buffers=True, side_stream=True, **REAL),
-                                dict(max_entries=2500, **REAL)],
-                         ids=["plain", "loop", "sgd-accumulate", "adam-buffers", "ring"])
+                                dict(max_entries=2500, **REAL),
+                                dict(hold_output=True, accumulate=2, **REAL)],
+                         ids=["plain", "loop", "sgd-accumulate", "adam-buffers", "ring",
+                              "held-logits"])
 def test_generated_runs_against_their_truth(stacks, kw):
     g = make_trace(layers=4, steps=3, d_model=128, stacks=stacks, **kw)
     tl, _ = replay(g.snapshot, columns=1, detail=0)
@@ -298,7 +309,34 @@ def test_hints_beyond_the_stacks_and_names_at_the_end():
     assert list(names) == [0, 1] and memoryview(tl["pre_name_index"]).cast("I")[0] == 2
 
 
+def test_generated_held_logits_are_outputs_recorded_or_inferred():
+    """The loop keeps each step's logits and loss into the next step: output, from the
+    recorded spans (the model's hooks) and from the stacks alike; the workspaces, made in the
+    recorded forward, are workspaces by their C++ frames."""
+    for categorize in (False, True):
+        g = make_trace(layers=2, steps=3, d_model=64, stacks="all", hold_output=True,
+                       categorize=categorize, **REAL)
+        tl, _ = replay(g.snapshot, columns=1, detail=0)
+        trace = g.snapshot["device_traces"][0]
+        outs = [i for i in range(len(trace)) if g.category_of(i) == "output"]
+        assert len(outs) == 2 * 3
+        got = {CATEGORIES[tl["labels"][i] & 15] for i in outs}
+        assert got == {"output"}
+        rules = {tl["labels"][i] >> 4 for i in outs}
+        assert rules == ({4, 11} if categorize else {11})  # the loss outside the model: 11
+        ws = [i for i in range(len(trace)) if g.category_of(i) == "workspace"]
+        assert len(ws) == 2 and all(tl["labels"][i] == CATEGORIES.index("workspace") | 14 << 4
+                                    for i in ws)
+
+
 def test_describe_label():
+    assert describe_label(CATEGORIES.index("output") | 11 << 4) == (
+        "output (inferred from the stacks: allocated in a forward, alive after the backward "
+        "that followed, until the next result)")
+    assert describe_label(CATEGORIES.index("workspace") | 14 << 4) == (
+        "workspace (inferred from the stack: a library's workspace (cuBLAS, cuBLASLt, cuDNN))")
+    assert describe_label(CATEGORIES.index("activation") | 12 << 4).endswith(
+        "in a backward by a checkpoint's recompute, used after it)")
     assert describe_label(CATEGORIES.index("activation") | 11 << 4) == (
         "activation (inferred from the stacks: allocated in a forward, alive after it)")
     assert describe_label(CATEGORIES.index("temporary") | 10 << 4).endswith(
@@ -307,3 +345,111 @@ def test_describe_label():
     assert describe_label(CATEGORIES.index("input") | 13 << 4).endswith("into the next forward)")
     assert (CATEGORIES.index("grad") | 9 << 4) & LABEL_INFERRED
     assert not (CATEGORIES.index("grad") | 2 << 4) & LABEL_INFERRED
+
+
+# ---- a second recording: tools/record_gpt_snapshot.py (GPT-style decoder, 4 layers, d_model
+# 512, vocab 16384, context 512, batch 8; non-reentrant checkpointing of each block, bf16
+# autocast, 2 micro-batches a step, clipping, Adam + LambdaLR, 3 steps, logits kept into the
+# next step, the next batch fetched first, detached losses kept, an OOM)
+
+GPT = dict(layers=4, d=512, vocab=16384, ctx=512, batch=8, seq=512)
+
+
+def _gpt_param_bytes(layers, d, vocab, ctx, **_):
+    """Token and position embeddings, per block two LayerNorms, qkv, proj, fc and out Linears,
+    a final LayerNorm; the head is the token embedding (tied): counted once. fp32."""
+    block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d)
+    return 4 * (vocab * d + ctx * d + layers * block + 2 * d)
+
+
+def _cublas_workspace_bytes(trace):
+    """The bytes torch's cuBLAS and cuBLASLt handles took for their workspaces: the allocations
+    whose C++ frames say so (read here without the classifier)."""
+    return sum(e["size"] for e in trace if e["action"] == "alloc" and any(
+        f.get("name", "").startswith(("at::cuda::setWorkspaceForHandle",
+                                      "at::cuda::getCUDABlasLtWorkspace"))
+        for f in e.get("frames") or ()))
+
+
+@pytest.fixture(scope="module", params=["all", "python"])
+def gpt(request):
+    snap = load_snapshot(os.path.join(DATA, f"gpt-ckpt-{request.param}.pickle"))
+    tl, trace, _ = _replay(snap, 0, 600, 0, None)
+    return request.param, snap, tl, trace
+
+
+def test_gpt_run_is_under_a_tenth_other_at_the_peak(gpt):
+    mode, snap, tl, trace = gpt
+    peak = tl["at_peak"]
+    assert sum(peak.values()) == tl["max"]
+    assert peak["other"] < 0.10 * tl["max"], peak
+    line = categories_at_peak(snap)
+    assert "inferred from the stacks" in line and "output 128.00M" in line
+
+
+def test_gpt_run_holds_what_the_run_did(gpt):
+    """Parameters: the model's, the tied head once; Adam's two states (made lazily in the first
+    step) twice that; the grads once (one for the tied weight)."""
+    mode, snap, tl, trace = gpt
+    model = _gpt_param_bytes(**GPT)
+    peak, over = tl["at_peak"], tl["cat_active"]
+    assert peak["parameter"] == max(over["parameter"]) == model
+    assert peak["optimizer_state"] == max(over["optimizer_state"]) == 2 * model
+    # the peak is in the last micro-batch's backward: every grad accumulated once already
+    assert peak["grad"] == max(over["grad"]) == model
+    rules = tl["rules"]
+    assert rules[8] == 52 and rules[9] == 3 * 52  # 52 parameters, their grads in 3 steps
+    # the two batches the loop holds (the current one and the one fetched ahead): int64
+    assert peak["input"] == 2 * GPT["batch"] * (GPT["seq"] + 1) * 8
+
+
+def test_gpt_run_names_the_logits_the_loop_keeps(gpt):
+    """`logits = model(x)` keeps each micro-batch's bf16 logits past its backward, into the next
+    forward (and the last ones to the end): output, all six; at the peak, the current ones."""
+    mode, snap, tl, trace = gpt
+    logits = GPT["batch"] * GPT["seq"] * GPT["vocab"] * 2
+    made = [i for i, e in enumerate(trace) if e["action"] == "alloc" and e["size"] == logits
+            and any(f.get("name") == "forward" and f.get("filename", "").endswith("linear.py")
+                    for f in e["frames"])]
+    assert len(made) == 6
+    assert all(describe_label(tl["labels"][i]).startswith("output (inferred") for i in made)
+    assert tl["at_peak"]["output"] == logits + 4  # and the loss of that micro-batch
+    # what the peak's temporaries are: the backward's first two grads, float32 over the logits
+    # (nll_loss's and log_softmax's, before ToCopyBackward makes them bf16), and its seed (the
+    # loss's grad, 1.0)
+    assert tl["at_peak"]["temporary"] == 2 * 2 * logits + 4
+
+
+def test_gpt_run_workspaces_need_cpp_frames(gpt):
+    """With C++ frames the cuBLAS/cuBLASLt workspaces (one pair per thread: the loop's and the
+    autograd engine's) are workspace; Python frames alone do not show them: other."""
+    mode, snap, tl, trace = gpt
+    ws = _cublas_workspace_bytes(trace)
+    if mode == "all":
+        assert ws == 2 * (32 << 20) + 2 * (1 << 20)
+        assert tl["at_peak"]["workspace"] == max(tl["cat_active"]["workspace"]) == ws
+        assert tl["rules"][14] == 4
+    else:
+        ws = 2 * (32 << 20) + 2 * (1 << 20)  # what the other recording's C++ frames show
+        assert tl["at_peak"]["workspace"] == 0 and tl["rules"][14] == 0
+        assert ws <= tl["at_peak"]["other"] < ws + 64  # and the kept detached losses
+
+
+def test_gpt_run_recomputed_activations(gpt):
+    """Non-reentrant checkpointing recomputes each block's forward inside the backward (its
+    Python frames show the unpack hook, on the engine's thread too): what the backward frees
+    after the recompute is an activation made again, the same bytes in each backward."""
+    mode, snap, tl, trace = gpt
+    lab = tl["labels"]
+    backwards = [(t0, t1) for p, t0, t1 in tl["inferred_spans"] if p == 1]
+    assert len(backwards) == 6
+    per = [0] * 6
+    for i, e in enumerate(trace):
+        if e["action"] == "alloc" and lab[i] >> 4 == 12 and \
+                CATEGORIES[lab[i] & 15] == "activation":
+            assert any(f.get("name") == "unpack_hook" for f in e["frames"])
+            per[next(k for k, (t0, t1) in enumerate(backwards) if t0 <= e["time_us"] <= t1)] \
+                += e["size"]
+    # per backward: at least the 4 blocks' saved inputs of LayerNorm and the Linears
+    assert min(per) > 4 * 3 * GPT["batch"] * GPT["seq"] * GPT["d"] * 4
+    assert per[1:] == [per[1]] * 5 and per[0] >= per[1]  # the first also makes a workspace's

@@ -27,7 +27,8 @@
  *   14. its stack made a library's workspace (cuBLAS, cuBLASLt, cuDNN): workspace;
  *   10-12. allocated inside a span inferred from the stacks (tgc_infer_spans; innermost as in
  *      3-5): freed by its end -> temporary, else optimizer_state / activation / grad -- but
- *      output for a forward's OUTPUT, activation for a block a checkpoint's recompute made
+ *      temporary for a step's block freed before any span begins again (clip_grad_norm_'s
+ *      norm the loop drops), output for a forward's OUTPUT, activation for a block a checkpoint's recompute made
  *      (RECOMPUTE, infer.h) and the backward freed after that recompute (what the forward
  *      would have saved, made again), other for a backward's block that a later zero_grad,
  *      freeing grads, left alone, and for a forward's block kept into the next forward and

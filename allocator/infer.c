@@ -282,7 +282,7 @@ tgc_stack_hint(const tgc_frame_facts *f, size_t nf, uint8_t frameless, int64_t *
     if (k == TGC_HK_PARAM && kind == TGC_HK_PARAM) {
         *apply_line = line;
     }
-    return TGC_HINT(ph, k);
+    return (uint8_t)(TGC_HINT(ph, k) | (recompute ? TGC_HINT_RECOMPUTE : 0));
 }
 
 /* ---------------------------------------------------------------------- phase spans */

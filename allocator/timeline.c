@@ -546,7 +546,7 @@ tgc_timeline_build(const tgc_event *ev, size_t n, uint32_t columns, uint32_t det
             continue;
         }
         if (e->kind != TGC_EV_PRE) {
-            in_rc = TGC_HINT_KIND(e->hint) == TGC_HK_RECOMPUTE;
+            in_rc = (e->hint & TGC_HINT_RECOMPUTE) != 0;
             rc_run += in_rc && !rc_prev;
             rc_prev = in_rc;
         }

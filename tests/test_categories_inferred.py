@@ -452,4 +452,6 @@ def test_gpt_run_recomputed_activations(gpt):
                 += e["size"]
     # per backward: at least the 4 blocks' saved inputs of LayerNorm and the Linears
     assert min(per) > 4 * 3 * GPT["batch"] * GPT["seq"] * GPT["d"] * 4
-    assert per[1:] == [per[1]] * 5 and per[0] >= per[1]  # the first also makes a workspace's
+    # the same in each (the first one's cuBLASLt workspace, made inside its recompute, breaks
+    # nothing), with either kind of stack
+    assert per == [per[0]] * 6 == [294_387_776] * 6

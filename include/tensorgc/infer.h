@@ -6,7 +6,8 @@
  * allocation a category from its stacks' hints and its lifetime against those spans.
  *
  * A hint is one byte: bits 0-2 the phase the stack ran in (TGC_HP_*), bits 3-5 what it says of
- * the block it allocates or frees (TGC_HK_*). Frames are read as torch records them: innermost
+ * the block it allocates or frees (TGC_HK_*), bit 6 (TGC_HINT_RECOMPUTE) whether it ran under a
+ * checkpoint's recompute, whatever its kind (a workspace made there too). Frames are read as torch records them: innermost
  * first; with C++ frames (stacks="all") the C++ frames come first, then the innermost Python
  * frame, the interpreter's frames, and the other Python frames -- so Python frames, taken in
  * order, go from the innermost out. A frame is Python when its file ends in ".py" or is a
@@ -51,6 +52,7 @@ enum {
 #define TGC_HINT(phase, kind) ((uint8_t)((phase) | ((kind) << 3)))
 #define TGC_HINT_PHASE(h) ((uint8_t)((h) & 7))
 #define TGC_HINT_KIND(h) ((uint8_t)(((h) >> 3) & 7))
+#define TGC_HINT_RECOMPUTE 0x40
 
 /* One frame's fields: UTF-8, not NUL-terminated; file or name NULL when the field is absent or
  * not a string (such a frame says nothing). */

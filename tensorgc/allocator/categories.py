@@ -773,7 +773,8 @@ class Inputs(NamedTuple):
 
 def stack_hints(stacks: List[Any]) -> bytes:
     """One hint per stack (a list of frames lists; include/tensorgc/infer.h): the phase it ran
-    in (HINT_PHASES, the low 3 bits) and what it says of its block (HINT_KINDS, bits 3-5)."""
+    in (HINT_PHASES, the low 3 bits), what it says of its block (HINT_KINDS, bits 3-5) and, in
+    bit 6, whether a checkpoint's recompute ran it."""
     return _tensorgc._stack_hints(stacks if isinstance(stacks, list) else list(stacks))
 
 

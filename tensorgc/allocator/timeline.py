@@ -1055,7 +1055,7 @@ def classification_inputs(snap: Snapshot, device: Any = "cuda") -> Dict[str, Any
         inferred = {"stacks": len(hints),
                     "phases": {p: sum(1 for h in hints if h & 7 == i)
                                for i, p in enumerate(HINT_PHASES)},
-                    "kinds": {k: sum(1 for h in hints if h >> 3 == i)
+                    "kinds": {k: sum(1 for h in hints if (h >> 3) & 7 == i)
                               for i, k in enumerate(HINT_KINDS)},
                     "spans": [(PHASES[p], t0, t1) for p, t0, t1 in tl["inferred_spans"] or []]}
     rules = tl.get("rules") or []

@@ -198,8 +198,9 @@ tl__next_span(const tl_phase *p, int64_t t)
 /* OUTPUT of timeline.h: a forward's block (allocated in fw, alive after it) that outlived the
  * backward after that forward -- a backward frees what its forward saved, so the loop holds it
  * -- until the next result replaced it (freed by the end of the next forward) or to the end
- * (no forward after; fw not the trace's first forward). That backward must have ended: a forward or a step (in ph, or in rph's
- * steps: torch's annotations) begins after it; after an OOM inside a backward nothing does. */
+ * (no forward after; fw not the trace's first forward). That backward must have ended: a
+ * forward or a step (in ph, or in rph's steps: torch's annotations) begins after it; after an
+ * OOM inside a backward nothing does. */
 static int
 tl__output(const tl_alloc *a, const tgc_span *fw, const tl_phase ph[TGC_NPHASE],
            const tl_phase *rph)
@@ -218,7 +219,8 @@ tl__output(const tl_alloc *a, const tgc_span *fw, const tl_phase ph[TGC_NPHASE],
     if (next == NULL) {
         /* alive at the end: not from the trace's first forward, whose survivors include what
          * lives for the process (a workspace no stack named) */
-        return step != INT64_MAX && (a->t1 != INT64_MAX || ph[TGC_PHASE_FORWARD].v[0].t0 < fw->t0);
+        return step != INT64_MAX &&
+               (a->t1 != INT64_MAX || ph[TGC_PHASE_FORWARD].v[0].t0 < fw->t0);
     }
     return a->t1 <= next->t1;
 }

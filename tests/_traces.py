@@ -42,7 +42,8 @@ __all__ = ["make_trace", "Generated", "CATEGORIES", "accuracy"]
 CATEGORIES = ("parameter", "buffer", "optimizer_state", "grad", "input", "activation",
               "temporary", "other", "workspace", "output")
 _CAT = {c: i for i, c in enumerate(CATEGORIES)}
-PARAMETER, BUFFER, OPT_STATE, GRAD, INPUT, ACTIVATION, TEMPORARY, OTHER, WORKSPACE, OUTPUT = range(10)
+(PARAMETER, BUFFER, OPT_STATE, GRAD, INPUT, ACTIVATION, TEMPORARY, OTHER, WORKSPACE,
+ OUTPUT) = range(10)
 
 MiB = 1 << 20
 TORCH = "/opt/conda/lib/python3.11/site-packages/torch/"

@@ -28,14 +28,15 @@
  *   10-12. allocated inside a span inferred from the stacks (tgc_infer_spans; innermost as in
  *      3-5): freed by its end -> temporary, else optimizer_state / activation / grad -- but
  *      temporary for a step's block freed before any span begins again (clip_grad_norm_'s
- *      norm the loop drops), output for a forward's OUTPUT, activation for a block a checkpoint's recompute made
- *      (RECOMPUTE, infer.h) and the backward freed after that recompute (what the forward
- *      would have saved, made again), other for a backward's block that a later zero_grad,
- *      freeing grads, left alone, and for a forward's block kept into the next forward and
- *      through a step's start (persistent: a workspace no C++ frame named, a kept loss
- *      history); alive before the trace (no start time): its own
- *      stack's phase decides, as if it outlived its span (a block's stack from the snapshot's
- *      segments), with the same two exceptions for one alive through the whole trace;
+ *      norm the loop drops), output for a forward's OUTPUT, activation for a block a
+ *      checkpoint's recompute made (TGC_HINT_RECOMPUTE, infer.h) and the backward freed after
+ *      that recompute (what the forward would have saved, made again), other for a
+ *      backward's block that a later zero_grad, freeing grads, left alone, and for a
+ *      forward's block kept into the next forward and through a step's start (persistent: a
+ *      workspace no C++ frame named, a kept loss history); alive before the trace (no start
+ *      time): its own stack's phase decides, as if it outlived its span (a block's stack from
+ *      the snapshot's segments), with the same two exceptions for one alive through the whole
+ *      trace;
  *   15. alive before the trace without a stack of its own, freed inside an inferred backward
  *      by a backward's stack: activation (what a forward saved for it);
  *   13. made by the training loop's own code (OUTSIDE) outside every span: alive when the

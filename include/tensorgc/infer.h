@@ -7,11 +7,11 @@
  *
  * A hint is one byte: bits 0-2 the phase the stack ran in (TGC_HP_*), bits 3-5 what it says of
  * the block it allocates or frees (TGC_HK_*), bit 6 (TGC_HINT_RECOMPUTE) whether it ran under a
- * checkpoint's recompute, whatever its kind (a workspace made there too). Frames are read as torch records them: innermost
- * first; with C++ frames (stacks="all") the C++ frames come first, then the innermost Python
- * frame, the interpreter's frames, and the other Python frames -- so Python frames, taken in
- * order, go from the innermost out. A frame is Python when its file ends in ".py" or is a
- * "<...>" pseudo-file (exec'd code, a notebook cell). */
+ * checkpoint's recompute, whatever its kind (a workspace made there too). Frames are read as
+ * torch records them: innermost first; with C++ frames (stacks="all") the C++ frames come
+ * first, then the innermost Python frame, the interpreter's frames, and the other Python
+ * frames -- so Python frames, taken in order, go from the innermost out. A frame is Python
+ * when its file ends in ".py" or is a "<...>" pseudo-file (exec'd code, a notebook cell). */
 #ifndef TENSORGC_INFER_H
 #define TENSORGC_INFER_H
 
@@ -41,9 +41,9 @@ enum {
  * tgc_stack_hint's apply_line). GRAD: what it allocates is a grad: AccumulateGrad's allocation,
  * DDP's gradient buckets (what AccumulateGrad frees is the incoming grad it summed: no grad).
  * WORKSPACE: a library's workspace: a cuBLAS/cuBLASLt handle's (kept for the process's life),
- * a cuDNN convolution's (freed after the call). UNGRAD: what
- * it frees is a grad: zero_grad, a grad's setter (p.grad = None). RECOMPUTE: run by activation
- * checkpointing's recompute inside a backward (torch.utils.checkpoint's unpack hook). */
+ * a cuDNN convolution's (freed after the call). UNGRAD: what it frees is a grad: zero_grad, a
+ * grad's setter (p.grad = None). RECOMPUTE: run by a non-reentrant checkpoint's recompute
+ * inside a backward (torch.utils.checkpoint's unpack hook), and of no other kind. */
 enum {
     TGC_HK_PLAIN = 0, TGC_HK_PARAM, TGC_HK_BUFFER, TGC_HK_GRAD, TGC_HK_WORKSPACE, TGC_HK_UNGRAD,
     TGC_HK_RECOMPUTE

@@ -131,7 +131,7 @@ def test_saved_for_backward_named_by_the_autograd_node(model):
 
 def test_unnamed_tensors_are_numbered_and_counted():
     a = torch.ones(7, 3, device=DEV)
-    rep = MemReporter().collect(device=DEV)
+    rep = MemReporter().collect(device=DEV, owners=False)  # no owner search: Tensor<i>
     generic = [r for r in rep.rows if re.fullmatch(r"Tensor\d+", r.name) and r.shape == (7, 3)]
     assert generic and generic[0].kind == "other" and generic[0].storage_bytes == 84
     del a

@@ -67,7 +67,7 @@ def test_rows_are_named_by_their_holder(mod):
 
 def test_a_report_without_owners_ends_with_the_bytes_that_have_no_name(mod):
     mod.cache = [torch.ones(100), torch.ones(28)]
-    rep = MemReporter().collect(device="cpu")
+    rep = MemReporter().collect(device="cpu", owners=False)
     unnamed = [r for r in rep.rows if r.kind == "other" and r.used]
     assert len(unnamed) >= 2  # ours, and any another test left alive
     lines = rep.format().splitlines()
@@ -221,15 +221,17 @@ def test_the_real_model_tool_names_the_bytes_of_a_transformer_mid_forward(capsys
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     assert tool.main(["--device", "cpu", "--layers", "2", "--d-model", "32", "--seq", "8",
-                      "--batch", "2", "--steps", "1"]) == 0
+                      "--batch", "2", "--steps", "1", "--show", "owners"]) == 0
     out = capsys.readouterr().out
     held = _held_by(out)
     assert any(line.endswith("  activations of 0.layers.0.self_attn (forward in flight)")
                for line in held)
     assert any(line.endswith("  activations of 0.layers.0.linear1 (forward in flight)")
                for line in held)
-    m = re.search(r"^cpu: ([0-9.]+)% named of the storages", out, re.M)
-    assert m and float(m.group(1)) >= 99.0
+    for how in ("by default \\(owners=None\\)", "with owners=True"):
+        m = re.search(rf"^cpu: ([0-9.]+)% named of the storages {how}, the report took \d+ ms$",
+                      out, re.M)
+        assert m and float(m.group(1)) >= 99.0, out[-2000:]
     assert "0.layers.1.linear1.weight" in out and "AdamW.0.layers.1.linear1.weight.exp_avg" in out
 
 

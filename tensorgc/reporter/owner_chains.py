@@ -402,11 +402,18 @@ _CALL_KEEPS_ARGS = sys.version_info < (3, 11)
 
 
 def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool = False,
-            named: Optional[Roots] = None, held_by_call: Sequence[Any] = ()) -> List[Chain]:
+            named: Optional[Roots] = None, held_by_call: Sequence[Any] = (),
+            stop_when_found: bool = False, info_out: Optional[Dict[str, int]] = None,
+            second_pass: bool = True) -> List[Chain]:
     """The chains of ``objs``; ``late_caller``: our caller's frame is searched last (owner(),
     owners()); ``named``: {label: {name: object}} roots searched first (the pytest plugin's
     fixtures); ``held_by_call``: objects our caller's call holds one reference to that no
-    traversal shows (owner()'s argument on 3.10)."""
+    traversal shows (owner()'s argument on 3.10). ``stop_when_found``: the pass ends once every
+    object is found (MemReporter's automatic search): each chain is still the shortest, but
+    ``others`` is not counted (0). ``info_out``: gets the pass's counts (visited, truncated,
+    second_pass, stopped) and its bound. ``second_pass=False``: no search among the objects the
+    roots do not reach (it lists every tracked object first): an object not reached is "unknown"
+    rather than held outside Python or garbage."""
     _check_max_objects(max_objects)
     named_labels, named_spaces = _named_roots(named)
     n_named = len(named_labels)
@@ -425,8 +432,10 @@ def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool =
         # named roots first: at an equal distance the first root wins
         roots, labels, ours, n_late = _roots(me, late_caller,
                                              list(zip(named_labels, named_spaces)))
-        tracked = gc.get_objects()
-        bound = _default_max_objects(len(tracked)) if max_objects is None else max_objects
+        tracked: Optional[List[Any]] = gc.get_objects() if second_pass else None
+        bound = (max_objects if max_objects is not None else
+                 _default_max_objects(len(tracked) if tracked is not None else
+                                      len(gc.get_objects())))
         bound = min(bound, 0xFFFFFFFE)  # the engine's indices are 32-bit
         # Our own lists are never roots, and what our frames hold (the reporter's lists of
         # tensors, say) is ours too: never entered, and its references do not make a target
@@ -437,10 +446,15 @@ def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool =
         # (an object in `mine` is subtracted once).
         ours = ours + ([list(held_by_call)] if held_by_call else [])
         exclude = [objs, targets, roots, labels, ours, mine] + mine + ours
-        res = _tensorgc._owner_search(roots, targets, exclude, len(ours), tracked, bound, n_late)
+        res = _tensorgc._owner_search(roots, targets, exclude, len(ours), tracked, bound, n_late,
+                                      stop_when_found)
         del tracked, exclude, ours, mine
         found, referrers, info = res
         del res
+        if info_out is not None:
+            info_out.update(info, bound=bound)
+        if info["stopped"]:
+            referrers = [min(r, 1) for r in referrers]  # partial counts: not shown
         out: List[Chain] = []
         for i in (first[id(o)] for o in objs):
             item = found[i]
@@ -448,6 +462,10 @@ def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool =
             if item is None:
                 if info["truncated"]:
                     out.append(Chain("unknown", f"not reached within max_objects={bound}",
+                                     others=referrers[i]))
+                elif not second_pass:
+                    out.append(Chain("unknown", "not reached from a root (held outside Python or "
+                                     "garbage: the search that tells which was not run)",
                                      others=referrers[i]))
                 else:
                     out.append(Chain("outside", "held outside Python by something the collector "

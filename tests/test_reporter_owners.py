@@ -398,3 +398,26 @@ def test_the_real_model_tool_names_a_checkpointed_gpt_at_a_steps_end(capsys, mod
     m = re.search(r"^cpu: ([0-9.]+)% named of the storages by default \(owners=None\)", out, re.M)
     assert m and float(m.group(1)) >= 99.0, out[-3000:]
     assert "train() local logits" in out and "Unnamed tensors" not in out
+
+
+def test_the_default_looks_in_running_frames_before_the_modules():
+    """A tensor deep in a running frame's local is found by the first pass (no module entered);
+    one only a module holds, by the second."""
+    def deep():
+        holder = {"a": {"b": [torch.ones(33)]}}
+        rep = MemReporter().collect(device="cpu")
+        return holder, rep
+
+    holder, rep = deep()
+    (row,) = [r for r in rep.rows if r.shape == (33,)]
+    assert row.name == "deep() local holder['a']['b'][0]"
+    assert rep.owner_search["passes"] in (1, 2)  # 2 when another test left a module's tensor
+    del holder
+
+
+def test_the_default_finds_in_the_modules_what_no_frame_holds(mod):
+    mod.history = [torch.ones(34)]
+    rep = MemReporter().collect(device="cpu")
+    (row,) = [r for r in rep.rows if r.shape == (34,)]
+    assert row.name == f"{MOD_NAME}.history[0]"
+    assert rep.owner_search["passes"] == 2

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from typing import Any, Callable, Dict, List, Tuple
@@ -211,6 +212,8 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="reports of each kind taken, interleaved; their median time printed")
     ap.add_argument("--verbose", action="store_true", help="every tensor's chain")
     ap.add_argument("--show", choices=("default", "owners"), default="default",
                     help="which report's table to print (default: the default one's)")
@@ -219,6 +222,8 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--no-history", action="store_true",
                     help="CUDA: do not record allocation stacks")
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
 
     import torch
 
@@ -238,10 +243,14 @@ def main(argv: Any = None) -> int:
         default was), the default (owners=None) and owners=True, each timed."""
         reporter = tensorgc.MemReporter(model, optimizer=opt)
         reporter.collect(device=device, owners=False)
-        for key, owners in (("off", False), ("default", None), ("owners", True)):
-            t0 = time.perf_counter()
-            rep = reporter.collect(device=device, owners=owners)
-            seen[key] = (rep, time.perf_counter() - t0)
+        times: Dict[str, List[float]] = {}
+        for _ in range(args.repeat):  # interleaved; the median of each is printed
+            for key, owners in (("off", False), ("default", None), ("owners", True)):
+                t0 = time.perf_counter()
+                rep = reporter.collect(device=device, owners=owners)
+                times.setdefault(key, []).append(time.perf_counter() - t0)
+                seen[key] = (rep, statistics.median(times[key]))
+                del rep
         if args.unattributed and cuda:
             extra.extend(_unattributed(seen["owners"][0], device))
 
@@ -264,7 +273,8 @@ def main(argv: Any = None) -> int:
             what = ("named or stacked of allocated" if "allocated" in t
                     else "named of the storages")
             print(f"{dev}: {100 * share(t):.2f}% {what} {label}, the report took "
-                  f"{seconds * 1e3:.0f} ms")
+                  f"{seconds * 1e3:.0f} ms" + (f" (median of {args.repeat})" if args.repeat > 1
+                                               else ""))
     return 0
 
 

@@ -753,7 +753,7 @@ def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
         chains = _chains(targets, max_objects, named=roots)
     else:
         chains = _chains(targets, max_objects, named=roots, stop_when_found=True,
-                         info_out=auto, second_pass=False)
+                         info_out=auto, second_pass=False, frames_first=True)
     out: Dict[int, Any] = {}
     for t, c in zip(targets, chains):
         if kinds.get(id(t), "other") == "other":

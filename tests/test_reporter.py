@@ -298,3 +298,20 @@ def test_gc_state_is_restored_even_when_collect_fails(model):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_fake_tensor_holds_no_bytes_and_warns_nothing():
+    """torch.compile's FakeTensors say "cpu" but their storage is on the meta device: nothing is
+    held, and their storage's data_ptr (which warns) is never read."""
+    import warnings
+
+    fake_tensor = pytest.importorskip("torch._subclasses.fake_tensor")
+    with fake_tensor.FakeTensorMode():
+        f = torch.empty(300, 301)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rep = MemReporter().collect(device="cpu", owners=False)
+    (row,) = [r for r in rep.rows if r.shape == (300, 301)]
+    assert row.storage_bytes == 0 and row.storage == "none (meta tensor)" and row.address is None
+    assert "(no storage: meta)" in rep.format()
+    del f

@@ -315,3 +315,25 @@ def test_a_fake_tensor_holds_no_bytes_and_warns_nothing():
     assert row.storage_bytes == 0 and row.storage == "none (meta tensor)" and row.address is None
     assert "(no storage: meta)" in rep.format()
     del f
+
+
+def test_a_saved_tensor_that_hooks_packed_is_named_packed_and_never_unpacked():
+    x = torch.randn(50, 61, requires_grad=True)
+    calls = []
+
+    def pack(t):
+        calls.append("pack")
+        return ("tag", t.clone())
+
+    def unpack(p):
+        calls.append("unpack")
+        return p[1]
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        y = (x * 2).sin()
+    calls.clear()
+    rep = MemReporter().collect(device="cpu")
+    assert calls == []
+    names = [r.name for r in rep.rows if r.shape == (50, 61)]
+    assert "saved by SinBackward0 (self, packed[1])" in names
+    del y

@@ -578,11 +578,11 @@ class MemReporter:
         named_row: List[bool] = []
         for i, r in enumerate(rows_raw):
             k = row_entry[i]
-            name = names_of.get(k)
             t, label, _ = entries[k]
             chain = owner_of.get(id(t))
             by_holder = _name_by_chain(chain, r[1], label)
-            if name is None:
+            name = names_of.get(k, "")
+            if not name:
                 if by_holder is not None:
                     name = by_holder
                 elif label is None:

@@ -513,7 +513,7 @@ def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool =
             gc.enable()
 
 
-_MODULE_DICT = types.ModuleType.__dict__["__dict__"]  # the C getter: no module's own code runs
+_MODULE_DICT: Any = vars(types.ModuleType)["__dict__"]  # the C getter: no module's code runs
 
 
 def _frames_then_all(roots: List[Any], labels: List[str], n_named: int, targets: List[Any],
@@ -538,8 +538,8 @@ def _frames_then_all(roots: List[Any], labels: List[str], n_named: int, targets:
                                                      None, bound, 0, True)
     del exclude, spaces, mods
     # a root's index, as the caller's labels number them
-    found = [None if f is None else (f[0], keep[f[1]] if f[0] == "root" else f[1]) + tuple(f[2:])
-             for f in found]
+    found = [None if f is None else
+             (f[0], keep[f[1]] if f[0] == "root" else f[1], f[2], f[3], f[4]) for f in found]
     left = [j for j, f in enumerate(found) if f is None]
     info = dict(info)
     if left and not info["truncated"] and bound > info["visited"]:

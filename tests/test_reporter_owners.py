@@ -421,3 +421,28 @@ def test_the_default_finds_in_the_modules_what_no_frame_holds(mod):
     (row,) = [r for r in rep.rows if r.shape == (34,)]
     assert row.name == f"{MOD_NAME}.history[0]"
     assert rep.owner_search["passes"] == 2
+
+
+def test_the_real_model_tool_lists_the_blocks_no_tensor_holds(monkeypatch):
+    """--unattributed's listing (CUDA), from a stand-in snapshot: an allocated block with no
+    storage of the report in it is listed with its size, stream and frames; one holding a
+    storage, or free, is not."""
+    import importlib.util
+    import os
+    from types import SimpleNamespace
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools",
+                        "real_model_report.py")
+    spec = importlib.util.spec_from_file_location("real_model_report", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    segs = {"segments": [{"device": 0, "address": 1000, "stream": 7, "blocks": [
+        {"size": 100, "state": "active_allocated", "requested_size": 90, "frames": []},
+        {"size": 200, "state": "active_allocated", "requested_size": 200,
+         "frames": [{"filename": "Blas.cpp", "line": 3, "name": "getCUDABlasLtWorkspace"}]},
+        {"size": 50, "state": "inactive", "frames": []}]}]}
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: segs)
+    rep = SimpleNamespace(rows=[SimpleNamespace(address=1010, device="cuda:0")])
+    out = tool._unattributed(rep, "cuda:0")
+    assert out == ["  block 0x44c: 200 bytes (requested 200), stream 7, 1 frames",
+                   "      Blas.cpp:3 getCUDABlasLtWorkspace"]

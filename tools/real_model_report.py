@@ -117,6 +117,7 @@ def _encoder_run(args: Any, device: str, take: Callable[[Any, Any], None]) -> st
     net = torch.nn.Sequential(model, head)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
+    losses: List[Any] = []  # --keep-losses: each step's loss, as a loop that logs them keeps it
 
     def step() -> None:
         x = torch.randn(args.batch, args.seq, args.d_model, device=device)
@@ -125,6 +126,8 @@ def _encoder_run(args: Any, device: str, take: Callable[[Any, Any], None]) -> st
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=False)  # the grads stay, as in most training loops
+        if args.keep_losses:
+            losses.append(loss)
 
     for _ in range(args.steps):
         step()
@@ -212,6 +215,8 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--keep-losses", action="store_true",
+                    help="encoder: the loop keeps each step's loss in a list")
     ap.add_argument("--repeat", type=int, default=1,
                     help="reports of each kind taken, interleaved; their median time printed")
     ap.add_argument("--verbose", action="store_true", help="every tensor's chain")

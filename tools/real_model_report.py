@@ -38,8 +38,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _import_tensorgc() -> Any:
-    """The in-place build of this checkout when there is one, else an installed tensorgc."""
-    if ROOT not in sys.path:
+    """The in-place build of this checkout when there is one for this interpreter, else an
+    installed tensorgc (a wheel's)."""
+    import importlib.machinery
+
+    built = any(os.path.exists(os.path.join(ROOT, "tensorgc", "_tensorgc" + suffix))
+                for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+    if built and ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     import tensorgc
 

@@ -1052,7 +1052,12 @@ def _hook_tensors(hook: object) -> List[Tuple[str, Any]]:
             elif _is_custom_node(a):
                 out.extend((f"{label} {lab}", x) for lab, x in _node_tensors(a))
             elif callable(a) and hasattr(a, "__closure__"):
-                out.extend((f"{label} {n}", x) for n, x in _closure(a) if _is_tensor(x))
+                for n, x in _closure(a):
+                    if _is_tensor(x):
+                        out.append((f"{label} {n}", x))
+                    elif type(x) in (list, tuple):  # the device RNG states, one a device
+                        out.extend((f"{label} {n}[{j}]", y) for j, y in
+                                   enumerate(x[:_CTX_ATTRS]) if y is not None and _is_tensor(y))
     return out
 
 

@@ -337,3 +337,25 @@ def test_a_saved_tensor_that_hooks_packed_is_named_packed_and_never_unpacked():
     names = [r.name for r in rep.rows if r.shape == (50, 61)]
     assert "saved by SinBackward0 (self, packed[1])" in names
     del y
+
+
+def test_a_custom_functions_ctx_tensors_are_named_and_odd_names_escaped():
+    class Keep(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.extra = torch.ones(41, 3)
+            setattr(ctx, "odd\nname", torch.ones(42, 3))
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    x = torch.randn(5, requires_grad=True)
+    y = Keep.apply(x)
+    rep = MemReporter().collect(device="cpu", owners=False)
+    names = {r.shape: r.name for r in rep.rows}
+    assert names[(41, 3)] == "kept by KeepBackward (ctx.extra)"
+    assert names[(42, 3)] == "kept by KeepBackward (ctx.'odd\\nname')"
+    assert all("\n" not in line for line in rep.format().splitlines())
+    del y

@@ -1008,7 +1008,7 @@ def _node_tensors(node: object, hooks: Optional[Set[int]] = None) -> List[Tuple[
                 vals = v if isinstance(v, (tuple, list)) else (v,)
                 for j, x in enumerate(vals[:_CTX_ATTRS]):
                     if x is not None and _is_tensor(x):
-                        out.append((f"ctx.{_cut(str(key), 40)}"
+                        out.append((f"ctx.{_key_label(key)}"
                                     + (f"[{j}]" if isinstance(v, (tuple, list)) else ""), x))
     return out
 
@@ -1037,7 +1037,7 @@ def _hook_tensors(hook: object) -> List[Tuple[str, Any]]:
         if type(attrs) is not dict:
             continue
         for key, a in list(attrs.items())[:_CTX_ATTRS]:
-            label = f"{what}: {cname}.{_cut(str(key), 40)}"
+            label = f"{what}: {cname}.{_key_label(key)}"
             if _is_tensor(a):
                 out.append((label, a))
             elif type(a) in (list, tuple):
@@ -1059,6 +1059,13 @@ def _hook_tensors(hook: object) -> List[Tuple[str, Any]]:
                         out.extend((f"{label} {n}[{j}]", y) for j, y in
                                    enumerate(x[:_CTX_ATTRS]) if y is not None and _is_tensor(y))
     return out
+
+
+def _key_label(key: object) -> str:
+    """An attribute's name for a row's label: as it is when it is an identifier, else its repr
+    (a newline or a bracket in a name set through setattr cannot break the table), cut to 40."""
+    text = key if isinstance(key, str) and key.isidentifier() else repr(key)
+    return _cut(text, 40)
 
 
 def _closure(fn: object) -> List[Tuple[str, Any]]:

@@ -43,7 +43,8 @@ Site = Tuple[str, int, int]  # (allocation site, bytes, blocks)
 Filter = Optional[Tuple[str, Optional[int]]]
 NamedTensor = Tuple["torch.Tensor", str, str]  # (tensor, name, kind)
 
-__all__ = ["MemReporter", "Report", "Row", "KINDS", "readable_size", "track_tensors"]
+__all__ = ["MemReporter", "Report", "Row", "KINDS", "AUTO_MAX_OBJECTS", "readable_size",
+           "track_tensors"]
 
 logger = logging.getLogger("tensorgc")
 

@@ -6,7 +6,8 @@ training model: ``--layers`` x Linear(``--width``) (default 100 x 1024) with Ada
 device.
 
 Speed: ``report()`` wall time (stdout to /dev/null) of tensorgc's MemReporter(model,
-optimizer=opt) and of pytorch_memlab's MemReporter(model) (+ add_optimizer), interleaved,
+optimizer=opt) (the default, owners=None, and owners=False: no owner search) and of
+pytorch_memlab's MemReporter(model) (+ add_optimizer), interleaved,
 ``--repeat`` times each; medians, and the ratio measured in this run. memlab is loaded from its
 installed files (if its package __init__ needs pandas, which it does for its line profiler, only
 its mem_reporter module is loaded, unchanged). FutureWarnings raised during each report are
@@ -123,16 +124,21 @@ def main():
         r = tensorgc.MemReporter(model, optimizer=opt)
         r.report()
 
+    def ours_off():
+        r = tensorgc.MemReporter(model, optimizer=opt)
+        r.report(owners=False)
+
     def theirs():
         r = ML(model)
         r.add_optimizer(opt)
         r.report()
 
-    res = {"tensorgc": [], "tensorgc, track_tensors() on": [], "memlab": []}
+    res = {"tensorgc": [], "tensorgc, owners=False": [], "tensorgc, track_tensors() on": [],
+           "memlab": []}
     warn = {k: 0 for k in res}
     for _ in range(args.repeat):
-        for name, fn in (("tensorgc", ours), ("tensorgc, track_tensors() on", ours),
-                         ("memlab", theirs)):
+        for name, fn in (("tensorgc", ours), ("tensorgc, owners=False", ours_off),
+                         ("tensorgc, track_tensors() on", ours), ("memlab", theirs)):
             if name == "memlab" and ML is None:
                 continue
             # the index is process-wide: on only for its own row (turning it on walks once,

@@ -109,8 +109,8 @@ owners__results(const tgc_owners *o)
         }
         PyList_SET_ITEM(chains, j, item);
     }
-    info = Py_BuildValue("{sIsisi}", "visited", o->n, "truncated", o->truncated,
-                         "second_pass", o->dark_pass);
+    info = Py_BuildValue("{sIsisisi}", "visited", o->n, "truncated", o->truncated,
+                         "second_pass", o->dark_pass, "stopped", o->stopped);
     if (info == NULL) {
         goto error;
     }
@@ -128,10 +128,12 @@ error:
 }
 
 PyDoc_STRVAR(owner_search_doc,
-"_owner_search($module, roots, targets, exclude, n_twice, tracked, max_objects, n_late=0, /)\n"
+"_owner_search($module, roots, targets, exclude, n_twice, tracked, max_objects, n_late=0,\n"
+"              stop_when_found=False, /)\n"
 "--\n\n"
 "The shortest chain of references from roots to each target (tensorgc.owners uses it); the\n"
-"last n_late roots are searched from only after everything the others reach.\n"
+"last n_late roots are searched from only after everything the others reach;\n"
+"stop_when_found: the pass ends once every target is found (referrers then partial).\n"
 "Returns (chains, referrers, info): chains[i] is None (not reached: held by something the\n"
 "collector does not track) or (kind, n, objects, cut, dropped), kind 'root' (n: the root's\n"
 "index), 'outside' (n: references no Python object shows) or 'garbage' (n: 0); objects run\n"
@@ -141,15 +143,16 @@ PyDoc_STRVAR(owner_search_doc,
 static PyObject *
 owner_search(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6 && nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "_owner_search takes 6 or 7 arguments");
+    if (nargs < 6 || nargs > 8) {
+        PyErr_SetString(PyExc_TypeError, "_owner_search takes 6 to 8 arguments");
         return NULL;
     }
     PyObject *roots = NULL, *targets = NULL, *exclude = NULL, *tracked = NULL, *res = NULL;
     Py_ssize_t n_twice = PyLong_AsSsize_t(args[3]);
     unsigned long max_objects = PyLong_AsUnsignedLong(args[5]);
-    Py_ssize_t n_late = nargs == 7 ? PyLong_AsSsize_t(args[6]) : 0;
-    if (PyErr_Occurred()) {
+    Py_ssize_t n_late = nargs >= 7 ? PyLong_AsSsize_t(args[6]) : 0;
+    int stop_when_found = nargs == 8 ? PyObject_IsTrue(args[7]) : 0;
+    if (stop_when_found < 0 || PyErr_Occurred()) {
         return NULL;
     }
     roots = PySequence_Fast(args[0], "roots must be a sequence");       /* new references */
@@ -182,7 +185,7 @@ owner_search(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
                           tracked ? PySequence_Fast_ITEMS(tracked) : NULL,
                           tracked ? (size_t)PySequence_Fast_GET_SIZE(tracked) : 0,
                           /* the caller's list and our PySequence_Fast of it (the same object) */
-                          tracked ? 1 : 0, (uint32_t)max_objects) == 0) {
+                          tracked ? 1 : 0, (uint32_t)max_objects, stop_when_found) == 0) {
         res = owners__results(&o);
     }
     tgc_owners_free(&o);

@@ -25,6 +25,7 @@ typedef struct {
      * them is not counted for a target found before them. NONE until set. */
     uint32_t late_from, late_to;
     uint32_t max_objects;
+    int stop_when_found;   /* end the pass as soon as every target is found */
     int failed;            /* MemoryError set */
 } owners_ctx;
 
@@ -186,6 +187,10 @@ owners__bfs(owners_ctx *c, uint32_t from)
 {
     tgc_owners *o = c->o;
     for (uint32_t i = from; i < o->n && !c->failed && !o->truncated; i++) {
+        if (c->stop_when_found && o->unfound == 0) {
+            o->stopped = 1;  /* every target has its shortest chain: the rest is not needed */
+            break;
+        }
         PyObject *op = o->objs[i];
         traverseproc trav = Py_TYPE(op)->tp_traverse;
         if (trav == NULL || !PyObject_IS_GC(op)) {
@@ -351,7 +356,7 @@ tgc_owners_search(tgc_owners *o, const tgc_heapmark *mark,
                   PyObject *const *targets, uint32_t n_targets,
                   PyObject *const *exclude, uint32_t n_exclude, uint32_t n_twice,
                   PyObject *const *tracked, size_t n_tracked, Py_ssize_t tracked_extra,
-                  uint32_t max_objects)
+                  uint32_t max_objects, int stop_when_found)
 {
     memset(o, 0, sizeof(*o));
     owners_ctx c = {0};
@@ -359,6 +364,7 @@ tgc_owners_search(tgc_owners *o, const tgc_heapmark *mark,
     c.cur = TGC_OWNERS_NONE;
     c.late_from = c.late_to = TGC_OWNERS_NONE;
     c.max_objects = max_objects ? max_objects : 1;
+    c.stop_when_found = stop_when_found;
     o->ntargets = n_targets;
     o->unfound = n_targets;
     o->first_dark = TGC_OWNERS_NONE;

@@ -61,6 +61,19 @@ layout__storage(tgc_tensor_state *tn, PyObject *t, unsigned long long *nbytes,
                 unsigned long long *ptr)
 {
     PyObject *s = PyObject_CallOneArg(tn->untyped_storage, t);     /* new reference */
+    /* A storage on the meta device holds nothing, whatever device its tensor says (a
+     * FakeTensor of torch.compile's tracing: "cpu" outside, meta inside); its data_ptr() would
+     * warn. */
+    PyObject *dev = s ? PyObject_GetAttr(s, tn->str_device) : NULL;
+    PyObject *dt = dev ? PyObject_GetAttr(dev, tn->str_type) : NULL;
+    int meta = dt != NULL && PyUnicode_Check(dt) && PyUnicode_CompareWithASCIIString(dt, "meta") == 0;
+    Py_XDECREF(dev);
+    Py_XDECREF(dt);
+    PyErr_Clear();
+    if (meta) {
+        Py_DECREF(s);
+        return 1;
+    }
     PyObject *nb = s ? PyObject_CallMethodNoArgs(s, tn->str_nbytes) : NULL;  /* interned names */
     PyObject *dp = nb ? PyObject_CallMethodNoArgs(s, tn->str_data_ptr) : NULL;
     int rc = -1;
@@ -272,7 +285,11 @@ layout__add(measure *m, PyObject *t, PyObject *name, const char *dev_type, PyObj
         return TGC_HOW_META;  /* its storage claims bytes at address 0: none are held */
     }
     unsigned long long nb = 0, ptr = 0;
-    if (layout__storage(tn, t, &nb, &ptr) == 0) {
+    int rc = layout__storage(tn, t, &nb, &ptr);
+    if (rc == 1) {
+        return TGC_HOW_META;  /* a meta storage under another device's name: none are held */
+    }
+    if (rc == 0) {
         layout__part(m, t, name, device_s, nb, ptr);
         if (depth > 0) {
             return TGC_HOW_STRIDED;

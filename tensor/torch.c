@@ -39,7 +39,8 @@ tgc_tensor_init(tgc_tensor_state *tn)
     tn->str_nbytes = PyUnicode_InternFromString("nbytes");
     tn->str_data_ptr = PyUnicode_InternFromString("data_ptr");
     tn->str_flatten = PyUnicode_InternFromString("__tensor_flatten__");
-    if (!tn->str_torch || !tn->str_torch_dot || !tn->str_type || !tn->str_index ||
+    tn->str_device = PyUnicode_InternFromString("device");
+    if (!tn->str_device || !tn->str_torch || !tn->str_torch_dot || !tn->str_type || !tn->str_index ||
         !tn->str_nbytes || !tn->str_data_ptr || !tn->str_flatten) {
         return -1;
     }
@@ -71,6 +72,7 @@ tgc_tensor_traverse(tgc_tensor_state *tn, visitproc visit, void *arg)
     Py_VISIT(tn->str_index);
     Py_VISIT(tn->str_nbytes);
     Py_VISIT(tn->str_data_ptr);
+    Py_VISIT(tn->str_device);
     Py_VISIT(tn->str_flatten);
     return 0;
 }
@@ -100,6 +102,7 @@ tgc_tensor_clear(tgc_tensor_state *tn)
     Py_CLEAR(tn->str_index);
     Py_CLEAR(tn->str_nbytes);
     Py_CLEAR(tn->str_data_ptr);
+    Py_CLEAR(tn->str_device);
     Py_CLEAR(tn->str_flatten);
 }
 

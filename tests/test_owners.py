@@ -924,7 +924,10 @@ def test_collect_without_owners_leaves_rows_unowned(mod):
     assert all(r.owner is None and r.holder is None for r in rep.rows)
     assert "Held by" not in rep.format()
     with_owners = MemReporter().collect(owners=True)
-    assert MemReporter().collect().chains == {}  # not asked for: the default
+    assert MemReporter().collect(owners=False).chains == {}  # not asked for
+    auto = MemReporter().collect()  # the default: the automatic search names them too
+    assert {r.owner for r in auto.rows if r.holder == f"{MOD_NAME}.cache"} == {
+        f"{ROOT} .cache ['batch']", f"{ROOT} .cache [7]"}
     assert {r.owner for r in with_owners.rows if r.holder == f"{MOD_NAME}.cache"} == {
         f"{ROOT} .cache ['batch']", f"{ROOT} .cache [7]"}
 

@@ -48,6 +48,7 @@ typedef struct {
     uint32_t first_dark;  /* objs[first_dark:] were found by the second pass */
     int truncated;        /* max_objects reached: some targets may be unreached for that reason */
     int dark_pass;        /* whether the second pass ran */
+    int stopped;          /* stop_when_found ended the pass early: referrers are partial */
 } tgc_owners;
 
 /* A visited mark a search may borrow instead of keeping every gc object it visits in a map of its
@@ -72,14 +73,16 @@ typedef struct {
  * the caller's running frames' locals, whose values the frame holds once more, so theirs are
  * subtracted twice. tracked: every object the collector tracks (borrowed; NULL to skip the second
  * pass), each holding tracked_extra references from the caller's list of them. mark: a visited
- * mark to borrow (borrowed), or NULL to keep every visited object in the map. Returns 0, or -1
+ * mark to borrow (borrowed), or NULL to keep every visited object in the map. stop_when_found:
+ * end the pass as soon as every target is found (each chain is still the shortest, but
+ * referrers counts only the referrers visited by then, and `stopped` is set). Returns 0, or -1
  * with MemoryError set; either way tgc_owners_free releases the result. */
 int tgc_owners_search(tgc_owners *o, const tgc_heapmark *mark,
                       PyObject *const *roots, uint32_t n_roots, uint32_t n_late,
                       PyObject *const *targets, uint32_t n_targets,
                       PyObject *const *exclude, uint32_t n_exclude, uint32_t n_twice,
                       PyObject *const *tracked, size_t n_tracked, Py_ssize_t tracked_extra,
-                      uint32_t max_objects);
+                      uint32_t max_objects, int stop_when_found);
 void tgc_owners_free(tgc_owners *o);
 
 #endif /* TENSORGC_OWNERS_H */

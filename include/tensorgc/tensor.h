@@ -44,6 +44,7 @@ typedef struct {
     PyObject *how[TGC_HOW_COUNT];     /* TGC_HOW_* */
     PyObject *str_torch, *str_torch_dot, *str_type, *str_index, *str_nbytes, *str_data_ptr;
     PyObject *str_flatten;            /* "__tensor_flatten__" */
+    PyObject *str_device;             /* "device" */
 } tgc_tensor_state;
 
 /* Interns the fixed strings (module exec). 0, or -1 with an exception. */

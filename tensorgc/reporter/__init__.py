@@ -43,7 +43,8 @@ Site = Tuple[str, int, int]  # (allocation site, bytes, blocks)
 Filter = Optional[Tuple[str, Optional[int]]]
 NamedTensor = Tuple["torch.Tensor", str, str]  # (tensor, name, kind)
 
-__all__ = ["MemReporter", "Report", "Row", "KINDS", "readable_size", "track_tensors"]
+__all__ = ["MemReporter", "Report", "Row", "KINDS", "AUTO_MAX_OBJECTS", "readable_size",
+           "track_tensors"]
 
 logger = logging.getLogger("tensorgc")
 
@@ -100,7 +101,11 @@ class Report:
     # CUDA: {device: {block address: name}} of the same blocks (the first row's name), for the
     # timeline's side panel
     block_names: Dict[str, Dict[int, str]] = field(default_factory=dict)
-    owners: bool = False  # whether owner chains were searched (collect(owners=True))
+    owners: bool = False  # whether owner chains were searched (owners=True, or automatically)
+    # how the owners were searched: {"mode": "off"} (owners=False), {"mode": "all"}
+    # (owners=True), or the automatic search's {"mode": "auto", "bound", "targets", and once it
+    # ran "visited", "truncated", "stopped", "second_pass"}
+    owner_search: Dict[str, Any] = field(default_factory=dict)
 
     def devices(self) -> List[str]:
         return list(self.totals)
@@ -129,8 +134,7 @@ class Report:
                          f"\tUsed Memory: {readable_size(t['used'])}")
             lines.extend(_footer(dev, t, self.sites.get(dev, []), verbose))
             lines.extend(_held_by(rows, verbose))
-            if not self.owners:
-                lines.extend(_unnamed_hint(rows))
+            lines.extend(_unnamed_hint(rows, self.owner_search))
             lines.append("-" * LEN)
         return "\n".join(lines)
 
@@ -199,15 +203,27 @@ def _held_by(rows: Sequence[Row], verbose: bool) -> List[str]:
     return out
 
 
-def _unnamed_hint(rows: Sequence[Row]) -> List[str]:
-    """The last line of a report made without owners: the bytes of the tensors with no name but
-    Tensor<i>, and what names what holds them."""
-    unnamed = [r for r in rows if r.kind == "other" and r.used]
+def _unnamed_hint(rows: Sequence[Row], search: Mapping[str, Any]) -> List[str]:
+    """The last line of a report whose owner search was not the whole heap's: the bytes of the
+    tensors still named Tensor<i>, why, and what names what holds them."""
+    mode = search.get("mode", "off")
+    if mode == "all":
+        return []
+    unnamed = [r for r in rows if r.kind == "other" and r.used and r.holder is None]
     if not unnamed:
         return []
     nbytes = sum(r.used for r in unnamed)
-    return [f"Unnamed tensors: {readable_size(nbytes)} in {len(unnamed)} tensor"
-            f"{'s' if len(unnamed) != 1 else ''}; report(owners=True) names what holds each one."]
+    head = (f"Unnamed tensors: {readable_size(nbytes)} in {len(unnamed)} tensor"
+            f"{'s' if len(unnamed) != 1 else ''}")
+    if mode != "auto":
+        return [f"{head}; report(owners=True) names what holds each one."]
+    if search.get("truncated"):
+        why = (f"the automatic owner search stopped at its bound of {search['bound']:,} objects "
+               "before it found them")
+    else:
+        why = ("no root reaches them (held outside Python, or garbage in a reference cycle: "
+               "the automatic search does not tell which)")
+    return [f"{head}: {why}; report(owners=True) searches the whole heap."]
 
 
 _FRAME_AT = re.compile(r" at (?:[^\s()]*/)?([^\s/()]+:\d+) \(thread MainThread\)")
@@ -331,20 +347,22 @@ class MemReporter:
     # ------------------------------------------------------------------ public
 
     def report(self, verbose: bool = False, device: Optional[DeviceLike] = None,
-               owners: bool = False, *, gather: bool = False, group: Any = None,
+               owners: Optional[bool] = None, *, gather: bool = False, group: Any = None,
                dst: int = 0, max_objects: Optional[int] = None) -> None:
-        """Print memlab's table for every device (or ``device``), with the explained footer and,
-        with ``owners``, what holds each tensor that is not a parameter, grad, buffer or
-        optimizer state (grouped by owner, with subtotals; ``verbose`` lists every chain).
+        """Print memlab's table for every device (or ``device``), with the explained footer and
+        what holds each tensor that is not a parameter, grad, buffer or optimizer state (grouped
+        by owner, with subtotals; ``verbose`` lists every chain): ``owners`` as in collect.
 
         ``gather=True``: a collective instead (every rank of ``group`` calls it): each rank's
         summary of ``device`` from this reporter's names, gathered to rank ``dst``, which
-        prints one table of every rank (tensorgc.gather_report; the others print nothing).
-        ``max_objects``: the owner search's bound (see collect)."""
+        prints one table of every rank (tensorgc.gather_report; the others print nothing;
+        ``owners=None`` is False there). ``max_objects``: the owner search's bound (see
+        collect)."""
+        _check_owners(owners)
         if gather:
             from ..distributed._summaries import TOP_DEFAULT, gather_summaries, summary_now
 
-            rep = gather_summaries(lambda: summary_now(self, device, TOP_DEFAULT, owners),
+            rep = gather_summaries(lambda: summary_now(self, device, TOP_DEFAULT, bool(owners)),
                                    group=group, dst=dst, show=False)
             if rep is not None:
                 print(rep.format(verbose=verbose))
@@ -361,18 +379,25 @@ class MemReporter:
 
         return Publisher(self, every, device, top)
 
-    def collect(self, device: Optional[DeviceLike] = None, owners: bool = False, *,
+    def collect(self, device: Optional[DeviceLike] = None, owners: Optional[bool] = None, *,
                 max_objects: Optional[int] = None) -> Report:
         """The report as data (see Report, Row). A CUDA ``device`` on a machine without CUDA
-        gives an empty report and a WARNING on logger "tensorgc" that says why. ``owners``:
-        fill Row.owner and Row.holder and name each unnamed row by its holder
-        (tensorgc.owners: one pass over the whole heap, about 1.5 full collections, so it is
-        asked for, not the default of a report a job takes often); ``max_objects`` bounds that
-        pass (None: every object alive, as tensorgc.owners)."""
+        gives an empty report and a WARNING on logger "tensorgc" that says why.
+
+        ``owners``: None (the default) names each row that has no name of its own and holds
+        bytes by what holds it, with an owner search that ends as soon as each such tensor is
+        found and visits at most AUTO_MAX_OBJECTS objects (``max_objects`` when given), so its
+        cost stays near the report's own; what it leaves unnamed, the report says, and why.
+        True: fill Row.owner and Row.holder for every row that is not a parameter, grad,
+        buffer or optimizer state (tensorgc.owners: one pass over the whole heap, about 1.5
+        full collections; ``max_objects`` bounds it, None: every object alive). False: no
+        search."""
+        _check_owners(owners)
         return self._collect(device, True, owners, max_objects)
 
     def _collect(self, device: Optional[DeviceLike], warn: bool,
-                 owners: bool = False, max_objects: Optional[int] = None) -> Report:
+                 owners: Optional[bool] = False, max_objects: Optional[int] = None) -> Report:
+        _check_owners(owners)
         filt = _parse_device(device)
         if warn:
             _warn_no_cuda(filt, device)
@@ -389,14 +414,35 @@ class MemReporter:
             live = _tensorgc._live_tensors()       # every tensor object the collector tracks
             paths: Dict[int, Tuple[Any, str]] = {}
             named.extend(_saved_for_backward(live, named, paths=paths))
-            if owners:
+            if owners is not False:
                 from .owner_chains import _check_max_objects
 
                 _check_max_objects(max_objects)
-            owner_of = _owners_of(named, live, paths, max_objects=max_objects) if owners else {}
-            rep = self._build(named, live, filt, owner_of)
+            owner_of: Dict[int, Any] = {}
+            if owners is None:
+                auto: Dict[str, Any] = {"mode": "auto", "bound": AUTO_MAX_OBJECTS
+                                        if max_objects is None else max_objects, "targets": 0}
+                nm, lv, ps = named, live, paths
+
+                def search(targets: List[torch.Tensor]) -> Dict[int, Any]:
+                    auto["targets"] = len(targets)
+                    got = _owners_of(nm, lv, ps, only={id(t) for t in targets},
+                                     max_objects=auto["bound"], auto=auto)
+                    # a tensor it did not reach keeps Tensor<i>, and the report's last line
+                    # says why, rather than a holder named "not reached"
+                    return {k: c for k, c in got.items() if c.kind != "unknown"}
+
+                rep = self._build(named, live, filt, search=search)
+                del nm, lv, ps, search
+                rep.owners = "visited" in auto  # it ran: something had no name
+                rep.owner_search = auto
+            else:
+                if owners:
+                    owner_of = _owners_of(named, live, paths, max_objects=max_objects)
+                rep = self._build(named, live, filt, owner_of)
+                rep.owners = owners
+                rep.owner_search = {"mode": "all" if owners else "off"}
             rep.device = None if device is None else str(device)
-            rep.owners = bool(owners)
             return rep
         finally:
             del named, live  # no tensor outlives the call
@@ -449,7 +495,12 @@ class MemReporter:
     # ------------------------------------------------------------------ measuring
 
     def _build(self, named: List[NamedTensor], live: List[torch.Tensor],
-               filt: Filter, owner_of: Optional[Dict[int, Any]] = None) -> Report:
+               filt: Filter, owner_of: Optional[Dict[int, Any]] = None,
+               search: Optional[Any] = None) -> Report:
+        """The report of ``named`` and ``live``. ``owner_of``: id(tensor) -> Chain, the owner
+        search's; ``search``: instead, called once with the tensors that have no name of their
+        own and hold bytes no named row counts (after each storage is given to its first row),
+        returning such a dict (the automatic owner search of collect())."""
         seen_ids: Set[int] = set()
         entries: List[Tuple[torch.Tensor, Optional[str], str]] = []  # (tensor, name, kind)
         for t, name, kind in named:
@@ -462,52 +513,45 @@ class MemReporter:
                 entries.append((t, None, "other"))
         infos = _tensorgc._tensor_rows([e[0] for e in entries])
 
-        # (name, kind, shape, dtype, device, dev_type, dev_index, numel, ptr, nbytes, storage,
-        #  chain, shares_with); named[i]: whether row i has a name other than Tensor<i>
+        # (label, kind, shape, dtype, device, dev_type, dev_index, numel, ptr, nbytes, storage,
+        #  chain, shares_with); named[i]: whether row i has a name other than Tensor<i>. The
+        # label is the row's own name or None; names are given once the owners are known.
         rows_raw: List[List[Any]] = []
-        named_row: List[bool] = []
-        counter = 0
-        owner_of = owner_of or {}
+        row_entry: List[int] = []  # row -> index in entries
+        row_part: List[Optional[str]] = []  # row -> part of its tensor (".values"), or None
+        owner_of = dict(owner_of or {})
         model_ptrs: Dict[Tuple[str, int], str] = {}  # storages of the model's rows -> kind
-        for (t, label, kind), info in zip(entries, infos):
-            chain = owner_of.get(id(t))
+        for k, ((t, label, kind), info) in enumerate(zip(entries, infos)):
             (ptr, _own, dev, dev_type, dev_index, shape, dtype, numel, _sparse, how, parts,
              nbytes, _none) = info
             if not _matches(filt, dev_type, dev_index) or numel == 0:
                 continue
             if kind == "saved_for_backward" and ptr and (dev, ptr) in model_ptrs:
-                kind, chain = model_ptrs[(dev, ptr)], None  # a saved alias of a parameter
-            by_holder = _name_by_chain(chain, kind, label)
-            if by_holder is not None:
-                name = by_holder
-            elif label is None:
-                name = f"{type(t).__name__}{counter}"
-                counter += 1
-            else:
-                name = label
-            is_named = label is not None or by_holder is not None
+                kind = model_ptrs[(dev, ptr)]  # a saved alias of a parameter
+                owner_of.pop(id(t), None)
             if parts:
                 # a sparse tensor's indices and values, a wrapper's inner tensors: a row each,
                 # so that a storage shared with another tensor is still counted once
                 subs = _tensorgc._tensor_rows([sub for _, sub in parts])
                 for (part, _), sub in zip(parts, subs):
                     p2, _, d2s, t2, i2, s2, d2, e2, _, _, _, n2, _ = sub
-                    rows_raw.append([f"{name}.{part}", kind, s2, d2, d2s, t2, i2, e2, p2, n2,
-                                     how, chain])
-                    named_row.append(is_named)
+                    rows_raw.append([label, kind, s2, d2, d2s, t2, i2, e2, p2, n2, how, None])
+                    row_entry.append(k)
+                    row_part.append(part)
                     if kind in MODEL_KINDS and p2:
                         model_ptrs.setdefault((d2s, p2), kind)
                 del subs
             else:
-                rows_raw.append([name, kind, shape, dtype, dev, dev_type, dev_index, numel, ptr,
-                                 nbytes, how, chain])
-                named_row.append(is_named)
+                rows_raw.append([label, kind, shape, dtype, dev, dev_type, dev_index, numel, ptr,
+                                 nbytes, how, None])
+                row_entry.append(k)
+                row_part.append(None)
                 if kind in MODEL_KINDS and ptr:
                     model_ptrs.setdefault((dev, ptr), kind)
 
         # each storage once: the first row (named rows come first) counts it
-        first_of: Dict[Tuple[str, int], str] = {}
-        for r in rows_raw:
+        first_of: Dict[Tuple[str, int], int] = {}
+        for i, r in enumerate(rows_raw):
             key = (r[4], r[8])
             if r[8] is None or r[8] == 0:
                 r.append(None)
@@ -515,8 +559,46 @@ class MemReporter:
             if key in first_of:
                 r.append(first_of[key])
             else:
-                first_of[key] = r[0]
+                first_of[key] = i
                 r.append(None)
+
+        if search is not None:
+            # the tensors with no name whose rows count bytes: what the automatic search names
+            unnamed: Dict[int, None] = {}  # entry indices, in order
+            for i, r in enumerate(rows_raw):
+                if r[0] is None and r[12] is None and r[9]:
+                    unnamed.setdefault(row_entry[i])
+            targets = [entries[k][0] for k in unnamed]
+            found = search(targets) if targets else {}
+            del targets
+            owner_of.update(found)
+
+        # names: the row's own, else its holder's, else Tensor<i> in table order
+        counter = 0
+        names_of: Dict[int, str] = {}  # entry -> name
+        named_row: List[bool] = []
+        for i, r in enumerate(rows_raw):
+            k = row_entry[i]
+            t, label, _ = entries[k]
+            chain = owner_of.get(id(t))
+            by_holder = _name_by_chain(chain, r[1], label)
+            name = names_of.get(k, "")
+            if not name:
+                if by_holder is not None:
+                    name = by_holder
+                elif label is None:
+                    name = f"{type(t).__name__}{counter}"
+                    counter += 1
+                else:
+                    name = label
+                names_of[k] = name
+            r[0] = name if row_part[i] is None else f"{name}.{row_part[i]}"
+            r[11] = chain if r[1] not in MODEL_KINDS else None
+            named_row.append(label is not None or by_holder is not None)
+        for r in rows_raw:
+            if r[12] is not None:
+                r[12] = rows_raw[r[12]][0]
+        del names_of
 
         devices = []
         for r in rows_raw:
@@ -610,10 +692,22 @@ class MemReporter:
                       block_names=block_names, chains=chains)
 
 
+def _check_owners(owners: object) -> None:
+    if owners is not None and not isinstance(owners, bool):
+        raise TypeError("MemReporter: owners must be True, False or None (automatic), not "
+                        f"{type(owners).__name__}")
+
+
+# The automatic owner search (collect(owners=None), the default) visits at most this many
+# objects, and ends as soon as every unnamed tensor is found (see docs/api.md: MemReporter).
+AUTO_MAX_OBJECTS = 1_000_000
+
+
 def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
                paths: Dict[int, Tuple[Any, str]], limit: int = 200000,
                only: Optional[Set[int]] = None, max_objects: Optional[int] = None,
-               roots: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Dict[int, Any]:
+               roots: Optional[Mapping[str, Mapping[str, Any]]] = None,
+               auto: Optional[Dict[str, Any]] = None) -> Dict[int, Any]:
     """id(tensor) -> tensorgc.owner_chains.Chain for the tensors that are not a parameter, grad,
     buffer or optimizer state: one search for all of them and for the live tensors with a
     grad_fn. A tensor saved for backward (paths: id -> (node, "saved x")) gets the chain of the
@@ -628,7 +722,9 @@ def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
     (None: the heap's size); ``roots``: {label: {name: object}} roots searched first
     (tensorgc.owners; the pytest plugin's fixture values). A tensor named as a parameter, grad,
     buffer or optimizer state gets no chain, even when a node saves it too: its first name, the
-    model's, is its row's."""
+    model's, is its row's. ``auto`` (collect()'s automatic search): the pass ends once every
+    target is found and skips the search among unreached objects (see _chains); the dict gets
+    the pass's counts."""
     from .owner_chains import _chains
 
     kinds: Dict[int, str] = {}
@@ -654,7 +750,11 @@ def _owners_of(named: List[NamedTensor], live: List[torch.Tensor],
             if id(t) not in index:
                 index[id(t)] = len(targets)
                 targets.append(t)
-    chains = _chains(targets, max_objects, named=roots)
+    if auto is None:
+        chains = _chains(targets, max_objects, named=roots)
+    else:
+        chains = _chains(targets, max_objects, named=roots, stop_when_found=True,
+                         info_out=auto, second_pass=False, frames_first=True)
     out: Dict[int, Any] = {}
     for t, c in zip(targets, chains):
         if kinds.get(id(t), "other") == "other":
@@ -844,6 +944,176 @@ def _is_view(node: object) -> bool:
     return type(node).__name__.startswith(_VIEW_NODES)
 
 
+def _node_tensors(node: object, hooks: Optional[Set[int]] = None) -> List[Tuple[str, Any]]:
+    """(label, tensor) of what an autograd node keeps for backward: its saved tensors
+    (``_saved_self``: "self", "tensors[1]") and, for a custom autograd.Function's node (a
+    checkpoint's CheckpointFunctionBackward), the tensors its ctx holds as attributes
+    ("ctx.fwd_cpu_state"). A saved tensor that a saved_tensors_hooks pair packed (a
+    non-reentrant checkpoint's, torch.autograd.graph.save_on_cpu's) is never unpacked -- that
+    would run the hook: recompute the forward, copy back to the device --; its packed form is
+    named when it is a tensor ("self, packed"); else what the unpack hook's closure keeps to
+    rebuild it is (a non-reentrant checkpoint's frame: the inputs its _NoopSaveInputs node saved,
+    the RNG states its recompute function keeps: "checkpoint: frame.input_saver
+    saved_tensors[0]"), once per hook (``hooks``: the ids of the hooks already read)."""
+    out: List[Tuple[str, Any]] = []
+    for a in _saved_attrs(node):
+        label = a[len("_saved_"):]
+        try:
+            raw = getattr(node, "_raw" + a, None)
+        except Exception:  # noqa: BLE001 -- freed after backward
+            continue
+        raws = raw if isinstance(raw, (tuple, list)) else (raw,)
+        if raw is not None and any(_packed(r) is not _NO_HOOK for r in raws):
+            for j, r in enumerate(raws):
+                packed = _packed(r)
+                sub = label + (f"[{j}]" if len(raws) > 1 else "")
+                if packed is _NO_HOOK or packed is _UNKNOWN:
+                    continue  # mixed or unreadable: nothing is unpacked
+                if not _is_tensor(packed) and not isinstance(packed, (tuple, list)):
+                    hook = getattr(r, "unpack_hook", None)
+                    if hooks is not None and hook is not None and id(hook) not in hooks:
+                        hooks.add(id(hook))
+                        out.extend(_hook_tensors(hook))
+                    continue
+                for k, x in enumerate(packed if isinstance(packed, (tuple, list)) else (packed,)):
+                    if x is not None and _is_tensor(x):
+                        out.append((f"{sub}, packed" + (f"[{k}]" if isinstance(packed, (tuple, list))
+                                                        else ""), x))
+            continue
+        try:
+            v = getattr(node, a)
+        except Exception:  # noqa: BLE001 -- freed after backward, or not a tensor
+            continue
+        vals = v if isinstance(v, (tuple, list)) else (v,)
+        for j, x in enumerate(vals):
+            if x is not None and _is_tensor(x):
+                out.append((label + (f"[{j}]" if len(vals) > 1 else ""), x))
+    if _is_custom_node(node):
+        try:
+            raws = list(getattr(node, "_raw_saved_tensors", None) or ())
+            if all(_packed(r) is _NO_HOOK for r in raws):
+                vals = tuple(getattr(node, "saved_tensors", None) or ()) if raws else ()
+            else:
+                vals = ()  # hooks would run: its packed forms are not tensors of ours to name
+        except Exception:  # noqa: BLE001 -- freed after backward
+            vals = ()
+        for j, x in enumerate(vals):
+            if x is not None and _is_tensor(x):
+                out.append((f"saved_tensors[{j}]", x))
+        try:
+            ctx = object.__getattribute__(node, "__dict__")
+        except Exception:  # noqa: BLE001
+            ctx = None
+        if type(ctx) is dict:
+            for key, v in list(ctx.items())[:_CTX_ATTRS]:
+                vals = v if isinstance(v, (tuple, list)) else (v,)
+                for j, x in enumerate(vals[:_CTX_ATTRS]):
+                    if x is not None and _is_tensor(x):
+                        out.append((f"ctx.{_key_label(key)}"
+                                    + (f"[{j}]" if isinstance(v, (tuple, list)) else ""), x))
+    return out
+
+
+def _hook_tensors(hook: object) -> List[Tuple[str, Any]]:
+    """(label, tensor) of what a saved_tensors_hooks unpack hook keeps to rebuild its tensors:
+    tensors in its closure, and one level into the objects there (attributes of a plain
+    object, as a checkpoint's _CheckpointFrame; an autograd node's saved tensors, as its
+    input_saver's; a function's closure, as its recompute_fn's). Read from __closure__ and
+    __dict__ at the C level: no code of the hook's runs."""
+    out: List[Tuple[str, Any]] = []
+    qual = getattr(hook, "__qualname__", "")
+    what = "checkpoint" if isinstance(qual, str) and qual.startswith("_checkpoint_hook") else \
+        _cut(str(qual), 40)
+    for cname, v in _closure(hook):
+        if _is_tensor(v):
+            out.append((f"{what}: {cname}", v))
+            continue
+        if _is_custom_node(v) or type(v).__name__.endswith("Backward0"):
+            out.extend((f"{what}: {cname} {lab}", x) for lab, x in _node_tensors(v))
+            continue
+        try:
+            attrs = object.__getattribute__(v, "__dict__")
+        except Exception:  # noqa: BLE001 -- no __dict__
+            continue
+        if type(attrs) is not dict:
+            continue
+        for key, a in list(attrs.items())[:_CTX_ATTRS]:
+            label = f"{what}: {cname}.{_key_label(key)}"
+            if _is_tensor(a):
+                out.append((label, a))
+            elif type(a) in (list, tuple):
+                for j, x in enumerate(a[:_CTX_ATTRS]):
+                    if type(x).__name__ == "SavedTensor" and _packed(x) is _NO_HOOK:
+                        try:
+                            x = x.data  # a saved input (torch's SavedTensor: no hook runs)
+                        except Exception:  # noqa: BLE001 -- freed
+                            continue
+                    if x is not None and _is_tensor(x):
+                        out.append((f"{label}[{j}]", x))
+            elif _is_custom_node(a):
+                out.extend((f"{label} {lab}", x) for lab, x in _node_tensors(a))
+            elif callable(a) and hasattr(a, "__closure__"):
+                for n, x in _closure(a):
+                    if _is_tensor(x):
+                        out.append((f"{label} {n}", x))
+                    elif type(x) in (list, tuple):  # the device RNG states, one a device
+                        out.extend((f"{label} {n}[{j}]", y) for j, y in
+                                   enumerate(x[:_CTX_ATTRS]) if y is not None and _is_tensor(y))
+    return out
+
+
+def _key_label(key: object) -> str:
+    """An attribute's name for a row's label: as it is when it is an identifier, else its repr
+    (a newline or a bracket in a name set through setattr cannot break the table), cut to 40."""
+    text = key if isinstance(key, str) and key.isidentifier() else repr(key)
+    return _cut(text, 40)
+
+
+def _closure(fn: object) -> List[Tuple[str, Any]]:
+    """(name, value) of a Python function's closure cells (empty ones left out)."""
+    cells = getattr(fn, "__closure__", None) if type(fn).__name__ == "function" else None
+    code = getattr(fn, "__code__", None)
+    if not cells or code is None:
+        return []
+    out = []
+    for name, cell in zip(code.co_freevars, cells):
+        try:
+            out.append((name, cell.cell_contents))
+        except ValueError:  # empty
+            continue
+    return out[:_CTX_ATTRS]
+
+
+_CTX_ATTRS = 64  # a custom Function's ctx: attributes, and items of each, looked at
+_NO_HOOK = object()  # a saved tensor without saved_tensors_hooks: unpacking runs nothing
+_UNKNOWN = object()  # hooks may be there, this torch cannot say: not unpacked
+
+
+def _packed(raw: object) -> object:
+    """A SavedTensor's packed form when saved_tensors_hooks packed it, _NO_HOOK when none did,
+    _UNKNOWN when this torch does not say (its SavedTensor has no unpack_hook)."""
+    try:
+        hook = getattr(raw, "unpack_hook")
+    except AttributeError:
+        return _NO_HOOK  # a torch that does not say: unpacked, as it always was
+    except Exception:  # noqa: BLE001 -- freed
+        return _UNKNOWN
+    if hook is None:
+        return _NO_HOOK
+    try:
+        return getattr(raw, "data")
+    except Exception:  # noqa: BLE001
+        return _UNKNOWN
+
+
+def _is_custom_node(node: object) -> bool:
+    """A node of a Python autograd.Function (its ctx: torch.autograd.function.BackwardCFunction)."""
+    for c in type(node).__mro__:
+        if c.__name__ == "BackwardCFunction" and c.__module__ == "torch.autograd.function":
+            return True
+    return False
+
+
 def _saved_for_backward(live: Iterable[torch.Tensor], named: Iterable[NamedTensor],
                         limit: int = 200000,
                         paths: Optional[Dict[int, Tuple[Any, str]]] = None
@@ -864,29 +1134,22 @@ def _saved_for_backward(live: Iterable[torch.Tensor], named: Iterable[NamedTenso
             seen_nodes.add(id(fn))
             queue.append(fn)
     keep: List[Any] = []  # nodes stay alive while we walk, so ids are not reused
+    hooks: Set[int] = set()
     while queue and len(seen_nodes) < limit:
         node = queue.popleft()
         keep.append(node)
-        attrs = _saved_attrs(node)
-        where = None
-        for a in attrs:
-            try:
-                v = getattr(node, a)
-            except Exception:  # noqa: BLE001 -- freed after backward, or not a tensor
-                continue
-            vals = v if isinstance(v, (tuple, list)) else (v,)
-            for j, x in enumerate(vals):
-                if x is None or not _is_tensor(x):
-                    continue
-                if where is None:
-                    where = _module_of(node, pname_of) or ""
-                label = a[len("_saved_"):] + (f"[{j}]" if len(vals) > 1 else "")
-                name = f"saved by {type(node).__name__} ({label})"
-                if where:
-                    name += f" {where}"
-                out.append((x, name, "saved_for_backward"))
-                if paths is not None:
-                    paths[id(x)] = (node, f"saved {label}")
+        where: Optional[str] = None
+        for label, x in _node_tensors(node, hooks):
+            if where is None:
+                where = _module_of(node, pname_of) or ""
+            # its own saved tensors are "saved"; what its ctx or a hook's closure keeps, "kept"
+            verb = "kept" if label.startswith("ctx.") or ": " in label else "saved"
+            name = f"{verb} by {type(node).__name__} ({label})"
+            if where:
+                name += f" {where}"
+            out.append((x, name, "saved_for_backward"))
+            if paths is not None:
+                paths[id(x)] = (node, f"{verb} {label}")
         for child, _ in getattr(node, "next_functions", ()) or ():
             if child is not None and id(child) not in seen_nodes:
                 seen_nodes.add(id(child))

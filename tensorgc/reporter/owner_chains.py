@@ -36,6 +36,7 @@ import gc
 import inspect
 import sys
 import threading
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -402,12 +403,27 @@ _CALL_KEEPS_ARGS = sys.version_info < (3, 11)
 
 
 def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool = False,
-            named: Optional[Roots] = None, held_by_call: Sequence[Any] = ()) -> List[Chain]:
+            named: Optional[Roots] = None, held_by_call: Sequence[Any] = (),
+            stop_when_found: bool = False, info_out: Optional[Dict[str, int]] = None,
+            second_pass: bool = True, frames_first: bool = False) -> List[Chain]:
     """The chains of ``objs``; ``late_caller``: our caller's frame is searched last (owner(),
     owners()); ``named``: {label: {name: object}} roots searched first (the pytest plugin's
     fixtures); ``held_by_call``: objects our caller's call holds one reference to that no
-    traversal shows (owner()'s argument on 3.10)."""
+    traversal shows (owner()'s argument on 3.10). ``stop_when_found``: the pass ends once every
+    object is found (MemReporter's automatic search): each chain is still the shortest, but
+    ``others`` is not counted (0). ``info_out``: gets the pass's counts (visited, truncated,
+    second_pass, stopped) and its bound. ``second_pass=False``: no search among the objects the
+    roots do not reach (it lists every tracked object first): an object not reached is "unknown"
+    rather than held outside Python or garbage. ``frames_first`` (with stop_when_found, without
+    late_caller or the second pass): a first pass from the roots that are not modules (the named
+    ones, the frames, the threads' states) that enters no module and no module's namespace,
+    then, for what it did not find, the whole search within what is left of ``max_objects``: a
+    tensor a running frame holds is found without walking every module's namespace first (its
+    chain is the shortest from the frames, where a module may hold it by a shorter one)."""
     _check_max_objects(max_objects)
+    if frames_first and (late_caller or second_pass or not stop_when_found):
+        raise ValueError("frames_first goes with stop_when_found, without late_caller or the "
+                         "second pass")
     named_labels, named_spaces = _named_roots(named)
     n_named = len(named_labels)
     enabled = gc.isenabled()
@@ -425,8 +441,10 @@ def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool =
         # named roots first: at an equal distance the first root wins
         roots, labels, ours, n_late = _roots(me, late_caller,
                                              list(zip(named_labels, named_spaces)))
-        tracked = gc.get_objects()
-        bound = _default_max_objects(len(tracked)) if max_objects is None else max_objects
+        tracked: Optional[List[Any]] = gc.get_objects() if second_pass else None
+        bound = (max_objects if max_objects is not None else
+                 _default_max_objects(len(tracked) if tracked is not None else
+                                      len(gc.get_objects())))
         bound = min(bound, 0xFFFFFFFE)  # the engine's indices are 32-bit
         # Our own lists are never roots, and what our frames hold (the reporter's lists of
         # tensors, say) is ours too: never entered, and its references do not make a target
@@ -436,11 +454,21 @@ def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool =
         # references, once for the caller's. Made after the snapshots, so none of them lists it
         # (an object in `mine` is subtracted once).
         ours = ours + ([list(held_by_call)] if held_by_call else [])
-        exclude = [objs, targets, roots, labels, ours, mine] + mine + ours
-        res = _tensorgc._owner_search(roots, targets, exclude, len(ours), tracked, bound, n_late)
-        del tracked, exclude, ours, mine
-        found, referrers, info = res
-        del res
+        if frames_first:
+            found, referrers, info = _frames_then_all(roots, labels, n_named, targets, objs, ours,
+                                                      mine, bound)
+        else:
+            exclude = [objs, targets, roots, labels, ours, mine] + mine + ours
+            res = _tensorgc._owner_search(roots, targets, exclude, len(ours), tracked, bound,
+                                          n_late, stop_when_found)
+            del exclude
+            found, referrers, info = res
+            del res
+        del tracked, ours, mine
+        if info_out is not None:
+            info_out.update(info, bound=bound)
+        if info["stopped"]:
+            referrers = [min(r, 1) for r in referrers]  # partial counts: not shown
         out: List[Chain] = []
         for i in (first[id(o)] for o in objs):
             item = found[i]
@@ -448,6 +476,10 @@ def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool =
             if item is None:
                 if info["truncated"]:
                     out.append(Chain("unknown", f"not reached within max_objects={bound}",
+                                     others=referrers[i]))
+                elif not second_pass:
+                    out.append(Chain("unknown", "not reached from a root (held outside Python or "
+                                     "garbage: the search that tells which was not run)",
                                      others=referrers[i]))
                 else:
                     out.append(Chain("outside", "held outside Python by something the collector "
@@ -479,6 +511,56 @@ def _chains(objs: Sequence[Any], max_objects: Optional[int], late_caller: bool =
     finally:
         if enabled:
             gc.enable()
+
+
+_MODULE_DICT: Any = vars(types.ModuleType)["__dict__"]  # the C getter: no module's code runs
+
+
+def _frames_then_all(roots: List[Any], labels: List[str], n_named: int, targets: List[Any],
+                     objs: Any, ours: List[Any], mine: List[Any], bound: int
+                     ) -> Tuple[List[Any], List[int], Dict[str, int]]:
+    """_chains(frames_first=True)'s two passes, as one _owner_search's (found, referrers, info):
+    first from the roots that are not modules, no module or module namespace entered; then from
+    every root, for the targets the first did not find, within what is left of ``bound``."""
+    is_mod = [i >= n_named and lab.startswith("module ") for i, lab in enumerate(labels)]
+    keep = [i for i, m in enumerate(is_mod) if not m]
+    first_roots = [roots[i] for i in keep]
+    mods = [roots[i] for i, m in enumerate(is_mod) if m]
+    spaces: List[Any] = []
+    for m in mods:
+        try:
+            spaces.append(_MODULE_DICT.__get__(m))
+        except Exception:  # noqa: BLE001 -- not a module after all
+            continue
+    exclude = ([objs, targets, roots, labels, ours, mine, first_roots, mods, spaces] + mods
+               + spaces + mine + ours)
+    found, referrers, info = _tensorgc._owner_search(first_roots, targets, exclude, len(ours),
+                                                     None, bound, 0, True)
+    del exclude, spaces, mods
+    # a root's index, as the caller's labels number them
+    found = [None if f is None else
+             (f[0], keep[f[1]] if f[0] == "root" else f[1], f[2], f[3], f[4]) for f in found]
+    left = [j for j, f in enumerate(found) if f is None]
+    info = dict(info)
+    if left and not info["truncated"] and bound > info["visited"]:
+        rest = [targets[j] for j in left]
+        exclude = [objs, targets, roots, labels, ours, mine, rest, first_roots] + mine + ours
+        f2, r2, i2 = _tensorgc._owner_search(roots, rest, exclude, len(ours), None,
+                                             bound - info["visited"], 0, True)
+        del exclude, rest
+        for j, f, r in zip(left, f2, r2):
+            found[j] = f
+            referrers[j] = r
+        info["visited"] += i2["visited"]
+        info["truncated"] = i2["truncated"]
+        info["stopped"] = i2["stopped"]
+        info["passes"] = 2
+    else:
+        info["passes"] = 1
+        if left and bound <= info["visited"]:
+            info["truncated"] = 1  # the first pass used the whole bound
+    info["stopped"] = int(all(f is not None for f in found))
+    return found, referrers, info
 
 
 def owners(objs: Iterable[Any], *, max_objects: Optional[int] = None,

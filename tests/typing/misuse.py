@@ -11,6 +11,7 @@ from tensorgc import CycleReport, MemReporter
 report = MemReporter(torch.nn.Linear(2, 2)).collect(device="cpu")
 report.rows[0].nbytes  # E: attr-defined
 total: str = report.rows[0].used  # E: assignment
+MemReporter().collect(owners="yes")  # E: arg-type
 tensorgc.set_render_timeout("5s")  # E: arg-type
 seconds: str = tensorgc.get_render_timeout()  # E: assignment
 tensorgc.observe_cycles(lambda r: None, device=3)  # E: arg-type

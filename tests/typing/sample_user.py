@@ -129,7 +129,11 @@ def report_memory(model: Net, opt: torch.optim.Optimizer) -> Report:
     try:
         reporter = MemReporter(model, optimizer=opt)
         reporter.report(verbose=True, device=DEVICE)
-        rep = reporter.collect(device=DEVICE)
+        rep = reporter.collect(device=DEVICE)  # owners=None: the automatic owner search
+        off = reporter.collect(device=DEVICE, owners=False)
+        searched: bool = rep.owners
+        how: str = rep.owner_search["mode"]
+        log.info("search %s (%s), %s without", searched, how, off.owner_search["mode"])
     finally:
         tensorgc.track_tensors(False)
     biggest: Row = max(rep.rows, key=lambda r: r.used)

@@ -202,8 +202,16 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
  * the object (Py_TPFLAGS_INLINE_VALUES; `capacity` of them, while `valid`) and the dict at word
  * -3, which it visits only when the values are not valid. */
 #if defined(Py_BUILD_CORE) && TGC_INTERNALS_KNOWN && PY_VERSION_HEX >= 0x030B0000
+/* 3.13's pycore_object.h has inline functions that leave a parameter unused */
+#  if defined(__GNUC__)
+#    pragma GCC diagnostic push
+#    pragma GCC diagnostic ignored "-Wunused-parameter"
+#  endif
 #  include "internal/pycore_object.h"
 #  include "internal/pycore_dict.h"
+#  if defined(__GNUC__)
+#    pragma GCC diagnostic pop
+#  endif
 #  define TGC_HAVE_MANAGED_ATTRS 1
 static inline PyObject **
 tgc_compat_managed_attrs(PyObject *op, Py_ssize_t *n, PyObject ***dictslot)

@@ -232,7 +232,7 @@ def worker(cfg: dict) -> None:
     # --loops: the same loop K times in this process, keeping the fastest, so a burst of load
     # from elsewhere on the machine does not decide a run (torch's detector: one loop, capped)
     loops = 1 if mode == "torch" else max(1, cfg.get("loops", 1))
-    loop_seconds = []
+    loop_seconds, wall_seconds, cpu_seconds = [], [], []
     first = None
     for _ in range(loops):
         stats.update({"reports": 0, "report_tensors": 0, "report_nbytes": 0})
@@ -252,8 +252,9 @@ def worker(cfg: dict) -> None:
                 progress[0] = i
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        wall = time.perf_counter() - t0
-        loop_seconds.append(time.thread_time() - cpu0 if cfg.get("clock") == "cpu" else wall)
+        wall_seconds.append(time.perf_counter() - t0)
+        cpu_seconds.append(time.thread_time() - cpu0)
+        loop_seconds.append(cpu_seconds[-1] if cfg.get("clock") == "cpu" else wall_seconds[-1])
         C.disarm_timeout()
         after = C.gc_collections()
         if first is None:
@@ -264,6 +265,8 @@ def worker(cfg: dict) -> None:
         "timed_out": False,
         "seconds": min(loop_seconds),
         "loop_seconds": loop_seconds,
+        "loop_wall_seconds": wall_seconds,  # both clocks, whichever --clock chose
+        "loop_cpu_seconds": cpu_seconds,
         "tensor_cycles_made": first["made"],
         "tracked_objects": tracked,
         "gc_collections": first["gc_collections"],

@@ -86,6 +86,8 @@ young__shape_of(PyTypeObject *tp, tgc_shape *s)
         s->nfields = (int)TGC_FUNC_RUN1_N;
         s->off[1] = (Py_ssize_t)TGC_FUNC_RUN2;
         s->nfields2 = (int)TGC_FUNC_RUN2_N;
+        s->off[2] = (Py_ssize_t)TGC_FUNC_ANY1;
+        s->off[3] = (Py_ssize_t)TGC_FUNC_ANY2;
         return;
     }
 #endif
@@ -136,7 +138,9 @@ young__shape(tgc_shapes *c, PyTypeObject *tp)
 
 /* Where the references of op (of shape sh, not TGC_SHAPE_TRAVERSE) lie: up to YOUNG_RUNS runs
  * of pointers, a NULL one no reference. The one place that says what each shape reads, for the
- * pre-scan and tgc_traverse_fast alike (tests compare the latter with tp_traverse). */
+ * pre-scan and tgc_traverse_fast alike (tests compare the latter with tp_traverse, and the
+ * pre-scan's verdicts with tp_traverse's). With tensors_only (the pre-scan) a function gives only
+ * the fields that may hold a tensor (compat.h's TGC_FUNC_ANY*). */
 typedef struct {
     PyObject **p;
     Py_ssize_t n;
@@ -144,7 +148,7 @@ typedef struct {
 #define YOUNG_RUNS (TGC_SHAPE_SLOTS + 2)
 
 static inline Py_ALWAYS_INLINE int
-young__runs(const tgc_shape *sh, PyObject *op, young_run *r)
+young__runs(const tgc_shape *sh, PyObject *op, young_run *r, int tensors_only)
 {
     int k = 0;
     switch (sh->kind) {
@@ -154,6 +158,13 @@ young__runs(const tgc_shape *sh, PyObject *op, young_run *r)
         r[0].n = Py_SIZE(op);
         return 1;
     case TGC_SHAPE_FIELDS:
+        if (tensors_only && sh->type == &PyFunction_Type) {
+            /* the pre-scan asks for tensors only: a function's other fields cannot hold one */
+            r[0].p = (PyObject **)((char *)op + sh->off[2]);
+            r[1].p = (PyObject **)((char *)op + sh->off[3]);
+            r[0].n = r[1].n = 1;
+            return 2;
+        }
         r[0].p = (PyObject **)((char *)op + sh->off[0]);
         r[0].n = sh->nfields;
         r[1].p = (PyObject **)((char *)op + sh->off[1]);
@@ -189,7 +200,7 @@ tgc_traverse_fast(tgc_shapes *c, PyObject *op, visitproc visit, void *arg)
                                                               : 0;
     }
     young_run r[YOUNG_RUNS];
-    int k = young__runs(sh, op, r);
+    int k = young__runs(sh, op, r, 0);
     for (int j = 0; j < k; j++) {
         for (Py_ssize_t i = 0; i < r[j].n; i++) {
             PyObject *v = r[j].p[i];
@@ -404,7 +415,7 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
         return tp->tp_traverse(op, young__visit, c) != 0;
     }
     young_run r[YOUNG_RUNS];
-    int k = young__runs(sh, op, r);
+    int k = young__runs(sh, op, r, 1);
     PyTypeObject *plain = *plain_ref;
     for (int j = 0; j < k; j++) {
         for (Py_ssize_t i = 0; i < r[j].n; i++) {

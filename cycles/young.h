@@ -73,7 +73,8 @@ enum {
     TGC_SHAPE_INSTANCE,   /* __slots__ (maybe none) and a managed dict (3.11+) */
     TGC_SHAPE_ITEMS,      /* an exact list or tuple: its items */
     TGC_SHAPE_FIELDS      /* an exact cell, bound method or function: nfields neighbouring
-                             fields from off[0], then nfields2 from off[1] */
+                             fields from off[0], then nfields2 from off[1]; a function's two
+                             that may hold a tensor at off[2] and off[3] */
 };
 typedef struct {
     PyTypeObject *type;

@@ -176,6 +176,11 @@ def _hiding_places():
         f.__doc__ = t
         f.me = f
 
+    def function_module(t):
+        f = _function()
+        f.__module__ = t
+        f.me = f
+
     def function_default(t):
         f = _function(t)  # the defaults tuple holds it
         f.me = f
@@ -210,7 +215,7 @@ def _hiding_places():
             ("many attributes", many_attributes), ("subclass instance", subclass_instance),
             ("list item", list_item), ("tuple item", tuple_item), ("dict value", dict_value),
             ("dict key", dict_key), ("cell", cell), ("function __doc__", function_doc),
-            ("function default", function_default), ("bound method __self__", bound_self),
+            ("function __module__", function_module), ("function default", function_default), ("bound method __self__", bound_self),
             ("bound method on its instance", method_on_instance),
             ("list subclass", list_subclass), ("dict subclass", dict_subclass),
             ("SimpleNamespace", own_traverse), ("functools.partial", partial)]

@@ -267,6 +267,11 @@ tgc_compat_managed_attrs(PyObject *op, Py_ssize_t *n, PyObject ***dictslot)
 #    define TGC_FUNC_RUN2_LAST offsetof(PyFunctionObject, func_annotations)
 #  endif
 #  define TGC_FUNC_RUN2_N ((TGC_FUNC_RUN2_LAST - TGC_FUNC_RUN2) / sizeof(PyObject *) + 1)
+/* Of those, the two that may hold any object, and so a tensor: __doc__ and __module__. Every
+ * other one is a code object, a str, a tuple, a dict or NULL, which its setter (Python's and the
+ * C API's) enforces. */
+#  define TGC_FUNC_ANY1 offsetof(PyFunctionObject, func_doc)
+#  define TGC_FUNC_ANY2 offsetof(PyFunctionObject, func_module)
 #else
 #  define TGC_FUNC_RUNS 0
 #endif

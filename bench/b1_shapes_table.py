@@ -36,7 +36,9 @@ def inprocess_rows(docs):
     for d in docs:
         rows = {r["mode"]: r for r in d["results"]}
         py = d["env"]["python"].split()[0]
-        t = rows["tensorgc"]
+        t = rows.get("tensorgc")
+        if t is None or "floor" not in rows:
+            continue  # an A/B of builds only
         print(f"| {py} | {d['config']['shape']} | {rows['plain']['median_s']:.4f} | "
               f"{rows['floor']['paired_diff_ms']:+.2f} ms ({rows['floor']['paired_ratio']:.3f}x) | "
               f"{t['paired_diff_ms']:+.2f} ms (**{t['paired_ratio']:.3f}x**) | "

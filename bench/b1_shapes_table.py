@@ -87,8 +87,9 @@ def main(paths):
         print("#### One process, paired (b1_inprocess.py)\n")
         inprocess_rows(inproc)
         print()
-        print("#### Where the time goes, per loop (phase-timed build; medians over loops)\n")
-        phase_rows(inproc)
+        if any("phases" in r for d in inproc for r in d["results"]):
+            print("#### Where the time goes, per loop (phase-timed build; medians over loops)\n")
+            phase_rows(inproc)
     return 0
 
 

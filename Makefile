@@ -148,10 +148,10 @@ asan: deps ## Build the extension and the render worker with AddressSanitizer+UB
 	  TENSORGC_UNDER_ASAN=1 $(REAL_PYTHON) -m pytest $(ASAN_TESTS) -q -x
 	rm -f $(SO) $(SO_TESTING) tensorgc/_tgc_render
 
-phases: deps build ## Build a copy with phase timers (build/phases-lib) and show where B1's overhead goes
+phases: deps build ## Build a copy with phase timers (build/phases-lib) and show where B1's overhead goes (SHAPE=dict...: B1's --shape)
 	TENSORGC_WERROR=1 TENSORGC_CFLAGS="-DTGC_PHASE_TIMES" $(PYTHON) setup.py -q build_ext --force \
 	  --build-temp build/phases-temp --build-lib build/phases-lib
-	$(PYTHON) bench/b1_inprocess.py --rounds $(or $(ROUNDS),20) --modes plain,floor \
+	$(PYTHON) bench/b1_inprocess.py --rounds $(or $(ROUNDS),20) --modes plain,floor --shape $(or $(SHAPE),slots) \
 	  --variant timed=build/phases-lib/tensorgc/_tensorgc$(EXT_SUFFIX)
 
 clean: ## Remove build products

@@ -4,8 +4,9 @@
 B1 (b1_overhead.py) runs every mode in fresh interpreters and compares medians across runs; on a
 shared machine the run-to-run spread of plain alone (a few %) is as large as the 5% target. This
 script runs B1's loop (``--pairs`` pairs of tensor-free cyclic garbage through ``make_pair()``,
-``--tensor-cycles`` tensor self-cycles interleaved, automatic gc on, a heap of ``--heap`` live
-objects) in ONE process, alternating the modes loop by loop (the order reversed every round), and
+or the ``--shape`` b1_overhead.py's option names, ``--tensor-cycles`` tensor self-cycles
+interleaved, automatic gc on, a heap of ``--heap`` live objects) in ONE process, alternating the
+modes loop by loop (the order reversed every round), and
 reports each mode's median loop time and the median of its per-round difference to plain:
 
 * ``plain``    -- no gc callback;
@@ -50,7 +51,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
-from b1_overhead import TensorCycle, make_pair  # noqa: E402
+from b1_overhead import SHAPES, TensorCycle  # noqa: E402
 
 MODES = ("plain", "floor", "tensorgc", "tensorgc-noisland", "tensorgc-warn")
 
@@ -61,8 +62,13 @@ def main(argv=None) -> int:
     p.add_argument("--heap", type=int, default=1_000_000)
     p.add_argument("--pairs", type=int, default=300_000)
     p.add_argument("--tensor-cycles", type=int, default=100)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="slots",
+                   help="the garbage one step makes, as b1_overhead.py's --shape")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--device", default="auto")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall (time.perf_counter) or cpu (time.thread_time: the main thread's CPU "
+                        "time, which leaves out the time other processes had the core)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",
                    help="a built _tensorgc to time as mode NAME (repeatable)")
@@ -100,15 +106,18 @@ def main(argv=None) -> int:
         report.nbytes
         len(report.text)
 
+    make = SHAPES[args.shape]
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+
     def loop() -> float:
-        t0 = time.perf_counter()
+        t0 = clock()
         for i in range(args.pairs):
-            make_pair()
+            make()
             if every and i % every == every // 2:
                 TensorCycle(torch.ones(4, device=device))
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        return clock() - t0
 
     testing = importlib.import_module("tensorgc._tensorgc_testing")
     island = testing._young_island()["enabled"]
@@ -187,10 +196,10 @@ def main(argv=None) -> int:
                      "paired_ratio": 1 + statistics.median(diffs) / med_plain,
                      "loops_s": times[m], "reports_per_loop": reports[m]})
     env = C.environment(device)
-    print(f"### B1 in one process: {args.pairs:,} garbage pairs + {args.tensor_cycles} tensor "
+    print(f"### B1 in one process: {args.pairs:,} garbage pairs ({args.shape}) + {args.tensor_cycles} tensor "
           f"self-cycles, heap {args.heap:,}, device={device}\n")
     print(f"python {env.get('python', '?')}, torch {env.get('torch', '?')}, {args.rounds} rounds, "
-          "modes alternating loop by loop\n")
+          f"modes alternating loop by loop, clock={args.clock}\n")
     print("| mode | median loop (s) | vs plain | median paired difference | as a ratio | reports per loop |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:

@@ -11,6 +11,13 @@ holding a small tensor of the device and itself).  Automatic gc stays ENABLED:
 the collector runs as allocations trigger it, which is the realistic case, and
 every young collection finds garbage.
 
+``--shape`` picks the garbage (default ``slots``, the pairs above): ``dict`` (pairs of ordinary
+instances with an instance dict, each also holding a small list: what real programs make),
+``list`` (two lists holding each other), ``dictobj`` (two plain dicts), ``closure`` (two nested
+functions, each calling the other: functions, cells, closure tuples), ``method`` (two instances
+each storing a bound method of itself, ``self.cb = self.method``), ``mixed`` (one of each of
+those five per step).
+
 Modes (each run in its own subprocess, ``--repeat`` times, median reported):
 
 * ``plain``    -- no detector.
@@ -41,7 +48,9 @@ every loop's time is in the JSON (``loop_seconds``).
 
 Each run's measured section is capped by ``--timeout`` seconds (reported as ``>T s``
 with how far it got); after a timeout the remaining repeats of that (heap, mode) are
-skipped unless ``--no-skip-after-timeout``.  Times are ``time.perf_counter`` seconds
+skipped unless ``--no-skip-after-timeout``.  Times are ``time.perf_counter`` seconds (with
+``--clock cpu``: ``time.thread_time``, the main thread's CPU time, which leaves out the time other
+processes of a shared machine had the core; the timeout stays wall-clock)
 of the loop only (interpreter start, torch import and heap build are not timed).
 
 Output: a markdown table (one row per heap and mode: median seconds, ratio vs the
@@ -87,6 +96,69 @@ def make_pair():
     b.other = a
 
 
+class Node:
+    """An ordinary class: its instances have an instance dict."""
+
+
+def make_dict_pair():
+    a = Node()
+    b = Node()
+    a.other = b
+    b.other = a
+    a.items = [0, 1]  # each also holds a small list of its own
+    b.items = [2, 3]
+
+
+def make_list_pair():
+    a = []
+    b = [a]
+    a.append(b)
+
+
+def make_dictobj_pair():
+    a = {}
+    b = {"peer": a}
+    a["peer"] = b
+
+
+def make_closure_pair():
+    def f():
+        return g
+
+    def g():
+        return f
+
+
+class Handler:
+    """A bound method stored on its own instance: instance -> method -> instance."""
+
+    def __init__(self):
+        self.cb = self.method
+
+    def method(self):
+        return None
+
+
+def make_method_pair():
+    Handler()
+    Handler()
+
+
+def make_mixed():
+    """One of each of the other shapes but slots: five steps' garbage in one."""
+    make_dict_pair()
+    make_list_pair()
+    make_dictobj_pair()
+    make_closure_pair()
+    make_method_pair()
+
+
+# --shape: what one step of the loop makes (default: slots, B1's original garbage)
+SHAPES = {"slots": make_pair, "dict": make_dict_pair, "list": make_list_pair,
+          "dictobj": make_dictobj_pair, "closure": make_closure_pair, "method": make_method_pair,
+          "mixed": make_mixed}
+
+
 class TensorCycle:
     def __init__(self, tensor):
         self.tensor = tensor
@@ -102,6 +174,7 @@ def worker(cfg: dict) -> None:
     n_tc = cfg["tensor_cycles"]
     numel = cfg["tensor_numel"]
     access = cfg["access"]
+    make = SHAPES[cfg.get("shape", "slots")]
 
     heap = C.build_heap(cfg["heap"])
     stats = {"reports": 0, "report_tensors": 0, "report_nbytes": 0, "callback_errors": 0, "first_error": None}
@@ -159,17 +232,19 @@ def worker(cfg: dict) -> None:
     # --loops: the same loop K times in this process, keeping the fastest, so a burst of load
     # from elsewhere on the machine does not decide a run (torch's detector: one loop, capped)
     loops = 1 if mode == "torch" else max(1, cfg.get("loops", 1))
-    loop_seconds = []
+    loop_seconds, wall_seconds, cpu_seconds = [], [], []
     first = None
     for _ in range(loops):
         stats.update({"reports": 0, "report_tensors": 0, "report_nbytes": 0})
         made = 0
         progress = [0]
         before = C.gc_collections()
-        extra = {"mode": mode, "heap": cfg["heap"], "detector": detector}
+        extra = {"mode": mode, "heap": cfg["heap"], "shape": cfg.get("shape", "slots"),
+                 "detector": detector}
         t0 = C.arm_timeout(cfg["timeout"], progress, pairs, extra)
+        cpu0 = time.thread_time()
         for i in range(pairs):
-            make_pair()
+            make()
             if every and i % every == offset and made < n_tc:
                 TensorCycle(torch.ones(numel, device=device))
                 made += 1
@@ -177,7 +252,9 @@ def worker(cfg: dict) -> None:
                 progress[0] = i
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        loop_seconds.append(time.perf_counter() - t0)
+        wall_seconds.append(time.perf_counter() - t0)
+        cpu_seconds.append(time.thread_time() - cpu0)
+        loop_seconds.append(cpu_seconds[-1] if cfg.get("clock") == "cpu" else wall_seconds[-1])
         C.disarm_timeout()
         after = C.gc_collections()
         if first is None:
@@ -188,6 +265,8 @@ def worker(cfg: dict) -> None:
         "timed_out": False,
         "seconds": min(loop_seconds),
         "loop_seconds": loop_seconds,
+        "loop_wall_seconds": wall_seconds,  # both clocks, whichever --clock chose
+        "loop_cpu_seconds": cpu_seconds,
         "tensor_cycles_made": first["made"],
         "tracked_objects": tracked,
         "gc_collections": first["gc_collections"],
@@ -219,6 +298,10 @@ def parse_args(argv=None):
     p.add_argument("--repeat", type=int, default=5, help="runs per (heap, mode), each a fresh subprocess")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed for one run's timed loop (0: none)")
     p.add_argument("--pairs", type=int, default=300_000, help="tensor-free garbage pairs made in the loop")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="slots",
+                   help="the garbage: slots (__slots__ pairs), dict (ordinary instances, each with a "
+                        "small list), list, dictobj (plain dicts), closure, method (a bound method "
+                        "on its instance), mixed (one of each but slots per step)")
     p.add_argument("--tensor-cycles", type=int, default=100, help="tensor self-cycles interleaved in the loop")
     p.add_argument("--tensor-numel", type=int, default=1024, help="elements (float32) of each cycle's tensor")
     p.add_argument("--access", choices=["none", "text", "html"], default="text",
@@ -227,6 +310,9 @@ def parse_args(argv=None):
     p.add_argument("--json", default=None, help="write all results as JSON to this path")
     p.add_argument("--no-skip-after-timeout", action="store_true",
                    help="keep running the remaining repeats of a (heap, mode) after a timeout")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="what a loop's time is: wall (time.perf_counter) or cpu (time.thread_time, "
+                        "the main thread's CPU time: time other processes had the core left out)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -246,7 +332,7 @@ def main(argv=None) -> int:
         modes.insert(0, "plain")  # needed for the ratio
     device = C.resolve_device(args.device)
     env = C.environment(device)
-    C.log(f"[B1] device={device} heaps={heaps} modes={modes} repeat={args.repeat} "
+    C.log(f"[B1] device={device} shape={args.shape} heaps={heaps} modes={modes} repeat={args.repeat} "
           f"pairs={args.pairs} timeout={args.timeout:g}s python={env['python']} torch={env.get('torch')}")
 
     runs = {(h, m): [] for h in heaps for m in modes}
@@ -259,7 +345,8 @@ def main(argv=None) -> int:
                     continue
                 cfg = {"mode": m, "heap": h, "pairs": args.pairs, "tensor_cycles": args.tensor_cycles,
                        "tensor_numel": args.tensor_numel, "access": args.access, "device": device,
-                       "timeout": args.timeout, "loops": args.loops}
+                       "timeout": args.timeout, "loops": args.loops, "shape": args.shape,
+                       "clock": args.clock}
                 res = C.run_worker(script, cfg, args.timeout)
                 runs[(h, m)].append(res)
                 msg = C.fmt_run(res, args.timeout)
@@ -275,12 +362,12 @@ def main(argv=None) -> int:
                         C.log(f"[B1] heap={h:,} mode={m}: timed out, skipping its remaining repeats")
 
     # ---- report
-    print(f"### B1 overhead: {args.pairs:,} garbage pairs + {args.tensor_cycles} tensor self-cycles, "
-          f"automatic gc, device={device}")
+    print(f"### B1 overhead: {args.pairs:,} garbage pairs ({args.shape}) + {args.tensor_cycles} "
+          f"tensor self-cycles, automatic gc, device={device}")
     print()
     print(f"python {env['python']}, torch {env.get('torch')}, {env.get('cpu_count')} CPUs, "
           f"gc threshold {env.get('gc_threshold')}, repeat={args.repeat}, timeout={args.timeout:g}s, "
-          f"loops={args.loops} (a run's time: its fastest loop)")
+          f"loops={args.loops} (a run's time: its fastest loop), clock={args.clock}")
     print()
     print("| heap | mode | median (s) | vs plain | runs (s) | reports | gc collections g0/g1/g2 | tracked objects |")
     print("| ---: | --- | ---: | ---: | --- | ---: | --- | ---: |")

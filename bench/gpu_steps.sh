@@ -10,7 +10,7 @@
 # build), a C compiler. Run from the repository root:
 #   bash bench/gpu_steps.sh tests demos bench
 # Steps: tests, demos, bench, quickbench, reporter, b1, inproc, pages, b1torch, b2, young, units,
-# profile, index, lineprof, ab, phases, ranks (see the case below, or CONTRIBUTING.md).
+# profile, index, lineprof, ab, phases, shapes, ranks (see the case below, or CONTRIBUTING.md).
 #
 # Optional settings (environment):
 #   OUT=DIR          where logs go (default /tmp/tensorgc-gpu)
@@ -148,6 +148,22 @@ for step in "$@"; do
         || { echo "phases: no timed build"; continue; }
       "${PIN[@]}" python3 bench/b1_inprocess.py --rounds 20 --modes plain,floor \
         --variant timed=/tmp/tgc-phases-lib/tensorgc/_tensorgc$EXT 2>/dev/null | tee "$OUT/phases.md" ;;
+    shapes)
+      # B1 per shape of garbage (docs/benchmarks.md, "B1 by shape of garbage"): the pre-scan's
+      # fast paths against tp_traverse on this interpreter, the pre-scan alone, then B1 in one
+      # process (paired) and in fresh processes (first loop), every shape, and the tables
+      python3 -m pytest tests/test_cycles_young_shapes.py -q -p no:cacheprovider 2>&1 \
+        | tee "$OUT/tests-shapes.log" | tail -3
+      "${PIN[@]}" python3 bench/micro_prescan.py 2>&1 | tee "$OUT/micro-prescan.md"
+      for s in slots dict list dictobj closure method mixed; do
+        "${PIN[@]}" python3 bench/b1_inprocess.py --rounds 30 --modes plain,floor,tensorgc --shape "$s" \
+          --json "$OUT/shapes-inproc-$s.json" 2>/dev/null > "$OUT/shapes-inproc-$s.md"
+      done
+      for s in slots dict list dictobj closure method mixed; do
+        "${PIN[@]}" python3 bench/b1_overhead.py --heaps 1000000 --modes plain,floor,tensorgc --shape "$s" \
+          --repeat 9 --loops 1 --json "$OUT/shapes-fresh-$s.json" 2>/dev/null > "$OUT/shapes-fresh-$s.md"
+      done
+      python3 bench/b1_shapes_table.py "$OUT"/shapes-*.json | tee "$OUT/shapes.md" ;;
     ranks)
       # two GPUs, one a rank, NCCL: B8 (gather_report per call), the demo under torchrun, the
       # page of its per-rank snapshots, and the distributed tests (gloo, CPU)

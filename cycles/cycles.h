@@ -109,7 +109,7 @@ struct tgc_cycles {
     int young_ok;             /* the pre-scan's self-check at module exec (young.h) */
     const char *young_why;    /* ... and why not when it failed (static; "" when it passed) */
     /* The switches (hook.h's TGC_HOOK_*; turned through tgc_hook_switch, between collections). */
-    int young_scan, seeded_on, island_on, island_crosscheck;
+    int young_scan, seeded_on, island_on, island_crosscheck, prescan_crosscheck;
     tgc_hook_counters counters;  /* written by the hook only (GIL); hook.h */
     /* Where a collection's time goes, per phase (TGC_PHASE_*), only in a build with
      * -DTGC_PHASE_TIMES (make phases); otherwise never written. Only touched inside our gc

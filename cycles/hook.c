@@ -100,6 +100,12 @@ hook__wanted(tgc_cycles *c, PyObject *info)
         return 1;
     }
     PyTypeObject *tensor = torch_known ? (PyTypeObject *)c->tensor->type : NULL;  /* borrowed */
+    if (c->prescan_crosscheck && gen < 2) {
+        Py_ssize_t tested;
+        c->counters.prescan_mismatched +=
+            (unsigned long long)tgc_young_crosscheck_hits(tensor, gen, &tested);
+        c->counters.prescan_checked += (unsigned long long)tested;
+    }
     int verdict;
     if (hook__others_follow(c)) {
         verdict = TGC_YOUNG_ARM;
@@ -483,7 +489,8 @@ tgc_hook_switch(tgc_cycles *c, int which, int on)
 {
     static const char *const names[TGC_HOOK_NSWITCHES] = {"the young-generation pre-scan",
                                                           "the seeded split", "islands",
-                                                          "the island crosscheck"};
+                                                          "the island crosscheck",
+                                                          "the pre-scan crosscheck"};
     if (which < 0 || which >= TGC_HOOK_NSWITCHES) {
         PyErr_SetString(PyExc_ValueError, "no such switch");
         return -1;
@@ -493,9 +500,10 @@ tgc_hook_switch(tgc_cycles *c, int which, int on)
                      names[which], c->young_why);
         return -1;
     }
-    if (on && !c->young_ok && which == TGC_HOOK_ISLAND) {
-        PyErr_Format(PyExc_RuntimeError, "%s need the young-generation pre-scan, which is not "
-                     "available on this interpreter: %s", names[which], c->young_why);
+    if (on && !c->young_ok && (which == TGC_HOOK_ISLAND || which == TGC_HOOK_PRESCAN_CHECK)) {
+        PyErr_Format(PyExc_RuntimeError, "%s %s the young-generation pre-scan, which is not "
+                     "available on this interpreter: %s", names[which],
+                     which == TGC_HOOK_ISLAND ? "need" : "needs", c->young_why);
         return -1;
     }
     on = on != 0;
@@ -503,7 +511,8 @@ tgc_hook_switch(tgc_cycles *c, int which, int on)
     case TGC_HOOK_YOUNG_SCAN: c->young_scan = on; break;
     case TGC_HOOK_SEEDED: c->seeded_on = on; break;
     case TGC_HOOK_ISLAND: c->island_on = on; break;
-    default: c->island_crosscheck = on; break;
+    case TGC_HOOK_CROSSCHECK: c->island_crosscheck = on; break;
+    default: c->prescan_crosscheck = on; break;
     }
     return 0;
 }
@@ -516,6 +525,7 @@ tgc_hook_switched(const tgc_cycles *c, int which)
     case TGC_HOOK_SEEDED: return c->seeded_on;
     case TGC_HOOK_ISLAND: return c->island_on;
     case TGC_HOOK_CROSSCHECK: return c->island_crosscheck;
+    case TGC_HOOK_PRESCAN_CHECK: return c->prescan_crosscheck;
     default: return 0;
     }
 }

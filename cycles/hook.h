@@ -64,10 +64,13 @@ enum {
     TGC_HOOK_ISLAND,      /* islands are proved before a young collection (young.c; default:
                              where available) */
     TGC_HOOK_CROSSCHECK,  /* quick island proofs are checked against marked ones (default off) */
+    TGC_HOOK_PRESCAN_CHECK,  /* every young object the pre-scan tests is tested through
+                                tp_traverse too, before a young collection (default off) */
     TGC_HOOK_NSWITCHES
 };
 /* Turns switch `which` on or off. 0, or -1 with RuntimeError when turning on one that needs the
- * pre-scan (TGC_HOOK_YOUNG_SCAN, TGC_HOOK_ISLAND) where it is not available. */
+ * pre-scan (TGC_HOOK_YOUNG_SCAN, TGC_HOOK_ISLAND, TGC_HOOK_PRESCAN_CHECK) where it is not
+ * available. */
 int tgc_hook_switch(tgc_cycles *c, int which, int on);
 int tgc_hook_switched(const tgc_cycles *c, int which);
 /* Whether the pre-scan passed its self-check on this interpreter (young.h). */
@@ -84,6 +87,9 @@ typedef struct {
      * collection, and the finalizers the hook ran for them */
     unsigned long long island_finalized, island_early, island_finalizers;
     unsigned long long island_checked, island_mismatched;  /* crosscheck */
+    /* the pre-scan's crosscheck: young objects tested both ways, and those the ways disagreed
+     * on (young.h's tgc_young_crosscheck_hits) */
+    unsigned long long prescan_checked, prescan_mismatched;
     /* reports whose DOT was drawn when the hook let go of them (someone kept the report), and
      * reports nobody asked for nor kept, never drawn */
     unsigned long long dots_kept, dots_skipped;

@@ -125,6 +125,86 @@ island_crosscheck(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                              {"mismatched", n->island_mismatched}}, 2);
 }
 
+PyDoc_STRVAR(prescan_crosscheck_doc,
+"_prescan_crosscheck($module, enabled=None, /)\n--\n\n"
+"With enabled, switch on or off testing every object of a young collection's generations both "
+"as the pre-scan does (its fast paths, cycles/young.c) and through tp_traverse, before the "
+"collection (on is refused where the pre-scan is not available). Returns {'enabled', 'checked', "
+"'mismatched'}: objects tested both ways, and those the two ways disagreed on.");
+
+static PyObject *
+prescan_crosscheck(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    const tgc_hook_counters *n = &c->counters;
+    return testing__switch(c, "_prescan_crosscheck", args, nargs, TGC_HOOK_PRESCAN_CHECK,
+                           (testing_count[]){{"checked", n->prescan_checked},
+                                             {"mismatched", n->prescan_mismatched}}, 2);
+}
+
+/* tp_traverse / tgc_traverse_fast visitor: appends the referent to a list (arg); -1 without
+ * memory, which ends the traversal. */
+static int
+testing__collect(PyObject *o, void *arg)
+{
+    return PyList_Append((PyObject *)arg, o) < 0 ? -1 : 0;
+}
+
+PyDoc_STRVAR(traverse_fast_doc,
+"_traverse_fast($module, obj, /)\n--\n\n"
+"What the detector's fast traversal (cycles/young.c's tgc_traverse_fast, whose fast paths the "
+"pre-scan shares) and obj's tp_traverse each visit, as two lists: (fast, full). The fast one "
+"leaves out the type of a heap type's instance.");
+
+static PyObject *
+traverse_fast(PyObject *Py_UNUSED(module), PyObject *obj)
+{
+    PyObject *fast = PyList_New(0), *full = PyList_New(0);  /* new references */
+    if (fast == NULL || full == NULL) {
+        goto error;
+    }
+    tgc_shapes shapes;
+    memset(&shapes, 0, sizeof(shapes));
+    traverseproc trav = Py_TYPE(obj)->tp_traverse;
+    if (tgc_traverse_fast(&shapes, obj, testing__collect, fast) != 0 ||
+        (trav != NULL && PyObject_IS_GC(obj) && trav(obj, testing__collect, full) != 0)) {
+        goto error;
+    }
+    PyObject *both = PyTuple_Pack(2, fast, full);  /* new reference */
+    Py_DECREF(fast);
+    Py_DECREF(full);
+    return both;
+error:
+    Py_XDECREF(fast);
+    Py_XDECREF(full);
+    return NULL;
+}
+
+PyDoc_STRVAR(young_prescan_doc,
+"_young_prescan($module, generation, /)\n--\n\n"
+"Runs the pre-scan of a collection of generation (0 or 1) that would start now, and returns "
+"whether it found a tensor, or an object referencing one (None where the pre-scan is not "
+"available or torch is not imported). For micro-benchmarks of the pre-scan alone "
+"(bench/micro_prescan.py).");
+
+static PyObject *
+young_prescan(PyObject *module, PyObject *arg)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    long gen = PyLong_AsLong(arg);
+    if (gen == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (gen < 0 || gen > 1) {
+        PyErr_SetString(PyExc_ValueError, "generation must be 0 or 1");
+        return NULL;
+    }
+    if (!c->young_ok || tgc_tensor_resolve(c->tensor) != 1) {
+        Py_RETURN_NONE;
+    }
+    return PyBool_FromLong(tgc_young_may_hold((PyTypeObject *)c->tensor->type, gen));
+}
+
 PyDoc_STRVAR(seeded_split_doc,
 "_seeded_split($module, enabled=None, /)\n--\n\n"
 "The seeded split (cycles/split.c): with enabled, switch it on or off (off: every report's "
@@ -245,6 +325,10 @@ PyMethodDef tgc_cycles_testing_methods[] = {
     {"_island_crosscheck", (PyCFunction)(void (*)(void))island_crosscheck, METH_FASTCALL,
      island_crosscheck_doc},
     {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},
+    {"_prescan_crosscheck", (PyCFunction)(void (*)(void))prescan_crosscheck, METH_FASTCALL,
+     prescan_crosscheck_doc},
+    {"_traverse_fast", (PyCFunction)traverse_fast, METH_O, traverse_fast_doc},
+    {"_young_prescan", (PyCFunction)young_prescan, METH_O, young_prescan_doc},
     {"_report_dots", (PyCFunction)report_dots, METH_NOARGS, report_dots_doc},
     {"_renderer_stats", (PyCFunction)renderer_stats, METH_NOARGS, renderer_stats_doc},
     {"_set_render_worker", (PyCFunction)set_render_worker, METH_O, set_render_worker_doc},

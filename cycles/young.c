@@ -50,16 +50,50 @@ young__probe_class(void)
     PyErr_Clear();
 }
 
-/* A class defined in Python whose instances hold nothing but __slots__ (no __dict__, no C base
- * with contents): subtype_traverse would visit the type and the slots, so the walk reads the slots
- * itself. nslots stays -1 for any other type, which goes through its tp_traverse. */
+/* A bound method's references, read as one run of two fields. */
+_Static_assert(offsetof(PyMethodObject, im_self) ==
+               offsetof(PyMethodObject, im_func) + sizeof(PyObject *),
+               "a bound method's im_func and im_self are neighbours");
+
+/* The shape of tp (young.h's TGC_SHAPE_*). A class defined in Python qualifies when
+ * subtype_traverse would visit nothing but its type, its T_OBJECT_EX __slots__ (at most
+ * TGC_SHAPE_SLOTS) and, with a managed dict, its attributes: every class of its chain defined in
+ * Python, the first other base without a tp_traverse (`object` for a managed dict), no other
+ * instance dict. Every other type, subclasses of list and the rest included, goes through its
+ * tp_traverse. */
 static void
 young__shape_of(PyTypeObject *tp, tgc_shape *s)
 {
     s->type = tp;
+    s->kind = TGC_SHAPE_TRAVERSE;
     s->nslots = -1;
+    s->nfields = s->nfields2 = 0;
+    if (tp == &PyList_Type || tp == &PyTuple_Type) {
+        s->kind = TGC_SHAPE_ITEMS;
+        return;
+    }
+    if (tp == &PyCell_Type || tp == &PyMethod_Type) {
+        s->kind = TGC_SHAPE_FIELDS;
+        s->off[0] = tp == &PyCell_Type ? (Py_ssize_t)offsetof(PyCellObject, ob_ref)
+                                       : (Py_ssize_t)offsetof(PyMethodObject, im_func);
+        s->nfields = tp == &PyCell_Type ? 1 : 2;
+        return;
+    }
+#if TGC_FUNC_RUNS
+    if (tp == &PyFunction_Type) {
+        s->kind = TGC_SHAPE_FIELDS;
+        s->off[0] = (Py_ssize_t)TGC_FUNC_RUN1;
+        s->nfields = (int)TGC_FUNC_RUN1_N;
+        s->off[1] = (Py_ssize_t)TGC_FUNC_RUN2;
+        s->nfields2 = (int)TGC_FUNC_RUN2_N;
+        s->off[2] = (Py_ssize_t)TGC_FUNC_ANY1;
+        s->off[3] = (Py_ssize_t)TGC_FUNC_ANY2;
+        return;
+    }
+#endif
+    int managed = TGC_HAVE_MANAGED_ATTRS && (tp->tp_flags & TGC_TPFLAGS_MANAGED_DICT) != 0;
     if (young_subtype_traverse == NULL || tp->tp_traverse != young_subtype_traverse ||
-        tp->tp_dictoffset != 0 || (tp->tp_flags & TGC_TPFLAGS_MANAGED_DICT)) {
+        (!managed && (tp->tp_dictoffset != 0 || (tp->tp_flags & TGC_TPFLAGS_MANAGED_DICT)))) {
         return;
     }
     int n = 0;
@@ -80,10 +114,12 @@ young__shape_of(PyTypeObject *tp, tgc_shape *s)
             }
         }
     }
-    if (b == NULL || b->tp_traverse != NULL) {
+    if (b == NULL || b->tp_traverse != NULL || (managed && b != &PyBaseObject_Type)) {
         return;  /* a base that traverses contents of its own */
     }
-    s->nslots = n;
+    s->kind = managed ? TGC_SHAPE_INSTANCE : TGC_SHAPE_SLOTTED;
+    s->nslots = managed ? -1 : n;
+    s->nfields = n;
 }
 
 /* The cached shape of tp, computed on a miss. */
@@ -100,22 +136,81 @@ young__shape(tgc_shapes *c, PyTypeObject *tp)
     return fresh;
 }
 
+/* Where the references of op (of shape sh, not TGC_SHAPE_TRAVERSE) lie: up to YOUNG_RUNS runs
+ * of pointers, a NULL one no reference. The one place that says what each shape reads, for the
+ * pre-scan and tgc_traverse_fast alike (tests compare the latter with tp_traverse, and the
+ * pre-scan's verdicts with tp_traverse's). With tensors_only (the pre-scan) a function gives only
+ * the fields that may hold a tensor (compat.h's TGC_FUNC_ANY*). */
+typedef struct {
+    PyObject **p;
+    Py_ssize_t n;
+} young_run;
+#define YOUNG_RUNS (TGC_SHAPE_SLOTS + 2)
+
+static inline Py_ALWAYS_INLINE int
+young__runs(const tgc_shape *sh, PyObject *op, young_run *r, int tensors_only)
+{
+    int k = 0;
+    switch (sh->kind) {
+    case TGC_SHAPE_ITEMS:
+        r[0].p = sh->type == &PyList_Type ? ((PyListObject *)op)->ob_item
+                                          : ((PyTupleObject *)op)->ob_item;
+        r[0].n = Py_SIZE(op);
+        return 1;
+    case TGC_SHAPE_FIELDS:
+        if (tensors_only && sh->type == &PyFunction_Type) {
+            /* the pre-scan asks for tensors only: a function's other fields cannot hold one */
+            r[0].p = (PyObject **)((char *)op + sh->off[2]);
+            r[1].p = (PyObject **)((char *)op + sh->off[3]);
+            r[0].n = r[1].n = 1;
+            return 2;
+        }
+        r[0].p = (PyObject **)((char *)op + sh->off[0]);
+        r[0].n = sh->nfields;
+        r[1].p = (PyObject **)((char *)op + sh->off[1]);
+        r[1].n = sh->nfields2;
+        return 2;
+    default:  /* SLOTTED, INSTANCE */
+        for (; k < sh->nfields; k++) {
+            r[k].p = (PyObject **)((char *)op + sh->off[k]);
+            r[k].n = 1;
+        }
+#if TGC_HAVE_MANAGED_ATTRS
+        if (sh->kind == TGC_SHAPE_INSTANCE) {
+            PyObject **dictslot;
+            r[k].p = tgc_compat_managed_attrs(op, &r[k].n, &dictslot);
+            k++;
+            if (dictslot != NULL) {
+                r[k].p = dictslot;
+                r[k++].n = 1;
+            }
+        }
+#endif
+        return k;
+    }
+}
+
 int
 tgc_traverse_fast(tgc_shapes *c, PyObject *op, visitproc visit, void *arg)
 {
     PyTypeObject *tp = Py_TYPE(op);
     const tgc_shape *sh = young__shape(c, tp);
-    if (sh->nslots >= 0) {
-        for (int i = 0; i < sh->nslots; i++) {
-            PyObject *v = *(PyObject **)((char *)op + sh->off[i]);
+    if (sh->kind == TGC_SHAPE_TRAVERSE) {
+        return tp->tp_traverse != NULL && PyObject_IS_GC(op) ? tp->tp_traverse(op, visit, arg)
+                                                              : 0;
+    }
+    young_run r[YOUNG_RUNS];
+    int k = young__runs(sh, op, r, 0);
+    for (int j = 0; j < k; j++) {
+        for (Py_ssize_t i = 0; i < r[j].n; i++) {
+            PyObject *v = r[j].p[i];
             int rc = v != NULL ? visit(v, arg) : 0;
             if (rc != 0) {
                 return rc;
             }
         }
-        return 0;
     }
-    return tp->tp_traverse != NULL && PyObject_IS_GC(op) ? tp->tp_traverse(op, visit, arg) : 0;
+    return 0;
 }
 
 /* What the collector does to garbage before clearing it, and the island path would skip: legacy
@@ -227,40 +322,67 @@ young__visit(PyObject *o, void *arg)
 }
 
 /* One end of the walk below: the type of the run of objects it is in (never a tensor type), that
- * type's shape, and the shapes this end has looked up. Each end has a cache of its own: sh points
- * into it, and a cache shared with the other end could reuse that entry for another type while
- * this end is still in its run. */
+ * type's shape, the same for the run before (young objects often alternate between two types: an
+ * instance and its list, a bound method and its instance), and the shapes this end has looked
+ * up. The two runs' shapes are copies the cursor owns: the cache may reuse an entry for another
+ * type while a run still needs it. */
 typedef struct {
-    PyTypeObject *run;
-    const tgc_shape *sh;
-    Py_ssize_t one;            /* sh's only slot offset when it has exactly one, else 0 (never a
+    PyTypeObject *run, *prev_run;
+    const tgc_shape *sh, *prev_sh;   /* into own[] */
+    Py_ssize_t one, prev_one;  /* sh's only slot offset when it has exactly one, else 0 (never a
                                   slot): the walk's fast path reads no more than this */
+    tgc_shape own[2];
     tgc_shapes shapes;
 } young_cursor;
 
 static void
 young__cursor_init(young_cursor *cur)
 {
-    cur->run = NULL;
-    cur->sh = NULL;
-    cur->one = 0;
+    cur->run = cur->prev_run = NULL;
+    cur->sh = cur->prev_sh = NULL;
+    cur->one = cur->prev_one = 0;
     cur->shapes.next = 0;
     for (int i = 0; i < 4; i++) {
         cur->shapes.shapes[i].type = NULL;  /* an empty entry: no type matches it */
     }
 }
 
+/* op's type is the run before's again: the two runs trade places. */
+static inline void
+young__run_back(young_cursor *cur)
+{
+    PyTypeObject *tp = cur->run;
+    const tgc_shape *sh = cur->sh;
+    Py_ssize_t one = cur->one;
+    cur->run = cur->prev_run;
+    cur->sh = cur->prev_sh;
+    cur->one = cur->prev_one;
+    cur->prev_run = tp;
+    cur->prev_sh = sh;
+    cur->prev_one = one;
+}
+
 /* op starts a new run (its type is not the last one's): whether op is a tensor; else the run
- * and its shape become the cursor's. Out of line: runs are long, the walk's loop stays small. */
+ * and its shape become the cursor's (or the run before comes back, known not to be a tensor).
+ * Out of line: runs are long, the walk's loop stays small. */
 static int
 young__run_start(young_ctx *c, young_cursor *cur, PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
+    if (tp == cur->prev_run) {
+        young__run_back(cur);
+        return 0;
+    }
     if (young__is_tensor(c, op)) {
         return 1;
     }
     c->saw_type |= PyType_FastSubclass(tp, Py_TPFLAGS_TYPE_SUBCLASS);  /* once per run */
-    const tgc_shape *sh = young__shape(&cur->shapes, tp);
+    const tgc_shape *found = young__shape(&cur->shapes, tp);
+    tgc_shape *sh = cur->sh == &cur->own[0] ? &cur->own[1] : &cur->own[0];
+    *sh = *found;
+    cur->prev_run = cur->run;
+    cur->prev_sh = cur->sh;
+    cur->prev_one = cur->one;
     cur->run = tp;
     cur->sh = sh;
     cur->one = sh->nslots == 1 ? sh->off[0] : 0;
@@ -288,24 +410,28 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
         return 1;
     }
     const tgc_shape *sh = cur->sh;
-    if (sh->nslots < 0) {
+    if (sh->kind == TGC_SHAPE_TRAVERSE) {
         /* objects in the lists are tracked gc objects: tp_traverse is set */
         return tp->tp_traverse(op, young__visit, c) != 0;
     }
+    young_run r[YOUNG_RUNS];
+    int k = young__runs(sh, op, r, 1);
     PyTypeObject *plain = *plain_ref;
-    for (int i = 0; i < sh->nslots; i++) {
-        PyObject *v = *(PyObject **)((char *)op + sh->off[i]);
-        if (v == NULL) {
-            continue;
+    for (int j = 0; j < k; j++) {
+        for (Py_ssize_t i = 0; i < r[j].n; i++) {
+            PyObject *v = r[j].p[i];
+            if (v == NULL) {
+                continue;
+            }
+            PyTypeObject *vt = Py_TYPE(v);
+            if (vt == tp || vt == plain) {
+                continue;
+            }
+            if (young__is_tensor(c, v)) {
+                return 1;
+            }
+            *plain_ref = plain = vt;
         }
-        PyTypeObject *vt = Py_TYPE(v);
-        if (vt == tp || vt == plain) {
-            continue;
-        }
-        if (young__is_tensor(c, v)) {
-            return 1;
-        }
-        *plain_ref = plain = vt;
     }
     return 0;
 }
@@ -376,6 +502,36 @@ tgc_young_may_hold(PyTypeObject *tensor, int generation)
     tgc_gc_node *last;
     int last_k;
     return young__first_hit(&c, generation, &last, &last_k) != NULL;
+}
+
+Py_ssize_t
+tgc_young_crosscheck_hits(PyTypeObject *tensor, int generation, Py_ssize_t *tested)
+{
+    *tested = 0;
+    if (tensor == NULL || generation < 0 || generation >= TGC_GC_GENERATIONS) {
+        return 0;
+    }
+    young_ctx fast, slow;
+    fast.tensor = slow.tensor = tensor;
+    memset(&fast.types, 0, sizeof(fast.types));
+    memset(&slow.types, 0, sizeof(slow.types));
+    fast.saw_type = slow.saw_type = 0;
+    PyTypeObject *plain_ref = NULL;
+    young_cursor cur;
+    young__cursor_init(&cur);
+    Py_ssize_t mismatched = 0;
+    for (int gen = 0; gen <= generation; gen++) {
+        tgc_gc_node *head = young__head(gen);
+        for (tgc_gc_node *g = tgc_gc_next(head); g != head; g = tgc_gc_next(g)) {
+            PyObject *op = tgc_gc_object(g);
+            int quick = young__hit(&fast, &cur, &plain_ref, op);
+            int full = young__is_tensor(&slow, op) ||
+                       Py_TYPE(op)->tp_traverse(op, young__visit, &slow) != 0;
+            mismatched += quick != full;
+            ++*tested;
+        }
+    }
+    return mismatched;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -856,6 +1012,15 @@ int
 tgc_young_island_exact(PyObject *list)
 {
     (void)list;
+    return 0;
+}
+
+Py_ssize_t
+tgc_young_crosscheck_hits(PyTypeObject *tensor, int generation, Py_ssize_t *tested)
+{
+    (void)tensor;
+    (void)generation;
+    *tested = 0;
     return 0;
 }
 

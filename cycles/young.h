@@ -56,16 +56,31 @@ int tgc_young_island_exact(PyObject *list);
  * type. */
 int tgc_young_plain(PyObject *op);
 
-/* What tp_traverse visits, faster for the commonest young objects: instances of classes defined
- * in Python that hold only __slots__ have their slots read directly (their type object, which
- * tp_traverse also visits, is skipped: it is never a tensor, and no caller here needs it). Any
- * other object goes through its tp_traverse (when it is a gc object). Returns visit's first
- * nonzero result, like tp_traverse. `shapes` is a per-walk cache: zero it before a walk, and do
- * not keep it past one (it holds type pointers, kept alive only by the objects being walked). */
+/* What tp_traverse visits, faster for the commonest young objects, whose references are read in
+ * place (young.c's young__runs says where, per kind): instances of classes defined in Python on
+ * `object` that hold __slots__ and/or a managed instance dict (3.11+: the inline values, or the
+ * dict once made), and exact lists, tuples, cells, bound methods and functions (3.11+). The type
+ * object of a heap type's instance, which tp_traverse also visits, is skipped: it is never a
+ * tensor, and no caller here needs it. Any other object (subclasses of list, dict and the rest
+ * included) goes through its tp_traverse (when it is a gc object). The pre-scan reads the same
+ * places (tests compare both with tp_traverse). Returns visit's first nonzero result, like
+ * tp_traverse. `shapes` is a per-walk cache: zero it before a walk, and do not keep it past one
+ * (it holds type pointers, kept alive only by the objects being walked). */
 #define TGC_SHAPE_SLOTS 8
+enum {
+    TGC_SHAPE_TRAVERSE,   /* tp_traverse */
+    TGC_SHAPE_SLOTTED,    /* __slots__ only: off[0..nslots) */
+    TGC_SHAPE_INSTANCE,   /* __slots__ (maybe none) and a managed dict (3.11+) */
+    TGC_SHAPE_ITEMS,      /* an exact list or tuple: its items */
+    TGC_SHAPE_FIELDS      /* an exact cell, bound method or function: nfields neighbouring
+                             fields from off[0], then nfields2 from off[1]; a function's two
+                             that may hold a tensor at off[2] and off[3] */
+};
 typedef struct {
     PyTypeObject *type;
-    int nslots;               /* -1: not a __slots__-only class */
+    int kind;                 /* TGC_SHAPE_* */
+    int nslots;               /* -1 unless kind is TGC_SHAPE_SLOTTED (the pre-scan's quick test) */
+    int nfields, nfields2;    /* slots (SLOTTED, INSTANCE) or fields (FIELDS) at off[] */
     Py_ssize_t off[TGC_SHAPE_SLOTS];
 } tgc_shape;
 typedef struct {
@@ -73,6 +88,13 @@ typedef struct {
     unsigned next;
 } tgc_shapes;
 int tgc_traverse_fast(tgc_shapes *shapes, PyObject *op, visitproc visit, void *arg);
+
+/* For tests (the pre-scan crosscheck): tests every object of generations 0..generation both as
+ * the pre-scan does (its fast paths) and through tp_traverse, and returns how many objects the
+ * two disagreed on (whether it is a tensor or references one); *tested says how many objects it
+ * tested. 0 with *tested 0 where the pre-scan is not available. Same preconditions as
+ * tgc_young_may_hold. */
+Py_ssize_t tgc_young_crosscheck_hits(PyTypeObject *tensor, int generation, Py_ssize_t *tested);
 
 /* A visited mark for one pass over the heap (the owner-chain search, graph/owners.c, borrows it:
  * binding.c hands it to module.c, which lends it): the collector's "being collected" bit of a

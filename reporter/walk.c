@@ -53,7 +53,7 @@ tgc_walk_tensors(tgc_reporter *r)
     if (out == NULL) {
         return NULL;
     }
-    walk_ctx c = {(PyTypeObject *)tn->type, {{NULL, NULL, NULL, NULL}, 0}, out, 0};
+    walk_ctx c = {(PyTypeObject *)tn->type, {{NULL}, 0, {NULL}}, out, 0};
 #if TGC_HAVE_GC_VISIT
     PyUnstable_GC_VisitObjects(walk__visit, &c);
     if (c.failed) {

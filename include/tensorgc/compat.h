@@ -192,6 +192,90 @@ tgc_compat_frame_resumed(PyFrameObject *frame)
  * time); elsewhere the detector arms every collection. */
 #define TGC_HAVE_YOUNG_SCAN TGC_INTERNALS_KNOWN
 
+/* What an instance of a class with a managed dict (3.11+) holds of its attributes, read in
+ * place where its tp_traverse (subtype_traverse) visits them: returns the inline values (*n of
+ * them, NULL for an attribute not set; NULL and 0 when there are none), and sets *dictslot to
+ * where the __dict__ pointer lives (NULL when tp_traverse would not visit it; the pointer there
+ * may be NULL). For cycles/young.c only (Py_BUILD_CORE, internal headers). The layouts: 3.11
+ * keeps a values pointer at word -4 and the dict at word -3, and visits both; 3.12 keeps one
+ * tagged word at -3 (low bit set: values) and visits what it holds; 3.13 keeps the values after
+ * the object (Py_TPFLAGS_INLINE_VALUES; `capacity` of them, while `valid`) and the dict at word
+ * -3, which it visits only when the values are not valid. */
+#if defined(Py_BUILD_CORE) && TGC_INTERNALS_KNOWN && PY_VERSION_HEX >= 0x030B0000
+/* 3.13's pycore_object.h has inline functions that leave a parameter unused */
+#  if defined(__GNUC__)
+#    pragma GCC diagnostic push
+#    pragma GCC diagnostic ignored "-Wunused-parameter"
+#  endif
+#  include "internal/pycore_object.h"
+#  include "internal/pycore_dict.h"
+#  if defined(__GNUC__)
+#    pragma GCC diagnostic pop
+#  endif
+#  define TGC_HAVE_MANAGED_ATTRS 1
+static inline PyObject **
+tgc_compat_managed_attrs(PyObject *op, Py_ssize_t *n, PyObject ***dictslot)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+#  if PY_VERSION_HEX >= 0x030D0000
+    if (tp->tp_flags & Py_TPFLAGS_INLINE_VALUES) {
+        PyDictValues *v = _PyObject_InlineValues(op);
+        if (v->valid) {
+            *n = v->capacity;
+            *dictslot = NULL;
+            return v->values;
+        }
+    }
+    *n = 0;
+    *dictslot = (PyObject **)&_PyObject_ManagedDictPointer(op)->dict;
+    return NULL;
+#  elif PY_VERSION_HEX >= 0x030C0000
+    PyDictOrValues *dorv = _PyObject_DictOrValuesPointer(op);
+    if (_PyDictOrValues_IsValues(*dorv)) {
+        *n = ((PyHeapTypeObject *)tp)->ht_cached_keys->dk_nentries;
+        *dictslot = NULL;
+        return _PyDictOrValues_GetValues(*dorv)->values;
+    }
+    *n = 0;
+    *dictslot = &dorv->dict;
+    return NULL;
+#  else
+    PyDictValues *v = *_PyObject_ValuesPointer(op);
+    *n = v != NULL ? ((PyHeapTypeObject *)tp)->ht_cached_keys->dk_nentries : 0;
+    *dictslot = _PyObject_ManagedDictPointer(op);
+    return v != NULL ? v->values : NULL;
+#  endif
+}
+#else
+#  define TGC_HAVE_MANAGED_ATTRS 0
+#endif
+
+/* A function's references as its tp_traverse (func_traverse) visits them, read in place: every
+ * object field of PyFunctionObject (cpython/funcobject.h) but func_weakreflist, which splits
+ * them into two runs of neighbouring fields: func_globals to func_dict, and func_module to the
+ * last one, func_annotations (3.11) or func_typeparams (3.12, 3.13). Where the layout was not
+ * checked, TGC_FUNC_RUNS is 0 and functions go through tp_traverse. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+#  define TGC_FUNC_RUNS 1
+#  define TGC_FUNC_RUN1 offsetof(PyFunctionObject, func_globals)
+#  define TGC_FUNC_RUN1_N ((offsetof(PyFunctionObject, func_dict) - TGC_FUNC_RUN1) / \
+                           sizeof(PyObject *) + 1)
+#  define TGC_FUNC_RUN2 offsetof(PyFunctionObject, func_module)
+#  if PY_VERSION_HEX >= 0x030C0000
+#    define TGC_FUNC_RUN2_LAST offsetof(PyFunctionObject, func_typeparams)
+#  else
+#    define TGC_FUNC_RUN2_LAST offsetof(PyFunctionObject, func_annotations)
+#  endif
+#  define TGC_FUNC_RUN2_N ((TGC_FUNC_RUN2_LAST - TGC_FUNC_RUN2) / sizeof(PyObject *) + 1)
+/* Of those, the two that may hold any object, and so a tensor: __doc__ and __module__. Every
+ * other one is a code object, a str, a tuple, a dict or NULL, which its setter (Python's and the
+ * C API's) enforces. */
+#  define TGC_FUNC_ANY1 offsetof(PyFunctionObject, func_doc)
+#  define TGC_FUNC_ANY2 offsetof(PyFunctionObject, func_module)
+#else
+#  define TGC_FUNC_RUNS 0
+#endif
+
 /* graph/frames.c reads a frame's local slots so that the owner-chain search never
  * materialises frame.f_locals, a dict the frame keeps (the same one locals() returned, which
  * reading it would update) on 3.10-3.12. TGC_FRAME_SLOTS says which layout: 2, the

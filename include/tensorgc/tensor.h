@@ -64,12 +64,17 @@ tgc_tensor_check(const tgc_tensor_state *tn, PyObject *obj)
     return tn->type != NULL && PyObject_TypeCheck(obj, (PyTypeObject *)tn->type);
 }
 
-/* Whether o is an instance of `tensor` (borrowed), remembering the last few types that were not:
- * walks meet the same few types over and over. Zero it before a walk and do not keep it past one
- * (its type pointers are kept alive only by the objects being walked). */
+/* Whether o is an instance of `tensor` (borrowed), remembering types that were not: the last
+ * four, compared in turn (walks meet the same few types over and over), and behind them a small
+ * table indexed by a hash of the type's address, for walks that meet more types than four (a
+ * function alone references a dict, strs, a code object, tuples), which would otherwise walk an
+ * MRO for most references. Zero it before a walk and do not keep it past one (its type pointers
+ * are kept alive only by the objects being walked). */
+#define TGC_TYPECACHE_BITS 4
 typedef struct {
     PyTypeObject *plain[4];
     unsigned next;
+    PyTypeObject *more[1 << TGC_TYPECACHE_BITS];
 } tgc_tensor_typecache;
 
 static inline int
@@ -79,8 +84,14 @@ tgc_tensor_typecache_check(tgc_tensor_typecache *c, PyTypeObject *tensor, PyObje
     if (tp == c->plain[0] || tp == c->plain[1] || tp == c->plain[2] || tp == c->plain[3]) {
         return 0;
     }
-    if (PyType_IsSubtype(tp, tensor)) {
-        return 1;
+    /* Fibonacci hashing: the top bits of the product mix every bit of the address */
+    unsigned slot = (unsigned)(((uint64_t)(uintptr_t)tp * 0x9E3779B97F4A7C15ull) >>
+                               (64 - TGC_TYPECACHE_BITS));
+    if (c->more[slot] != tp) {
+        if (PyType_IsSubtype(tp, tensor)) {
+            return 1;
+        }
+        c->more[slot] = tp;
     }
     c->plain[c->next++ & 3] = tp;
     return 0;

@@ -4,7 +4,8 @@ The `gc_state` fixture (autouse) saves and restores the garbage collector's
 state the way CPython's Lib/test/test_gc.py does, disables automatic
 collection for the duration of each test (so only explicit gc.collect()
 calls collect), and checks afterwards that tensorgc left the debug flags,
-gc.callbacks and sys.getprofile() as they were.
+gc.callbacks and sys.getprofile() as they were. A test that unfreezes the
+permanent generation has what is alive afterwards frozen again.
 """
 
 import gc
@@ -136,6 +137,7 @@ def gc_state(_freeze_startup_objects):
     saved_garbage = list(gc.garbage)
     saved_threshold = gc.get_threshold()
     saved_profile = sys.getprofile()
+    saved_frozen = gc.get_freeze_count()
 
     gc.disable()
     gc.collect()  # flush garbage left by earlier tests / pytest itself
@@ -165,6 +167,10 @@ def gc_state(_freeze_startup_objects):
     gc.set_threshold(*saved_threshold)
     sys.setprofile(saved_profile)
     gc.collect()
+    if gc.get_freeze_count() < saved_frozen:
+        # the test called gc.unfreeze(): what was alive is frozen again, else every collection of
+        # the worker's later tests walks torch's objects once more (~0.2 s each)
+        gc.freeze()
     if saved_enabled:
         gc.enable()
     else:

@@ -98,13 +98,40 @@ _SLOW_TESTS = {
 }
 
 
+# Under pytest-xdist (make test: two workers, --dist loadgroup) the tests of these files are handed
+# out first, in this order: each of them runs a compiler, pip, mypy, a subprocess pytest, a training
+# or a browser for seconds of CPU, and one started last would hold its worker alone at the end of
+# the run. The other files follow in their own order.
+_FIRST = ["test_pytest_plugin.py", "test_bench_pages.py", "test_integration_runs.py",
+          "test_demos.py", "test_phase_times.py", "test_portable.py", "test_why_alive_demo.py",
+          "test_notebooks.py", "test_docs.py", "test_guest.py", "test_layout.py",
+          "test_snapshot_stream.py", "test_no_cuda.py", "test_wheel.py"]
+
+
+def _module_fixture(item):
+    """Whether the test uses a fixture of its own module's that lives for the module (a build, a
+    training, a browser, a mypy cache): its module's tests that do are one xdist_group, so that
+    one worker sets the fixture up once."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(fds and fds[-1].scope in ("module", "class") and fds[-1].baseid
+               and fds[-1].baseid.split("::")[0] == item.nodeid.split("::")[0]
+               for fds in defs.values())
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """Marks the slow tests (one list, here, rather than in each file)."""
+    """Marks the slow tests (one list, here, rather than in each file); groups the tests that
+    share a module fixture; under xdist, hands out the long files' tests first."""
     for item in items:
         name = getattr(item, "originalname", None) or item.name
         if (_SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
                 or name in _SLOW_TESTS.get(item.path.name, ())):
             item.add_marker(pytest.mark.slow)
+        if _module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker sorts alike: the collections agree
+        first = {name: i for i, name in enumerate(_FIRST)}
+        items.sort(key=lambda item: first.get(item.path.name, len(first)))
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 # tensorgc: a self-documenting Makefile. `make help` lists the targets.
 PYTHON ?= python3
 PYTEST_ARGS ?= -q
-# pytest-xdist workers for `make test` (0: one process); the suite's tests are independent
+# pytest-xdist workers for `make test` (0: one process); the suite's tests are independent.
+# loadgroup: test by test, except that a module's tests sharing a module fixture (a build, a
+# browser, a mypy cache) run on one worker (tests/conftest.py groups them and orders the long first)
 PYTEST_WORKERS ?= 2
 # "none": the torch-free run (a Python for which the registry has no CPU build of torch)
 TORCH_VERSION ?= 2.13.0
@@ -87,7 +89,7 @@ $(SO): $(SOURCES)
 build: $(SO) ## Build the extensions in place (warnings are errors)
 
 test: deps build ## Run the test suite (TENSORGC_TEST_DEVICE=cuda for CUDA tensors)
-	$(PYTHON) -m pytest tests -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(PYTHON) -m pytest tests -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 wheel: ## Build the sdist and a manylinux wheel per CPython 3.10-3.13 into dist/, Graphviz bundled (auditwheel; tools pinned in tools/build_wheels.py)
 	$(PYTHON) tools/build_wheels.py $(WHEEL_ARGS)

@@ -508,7 +508,8 @@ def parse_args(argv=None):
     p.add_argument("--torch-timeout", type=float, default=60.0, help="cap (s) on one torch page")
     p.add_argument("--timeout", type=float, default=120.0, help="cap (s) on one tensorgc page")
     p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset")
-    p.add_argument("--rss-reports", type=int, default=10_000, help="tensorgc reports in the RSS loop")
+    p.add_argument("--rss-reports", type=int, default=argparse.SUPPRESS,
+                   help="tensorgc reports in the RSS loop (10,000; --quick: 1,000)")
     p.add_argument("--torch-rss-reports", type=int, default=1_000, help="torch reports in the RSS loop (0: skip)")
     p.add_argument("--rss-warmup", type=int, default=200, help="reports before the first RSS reading")
     p.add_argument("--rss-timeout", type=float, default=300.0, help="cap (s) on one RSS loop")
@@ -518,7 +519,8 @@ def parse_args(argv=None):
                         "__dict__s added to its objects (the graph it draws on Python <= 3.10)")
     p.add_argument("--no-rss", action="store_true", help="skip the RSS loops")
     p.add_argument("--quick", action="store_true",
-                   help="smoke test: small shapes, --repeat 1, RSS loop of 1,000 (torch's 200)")
+                   help="smoke test: small shapes, --repeat 1, RSS loop of 1,000 unless --rss-reports says "
+                        "(torch's 200)")
     p.add_argument("--json", default=None, help="write all results as JSON to this path")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -528,7 +530,9 @@ def parse_args(argv=None):
             p.error(f"unknown torch variant {v!r}")
     if args.quick:
         args.repeat, args.torch_repeat = 1, 1
-        args.rss_reports, args.torch_rss_reports = 1_000, min(args.torch_rss_reports, 200)
+        args.torch_rss_reports = min(args.torch_rss_reports, 200)
+    if not hasattr(args, "rss_reports"):
+        args.rss_reports = 1_000 if args.quick else 10_000
     return args
 
 

@@ -285,3 +285,50 @@ def graphviz_dev():
 needs_graphviz_dev = pytest.mark.skipif(
     not graphviz_dev(), reason="builds from source: needs Graphviz's development files "
                                "(libgraphviz-dev, pkg-config)")
+
+
+def variant_build(name, cflags):
+    """The extensions (and the render worker) compiled again with TENSORGC_CFLAGS=``cflags`` and
+    warnings as errors, for a test of a flavour `make build` does not make: the path of its
+    --build-lib folder. Built once and kept under build/test-variants/, keyed by the C sources,
+    setup.py, the flags and the interpreter, so that a later run of the suite (and another
+    pytest-xdist worker) finds it; a worker that finds another one building waits for it. Fails
+    the test, with the compiler's output, where the build fails."""
+    import fcntl
+    import glob
+    import hashlib
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256(repr((cflags, sys.executable, sys.version,
+                             sysconfig.get_config_var("EXT_SUFFIX"),
+                             os.environ.get("CC"), os.environ.get("CFLAGS"))).encode())
+    sources = ["setup.py"] + sorted(
+        p for d in ("common", "tensor", "graph", "cycles", "reporter", "allocator", "module",
+                    "include/tensorgc") for p in glob.glob(os.path.join(d, "*.[ch]"), root_dir=root))
+    for path in sources:
+        with open(os.path.join(root, path), "rb") as f:
+            h.update(path.encode() + b"\0" + f.read())
+    parent = os.path.join(root, "build", "test-variants")
+    os.makedirs(parent, exist_ok=True)
+    out = os.path.join(parent, f"{name}-{h.hexdigest()[:16]}")
+    with open(out + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not os.path.isdir(out):
+            tmp = f"{out}.tmp{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            env = dict(os.environ, TENSORGC_CFLAGS=cflags, TENSORGC_WERROR="1")
+            done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--force",
+                                   "--build-temp", os.path.join(tmp, "temp"),
+                                   "--build-lib", os.path.join(tmp, "lib")],
+                                  cwd=root, env=env, capture_output=True, text=True)
+            if done.returncode != 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                pytest.fail(f"building the {name} copy ({cflags}) failed:\n"
+                            + (done.stdout + done.stderr)[-3000:])
+            shutil.rmtree(os.path.join(tmp, "temp"))  # the objects: not needed again
+            os.rename(tmp, out)
+    return os.path.join(out, "lib")

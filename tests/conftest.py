@@ -4,7 +4,8 @@ The `gc_state` fixture (autouse) saves and restores the garbage collector's
 state the way CPython's Lib/test/test_gc.py does, disables automatic
 collection for the duration of each test (so only explicit gc.collect()
 calls collect), and checks afterwards that tensorgc left the debug flags,
-gc.callbacks and sys.getprofile() as they were.
+gc.callbacks and sys.getprofile() as they were. A test that unfreezes the
+permanent generation has what is alive afterwards frozen again.
 """
 
 import gc
@@ -97,13 +98,40 @@ _SLOW_TESTS = {
 }
 
 
+# Under pytest-xdist (make test: two workers, --dist loadgroup) the tests of these files are handed
+# out first, in this order: each of them runs a compiler, pip, mypy, a subprocess pytest, a training
+# or a browser for seconds of CPU, and one started last would hold its worker alone at the end of
+# the run. The other files follow in their own order.
+_FIRST = ["test_pytest_plugin.py", "test_bench_pages.py", "test_integration_runs.py",
+          "test_demos.py", "test_phase_times.py", "test_portable.py", "test_why_alive_demo.py",
+          "test_notebooks.py", "test_docs.py", "test_guest.py", "test_layout.py",
+          "test_snapshot_stream.py", "test_no_cuda.py", "test_wheel.py"]
+
+
+def _module_fixture(item):
+    """Whether the test uses a fixture of its own module's that lives for the module (a build, a
+    training, a browser, a mypy cache): its module's tests that do are one xdist_group, so that
+    one worker sets the fixture up once."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(fds and fds[-1].scope in ("module", "class") and fds[-1].baseid
+               and fds[-1].baseid.split("::")[0] == item.nodeid.split("::")[0]
+               for fds in defs.values())
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """Marks the slow tests (one list, here, rather than in each file)."""
+    """Marks the slow tests (one list, here, rather than in each file); groups the tests that
+    share a module fixture; under xdist, hands out the long files' tests first."""
     for item in items:
         name = getattr(item, "originalname", None) or item.name
         if (_SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
                 or name in _SLOW_TESTS.get(item.path.name, ())):
             item.add_marker(pytest.mark.slow)
+        if _module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker sorts alike: the collections agree
+        first = {name: i for i, name in enumerate(_FIRST)}
+        items.sort(key=lambda item: first.get(item.path.name, len(first)))
 
 
 @pytest.fixture
@@ -136,6 +164,7 @@ def gc_state(_freeze_startup_objects):
     saved_garbage = list(gc.garbage)
     saved_threshold = gc.get_threshold()
     saved_profile = sys.getprofile()
+    saved_frozen = gc.get_freeze_count()
 
     gc.disable()
     gc.collect()  # flush garbage left by earlier tests / pytest itself
@@ -165,6 +194,10 @@ def gc_state(_freeze_startup_objects):
     gc.set_threshold(*saved_threshold)
     sys.setprofile(saved_profile)
     gc.collect()
+    if gc.get_freeze_count() < saved_frozen:
+        # the test called gc.unfreeze(): what was alive is frozen again, else every collection of
+        # the worker's later tests walks torch's objects once more (~0.2 s each)
+        gc.freeze()
     if saved_enabled:
         gc.enable()
     else:

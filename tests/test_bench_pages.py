@@ -1,4 +1,5 @@
-"""bench/b6_pages.py --quick --no-torch runs to the end and writes a page for every shape.
+"""bench/b6_pages.py --quick --no-torch runs to the end and writes a page for every shape (its RSS
+loop of rendered reports cut to 100 after 20 of warm-up: the same loop, a tenth of the pages).
 
 No timing here: performance is measured by the benchmark, never asserted by a test.
 """
@@ -22,7 +23,8 @@ def test_quick_run_without_torch_has_a_page_for_every_shape(tmp_path):
     out = tmp_path / "b6.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--no-torch", "--json", str(out)],
+    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--no-torch", "--rss-reports", "100",
+                           "--rss-warmup", "20", "--json", str(out)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())

@@ -7,14 +7,13 @@ import gc
 import glob
 import importlib.util
 import os
-import subprocess
 import sys
 import types
 
 import pytest
 
 from tensorgc import _tensorgc_testing as _C
-from _util import DEVICE, T, graphviz_dev
+from _util import DEVICE, T, graphviz_dev, variant_build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHASES = {"scan", "island", "exact", "build", "callback", "free"}
@@ -56,18 +55,13 @@ def _load(lib):
 
 
 @pytest.fixture(scope="module")
-def timed(tmp_path_factory):
-    """The suite runs where the extension was just built from source, so the compiler is there."""
+def timed():
+    """The suite runs where the extension was just built from source, so the compiler is there.
+    -O1: the counts do not depend on the optimizer, and the copy compiles in two thirds of the
+    time; kept under build/ for the next run (_util.variant_build)."""
     if not graphviz_dev():
         pytest.skip("builds from source: needs Graphviz's development files")
-    out = tmp_path_factory.mktemp("phases")
-    env = dict(os.environ, TENSORGC_CFLAGS="-DTGC_PHASE_TIMES", TENSORGC_WERROR="1")
-    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--force",
-                           "--build-temp", str(out / "temp"), "--build-lib", str(out / "lib")],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.fail("building the timed copy failed:\n" + (done.stdout + done.stderr)[-3000:])
-    return _load(str(out / "lib" / "tensorgc"))
+    return _load(os.path.join(variant_build("phase-times", "-DTGC_PHASE_TIMES -O1"), "tensorgc"))
 
 
 def test_timed_build_counts_each_phase(gc_state, timed):

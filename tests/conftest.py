@@ -152,8 +152,21 @@ def _freeze_startup_objects():
         torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     gc.collect()
     gc.freeze()
+    # gc.get_freeze_count() walks the whole permanent generation (~33 ms here): a test that
+    # unfreezes is noticed by this flag instead
+    real_unfreeze = gc.unfreeze
+
+    def unfreeze():
+        _unfrozen[0] = True
+        real_unfreeze()
+
+    gc.unfreeze = unfreeze
     yield
+    gc.unfreeze = real_unfreeze
     gc.unfreeze()
+
+
+_unfrozen = [False]
 
 
 @pytest.fixture(autouse=True)
@@ -164,7 +177,7 @@ def gc_state(_freeze_startup_objects):
     saved_garbage = list(gc.garbage)
     saved_threshold = gc.get_threshold()
     saved_profile = sys.getprofile()
-    saved_frozen = gc.get_freeze_count()
+    _unfrozen[0] = False
 
     gc.disable()
     gc.collect()  # flush garbage left by earlier tests / pytest itself
@@ -194,7 +207,7 @@ def gc_state(_freeze_startup_objects):
     gc.set_threshold(*saved_threshold)
     sys.setprofile(saved_profile)
     gc.collect()
-    if gc.get_freeze_count() < saved_frozen:
+    if _unfrozen[0]:
         # the test called gc.unfreeze(): what was alive is frozen again, else every collection of
         # the worker's later tests walks torch's objects once more (~0.2 s each)
         gc.freeze()

@@ -77,6 +77,7 @@ young__shape_of(PyTypeObject *tp, tgc_shape *s)
         s->off[0] = tp == &PyCell_Type ? (Py_ssize_t)offsetof(PyCellObject, ob_ref)
                                        : (Py_ssize_t)offsetof(PyMethodObject, im_func);
         s->nfields = tp == &PyCell_Type ? 1 : 2;
+        s->off[1] = s->off[0];  /* an empty second run: its pointer stays inside the object */
         return;
     }
 #if TGC_FUNC_RUNS
@@ -88,6 +89,7 @@ young__shape_of(PyTypeObject *tp, tgc_shape *s)
         s->nfields2 = (int)TGC_FUNC_RUN2_N;
         s->off[2] = (Py_ssize_t)TGC_FUNC_ANY1;
         s->off[3] = (Py_ssize_t)TGC_FUNC_ANY2;
+        s->off[4] = (Py_ssize_t)TGC_FUNC_ANY3;
         return;
     }
 #endif
@@ -162,8 +164,9 @@ young__runs(const tgc_shape *sh, PyObject *op, young_run *r, int tensors_only)
             /* the pre-scan asks for tensors only: a function's other fields cannot hold one */
             r[0].p = (PyObject **)((char *)op + sh->off[2]);
             r[1].p = (PyObject **)((char *)op + sh->off[3]);
-            r[0].n = r[1].n = 1;
-            return 2;
+            r[2].p = (PyObject **)((char *)op + sh->off[4]);
+            r[0].n = r[1].n = r[2].n = 1;
+            return 3;
         }
         r[0].p = (PyObject **)((char *)op + sh->off[0]);
         r[0].n = sh->nfields;

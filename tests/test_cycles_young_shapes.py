@@ -100,6 +100,7 @@ def _objects():
         ("str-keyed dict", {"a": t}), ("OrderedDict", collections.OrderedDict(a=t)),
         ("partial", functools.partial(print, t)), ("SimpleNamespace", types.SimpleNamespace(t=t)),
         ("exception", ValueError(t)), ("tensor", t),
+        ("function with odd __builtins__", types.FunctionType((lambda: 0).__code__, {"__builtins__": t})),
     ]
 
 
@@ -185,6 +186,12 @@ def _hiding_places():
         f = _function(t)  # the defaults tuple holds it
         f.me = f
 
+    def function_builtins(t):
+        g = {"__builtins__": t}  # taken as it is when the function is made
+        f = types.FunctionType((lambda: 0).__code__, g)
+        del g["__builtins__"]
+        f.me = f
+
     def bound_self(t):
         o = Plain()
         o.m = types.MethodType(Handler.method, t)
@@ -215,7 +222,8 @@ def _hiding_places():
             ("many attributes", many_attributes), ("subclass instance", subclass_instance),
             ("list item", list_item), ("tuple item", tuple_item), ("dict value", dict_value),
             ("dict key", dict_key), ("cell", cell), ("function __doc__", function_doc),
-            ("function __module__", function_module), ("function default", function_default), ("bound method __self__", bound_self),
+            ("function __module__", function_module), ("function default", function_default),
+            ("function __builtins__", function_builtins), ("bound method __self__", bound_self),
             ("bound method on its instance", method_on_instance),
             ("list subclass", list_subclass), ("dict subclass", dict_subclass),
             ("SimpleNamespace", own_traverse), ("functools.partial", partial)]

@@ -88,7 +88,6 @@ tgc_compat_instance_dict(PyObject *obj)
     return d;
 }
 
-/* The type's managed-dict flag, 0 where it does not exist. */
 /* The line profiler listens through sys.monitoring (3.12+: only the profiled code objects raise
  * events) and through a C trace function before that (every frame of the traced threads). */
 #if PY_VERSION_HEX >= 0x030C0000
@@ -267,11 +266,13 @@ tgc_compat_managed_attrs(PyObject *op, Py_ssize_t *n, PyObject ***dictslot)
 #    define TGC_FUNC_RUN2_LAST offsetof(PyFunctionObject, func_annotations)
 #  endif
 #  define TGC_FUNC_RUN2_N ((TGC_FUNC_RUN2_LAST - TGC_FUNC_RUN2) / sizeof(PyObject *) + 1)
-/* Of those, the two that may hold any object, and so a tensor: __doc__ and __module__. Every
- * other one is a code object, a str, a tuple, a dict or NULL, which its setter (Python's and the
- * C API's) enforces. */
+/* Of those, the three that may hold any object, and so a tensor: __doc__ and __module__ (any
+ * value may be assigned) and __builtins__ (taken unchecked from the globals' "__builtins__" when
+ * the function is made: anything but a module is kept as it is). Every other one is a code
+ * object, a str, a tuple, a dict or NULL, which its setter (Python's and the C API's) enforces. */
 #  define TGC_FUNC_ANY1 offsetof(PyFunctionObject, func_doc)
 #  define TGC_FUNC_ANY2 offsetof(PyFunctionObject, func_module)
+#  define TGC_FUNC_ANY3 offsetof(PyFunctionObject, func_builtins)
 #else
 #  define TGC_FUNC_RUNS 0
 #endif

@@ -161,23 +161,6 @@ tl__span_at(const tl_phase *p, int64_t t)
     return lo > 0 && t <= p->v[lo - 1].t1 ? &p->v[lo - 1] : NULL;
 }
 
-/* The start of the first span of p starting after t; INT64_MAX: none. */
-static int64_t
-tl__next_start(const tl_phase *p, int64_t t)
-{
-    size_t lo = 0, hi = p->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (p->v[mid].t0 <= t) {
-            lo = mid + 1;
-        }
-        else {
-            hi = mid;
-        }
-    }
-    return lo < p->n ? p->v[lo].t0 : INT64_MAX;
-}
-
 /* The first span of p starting after t, or NULL. */
 static const tgc_span *
 tl__next_span(const tl_phase *p, int64_t t)
@@ -193,6 +176,14 @@ tl__next_span(const tl_phase *p, int64_t t)
         }
     }
     return lo < p->n ? &p->v[lo] : NULL;
+}
+
+/* The start of the first span of p starting after t; INT64_MAX: none. */
+static int64_t
+tl__next_start(const tl_phase *p, int64_t t)
+{
+    const tgc_span *s = tl__next_span(p, t);
+    return s != NULL ? s->t0 : INT64_MAX;
 }
 
 /* OUTPUT of timeline.h: a forward's block (allocated in fw, alive after it) that outlived the

@@ -13,13 +13,14 @@ writes (``_record_memory_history(enabled="all", context="all", stacks=...)`` and
     python tools/record_gpt_snapshot.py --stacks all --out gpt-ckpt-all.pickle
     python tools/record_gpt_snapshot.py --stacks python --out gpt-ckpt-python.pickle
 """
-import argparse
 import math
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+
+import _recording
 
 
 class Block(torch.nn.Module):
@@ -61,62 +62,45 @@ class GPT(torch.nn.Module):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--stacks", choices=["python", "all"], default="all",
-                    help="python: Python frames only; all: Python and C++ frames")
+    ap = _recording.parser(__doc__)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--d-model", type=int, default=512)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=16384)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=512)
-    ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--accum", type=int, default=2)
-    ap.add_argument("--max-entries", type=int, default=1_000_000)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("record_gpt_snapshot: needs CUDA", file=sys.stderr)
-        return 2
-    torch.manual_seed(0)
-    dev = torch.device("cuda")
-    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=args.stacks,
-                                             max_entries=args.max_entries)
-    model = GPT(args.vocab, args.seq, args.d_model, args.layers, args.heads).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-4, betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 2) * 0.5 * (1 + math.cos(math.pi * s / 100)))
 
-    def batch() -> torch.Tensor:
-        return torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=dev)
+    def run(dev: torch.device) -> str:
+        model = GPT(args.vocab, args.seq, args.d_model, args.layers, args.heads).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=3e-4, betas=(0.9, 0.95))
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min(1.0, (s + 1) / 2) * 0.5 * (1 + math.cos(math.pi * s / 100)))
 
-    losses = []
-    logits = None
-    nxt = batch()
-    for _ in range(args.steps):
-        for _ in range(args.accum):
-            data, nxt = nxt, batch()  # the next batch is fetched before this one is used
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                logits = model(data[:, :-1])
-                loss = F.cross_entropy(logits.float().view(-1, args.vocab),
-                                       data[:, 1:].reshape(-1)) / args.accum
-            loss.backward()
-            losses.append(loss.detach())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-    try:  # the OOM a user meets: far more than the device has
-        torch.empty(1 << 50, dtype=torch.uint8, device=dev)
-    except torch.cuda.OutOfMemoryError:
-        pass
-    torch.cuda.synchronize()
-    torch.cuda.memory._dump_snapshot(args.out)
-    torch.cuda.memory._record_memory_history(enabled=None)
-    print(f"wrote {args.out}: peak {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB, "
-          f"logits kept {logits.numel() * logits.element_size() / 2**20:.1f} MiB, "
-          f"{len(losses)} losses")
-    return 0
+        def batch() -> torch.Tensor:
+            return torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=dev)
+
+        losses = []
+        logits = None
+        nxt = batch()
+        for _ in range(args.steps):
+            for _ in range(args.accum):
+                data, nxt = nxt, batch()  # the next batch is fetched before this one is used
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    logits = model(data[:, :-1])
+                    loss = F.cross_entropy(logits.float().view(-1, args.vocab),
+                                           data[:, 1:].reshape(-1)) / args.accum
+                loss.backward()
+                losses.append(loss.detach())
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+        return (f"logits kept {logits.numel() * logits.element_size() / 2**20:.1f} MiB, "
+                f"{len(losses)} losses")
+
+    return _recording.record("record_gpt_snapshot", args, run)
 
 
 if __name__ == "__main__":

@@ -10,57 +10,41 @@ from stacks. Needs CUDA.
     python tools/record_training_snapshot.py --stacks all --out transformer-adamw.pickle
     python tools/record_training_snapshot.py --stacks python --layers 2 --out small.pickle
 """
-import argparse
 import sys
 
 import torch
 
+import _recording
+
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--stacks", choices=["python", "all"], default="all",
-                    help="python: Python frames only; all: Python and C++ frames")
+    ap = _recording.parser(__doc__)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--d-model", type=int, default=512)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--max-entries", type=int, default=1_000_000)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("record_training_snapshot: needs CUDA", file=sys.stderr)
-        return 2
-    torch.manual_seed(0)
-    dev = torch.device("cuda")
-    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=args.stacks,
-                                             max_entries=args.max_entries)
-    layer = torch.nn.TransformerEncoderLayer(args.d_model, nhead=8,
-                                             dim_feedforward=4 * args.d_model,
-                                             batch_first=True)
-    model = torch.nn.TransformerEncoder(layer, num_layers=args.layers,
-                                        enable_nested_tensor=False).to(dev)
-    head = torch.nn.Linear(args.d_model, 1000).to(dev)
-    opt = torch.optim.AdamW(list(model.parameters()) + list(head.parameters()), lr=1e-4)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    for _ in range(args.steps):
-        x = torch.randn(args.batch, args.seq, args.d_model, device=dev)
-        y = torch.randint(0, 1000, (args.batch, args.seq), device=dev)
-        out = head(model(x))
-        loss = loss_fn(out.reshape(-1, 1000), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        del x, y, out, loss
-    try:  # the OOM a user meets: far more than the device has
-        torch.empty(1 << 50, dtype=torch.uint8, device=dev)
-    except torch.cuda.OutOfMemoryError:
-        pass
-    torch.cuda.synchronize()
-    torch.cuda.memory._dump_snapshot(args.out)
-    torch.cuda.memory._record_memory_history(enabled=None)
-    print(f"wrote {args.out}: peak {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB")
-    return 0
+
+    def run(dev: torch.device) -> None:
+        layer = torch.nn.TransformerEncoderLayer(args.d_model, nhead=8,
+                                                 dim_feedforward=4 * args.d_model,
+                                                 batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, num_layers=args.layers,
+                                            enable_nested_tensor=False).to(dev)
+        head = torch.nn.Linear(args.d_model, 1000).to(dev)
+        opt = torch.optim.AdamW(list(model.parameters()) + list(head.parameters()), lr=1e-4)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        for _ in range(args.steps):
+            x = torch.randn(args.batch, args.seq, args.d_model, device=dev)
+            y = torch.randint(0, 1000, (args.batch, args.seq), device=dev)
+            out = head(model(x))
+            loss = loss_fn(out.reshape(-1, 1000), y.reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            del x, y, out, loss
+
+    return _recording.record("record_training_snapshot", args, run)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,11 @@ import weakref
 
 import pytest
 
-import tensorgc
-from tensorgc import _tensorgc_testing
-from _util import DEVICE, T, new_class
+pytest.importorskip("torch")  # the objects below hold tensors (the torch-free run skips them)
+
+import tensorgc  # noqa: E402
+from tensorgc import _tensorgc_testing  # noqa: E402
+from _util import DEVICE, T, new_class  # noqa: E402
 
 _C = _tensorgc_testing
 pytestmark = pytest.mark.skipif(not _C._young_scan()["available"],

@@ -866,6 +866,7 @@ tgc_cycles_exec(PyObject *module, tgc_state *st)
     c->young_scan = c->young_ok;
     c->seeded_on = 1;
     c->island_on = c->young_ok;
+    c->sentinel_on = c->young_ok;
     return 0;
 }
 
@@ -932,6 +933,7 @@ tgc_cycles_traverse(tgc_cycles *c, visitproc visit, void *arg)
     Py_VISIT(c->labels.attrs);  /* the fixed labels are str: nothing to traverse */
     Py_VISIT(c->garbage);
     Py_VISIT(c->island);
+    Py_VISIT(c->island_deferred);
     Py_VISIT(c->deferred);
     return 0;
 }
@@ -958,7 +960,7 @@ tgc_cycles_clear(tgc_cycles *c)
     }
     tgc_labels_clear(&c->labels);
     Py_CLEAR(c->garbage);
-    Py_CLEAR(c->island);
+    tgc_hook_drop_island(c);
     Py_CLEAR(c->deferred);
 }
 

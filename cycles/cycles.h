@@ -104,12 +104,16 @@ struct tgc_cycles {
     long saved_flags;         /* the user's gc debug flags, restored in "stop" */
     Py_ssize_t garbage_len;   /* len(gc.garbage) at "start" */
     PyObject *garbage;        /* gc.garbage between "start" and "stop", new reference */
-    PyObject *island;         /* the island "start" proved and "stop" reports (new reference),
-                                 NULL otherwise (young.c's tgc_young_island) */
+    PyObject *island;         /* the island "start" proved, or the sentinel took, and "stop"
+                                 reports (new reference), NULL otherwise (young.c's
+                                 tgc_young_island, tgc_young_plant) */
+    PyObject *island_deferred;  /* the island's members whose finalizers the sentinel deferred
+                                   (new reference; tgc_young_undefer before anything else), or
+                                   NULL */
     int young_ok;             /* the pre-scan's self-check at module exec (young.h) */
     const char *young_why;    /* ... and why not when it failed (static; "" when it passed) */
     /* The switches (hook.h's TGC_HOOK_*; turned through tgc_hook_switch, between collections). */
-    int young_scan, seeded_on, island_on, island_crosscheck, prescan_crosscheck;
+    int young_scan, seeded_on, island_on, island_crosscheck, prescan_crosscheck, sentinel_on;
     tgc_hook_counters counters;  /* written by the hook only (GIL); hook.h */
     /* Where a collection's time goes, per phase (TGC_PHASE_*), only in a build with
      * -DTGC_PHASE_TIMES (make phases); otherwise never written. Only touched inside our gc

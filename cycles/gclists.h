@@ -83,6 +83,42 @@ tgc_gc_unmark(tgc_gc_node *g)
     g->_gc_prev &= ~(uintptr_t)_PyGC_PREV_MASK_COLLECTING;
 }
 
+/* Whether PEP 442's finalizer already ran on the object (_PyGC_PREV_MASK_FINALIZED), and setting
+ * or clearing that: the sentinel (young.c) defers the finalizers of the garbage it takes, so that
+ * the report sees the garbage as the collector found it, and gives them back before it is freed. */
+static inline int
+tgc_gc_finalized(const tgc_gc_node *g)
+{
+    return (g->_gc_prev & _PyGC_PREV_MASK_FINALIZED) != 0;
+}
+
+static inline void
+tgc_gc_set_finalized(tgc_gc_node *g)
+{
+    g->_gc_prev |= _PyGC_PREV_MASK_FINALIZED;
+}
+
+static inline void
+tgc_gc_unset_finalized(tgc_gc_node *g)
+{
+    g->_gc_prev &= ~(uintptr_t)_PyGC_PREV_MASK_FINALIZED;
+}
+
+/* Moves node (in some list) to just after head, as the collector's gc_list_move does; the flag
+ * bits of node's _gc_prev are kept. Only outside the collector's passes (its "start" callbacks). */
+static inline void
+tgc_gc_move_after(tgc_gc_node *node, tgc_gc_node *head)
+{
+    tgc_gc_node *prev = _PyGCHead_PREV(node), *next = _PyGCHead_NEXT(node);
+    _PyGCHead_SET_NEXT(prev, next);
+    _PyGCHead_SET_PREV(next, prev);
+    tgc_gc_node *first = _PyGCHead_NEXT(head);
+    _PyGCHead_SET_NEXT(head, node);
+    _PyGCHead_SET_PREV(node, head);
+    _PyGCHead_SET_NEXT(node, first);
+    _PyGCHead_SET_PREV(first, node);
+}
+
 /* Whether a collection is running (the collector owns the bits above then). */
 static inline int
 tgc_gc_collecting(void)

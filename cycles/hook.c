@@ -79,6 +79,69 @@ hook__others_follow(tgc_cycles *c)
     return 0;
 }
 
+void
+tgc_hook_drop_island(tgc_cycles *c)
+{
+    if (c->island_deferred != NULL) {
+        tgc_young_undefer(c->island_deferred);
+        Py_CLEAR(c->island_deferred);
+    }
+    Py_CLEAR(c->island);
+}
+
+/* Sets DEBUG_SAVEALL for the rest of this collection, remembering the user's flags (read now:
+ * `flags`, negative when unknown) and len(gc.garbage), for "stop". 0, or -1 (no exception set):
+ * the collection then runs alone. */
+static int
+hook__arm(tgc_cycles *c, long flags)
+{
+    if (flags < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *garbage = Py_NewRef(c->gc_garbage);
+    c->user_saveall = (flags & TGC_DEBUG_SAVEALL) != 0;
+    if (!c->user_saveall && hook__set_debug(c, flags | TGC_DEBUG_SAVEALL) < 0) {
+        Py_DECREF(garbage);
+        PyErr_Clear();
+        return -1;
+    }
+    c->saved_flags = flags;
+    c->garbage = garbage;
+    c->garbage_len = PyList_GET_SIZE(garbage);
+    c->armed = 1;
+    return 0;
+}
+
+/* The sentinel's catcher (young.h's tgc_young_catch), called from inside the collection, before
+ * any finalizer of the garbage ran. With the user's debug flags all off the garbage it took is
+ * this collection's island, which "stop" reports (hook__island_stop) and frees; otherwise the
+ * collector must see all of it as garbage (the user's DEBUG_SAVEALL keeps it, DEBUG_COLLECTABLE
+ * prints it): the deferred finalizers are given back and the collection is armed, as it would
+ * have been from "start". */
+static void
+hook__caught(void *arg, PyObject *island, PyObject *deferred)
+{
+    tgc_cycles *c = arg;
+    long flags = hook__get_debug(c);
+    if (island != NULL && flags == 0 && c->island == NULL && !c->armed) {
+        c->island = island;
+        c->island_deferred = deferred;
+        c->counters.sentinel_taken++;
+    }
+    else {
+        if (island != NULL) {
+            tgc_young_undefer(deferred);
+            Py_DECREF(deferred);
+            Py_DECREF(island);
+        }
+        if (!c->armed && hook__arm(c, flags) == 0) {
+            c->counters.sentinel_armed++;
+        }
+    }
+    PyErr_Clear();  /* the collector expects none from a finalizer */
+}
+
 /* Whether this collection needs the detector. observe_garbage observers see every collection;
  * cycle observers only care about garbage that holds tensors, which a young collection can only
  * find when its generations contain a tensor or an object referencing one (young.c). */
@@ -100,11 +163,22 @@ hook__wanted(tgc_cycles *c, PyObject *info)
         return 1;
     }
     PyTypeObject *tensor = torch_known ? (PyTypeObject *)c->tensor->type : NULL;  /* borrowed */
+    if (tensor == NULL) {
+        c->counters.young_skipped++;
+        return 0;  /* torch is not imported: there are no tensors */
+    }
     if (c->prescan_crosscheck && gen < 2) {
         Py_ssize_t tested;
         c->counters.prescan_mismatched +=
             (unsigned long long)tgc_young_crosscheck_hits(tensor, gen, &tested);
         c->counters.prescan_checked += (unsigned long long)tested;
+    }
+    if (c->sentinel_on && c->island == NULL &&
+        tgc_young_plant(gen, tensor, hook__caught, c) == 0) {
+        /* the collector runs alone; the sentinel looks at its garbage (hook__caught) */
+        c->counters.sentinel_planted++;
+        c->counters.young_skipped++;
+        return 0;
     }
     int verdict;
     if (hook__others_follow(c)) {
@@ -151,7 +225,10 @@ hook__start(tgc_cycles *c, PyObject *info)
     if (c->island != NULL && !c->busy) {
         /* The last "stop" never came: its island is still unreachable garbage, which a later
          * collection finds again once our list lets go of it. */
-        Py_CLEAR(c->island);
+        tgc_hook_drop_island(c);
+    }
+    if (!c->busy) {
+        c->counters.sentinel_lost += (unsigned long long)tgc_young_uproot();
     }
     if (c->armed && !c->busy) {
         /* The last "stop" never came (gc.callbacks changed mid-collection): restore the flags
@@ -222,6 +299,9 @@ hook__info_count(PyObject *info, const char *key)
 static void
 hook__stop(tgc_cycles *c, PyObject *info)
 {
+    if (!c->busy) {
+        c->counters.sentinel_lost += (unsigned long long)tgc_young_uproot();
+    }
     if (c->island != NULL) {
         hook__island_stop(c, info);
         return;
@@ -358,6 +438,11 @@ hook__island_stop(tgc_cycles *c, PyObject *info)
 {
     PyObject *objs = c->island;  /* take over the state's reference */
     c->island = NULL;
+    if (c->island_deferred != NULL) {
+        /* the sentinel kept the collector from running these: now they are due */
+        tgc_young_undefer(c->island_deferred);
+        Py_CLEAR(c->island_deferred);
+    }
     Py_ssize_t ncol = hook__info_count(info, "collected");
     Py_ssize_t total = PyList_GET_SIZE(objs) + (ncol > 0 ? ncol : 0);
     TGC_PHASE_BEGIN(t0);
@@ -490,12 +575,13 @@ tgc_hook_switch(tgc_cycles *c, int which, int on)
     static const char *const names[TGC_HOOK_NSWITCHES] = {"the young-generation pre-scan",
                                                           "the seeded split", "islands",
                                                           "the island crosscheck",
-                                                          "the pre-scan crosscheck"};
+                                                          "the pre-scan crosscheck",
+                                                          "the sentinel"};
     if (which < 0 || which >= TGC_HOOK_NSWITCHES) {
         PyErr_SetString(PyExc_ValueError, "no such switch");
         return -1;
     }
-    if (on && !c->young_ok && which == TGC_HOOK_YOUNG_SCAN) {
+    if (on && !c->young_ok && (which == TGC_HOOK_YOUNG_SCAN || which == TGC_HOOK_SENTINEL)) {
         PyErr_Format(PyExc_RuntimeError, "%s is not available on this interpreter: %s",
                      names[which], c->young_why);
         return -1;
@@ -512,6 +598,7 @@ tgc_hook_switch(tgc_cycles *c, int which, int on)
     case TGC_HOOK_SEEDED: c->seeded_on = on; break;
     case TGC_HOOK_ISLAND: c->island_on = on; break;
     case TGC_HOOK_CROSSCHECK: c->island_crosscheck = on; break;
+    case TGC_HOOK_SENTINEL: c->sentinel_on = on; break;
     default: c->prescan_crosscheck = on; break;
     }
     return 0;
@@ -526,6 +613,7 @@ tgc_hook_switched(const tgc_cycles *c, int which)
     case TGC_HOOK_ISLAND: return c->island_on;
     case TGC_HOOK_CROSSCHECK: return c->island_crosscheck;
     case TGC_HOOK_PRESCAN_CHECK: return c->prescan_crosscheck;
+    case TGC_HOOK_SENTINEL: return c->sentinel_on;
     default: return 0;
     }
 }

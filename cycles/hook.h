@@ -48,6 +48,10 @@ int tgc_hook_remove_all(tgc_cycles *c);
  * borrowed). Never raises: trouble of ours is reported as unraisable, an observer's is logged. */
 void tgc_hook_callback(tgc_cycles *c, PyObject *phase, PyObject *info);
 
+/* Lets go of an island "stop" never reported (its deferred finalizers given back first): the
+ * objects are garbage again, which a later collection finds. */
+void tgc_hook_drop_island(tgc_cycles *c);
+
 /* Frees objs (a list owning one reference to each object) as the collector would. With check,
  * first redoes the collector's resurrection check and spares anything still reachable from
  * outside the list; without, every object is taken as unreachable (only valid while no Python
@@ -66,11 +70,14 @@ enum {
     TGC_HOOK_CROSSCHECK,  /* quick island proofs are checked against marked ones (default off) */
     TGC_HOOK_PRESCAN_CHECK,  /* every young object the pre-scan tests is tested through
                                 tp_traverse too, before a young collection (default off) */
+    TGC_HOOK_SENTINEL,    /* collections run alone with a sentinel planted, which looks at their
+                             garbage once the collector found it (young.h's tgc_young_plant),
+                             instead of the pre-scan and islands (default: where available) */
     TGC_HOOK_NSWITCHES
 };
 /* Turns switch `which` on or off. 0, or -1 with RuntimeError when turning on one that needs the
- * pre-scan (TGC_HOOK_YOUNG_SCAN, TGC_HOOK_ISLAND, TGC_HOOK_PRESCAN_CHECK) where it is not
- * available. */
+ * pre-scan (TGC_HOOK_YOUNG_SCAN, TGC_HOOK_ISLAND, TGC_HOOK_PRESCAN_CHECK, TGC_HOOK_SENTINEL) where
+ * it is not available. */
 int tgc_hook_switch(tgc_cycles *c, int which, int on);
 int tgc_hook_switched(const tgc_cycles *c, int which);
 /* Whether the pre-scan passed its self-check on this interpreter (young.h). */
@@ -93,6 +100,10 @@ typedef struct {
     /* reports whose DOT was drawn when the hook let go of them (someone kept the report), and
      * reports nobody asked for nor kept, never drawn */
     unsigned long long dots_kept, dots_skipped;
+    /* collections a sentinel was planted for; of those, whose garbage held tensors and was
+     * taken (a report at "stop"), that were armed from inside the collection (the user's debug
+     * flags, or the garbage could not be walked), and whose sentinel outlived the collection */
+    unsigned long long sentinel_planted, sentinel_taken, sentinel_armed, sentinel_lost;
 } tgc_hook_counters;
 
 #endif /* TGC_HOOK_H */

@@ -109,6 +109,28 @@ young_island(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                              {"finalizers", n->island_finalizers}}, 6);
 }
 
+PyDoc_STRVAR(sentinel_doc,
+"_sentinel($module, enabled=None, /)\n--\n\n"
+"The sentinel (cycles/young.c's tgc_young_plant): collections run alone with a pair of objects "
+"planted at the front of what they examine, which looks at their garbage once the collector found "
+"it, instead of the pre-scan and islands before the collection. With enabled, switch it on or off "
+"(on is refused where the pre-scan is not available). Returns {'enabled', 'planted', 'taken', "
+"'armed', 'lost'}: collections it was planted for; of those, whose garbage held tensors and was "
+"taken for the report, that were armed from inside the collection (the user's gc debug flags, or "
+"the garbage could not be walked), and whose sentinel outlived the collection.");
+
+static PyObject *
+sentinel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    const tgc_hook_counters *n = &c->counters;
+    return testing__switch(c, "_sentinel", args, nargs, TGC_HOOK_SENTINEL,
+                           (testing_count[]){{"planted", n->sentinel_planted},
+                                             {"taken", n->sentinel_taken},
+                                             {"armed", n->sentinel_armed},
+                                             {"lost", n->sentinel_lost}}, 4);
+}
+
 PyDoc_STRVAR(island_crosscheck_doc,
 "_island_crosscheck($module, enabled=None, /)\n--\n\n"
 "With enabled, switch on or off checking every island proof that came without marking the "
@@ -322,6 +344,7 @@ PyMethodDef tgc_cycles_testing_methods[] = {
     {"_phase_times", (PyCFunction)(void (*)(void))phase_times, METH_FASTCALL, phase_times_doc},
     {"_seeded_split", (PyCFunction)(void (*)(void))seeded_split, METH_FASTCALL, seeded_split_doc},
     {"_young_island", (PyCFunction)(void (*)(void))young_island, METH_FASTCALL, young_island_doc},
+    {"_sentinel", (PyCFunction)(void (*)(void))sentinel, METH_FASTCALL, sentinel_doc},
     {"_island_crosscheck", (PyCFunction)(void (*)(void))island_crosscheck, METH_FASTCALL,
      island_crosscheck_doc},
     {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},

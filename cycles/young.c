@@ -238,6 +238,7 @@ tgc_young_plain(PyObject *op)
  * interpreter's lists have the layout this build reads. Nothing below touches them unless it is
  * 1; the collector's layout is the same in every interpreter of the process. */
 static int young_layout_ok;
+static int sentinel__ready(void);
 
 static tgc_gc_node *
 young__head(int gen)
@@ -300,7 +301,11 @@ tgc_young_selfcheck(const char **why)
     Py_DECREF(probe);
     *why = ok ? "" : "a new object is not the tail of the collector's generation 0, as this "
                      "build expects";
-    return young_layout_ok = ok;
+    young_layout_ok = ok;
+    if (ok) {
+        (void)sentinel__ready();  /* without it tgc_young_plant declines, and the hook arms */
+    }
+    return ok;
 }
 
 /* What the walk keeps: the tensor base type and a few recently seen types that are not tensors
@@ -406,11 +411,16 @@ static inline Py_ALWAYS_INLINE int
 young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
-    if (tp == cur->run && cur->one != 0 && young__slot_plain(op, cur->one, tp, *plain_ref)) {
+    if (tp == cur->run && cur->one != 0 && young__slot_plain(op, cur->one, tp, plain_ref[0])) {
         return 0;  /* the commonest case of a slotted run, in the fewest instructions */
     }
-    if (tp != cur->run && young__run_start(c, cur, op)) {
-        return 1;
+    if (tp != cur->run) {
+        if (tp == cur->prev_run) {
+            young__run_back(cur);  /* inline: young objects alternate between two types */
+        }
+        else if (young__run_start(c, cur, op)) {
+            return 1;
+        }
     }
     const tgc_shape *sh = cur->sh;
     if (sh->kind == TGC_SHAPE_TRAVERSE) {
@@ -419,7 +429,9 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
     }
     young_run r[YOUNG_RUNS];
     int k = young__runs(sh, op, r, 1);
-    PyTypeObject *plain = *plain_ref;
+    /* the two referenced types seen last that are not tensors: an object's references often
+     * alternate between two types (an instance's peer and its list, a list's ints) */
+    PyTypeObject *p0 = plain_ref[0], *p1 = plain_ref[1];
     for (int j = 0; j < k; j++) {
         for (Py_ssize_t i = 0; i < r[j].n; i++) {
             PyObject *v = r[j].p[i];
@@ -427,16 +439,49 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
                 continue;
             }
             PyTypeObject *vt = Py_TYPE(v);
-            if (vt == tp || vt == plain) {
+            if ((vt == tp) | (vt == p0) | (vt == p1)) {
                 continue;
             }
             if (young__is_tensor(c, v)) {
                 return 1;
             }
-            *plain_ref = plain = vt;
+            plain_ref[1] = p1 = p0;
+            plain_ref[0] = p0 = vt;
         }
     }
     return 0;
+}
+
+/* young__first_hit's walk of one ring, from `first` up to `head` (excluded): NULL when nothing
+ * there is a tensor or references one; otherwise a node such that everything before it was tested
+ * clean, and *last such that everything after it was (the untested stretch between them holds the
+ * hit). */
+static inline tgc_gc_node *
+young__ring_hit(young_ctx *c, young_cursor *fc, young_cursor *bc, PyTypeObject **plain_ref,
+                tgc_gc_node *first, tgc_gc_node *head, tgc_gc_node **last)
+{
+    /* Objects before f and after b are clean; f is not after b while any is left. */
+    tgc_gc_node *f = first, *b = tgc_gc_prev(head);
+    while (f != head) {
+        if (young__hit(c, fc, plain_ref, tgc_gc_object(f))) {
+            *last = b;  /* everything after b was tested clean */
+            return f;
+        }
+        if (f == b) {
+            break;
+        }
+        if (young__hit(c, bc, plain_ref, tgc_gc_object(b))) {
+            *last = b;
+            return tgc_gc_next(f);  /* f and everything before it are clean */
+        }
+        tgc_gc_node *prev = tgc_gc_prev(b);
+        f = tgc_gc_next(f);
+        if (f == b) {
+            break;  /* they were neighbours: nothing is left */
+        }
+        b = prev;
+    }
+    return NULL;
 }
 
 /* Where the tensors of generations 0..generation start: an object such that none before it (in
@@ -457,7 +502,7 @@ young__first_hit(young_ctx *c, int generation, tgc_gc_node **last, int *last_k)
      * cache, and per end its run and its cache's type pointers. */
     memset(&c->types, 0, sizeof(c->types));
     c->saw_type = 0;
-    PyTypeObject *plain_ref = NULL;  /* last referenced type known not to be a tensor */
+    PyTypeObject *plain_ref[2] = {NULL, NULL};  /* referenced types known not to be tensors */
     young_cursor fc, bc;
     young__cursor_init(&fc);
     young__cursor_init(&bc);
@@ -465,27 +510,10 @@ young__first_hit(young_ctx *c, int generation, tgc_gc_node **last, int *last_k)
      * too), so the lists cannot change under the walk. */
     for (int pos = 0; pos <= generation; pos++) {
         tgc_gc_node *head = young__head(young__gen_at(generation, pos));
-        /* Objects before f and after b are clean; f is not after b while any is left. */
-        tgc_gc_node *f = tgc_gc_next(head), *b = tgc_gc_prev(head);
         *last_k = pos;
-        while (f != head) {
-            if (young__hit(c, &fc, &plain_ref, tgc_gc_object(f))) {
-                *last = b;  /* everything after b was tested clean */
-                return f;
-            }
-            if (f == b) {
-                break;
-            }
-            if (young__hit(c, &bc, &plain_ref, tgc_gc_object(b))) {
-                *last = b;
-                return tgc_gc_next(f);  /* f and everything before it are clean */
-            }
-            tgc_gc_node *prev = tgc_gc_prev(b);
-            f = tgc_gc_next(f);
-            if (f == b) {
-                break;  /* they were neighbours: nothing is left */
-            }
-            b = prev;
+        tgc_gc_node *hit = young__ring_hit(c, &fc, &bc, plain_ref, tgc_gc_next(head), head, last);
+        if (hit != NULL) {
+            return hit;
         }
     }
     return NULL;
@@ -519,7 +547,7 @@ tgc_young_crosscheck_hits(PyTypeObject *tensor, int generation, Py_ssize_t *test
     memset(&fast.types, 0, sizeof(fast.types));
     memset(&slow.types, 0, sizeof(slow.types));
     fast.saw_type = slow.saw_type = 0;
-    PyTypeObject *plain_ref = NULL;
+    PyTypeObject *plain_ref[2] = {NULL, NULL};
     young_cursor cur;
     young__cursor_init(&cur);
     Py_ssize_t mismatched = 0;
@@ -527,7 +555,7 @@ tgc_young_crosscheck_hits(PyTypeObject *tensor, int generation, Py_ssize_t *test
         tgc_gc_node *head = young__head(gen);
         for (tgc_gc_node *g = tgc_gc_next(head); g != head; g = tgc_gc_next(g)) {
             PyObject *op = tgc_gc_object(g);
-            int quick = young__hit(&fast, &cur, &plain_ref, op);
+            int quick = young__hit(&fast, &cur, plain_ref, op);
             int full = young__is_tensor(&slow, op) ||
                        Py_TYPE(op)->tp_traverse(op, young__visit, &slow) != 0;
             mismatched += quick != full;
@@ -795,7 +823,7 @@ island__quick(young_ctx *y, int generation, tgc_gc_node *hit, tgc_gc_node *last,
     int rc = ISLAND_UNSURE;
     young_cursor cur;
     young__cursor_init(&cur);
-    PyTypeObject *plain_ref = NULL;
+    PyTypeObject *plain_ref[2] = {NULL, NULL};
     uint32_t nseeds = 0;
     int others_ok = 1;
     if (island__ctx_init(&c, y->tensor, ISLAND_QUICK_MAX) < 0) {
@@ -805,7 +833,7 @@ island__quick(young_ctx *y, int generation, tgc_gc_node *hit, tgc_gc_node *last,
     /* 1. The seeds, among the objects young__first_hit did not test. */
     for (tgc_gc_node *g = hit; !c.overflow; g = tgc_gc_next(g)) {
         PyObject *op = tgc_gc_object(g);
-        if (young__hit(&c.y, &cur, &plain_ref, op)) {
+        if (young__hit(&c.y, &cur, plain_ref, op)) {
             (void)island__add(&c, op);
         }
         if (g == last) {
@@ -817,7 +845,7 @@ island__quick(young_ctx *y, int generation, tgc_gc_node *hit, tgc_gc_node *last,
         for (tgc_gc_node *g = tgc_gc_next(head); g != head && !c.overflow;
              g = tgc_gc_next(g)) {
             PyObject *op = tgc_gc_object(g);
-            if (young__hit(&c.y, &cur, &plain_ref, op)) {
+            if (young__hit(&c.y, &cur, plain_ref, op)) {
                 (void)island__add(&c, op);
             }
         }
@@ -882,14 +910,14 @@ island__marked(PyTypeObject *tensor, int generation, tgc_gc_node *hit, PyObject 
     int seeking = 1;
     young_cursor cur;
     young__cursor_init(&cur);
-    PyTypeObject *plain_ref = NULL;
+    PyTypeObject *plain_ref[2] = {NULL, NULL};
     for (int pos = 0; pos <= generation; pos++) {
         tgc_gc_node *head = young__head(young__gen_at(generation, pos));
         for (tgc_gc_node *g = tgc_gc_next(head); g != head; g = tgc_gc_next(g)) {
             PyObject *op = tgc_gc_object(g);
             tgc_gc_mark(g);
             seeking &= g != hit;
-            if (!seeking && !c.overflow && young__hit(&c.y, &cur, &plain_ref, op)) {
+            if (!seeking && !c.overflow && young__hit(&c.y, &cur, plain_ref, op)) {
                 (void)island__add(&c, op);
             }
         }
@@ -992,7 +1020,334 @@ tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject 
     return rc;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The sentinel: the collection's own garbage, looked at inside the collection                 */
+
+/* Two objects of this type, each holding the other, planted at the front of the list the
+ * collection examines (young.h's tgc_young_plant). Nothing else references them, so the collector
+ * finds them first among its garbage, and finalize_garbage calls the first one's tp_finalize
+ * before any other finalizer: the second one then heads what is left of the garbage list, its
+ * _gc_prev the list's head. The pair is freed with the rest of the garbage. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *peer;              /* new reference: the other one; NULL once cleared */
+    int first;                   /* the one whose finalizer looks */
+    PyTypeObject *tensor;        /* borrowed: torch's tensor base type (first only) */
+    tgc_young_catch catch;       /* first only; NULL once it ran */
+    void *arg;
+} young_sentinel;
+
+/* The live first sentinel of the collection under way, NULL when none: set by tgc_young_plant,
+ * cleared when it is freed or uprooted; young_held says whether we own a reference to it (its
+ * finalizer takes one). Protected by the GIL; collections do not nest. */
+static young_sentinel *young_planted;
+static int young_held;
+
+static int
+sentinel__traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(((young_sentinel *)self)->peer);
+    return 0;
+}
+
+static int
+sentinel__clear(PyObject *self)
+{
+    Py_CLEAR(((young_sentinel *)self)->peer);
+    return 0;
+}
+
+static void
+sentinel__dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (young_planted == (young_sentinel *)self) {
+        young_planted = NULL;
+    }
+    Py_CLEAR(((young_sentinel *)self)->peer);
+    PyObject_GC_Del(self);
+}
+
+/* Whether op is this collection's garbage, while it finalizes garbage: the collector's "being
+ * collected" bit stays set on exactly the objects of its garbage list until the resurrection
+ * check (it is cleared on survivors, and on legacy finalizers and what they reach, which are not
+ * in the list). */
+static inline int
+sentinel__garbage(PyObject *op)
+{
+    return PyObject_IS_GC(op) && tgc_gc_marked(tgc_gc_node_of(op));
+}
+
+static int
+sentinel__reach(PyObject *o, void *arg)
+{
+    return sentinel__garbage(o) ? island__add(arg, o) : 0;
+}
+
+/* The members of the garbage from `first` up to `head` (excluded) that `take` (NULL: all) holds,
+ * as a new list in list order (one more reference each); *deferred a new list of those whose
+ * tp_finalize is still due, marked as done so that finalize_garbage passes them by
+ * (tgc_young_undefer gives them back). -1 without memory (no exception left set, nothing
+ * marked). */
+static int
+sentinel__take(tgc_gc_node *first, tgc_gc_node *head, const tgc_ptrmap *take, PyObject **island,
+               PyObject **deferred)
+{
+    Py_ssize_t n = 0, nfin = 0;
+    for (tgc_gc_node *g = first; g != head; g = tgc_gc_next(g)) {
+        PyObject *op = tgc_gc_object(g);
+        if (take == NULL || tgc_ptrmap_get(take, op) != UINT32_MAX) {
+            n++;
+            nfin += Py_TYPE(op)->tp_finalize != NULL && !tgc_gc_finalized(g);
+        }
+    }
+    PyObject *list = PyList_New(n);       /* new reference */
+    PyObject *fin = PyList_New(nfin);     /* new reference */
+    if (list == NULL || fin == NULL) {
+        Py_XDECREF(list);
+        Py_XDECREF(fin);
+        PyErr_Clear();
+        return -1;
+    }
+    Py_ssize_t i = 0, j = 0;
+    for (tgc_gc_node *g = first; g != head && i < n; g = tgc_gc_next(g)) {
+        PyObject *op = tgc_gc_object(g);
+        if (take != NULL && tgc_ptrmap_get(take, op) == UINT32_MAX) {
+            continue;
+        }
+        PyList_SET_ITEM(list, i++, Py_NewRef(op));
+        if (Py_TYPE(op)->tp_finalize != NULL && !tgc_gc_finalized(g) && j < nfin) {
+            tgc_gc_set_finalized(g);
+            PyList_SET_ITEM(fin, j++, Py_NewRef(op));
+        }
+    }
+    *island = list;
+    *deferred = fin;
+    return 0;
+}
+
+/* The part of the garbage (first..head) that holds its tensors, when it is an island of it: the
+ * objects that are or reference a tensor (the walk's hits, none before `hit`), closed under references to garbage,
+ * with no reference from the rest of the garbage (every member's refcount explained by the
+ * members'). Then only that part outlives the collection and the collector frees the rest, as
+ * the pre-scan's islands did; otherwise (other garbage points in, more than TGC_ISLAND_MAX
+ * objects, no memory) all of the garbage is taken. Returns 1 with *island and *deferred set (as
+ * sentinel__take sets them), 0 when the part is no island or is too large, -1 without memory. */
+static int
+sentinel__island(young_ctx *y, tgc_gc_node *first, tgc_gc_node *hit, tgc_gc_node *head,
+                 PyObject **island, PyObject **deferred)
+{
+    island_ctx c;
+    int rc = 0;
+    if (island__ctx_init(&c, y->tensor, TGC_ISLAND_MAX) < 0) {
+        rc = -1;
+        goto done;
+    }
+    young_cursor cur;
+    young__cursor_init(&cur);
+    PyTypeObject *plain_ref[2] = {NULL, NULL};
+    for (tgc_gc_node *g = hit; g != head; g = tgc_gc_next(g)) {  /* before hit: none */
+        PyObject *op = tgc_gc_object(g);
+        if (young__hit(y, &cur, plain_ref, op) && island__add(&c, op)) {
+            goto done;  /* overflow */
+        }
+    }
+    for (uint32_t i = 0; i < c.n; i++) {  /* c.n grows as members join */
+        PyObject *op = c.items[i];
+        (void)Py_TYPE(op)->tp_traverse(op, sentinel__reach, &c);
+        if (c.overflow) {
+            goto done;
+        }
+    }
+    if (c.n == 0 || !island__exact(&c, 0)) {
+        goto done;
+    }
+    rc = sentinel__take(first, head, &c.map, island, deferred) < 0 ? -1 : 1;
+done:
+    island__ctx_free(&c);
+    return rc;
+}
+
+/* The first sentinel's finalizer: finalize_garbage has just moved it, alone, to its list of
+ * finalized objects, and the second sentinel heads what is left, which is all the rest of this
+ * collection's garbage. Walks it as the pre-scan walks the young lists; on a hit hands the part
+ * that holds tensors to the catcher (sentinel__island), or all of it. Runs no Python code unless
+ * the catcher does. */
+static void
+sentinel__finalize(PyObject *self)
+{
+    young_sentinel *s = (young_sentinel *)self;
+    tgc_young_catch catch = s->catch;
+    if (!s->first || catch == NULL || s->peer == NULL) {
+        return;
+    }
+    s->catch = NULL;
+    if (young_planted == s && !young_held) {
+        /* The pair survives the collection (the collector's resurrection check sees this
+         * reference), so that it is not counted as collected: gc.collect() and gc.get_stats()
+         * count the program's garbage alone. "stop" breaks it up (tgc_young_uproot). */
+        Py_INCREF(self);
+        young_held = 1;
+    }
+    tgc_gc_node *n1 = tgc_gc_node_of(self), *n2 = tgc_gc_node_of(s->peer);
+    tgc_gc_node *head = tgc_gc_prev(n2);
+    if (tgc_gc_next(n1) != tgc_gc_prev(n1) || tgc_gc_next(head) != n2) {
+        /* not the first garbage finalized, or the second one not next: objects were finalized
+         * before this one, which the walk below cannot reach */
+        catch(s->arg, NULL, NULL);
+        return;
+    }
+    young_ctx y;
+    y.tensor = s->tensor;
+    memset(&y.types, 0, sizeof(y.types));
+    y.saw_type = 0;
+    PyTypeObject *plain_ref[2] = {NULL, NULL};
+    young_cursor fc, bc;
+    young__cursor_init(&fc);
+    young__cursor_init(&bc);
+    tgc_gc_node *first = tgc_gc_next(n2), *last;
+    tgc_gc_node *hit = young__ring_hit(&y, &fc, &bc, plain_ref, first, head, &last);
+    if (hit == NULL) {
+        return;
+    }
+    PyObject *island = NULL, *deferred = NULL;
+    int rc = sentinel__island(&y, first, hit, head, &island, &deferred);
+    if (rc == 0) {
+        rc = sentinel__take(first, head, NULL, &island, &deferred);
+    }
+    if (rc < 0) {
+        catch(s->arg, NULL, NULL);
+    }
+    else {
+        catch(s->arg, island, deferred);
+    }
+}
+
+static PyTypeObject young_sentinel_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tensorgc._sentinel",
+    .tp_basicsize = sizeof(young_sentinel),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = sentinel__traverse,
+    .tp_clear = sentinel__clear,
+    .tp_dealloc = sentinel__dealloc,
+    .tp_finalize = sentinel__finalize,
+};
+
+static young_sentinel *
+sentinel__new(void)
+{
+    young_sentinel *s = PyObject_GC_New(young_sentinel, &young_sentinel_type);  /* new */
+    if (s != NULL) {
+        s->peer = NULL;
+        s->first = 0;
+        s->tensor = NULL;
+        s->catch = NULL;
+        s->arg = NULL;
+    }
+    return s;
+}
+
+int
+tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, void *arg)
+{
+    if (!young_layout_ok || !(young_sentinel_type.tp_flags & Py_TPFLAGS_READY) ||
+        young_planted != NULL || tensor == NULL || generation < 0 ||
+        generation >= TGC_GC_GENERATIONS) {
+        return -1;
+    }
+    young_sentinel *a = sentinel__new(), *b = sentinel__new();  /* new references */
+    if (a == NULL || b == NULL) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        PyErr_Clear();
+        return -1;
+    }
+    a->first = 1;
+    a->tensor = tensor;
+    a->catch = catch;
+    a->arg = arg;
+    a->peer = Py_NewRef((PyObject *)b);
+    b->peer = Py_NewRef((PyObject *)a);
+    PyObject_GC_Track(a);
+    PyObject_GC_Track(b);
+    /* from generation 0's tail to the front of the list the collection examines, a then b */
+    tgc_gc_node *head = young__head(generation);
+    tgc_gc_move_after(tgc_gc_node_of((PyObject *)b), head);
+    tgc_gc_move_after(tgc_gc_node_of((PyObject *)a), head);
+    young_planted = a;
+    Py_DECREF(a);
+    Py_DECREF(b);  /* the pair now lives by its cycle alone */
+    return 0;
+}
+
+int
+tgc_young_uproot(void)
+{
+    young_sentinel *a = young_planted;
+    if (a == NULL) {
+        return 0;
+    }
+    /* Normally the pair survived because its finalizer held on to it. Otherwise the collection
+     * never finalized it: a later "start" callback froze it (gc.freeze) or took a reference to
+     * it, and this collection's garbage went unseen. Either way its cycle is broken here, and it
+     * is left to whoever still holds it. */
+    int lost = a->catch != NULL;
+    young_planted = NULL;
+    a->catch = NULL;
+    if (!young_held) {
+        Py_INCREF(a);
+    }
+    young_held = 0;
+    PyObject *b = a->peer;  /* take over a's reference */
+    a->peer = NULL;
+    if (b != NULL) {
+        Py_CLEAR(((young_sentinel *)b)->peer);
+        Py_DECREF(b);
+    }
+    Py_DECREF(a);
+    return lost;
+}
+
+void
+tgc_young_undefer(PyObject *deferred)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(deferred); i++) {
+        /* untracking keeps the bit, so it is cleared tracked or not */
+        tgc_gc_unset_finalized(tgc_gc_node_of(PyList_GET_ITEM(deferred, i)));
+    }
+}
+
+static int
+sentinel__ready(void)
+{
+    if (PyType_Ready(&young_sentinel_type) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
 #else  /* no known generation lists: every collection may hold tensors */
+
+int
+tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, void *arg)
+{
+    (void)generation, (void)tensor, (void)catch, (void)arg;
+    return -1;
+}
+
+int
+tgc_young_uproot(void)
+{
+    return 0;
+}
+
+void
+tgc_young_undefer(PyObject *deferred)
+{
+    (void)deferred;
+}
 
 int
 tgc_young_selfcheck(const char **why)

@@ -45,6 +45,33 @@ typedef struct {
 int tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject **island,
                      tgc_island_info *info);
 
+/* The sentinel: instead of walking what a collection is about to examine, let the collector find
+ * the garbage and look at that alone. At "start", tgc_young_plant puts a pair of objects that only
+ * hold each other at the front of the list a collection of `generation` examines (generation 0's
+ * objects are appended to it), so that the collector takes them for the first of its garbage.
+ * When it finalizes garbage (after clearing weak references, before any other finalizer) the
+ * first one walks the rest of the garbage as tgc_young_may_hold walks the young lists, with
+ * `tensor` (borrowed); when some of it is a tensor or references one it calls
+ * catch(arg, island, deferred) with island a new list of all the rest of the garbage (one more
+ * reference each: it survives the collection, and its members end up in the next generation)
+ * and deferred a new list of the members whose tp_finalize had not run yet, marked as run so
+ * that the collector passes them by: the caller hands them to tgc_young_undefer before anything
+ * else, before it runs them. With island NULL (deferred NULL too) the garbage could not be
+ * walked (no memory, or the lists were not as expected): the caller arms the collection
+ * (DEBUG_SAVEALL) now, which still saves all of it. catch may run Python code; the walk itself
+ * runs none. Returns 0 when planted, -1 when not (no exception set): the pre-scan's self-check
+ * failed, a pair is still planted, `tensor` is NULL, or no memory. Only in the "start" phase. */
+typedef void (*tgc_young_catch)(void *arg, PyObject *island, PyObject *deferred);
+int tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, void *arg);
+/* At "stop": breaks up the planted pair, which outlives the collection (its finalizer keeps it,
+ * so that the collector counts the program's garbage alone: gc.collect()'s result and
+ * gc.get_stats() are what they would be without us). 1 when the collection never finalized it
+ * (a later "start" callback froze it or took a reference to it: its garbage went unseen), 0
+ * otherwise. */
+int tgc_young_uproot(void);
+/* Clears the "finalizer ran" mark the sentinel set on each object of `deferred` (a list). */
+void tgc_young_undefer(PyObject *deferred);
+
 /* Whether an island tgc_young_island returned is still one after the collection ran: every
  * member's references still come from members, plus the one the list holds, and every member is
  * still tgc_young_plain. Python code that ran meanwhile (finalizers, weakref callbacks) could only

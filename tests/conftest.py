@@ -231,6 +231,32 @@ def observer_errors_logged():
 
 
 @pytest.fixture
+def prescan_path():
+    """The detector as it runs where no sentinel can be planted: the pre-scan walks the young
+    lists before each collection, proves islands, and arms the rest (DEBUG_SAVEALL). The tests of
+    that path's own mechanics (its counters, which proof decides, the armed split) take it."""
+    testing = tensorgc._tensorgc_testing
+    was = testing._sentinel()["enabled"]
+    testing._sentinel(False)
+    yield
+    testing._sentinel(was)
+
+
+@pytest.fixture(params=["sentinel", "pre-scan"])
+def detector_path(request):
+    """Each of the detector's two ways of finding tensor garbage, where the pre-scan is available
+    (the sentinel by default; the pre-scan, islands and the armed path where no sentinel can be
+    planted): a test that must hold on both takes this fixture. Its value names the path."""
+    testing = tensorgc._tensorgc_testing
+    was = testing._sentinel()["enabled"]
+    if request.param == "sentinel" and not was:
+        pytest.skip("the sentinel needs the young-generation pre-scan, not available here")
+    testing._sentinel(request.param == "sentinel")
+    yield request.param
+    testing._sentinel(was)
+
+
+@pytest.fixture
 def track(gc_state):
     """track(handle) -> handle; every tracked handle is removed at teardown
     (before gc_state checks that the gc hook left gc.callbacks)."""

@@ -188,12 +188,14 @@ def _observe():
 
 @pytest.mark.parametrize("kind", list(COLLECTIONS))
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_cycle_a_finalizer_breaks_is_reported_before_the_finalizer_runs(gc_state, name, kind):
+def test_cycle_a_finalizer_breaks_is_reported_before_the_finalizer_runs(gc_state, name, kind,
+                                                                       detector_path):
     cls, edges, hint = SHAPES[name]
     reports, handle = _observe()
     try:
         gc.collect()
         island = _C._young_island()
+        sentinel = _C._sentinel()
         t = T(64)
         ptr, nbytes = t.data_ptr(), t.untyped_storage().nbytes()
         cls(t)
@@ -218,8 +220,13 @@ def test_cycle_a_finalizer_breaks_is_reported_before_the_finalizer_runs(gc_state
         if hint is not None:
             assert r.hints[0].startswith(hint), r.hints[0]
         assert after["finalized"] == island["finalized"] + 1
-        assert after["early"] == island["early"] + (kind == "full")
-        assert after["used"] == island["used"] + (kind == "young")
+        if detector_path == "sentinel":
+            # found in the collection, before any finalizer ran, and taken out of it
+            assert _C._sentinel()["taken"] == sentinel["taken"] + 1
+            assert (after["early"], after["used"]) == (island["early"], island["used"])
+        else:
+            assert after["early"] == island["early"] + (kind == "full")
+            assert after["used"] == island["used"] + (kind == "young")
     finally:
         handle()
 
@@ -329,7 +336,8 @@ def test_async_generator_finalizer_hook_resurrects(gc_state):
 
 
 # --------------------------------------------------------------------------------------------
-# What the hook cannot see: no report, and the tensor alive until the collector ran
+# What the pre-scan cannot see (the sentinel can, unless the user keeps garbage with
+# DEBUG_SAVEALL): no report, and the tensor alive until the collector ran
 # --------------------------------------------------------------------------------------------
 
 def _old_cycle(make):
@@ -350,14 +358,19 @@ BLIND = {
     "weakly referenced tensor, young collection": (_weakly_referenced, 0),
     "weakly referenced tensor, full collection": (_weakly_referenced, 2),
 }
+# The sentinel looks at the garbage the collector found, after it cleared the weak references and
+# before any finalizer ran, whatever the generation: it reports all of these, unless the user's
+# DEBUG_SAVEALL asks the collector to keep the garbage (it must then see all of it, and the
+# finalizer that breaks the cycle runs before anything is kept).
 
 
 @pytest.mark.parametrize("saveall", [False, True], ids=["", "DEBUG_SAVEALL"])
 @pytest.mark.parametrize("case", list(BLIND))
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_blind_spot_no_report_and_the_tensor_lived_until_the_collection(gc_state, name, case,
-                                                                        saveall):
+                                                                        saveall, detector_path):
     cls = SHAPES[name][0]
+    seen = AVAILABLE and detector_path == "sentinel" and not saveall
     prepare, generation = BLIND[case]
     reports, handle = _observe()
     try:
@@ -370,8 +383,12 @@ def test_blind_spot_no_report_and_the_tensor_lived_until_the_collection(gc_state
             gc.set_debug(gc.DEBUG_SAVEALL)  # the user's: it would keep any garbage that remains
         assert gc.collect(generation) == 0
         gc.set_debug(0)
-        assert w() is None  # freed by the collection, by the finalizer: nothing to report on
-        assert reports == [] and EVENTS == ["finalized"]
+        assert w() is None  # freed by the collection (after the report), by the finalizer
+        if seen:  # reported intact, then finalized once, then freed
+            assert len(reports) == 1 and EVENTS == ["report", "finalized"]
+            assert reports[0].generation == generation and len(reports[0].tensors) == 1
+        else:  # nothing to report on: the finalizer broke the cycle first
+            assert reports == [] and EVENTS == ["finalized"]
         assert gc.garbage == [] and instances(cls) == []
     finally:
         gc.set_debug(0)

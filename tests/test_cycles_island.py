@@ -15,8 +15,9 @@ from _util import DEVICE, T, instances, live_tensors_with_ptr, new_class
 
 _C = _tensorgc_testing  # the detector's switches and counters
 
-pytestmark = pytest.mark.skipif(not _C._young_scan()["available"],
-                                reason="islands need the young-generation pre-scan")
+pytestmark = [pytest.mark.skipif(not _C._young_scan()["available"],
+                                 reason="islands need the young-generation pre-scan"),
+              pytest.mark.usefixtures("prescan_path")]
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,9 @@ import pytest
 import tensorgc
 from _util import DEVICE, T, instances, new_class
 
+# the split of the armed path's garbage (the sentinel hands over only the tensors' part)
+pytestmark = pytest.mark.usefixtures("prescan_path")
+
 
 def make_mixed(n_pairs=500):
     Pair = new_class("Pair")

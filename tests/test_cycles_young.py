@@ -17,6 +17,8 @@ from _util import DEVICE, T, instances, new_class
 
 _C = _tensorgc_testing  # the detector's switches and counters
 AVAILABLE = _C._young_scan()["available"]  # CPython 3.10-3.13 with the GIL (compat.h)
+# the pre-scan's own path (where the sentinel runs, it decides instead: tests/test_cycles_sentinel.py)
+pytestmark = pytest.mark.usefixtures("prescan_path")
 
 
 def counts():

@@ -1,0 +1,206 @@
+"""The sentinel (cycles/young.c's tgc_young_plant): collections run alone, with a pair of objects
+planted at the front of what they examine; the collector finds the pair first among its garbage,
+and its finalizer, run before any other, looks at the rest of the garbage and takes the part that
+holds tensors for the report. What must hold: the same reports as the armed path, the program's
+own gc counts and flags untouched, finalizers after the report, and no harm when other callbacks
+freeze the heap or grab the pair."""
+import gc
+
+import pytest
+
+pytest.importorskip("torch")
+
+import tensorgc  # noqa: E402
+from tensorgc import _tensorgc_testing  # noqa: E402
+from _util import DEVICE, T, instances, live_tensors_with_ptr, new_class  # noqa: E402
+from test_cycles_island import _random_graph, _random_run  # noqa: E402
+
+_C = _tensorgc_testing
+pytestmark = pytest.mark.skipif(not _C._sentinel()["enabled"],
+                                reason="the sentinel needs the young-generation pre-scan")
+
+
+class Sentinel:
+    """Switches the sentinel for a block (the armed path then decides, islands off)."""
+
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        self.was = _C._sentinel()["enabled"]
+        self.island = _C._young_island()["enabled"]
+        _C._sentinel(self.on)
+        return self
+
+    def __exit__(self, *exc):
+        _C._sentinel(self.was)
+        _C._young_island(self.island)
+
+
+def _pairs(n, cls):
+    for _ in range(n):
+        a, b = cls(), cls()
+        a.other, b.other = b, a
+
+
+@pytest.mark.parametrize("generation", [0, 1, 2])
+def test_reports_and_frees_what_the_armed_path_does_on_random_graphs(gc_state, generation):
+    """Random graphs of instances, lists, dicts and tensors, some kept alive, some weakly
+    referenced: the sentinel's reports are the armed path's, object for object."""
+    took = 0
+    for seed in range(40):
+        make = _random_graph(seed)
+        with Sentinel(False):
+            _random_run(make, False, generation)  # the device's lazy set-up
+            armed = _random_run(make, False, generation)
+        before = _C._sentinel()
+        got = _random_run(make, False, generation)
+        after = _C._sentinel()
+        assert got == armed, "seed %d" % seed
+        assert after["lost"] == before["lost"]
+        took += after["taken"] - before["taken"]
+    assert took > 0
+
+
+def test_the_programs_own_counts_are_unchanged(gc_state):
+    """The pair is never counted as collected: gc.collect()'s result and gc.get_stats() say what
+    the program's garbage was, as without the detector."""
+    Pair = new_class("Pair")
+    counts = []
+    for observe in (False, True):
+        handle = tensorgc.observe_cycles(lambda r: None, device=DEVICE) if observe else None
+        try:
+            for generation in (0, 1, 2):
+                gc.collect()
+                stats = [s["collected"] for s in gc.get_stats()]
+                _pairs(30, Pair)
+                n = gc.collect(generation)
+                counts.append((generation, n, gc.get_stats()[generation]["collected"]
+                               - stats[generation]))
+        finally:
+            if handle is not None:
+                handle()
+    assert counts[:3] == counts[3:] == [(g, 60, 60) for g in (0, 1, 2)]
+    assert gc.garbage == []
+
+
+def test_a_full_collection_without_tensor_garbage_is_not_armed(track):
+    """The pre-scan armed every full collection (DEBUG_SAVEALL: the whole garbage through
+    gc.garbage); the sentinel looks at the garbage alone and arms nothing."""
+    keep = T(8)  # a live tensor: no report
+    track(tensorgc.observe_cycles(lambda r: pytest.fail("no report expected"), device=DEVICE))
+    Pair = new_class("Pair")
+    before, scan = _C._sentinel(), _C._young_scan()
+    _pairs(1000, Pair)
+    assert gc.collect() == 2000
+    after = _C._sentinel()
+    assert after["planted"] == before["planted"] + 1 and after["taken"] == before["taken"]
+    assert _C._young_scan()["armed"] == scan["armed"] and gc.garbage == []
+    assert keep.sum().item() == 0
+
+
+def test_only_the_tensors_part_of_the_garbage_outlives_the_collection(track):
+    """10,000 pairs of garbage and one cycle holding a tensor: the collector frees the pairs
+    itself, the report sees the one cycle."""
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Pair, Holder = new_class("Pair"), new_class("Holder")
+    _pairs(5000, Pair)
+    h = Holder()
+    h.me, h.t = h, T(32)
+    ptr = h.t.data_ptr()
+    _pairs(5000, Pair)
+    del h
+    assert gc.collect(0) == 20000  # the pairs; the holder and its tensor went to the report
+    assert len(reports) == 1 and reports[0].objects == 2 and reports[0].nbytes == 128
+    assert live_tensors_with_ptr(ptr) == []
+    assert instances(Pair) == [] and instances(Holder) == []
+
+
+def test_a_callback_after_ours_changes_nothing(track):
+    """The pre-scan armed every collection once another gc callback followed ours (its Python
+    code could allocate after the walk); the pair sits at the front of the list, so what later
+    callbacks allocate is still behind it."""
+    reports, made = [], []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Holder = new_class("Holder")
+
+    def later(phase, info):
+        if phase == "start" and not made:  # a cycle holding a tensor, made after our callback
+            h = Holder()
+            h.me, h.t = h, T(4)
+            made.append(1)
+    gc.callbacks.append(later)
+    try:
+        scan = _C._young_scan()
+        gc.collect(0)
+        assert len(reports) == 1 and reports[0].nbytes == 16
+        assert _C._young_scan()["armed"] == scan["armed"]
+    finally:
+        gc.callbacks.remove(later)
+    assert instances(Holder) == []
+
+
+def test_the_users_debug_flags_arm_the_collection(track):
+    """With the user's DEBUG_SAVEALL the collector must keep all the garbage in gc.garbage: the
+    sentinel arms the collection from inside it, the report still comes, and the user's garbage
+    and flags are theirs."""
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Holder = new_class("Holder")
+    h = Holder()
+    h.me, h.t = h, T(4)
+    del h
+    before = _C._sentinel()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect(0)
+    finally:
+        gc.set_debug(0)
+    assert _C._sentinel()["armed"] == before["armed"] + 1
+    assert len(reports) == 1
+    kept = [o for o in gc.garbage if type(o) is Holder]
+    assert len(kept) == 1 and kept[0].t.numel() == 4
+    gc.garbage.clear()
+    del kept
+    gc.collect()
+    assert instances(Holder) == []
+
+
+@pytest.mark.parametrize("how", ["freeze", "grab"])
+def test_a_later_callback_that_freezes_the_heap_or_grabs_the_pair(track, how):
+    """A "start" callback after ours that freezes every object (gc.freeze) or takes the pair
+    (gc.get_objects): the pair outlives the collection, is counted as lost and broken up at
+    "stop"; nothing crashes, and the next collection plants a new one."""
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    grabbed = []
+
+    def later(phase, info):
+        if phase != "start":
+            return
+        if how == "freeze":
+            gc.freeze()
+        else:
+            grabbed.extend(o for o in gc.get_objects() if type(o).__name__ == "_sentinel")
+    gc.callbacks.append(later)
+    try:
+        before = _C._sentinel()
+        gc.collect(0)
+    finally:
+        gc.callbacks.remove(later)
+        if how == "freeze":
+            gc.unfreeze()
+    after = _C._sentinel()
+    assert after["lost"] == before["lost"] + 1
+    if how == "grab":
+        assert len(grabbed) == 2 and all(gc.get_referents(o) == [] for o in grabbed)
+        with pytest.raises(TypeError):
+            type(grabbed[0])()
+        grabbed.clear()
+    Holder = new_class("Holder")
+    h = Holder()
+    h.me, h.t = h, T(4)
+    del h
+    gc.collect(0)
+    assert len(reports) == 1 and _C._sentinel()["planted"] == after["planted"] + 1

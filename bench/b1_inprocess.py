@@ -15,7 +15,11 @@ reports each mode's median loop time and the median of its per-round difference 
   call), which no detector registered there can avoid;
 * ``tensorgc`` -- ``tensorgc.observe_cycles(cb, device=...)``, ``cb`` reads ``.tensors``,
   ``.nbytes`` and ``.text`` as B1's does;
-* ``tensorgc-noisland`` -- the same with islands off;
+* ``tensorgc-prescan`` -- the same with the sentinel off (the pre-scan and islands decide, as
+  where no sentinel can be planted);
+* ``tensorgc+callback``, ``tensorgc-prescan+callback`` -- either, with another gc callback (the
+  floor's no-op) registered after the detector's, as a program's own gc timer would be;
+* ``tensorgc-noisland`` -- the pre-scan path with islands off;
 * ``tensorgc-warn`` -- ``tensorgc.warn_tensor_cycles(device=...)`` as a long job leaves it on:
   repeats counted by cycle signature (one CycleDedup shared by every loop, its page written
   before the first round), so every report of the loop is a repeat: counted, no page, no text.
@@ -53,7 +57,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 from b1_overhead import SHAPES, TensorCycle  # noqa: E402
 
-MODES = ("plain", "floor", "tensorgc", "tensorgc-noisland", "tensorgc-warn")
+MODES = ("plain", "floor", "tensorgc", "tensorgc-prescan", "tensorgc+callback",
+         "tensorgc-prescan+callback", "tensorgc-noisland", "tensorgc-warn")
 
 
 def main(argv=None) -> int:
@@ -151,6 +156,7 @@ def main(argv=None) -> int:
             for m in (modes if r % 2 == 0 else modes[::-1]):
                 remove = None
                 testing._young_island(m != "tensorgc-noisland" and island)
+                testing._sentinel(not m.startswith(("tensorgc-prescan", "tensorgc-noisland")))
                 if m == "floor":
                     gc.callbacks.append(operator.is_)
                 elif m == "tensorgc-warn":
@@ -159,6 +165,8 @@ def main(argv=None) -> int:
                     before = counter.totals()["seen"]
                 elif m.startswith("tensorgc"):
                     remove = tensorgc.observe_cycles(cb, device=device)
+                    if m.endswith("+callback"):
+                        gc.callbacks.append(operator.is_)
                 elif m in variants:
                     remove = variants[m].observe_cycles(cb, device=device)
                 stats["reports"] = 0
@@ -170,7 +178,7 @@ def main(argv=None) -> int:
                         for name, (n, secs) in timed[m]._phase_times(True).items():
                             phases[m].setdefault(name, []).append((n, secs))
                 finally:
-                    if m == "floor":
+                    if m == "floor" or m.endswith("+callback"):
                         gc.callbacks.remove(operator.is_)
                     if remove is not None:
                         remove()

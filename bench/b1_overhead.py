@@ -23,7 +23,10 @@ Modes (each run in its own subprocess, ``--repeat`` times, median reported):
 * ``plain``    -- no detector.
 * ``tensorgc`` -- ``tensorgc.observe_cycles(cb, device=<dev>)``; ``cb`` reads
   ``report.text`` (``--access``: none/text/html).
-* ``tensorgc-noisland`` -- the same with islands switched off
+* ``tensorgc-prescan`` -- the same with the sentinel switched off
+  (``tensorgc._tensorgc_testing._sentinel(False)``): the pre-scan walks what each collection is
+  about to examine, proves islands, and arms the rest, as where no sentinel can be planted.
+* ``tensorgc-noisland`` -- the pre-scan path with islands switched off
   (``tensorgc._tensorgc_testing._young_island(False)``): every young collection that could hold a tensor
   is armed (DEBUG_SAVEALL).
 * ``tensorgc-noscan`` -- the same with the young-generation pre-scan switched off
@@ -72,7 +75,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
-MODES = ("plain", "floor", "import", "tensorgc", "tensorgc-noisland", "tensorgc-noscan", "torch")
+MODES = ("plain", "floor", "import", "tensorgc", "tensorgc-prescan", "tensorgc-noisland",
+         "tensorgc-noscan", "torch")
 
 
 # --------------------------------------------------------------------------- worker
@@ -198,8 +202,10 @@ def worker(cfg: dict) -> None:
 
     remove = None
     detector = "none"
-    if mode in ("tensorgc", "tensorgc-noisland", "tensorgc-noscan"):
+    if mode in ("tensorgc", "tensorgc-prescan", "tensorgc-noisland", "tensorgc-noscan"):
         tensorgc = C.import_tensorgc()
+        if mode != "tensorgc":
+            tensorgc._tensorgc_testing._sentinel(False)
         if mode == "tensorgc-noisland":
             tensorgc._tensorgc_testing._young_island(False)
         if mode == "tensorgc-noscan":

@@ -1,5 +1,6 @@
-/* gclists.h: the cyclic collector's internals that cycles/young.c reads, and nothing else of
- * them: its generation lists (doubly linked through the PyGC_Head before each tracked object),
+/* gclists.h: the cyclic collector's internals that cycles/young.c reads (and, for the sentinel,
+ * writes: a node moved within its lists, PEP 442's "finalized" bit), and nothing else of them:
+ * its generation lists (doubly linked through the PyGC_Head before each tracked object),
  * the "being collected" bit of a header, and whether a collection is running. Only where
  * compat.h's TGC_HAVE_YOUNG_SCAN says the build knows them: CPython 3.10-3.13 with the GIL,
  * whose collectors (Modules/gcmodule.c to 3.12, Python/gc.c in 3.13) keep every tracked object

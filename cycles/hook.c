@@ -2,12 +2,16 @@
  * hook.h; observers.c calls the observers, split.c finds the tensors' part of the garbage, free.c
  * frees it).
  *
- * "start": set DEBUG_SAVEALL for this one collection, remembering the user's flags and
- *          len(gc.garbage).
- * "stop":  restore the flags, take exactly what this collection appended to gc.garbage, run the
- *          observers on it, then free it ourselves the way the collector would have (tp_clear),
- *          sparing anything an observer made reachable again. No extra collections, no profiler
- *          trampoline; the user's gc.garbage entries, flags and sys.getprofile() are untouched. */
+ * "start": plant the sentinel (young.h's tgc_young_plant) and let the collection run alone; its
+ *          finalizer, the collector's first, hands over the part of the garbage that holds
+ *          tensors (hook__caught keeps it as the island), or arms the collection from inside it.
+ *          Where no sentinel can be planted: the pre-scan and islands, or set DEBUG_SAVEALL for
+ *          this one collection, remembering the user's flags and len(gc.garbage).
+ * "stop":  report the island and free it; or restore the flags, take exactly what this
+ *          collection appended to gc.garbage, run the observers on it, then free it ourselves the
+ *          way the collector would have (tp_clear), sparing anything an observer made reachable
+ *          again. No extra collections, no profiler trampoline; the user's gc.garbage entries,
+ *          flags and sys.getprofile() are untouched. */
 #include "cycles.h"
 #include "hook_int.h"
 

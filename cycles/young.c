@@ -1,4 +1,7 @@
-/* young.c: the pre-scan that lets a young collection run without the detector.
+/* young.c: how a collection runs without the detector unless its garbage holds a tensor.
+ *
+ * The sentinel (below, tgc_young_plant) looks at a collection's garbage from inside it, once the
+ * collector found it. Where it cannot be planted, the pre-scan decides before the collection:
  *
  * DEBUG_SAVEALL costs every collection something (the collector appends its garbage to
  * gc.garbage, we take it back, scan it and free it), although in most young collections nothing

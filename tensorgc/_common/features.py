@@ -32,9 +32,10 @@ class Feature(NamedTuple):
 # name -> (title, effect when off), in the order features() lists them
 _KNOWN = {
     "young_prescan": (
-        "the young-generation pre-scan",
+        "collections run alone, the detector looking at their garbage from inside them (the "
+        "sentinel; the young-generation pre-scan where it cannot be planted)",
         "every collection runs the detector (DEBUG_SAVEALL and a look at its garbage), not only "
-        "those whose young objects could hold a tensor: more overhead while a detector is on"),
+        "those whose garbage holds a tensor: more overhead while a detector is on"),
     "finalizer_cycles": (
         "reports of cycles that finalizers break",
         "a cycle that a __del__ or a suspended generator's close() breaks during the collection "

@@ -961,6 +961,7 @@ tgc_cycles_clear(tgc_cycles *c)
     tgc_labels_clear(&c->labels);
     Py_CLEAR(c->garbage);
     tgc_hook_drop_island(c);
+    (void)tgc_young_uproot();  /* a pair whose "stop" never came (the hook left mid-collection) */
     Py_CLEAR(c->deferred);
 }
 

@@ -99,13 +99,14 @@ _SLOW_TESTS = {
 
 
 # Under pytest-xdist (make test: two workers, --dist loadgroup) the tests of these files are handed
-# out first, in this order: each of them runs a compiler, pip, mypy, a subprocess pytest, a training
-# or a browser for seconds of CPU, and one started last would hold its worker alone at the end of
-# the run. The other files follow in their own order.
-_FIRST = ["test_pytest_plugin.py", "test_bench_pages.py", "test_integration_runs.py",
-          "test_demos.py", "test_phase_times.py", "test_portable.py", "test_why_alive_demo.py",
-          "test_notebooks.py", "test_docs.py", "test_guest.py", "test_layout.py",
-          "test_snapshot_stream.py", "test_no_cuda.py", "test_wheel.py"]
+# out first, in this order: each of them runs a compiler, pip, mypy, a subprocess pytest, a
+# training, process groups or a browser for seconds of CPU, and one started last would hold its
+# worker alone at the end of the run. The other files follow in their own order.
+_FIRST = ["test_pytest_plugin.py", "test_typing.py", "test_bench_pages.py",
+          "test_integration_runs.py", "test_gather.py", "test_demos.py", "test_phase_times.py",
+          "test_portable.py", "test_why_alive_demo.py", "test_notebooks.py", "test_docs.py",
+          "test_guest.py", "test_layout.py", "test_snapshot_stream.py", "test_no_cuda.py",
+          "test_wheel.py"]
 
 
 def _module_fixture(item):

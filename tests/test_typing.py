@@ -1,11 +1,13 @@
 """The typed API: `mypy --strict` passes on a user's script that uses every public entry point
 (tests/typing/sample_user.py, which is also run) and on the package itself; it catches the
 mistakes in tests/typing/misuse.py (so the annotations are not Any); the C module's stub agrees
-with the module (mypy.stubtest); and a build ships py.typed and the stub (PEP 561).
+with the module (mypy.stubtest); and a build ships py.typed and the stub (PEP 561). The checks
+run in one mypy process (tests/typing/check.py), which reads torch's annotations once.
 
 mypy is pinned by `make deps` (MYPY_VERSION); the tests skip only where mypy is not installed.
 """
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -24,24 +26,9 @@ TYPING = os.path.join(ROOT, "tests", "typing")
 MYPY_PIN = "2.4.1"  # what `make deps` installs; another version may judge differently
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """One mypy cache for this module's runs: torch's annotations are read once (~20 s)."""
-    return str(tmp_path_factory.mktemp("mypy-cache"))
-
-
 def env():
-    return dict(os.environ, MYPYPATH=ROOT,
+    return dict(os.environ, MYPYPATH=ROOT + os.pathsep + TYPING,
                 PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
-def mypy(cache, *args):
-    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", cache,
-                        "--config-file", os.path.join(TYPING, "mypy.ini"),
-                        "--hide-error-context", "--no-color-output", "--show-error-codes",
-                        *args],
-                       capture_output=True, text=True, timeout=900, cwd=ROOT, env=env())
-    return r
 
 
 def version_note():
@@ -51,44 +38,64 @@ def version_note():
     return "" if v == MYPY_PIN else f" (mypy {v} here; the suite pins {MYPY_PIN})"
 
 
-@needs_torch
-def test_a_users_script_type_checks_strictly(cache):
-    r = mypy(cache, os.path.join(TYPING, "sample_user.py"))
-    assert r.returncode == 0, r.stdout + r.stderr + version_note()
-    assert "Success: no issues found" in r.stdout
+@pytest.fixture(scope="module")
+def checked():
+    """`mypy --strict -p tensorgc -m sample_user -m misuse` and mypy.stubtest of the C module's
+    stub, in one mypy process (tests/typing/check.py): torch's annotations are read once (~25 s).
+    The messages of the strict check by file, and stubtest's exit status and output."""
+    r = subprocess.run([sys.executable, os.path.join(TYPING, "check.py")],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT, env=env())
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:] + version_note()
+    out = json.loads(r.stdout)
+    by_file = {}
+    for message in out["mypy"]:
+        m = re.match(r"(.+?):\d+: (?:error|note): ", message)
+        assert m, message  # every message names its file
+        where = os.path.relpath(os.path.join(ROOT, m.group(1)), ROOT)
+        by_file.setdefault(where, []).append(message)
+    assert out["sources"] > 10, out["sources"]  # the package's modules and the two scripts
+    return by_file, out
 
 
 @needs_torch
-def test_the_package_type_checks_strictly(cache):
-    r = mypy(cache, "-p", "tensorgc")
-    assert r.returncode == 0, r.stdout + r.stderr + version_note()
-    assert re.search(r"Success: no issues found in \d+ source files", r.stdout)
+def test_a_users_script_type_checks_strictly(checked):
+    by_file, _ = checked
+    script = os.path.join("tests", "typing", "sample_user.py")
+    assert script not in by_file, "\n".join(by_file[script]) + version_note()
 
 
 @needs_torch
-def test_mistakes_are_caught_where_marked(cache):
+def test_the_package_type_checks_strictly(checked):
+    by_file, _ = checked
+    package = {f: ms for f, ms in by_file.items() if f.split(os.sep)[0] == "tensorgc"}
+    assert not package, "\n".join(m for ms in package.values() for m in ms) + version_note()
+    # nothing but the mistakes file has a message at all (a message in the package's imports
+    # would be one: mypy --strict reports them where they are read)
+    assert set(by_file) <= {os.path.join("tests", "typing", "misuse.py")}, sorted(by_file)
+
+
+@needs_torch
+def test_mistakes_are_caught_where_marked(checked):
+    by_file, _ = checked
     path = os.path.join(TYPING, "misuse.py")
     with open(path, encoding="utf-8") as f:
         expected = {i: m.group(1) for i, line in enumerate(f, 1)
                     if (m := re.search(r"# E: ([a-z-]+)$", line))}
     assert len(expected) >= 10
-    r = mypy(cache, path)
+    messages = by_file.get(os.path.relpath(path, ROOT), [])
     found = {}
-    for line in r.stdout.splitlines():
+    for line in messages:
         m = re.match(r".*misuse\.py:(\d+): error: .*\[([a-z-]+)\]$", line)
         if m:
             found[int(m.group(1))] = m.group(2)
-    assert found == expected, r.stdout + version_note()
+    assert found == expected, "\n".join(messages) + version_note()
 
 
 @needs_torch
-def test_the_stub_agrees_with_the_c_module(cache):
-    r = subprocess.run([sys.executable, "-m", "mypy.stubtest", "tensorgc._tensorgc",
-                        "--allowlist", os.path.join(TYPING, "stubtest_allowlist.txt"),
-                        "--mypy-config-file", os.path.join(TYPING, "mypy.ini")],
-                       capture_output=True, text=True, timeout=900,
-                       cwd=cache, env=dict(env(), MYPY_CACHE_DIR=cache))  # not in the checkout
-    assert r.returncode == 0, r.stdout + r.stderr + version_note()
+def test_the_stub_agrees_with_the_c_module(checked):
+    _, out = checked
+    assert out["stubtest"] == 0, out["stubtest_output"] + version_note()
+    assert "Success: no issues found in 1 module" in out["stubtest_output"], out["stubtest_output"]
 
 
 @needs_torch

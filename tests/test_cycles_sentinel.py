@@ -204,3 +204,66 @@ def test_a_later_callback_that_freezes_the_heap_or_grabs_the_pair(track, how):
     del h
     gc.collect(0)
     assert len(reports) == 1 and _C._sentinel()["planted"] == after["planted"] + 1
+
+
+@pytest.mark.parametrize("where", ["finalizer", "later callback"])
+def test_the_last_observer_leaving_during_the_collection_still_frees_the_island(gc_state, where):
+    """The last observer removed from inside the collection (another garbage object's __del__, or
+    a "start" callback after ours), after the pair was planted: the hook stays for this
+    collection's "stop", which runs the island's deferred finalizers and frees it, and then comes
+    off gc.callbacks. Taking it off at once left the island (its tensors) alive, its finalizers
+    never run, and the pair planted for good."""
+    Holder, Fin, Remover = new_class("Holder"), new_class("Fin"), new_class("Remover")
+    ran = []
+    Fin.__del__ = lambda self: ran.append(1)
+    handle = tensorgc.observe_cycles(lambda r: None, device=DEVICE)
+
+    def later(phase, info):
+        if phase == "start":
+            handle.remove()
+    if where == "finalizer":
+        Remover.__del__ = lambda self: handle.remove()
+        r = Remover()
+        r.me = r
+        del r
+    else:
+        gc.callbacks.append(later)
+    try:
+        h = Holder()
+        h.me, h.t, h.f = h, T(4), Fin()
+        h.f.back = h
+        del h
+        before = _C._sentinel()
+        gc.collect(0)
+        hooked = [cb for cb in gc.callbacks if getattr(cb, "__name__", "") == "_gc_hook"]
+    finally:
+        if later in gc.callbacks:
+            gc.callbacks.remove(later)
+        handle.remove()
+    assert _C._sentinel()["taken"] == before["taken"] + 1 and hooked == []
+    assert ran == [1] and instances(Holder) == [] and instances(Fin) == []
+    gc.collect(0)
+    assert ran == [1]
+
+
+@pytest.mark.parametrize("flag", ["DEBUG_COLLECTABLE", "DEBUG_STATS"])
+def test_debug_flags_that_print_the_collectors_objects_never_show_the_pair(track, capfd, flag):
+    """DEBUG_COLLECTABLE prints every collectable object and DEBUG_STATS counts each generation's
+    objects, before the pair could resurrect itself: with those on, no pair is planted (the
+    pre-scan decides), and the report still comes."""
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Holder = new_class("Holder")
+    h = Holder()
+    h.me, h.t = h, T(4)
+    del h
+    before = _C._sentinel()
+    capfd.readouterr()
+    gc.set_debug(getattr(gc, flag))
+    try:
+        gc.collect(0)
+    finally:
+        gc.set_debug(0)
+    err = capfd.readouterr().err
+    assert "_sentinel" not in err and "gc: " in err
+    assert _C._sentinel()["planted"] == before["planted"] and len(reports) == 1

@@ -120,6 +120,13 @@ tgc_gc_move_after(tgc_gc_node *node, tgc_gc_node *head)
     _PyGCHead_SET_PREV(first, node);
 }
 
+/* The collector's debug flags (gc.get_debug()), read without a call. */
+static inline int
+tgc_gc_debug(void)
+{
+    return PyInterpreterState_Get()->gc.debug;
+}
+
 /* Whether a collection is running (the collector owns the bits above then). */
 static inline int
 tgc_gc_collecting(void)

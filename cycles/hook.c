@@ -568,6 +568,18 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
     if (c->deferred != NULL && !c->busy && phase == 2) {
         hook__deliver_later(c);
     }
+    if (phase == 2 && !c->busy && !c->unhook_pending && PyList_GET_SIZE(c->observers) == 0 &&
+        !c->armed && c->island == NULL) {
+        /* The last observer left during this collection, before this "stop" (tgc_hook_remove
+         * kept the hook for it): a trailing copy takes the hook off after the other callbacks,
+         * which the collector is walking by index. */
+        if (PyList_Append(c->gc_callbacks, c->hook) == 0) {
+            c->unhook_pending = 1;
+        }
+        else {
+            PyErr_WriteUnraisable(c->hook);
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -204,9 +204,13 @@ tgc_hook_remove(tgc_handle *h)
                 }
                 c->unhook_pending = 1;
             }
-            else if (!c->armed) {
+            else if (!c->armed && c->island == NULL && !tgc_young_planted()) {
                 rc = tgc_hook_unhook(c);
             }
+            /* Otherwise a collection is under way (a finalizer or a weakref callback removed
+             * the observer, or another "start" callback): its "stop" must still come, to restore
+             * the flags, break up the sentinel, and report, finalize and free the island it
+             * holds; that "stop" takes the hook off (tgc_hook_callback). */
         }
     }
     PyObject *then = h->on_remove;  /* the reference moves here: called once */

@@ -1251,12 +1251,17 @@ sentinel__new(void)
     return s;
 }
 
+/* gc.DEBUG_STATS and gc.DEBUG_COLLECTABLE, fixed since Python 2: the collector prints the pair
+ * among the collectable objects, or counts it among each generation's objects, before it can
+ * resurrect itself. */
+#define SENTINEL_SHOWN_BY (1 | 2)
+
 int
 tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, void *arg)
 {
     if (!young_layout_ok || !(young_sentinel_type.tp_flags & Py_TPFLAGS_READY) ||
         young_planted != NULL || tensor == NULL || generation < 0 ||
-        generation >= TGC_GC_GENERATIONS) {
+        generation >= TGC_GC_GENERATIONS || (tgc_gc_debug() & SENTINEL_SHOWN_BY) != 0) {
         return -1;
     }
     young_sentinel *a = sentinel__new(), *b = sentinel__new();  /* new references */
@@ -1312,6 +1317,12 @@ tgc_young_uproot(void)
     return lost;
 }
 
+int
+tgc_young_planted(void)
+{
+    return young_planted != NULL;
+}
+
 void
 tgc_young_undefer(PyObject *deferred)
 {
@@ -1342,6 +1353,12 @@ tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, voi
 
 int
 tgc_young_uproot(void)
+{
+    return 0;
+}
+
+int
+tgc_young_planted(void)
 {
     return 0;
 }

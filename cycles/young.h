@@ -60,7 +60,9 @@ int tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObj
  * walked (no memory, or the lists were not as expected): the caller arms the collection
  * (DEBUG_SAVEALL) now, which still saves all of it. catch may run Python code; the walk itself
  * runs none. Returns 0 when planted, -1 when not (no exception set): the pre-scan's self-check
- * failed, a pair is still planted, `tensor` is NULL, or no memory. Only in the "start" phase. */
+ * failed, a pair is still planted, `tensor` is NULL, the user's gc debug flags would show the pair
+ * (DEBUG_COLLECTABLE prints every collectable object, DEBUG_STATS counts each generation's
+ * objects), or no memory. Only in the "start" phase. */
 typedef void (*tgc_young_catch)(void *arg, PyObject *island, PyObject *deferred);
 int tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, void *arg);
 /* At "stop": breaks up the planted pair, which outlives the collection (its finalizer keeps it,
@@ -69,6 +71,8 @@ int tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch,
  * (a later "start" callback froze it or took a reference to it: its garbage went unseen), 0
  * otherwise. */
 int tgc_young_uproot(void);
+/* Whether a pair is planted: from tgc_young_plant until tgc_young_uproot. */
+int tgc_young_planted(void);
 /* Clears the "finalizer ran" mark the sentinel set on each object of `deferred` (a list). */
 void tgc_young_undefer(PyObject *deferred);
 

@@ -5,6 +5,7 @@ holds tensors for the report. What must hold: the same reports as the armed path
 own gc counts and flags untouched, finalizers after the report, and no harm when other callbacks
 freeze the heap or grab the pair."""
 import gc
+import sys
 
 import pytest
 
@@ -16,6 +17,8 @@ from _util import DEVICE, T, instances, live_tensors_with_ptr, new_class  # noqa
 from test_cycles_island import _random_graph, _random_run  # noqa: E402
 
 _C = _tensorgc_testing
+# Objects the collector counts per instance of a plain class: 3.10 gives each its __dict__.
+PER_INSTANCE = 2 if sys.version_info < (3, 11) else 1
 pytestmark = pytest.mark.skipif(not _C._sentinel()["enabled"],
                                 reason="the sentinel needs the young-generation pre-scan")
 
@@ -80,7 +83,8 @@ def test_the_programs_own_counts_are_unchanged(gc_state):
         finally:
             if handle is not None:
                 handle()
-    assert counts[:3] == counts[3:] == [(g, 60, 60) for g in (0, 1, 2)]
+    assert counts[:3] == counts[3:] == [(g, 60 * PER_INSTANCE, 60 * PER_INSTANCE)
+                                        for g in (0, 1, 2)]
     assert gc.garbage == []
 
 
@@ -90,9 +94,10 @@ def test_a_full_collection_without_tensor_garbage_is_not_armed(track):
     keep = T(8)  # a live tensor: no report
     track(tensorgc.observe_cycles(lambda r: pytest.fail("no report expected"), device=DEVICE))
     Pair = new_class("Pair")
+    gc.collect()  # what setting up left (3.10: the observer's first call)
     before, scan = _C._sentinel(), _C._young_scan()
     _pairs(1000, Pair)
-    assert gc.collect() == 2000
+    assert gc.collect() == 2000 * PER_INSTANCE
     after = _C._sentinel()
     assert after["planted"] == before["planted"] + 1 and after["taken"] == before["taken"]
     assert _C._young_scan()["armed"] == scan["armed"] and gc.garbage == []
@@ -111,7 +116,8 @@ def test_only_the_tensors_part_of_the_garbage_outlives_the_collection(track):
     ptr = h.t.data_ptr()
     _pairs(5000, Pair)
     del h
-    assert gc.collect(0) == 20000  # the pairs; the holder and its tensor went to the report
+    # the pairs; the holder and its tensor went to the report
+    assert gc.collect(0) == 20000 * PER_INSTANCE
     assert len(reports) == 1 and reports[0].objects == 2 and reports[0].nbytes == 128
     assert live_tensors_with_ptr(ptr) == []
     assert instances(Pair) == [] and instances(Holder) == []
@@ -204,3 +210,66 @@ def test_a_later_callback_that_freezes_the_heap_or_grabs_the_pair(track, how):
     del h
     gc.collect(0)
     assert len(reports) == 1 and _C._sentinel()["planted"] == after["planted"] + 1
+
+
+@pytest.mark.parametrize("where", ["finalizer", "later callback"])
+def test_the_last_observer_leaving_during_the_collection_still_frees_the_island(gc_state, where):
+    """The last observer removed from inside the collection (another garbage object's __del__, or
+    a "start" callback after ours), after the pair was planted: the hook stays for this
+    collection's "stop", which runs the island's deferred finalizers and frees it, and then comes
+    off gc.callbacks. Taking it off at once left the island (its tensors) alive, its finalizers
+    never run, and the pair planted for good."""
+    Holder, Fin, Remover = new_class("Holder"), new_class("Fin"), new_class("Remover")
+    ran = []
+    Fin.__del__ = lambda self: ran.append(1)
+    handle = tensorgc.observe_cycles(lambda r: None, device=DEVICE)
+
+    def later(phase, info):
+        if phase == "start":
+            handle.remove()
+    if where == "finalizer":
+        Remover.__del__ = lambda self: handle.remove()
+        r = Remover()
+        r.me = r
+        del r
+    else:
+        gc.callbacks.append(later)
+    try:
+        h = Holder()
+        h.me, h.t, h.f = h, T(4), Fin()
+        h.f.back = h
+        del h
+        before = _C._sentinel()
+        gc.collect(0)
+        hooked = [cb for cb in gc.callbacks if getattr(cb, "__name__", "") == "_gc_hook"]
+    finally:
+        if later in gc.callbacks:
+            gc.callbacks.remove(later)
+        handle.remove()
+    assert _C._sentinel()["taken"] == before["taken"] + 1 and hooked == []
+    assert ran == [1] and instances(Holder) == [] and instances(Fin) == []
+    gc.collect(0)
+    assert ran == [1]
+
+
+@pytest.mark.parametrize("flag", ["DEBUG_COLLECTABLE", "DEBUG_STATS"])
+def test_debug_flags_that_print_the_collectors_objects_never_show_the_pair(track, capfd, flag):
+    """DEBUG_COLLECTABLE prints every collectable object and DEBUG_STATS counts each generation's
+    objects, before the pair could resurrect itself: with those on, no pair is planted (the
+    pre-scan decides), and the report still comes."""
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Holder = new_class("Holder")
+    h = Holder()
+    h.me, h.t = h, T(4)
+    del h
+    before = _C._sentinel()
+    capfd.readouterr()
+    gc.set_debug(getattr(gc, flag))
+    try:
+        gc.collect(0)
+    finally:
+        gc.set_debug(0)
+    err = capfd.readouterr().err
+    assert "_sentinel" not in err and "gc: " in err
+    assert _C._sentinel()["planted"] == before["planted"] and len(reports) == 1

@@ -14,6 +14,7 @@ pytest.importorskip("torch")
 import tensorgc  # noqa: E402
 from tensorgc import _tensorgc_testing  # noqa: E402
 from _util import DEVICE, T, instances, live_tensors_with_ptr, new_class  # noqa: E402
+import test_cycles_island  # noqa: E402
 from test_cycles_island import _random_graph, _random_run  # noqa: E402
 
 _C = _tensorgc_testing
@@ -21,6 +22,15 @@ _C = _tensorgc_testing
 PER_INSTANCE = 2 if sys.version_info < (3, 11) else 1
 pytestmark = pytest.mark.skipif(not _C._sentinel()["enabled"],
                                 reason="the sentinel needs the young-generation pre-scan")
+
+
+@pytest.fixture(autouse=True)
+def _switches():
+    """The detector's switches as they were (the random-graph runs turn islands)."""
+    island, sentinel = _C._young_island()["enabled"], _C._sentinel()["enabled"]
+    yield
+    _C._young_island(island)
+    _C._sentinel(sentinel)
 
 
 class Sentinel:
@@ -46,8 +56,20 @@ def _pairs(n, cls):
         a.other, b.other = b, a
 
 
+@pytest.fixture
+def own_graph_state(monkeypatch):
+    """The random graphs' old objects and instance class, this test's own, so that
+    test_cycles_island's stay as its tests expect them: the pool is used up, and the attributes
+    the graphs set grow the class's shared keys (then its instances get dicts of their own)."""
+    pool = [test_cycles_island.Config() for _ in range(1024)]
+    gc.collect()  # old
+    monkeypatch.setattr(test_cycles_island, "_OLD_POOL", pool)
+    monkeypatch.setattr(test_cycles_island, "Holder", new_class("Holder"))
+
+
 @pytest.mark.parametrize("generation", [0, 1, 2])
-def test_reports_and_frees_what_the_armed_path_does_on_random_graphs(gc_state, generation):
+def test_reports_and_frees_what_the_armed_path_does_on_random_graphs(gc_state, own_graph_state,
+                                                                     generation):
     """Random graphs of instances, lists, dicts and tensors, some kept alive, some weakly
     referenced: the sentinel's reports are the armed path's, object for object."""
     took = 0

@@ -286,12 +286,18 @@ def test_which_proof_decides(gc_state, name, old_tensor):
 _KEPT = []  # what a random graph keeps alive from outside, until its run ends
 
 
+class GraphNode:
+    """The random graphs' instances: a class of their own, since the attributes they set grow its
+    shared keys (past which its instances get dicts of their own, one more object each, which
+    would change the shapes above)."""
+
+
 def _random_graph(seed):
     """make(t) for one random young graph: instances, lists and dicts referencing each other,
     the tensor, more tensors, an old live object, old objects only they hold; sometimes one
     node kept alive from outside or weakly referenced. The same graph on every call."""
     def link(a, b, i):
-        if isinstance(a, Holder):
+        if isinstance(a, GraphNode):
             setattr(a, "r%d" % i, b)
         elif isinstance(a, list):
             a.append(b)
@@ -300,7 +306,7 @@ def _random_graph(seed):
 
     def make(t, split=None):
         rng = random.Random(seed)
-        kinds = [rng.choice((Holder, list, dict)) for _ in range(rng.randint(1, 14))]
+        kinds = [rng.choice((GraphNode, list, dict)) for _ in range(rng.randint(1, 14))]
         nodes = [k() for k in kinds[:len(kinds) // 2]]
         if split is not None:
             split()  # with gc.collect(0): these nodes (and the tensor) move to generation 1
@@ -322,7 +328,7 @@ def _random_graph(seed):
         if r < 0.15:
             _KEPT.append(rng.choice(nodes))
         elif r < 0.25:
-            node = rng.choice([n for n in nodes if isinstance(n, Holder)] or [None])
+            node = rng.choice([n for n in nodes if isinstance(n, GraphNode)] or [None])
             if node is not None:
                 _KEPT.append(weakref.ref(node))
     return make

@@ -64,7 +64,7 @@ def own_graph_state(monkeypatch):
     pool = [test_cycles_island.Config() for _ in range(1024)]
     gc.collect()  # old
     monkeypatch.setattr(test_cycles_island, "_OLD_POOL", pool)
-    monkeypatch.setattr(test_cycles_island, "Holder", new_class("Holder"))
+    monkeypatch.setattr(test_cycles_island, "GraphNode", new_class("GraphNode"))
 
 
 @pytest.mark.parametrize("generation", [0, 1, 2])

@@ -108,11 +108,18 @@ def _class_per_cycle(t):
     o.me, o.t = o, t
 
 
+class RingNode:
+    """The rings' instances: a class of their own, with only their two attributes, so that its
+    instances never get dicts of their own (other shapes' attributes grow Holder's shared keys,
+    past which an instance brings a dict, one more member each: a ring just under the cap would
+    no longer be under it)."""
+
+
 def _ring(t, n):
-    first = prev = Holder()
+    first = prev = RingNode()
     first.t = t
     for _ in range(n):
-        nxt = Holder()
+        nxt = RingNode()
         prev.next = nxt
         prev = nxt
     prev.next = first
@@ -174,9 +181,9 @@ def _ring_300(t):
 
 
 def _members_per_holder():
-    """An island's members per Holder with an attribute: 2 where its attributes are a dict of its
-    own, which its tp_traverse reports (3.10), 1 where it holds them itself (3.11+)."""
-    h = Holder()
+    """An island's members per ring node with an attribute: 2 where its attributes are a dict of
+    its own, which its tp_traverse reports (3.10), 1 where it holds them itself (3.11+)."""
+    h = RingNode()
     h.x = None
     return 1 + any(type(r) is dict for r in gc.get_referents(h))
 

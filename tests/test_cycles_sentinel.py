@@ -50,6 +50,15 @@ class Sentinel:
         _C._young_island(self.island)
 
 
+def _drop_a_tensor_cycle():
+    """A fresh class, and one of its instances holding itself and a 16-byte tensor, dropped:
+    garbage for the next collection. Returns the class."""
+    Holder = new_class("Holder")
+    h = Holder()
+    h.me, h.t = h, T(4)
+    return Holder
+
+
 def _pairs(n, cls):
     for _ in range(n):
         a, b = cls(), cls()
@@ -175,10 +184,7 @@ def test_the_users_debug_flags_arm_the_collection(track):
     and flags are theirs."""
     reports = []
     track(tensorgc.observe_cycles(reports.append, device=DEVICE))
-    Holder = new_class("Holder")
-    h = Holder()
-    h.me, h.t = h, T(4)
-    del h
+    Holder = _drop_a_tensor_cycle()
     before = _C._sentinel()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
@@ -226,10 +232,7 @@ def test_a_later_callback_that_freezes_the_heap_or_grabs_the_pair(track, how):
         with pytest.raises(TypeError):
             type(grabbed[0])()
         grabbed.clear()
-    Holder = new_class("Holder")
-    h = Holder()
-    h.me, h.t = h, T(4)
-    del h
+    Holder = _drop_a_tensor_cycle()
     gc.collect(0)
     assert len(reports) == 1 and _C._sentinel()["planted"] == after["planted"] + 1
 
@@ -281,10 +284,7 @@ def test_debug_flags_that_print_the_collectors_objects_never_show_the_pair(track
     pre-scan decides), and the report still comes."""
     reports = []
     track(tensorgc.observe_cycles(reports.append, device=DEVICE))
-    Holder = new_class("Holder")
-    h = Holder()
-    h.me, h.t = h, T(4)
-    del h
+    Holder = _drop_a_tensor_cycle()
     before = _C._sentinel()
     capfd.readouterr()
     gc.set_debug(getattr(gc, flag))

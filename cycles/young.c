@@ -408,6 +408,32 @@ young__slot_plain(PyObject *op, Py_ssize_t off, PyTypeObject *tp, PyTypeObject *
     return v == NULL || Py_TYPE(v) == tp || Py_TYPE(v) == plain;
 }
 
+/* Whether a run of n references (p) holds a tensor; tp is the referrer's type and plain_ref the
+ * two referenced types seen last that are not tensors (references often alternate between two
+ * types: an instance's peer and its list, a list's ints), which need no lookup. */
+static inline Py_ALWAYS_INLINE int
+young__run_hit(young_ctx *c, PyObject **p, Py_ssize_t n, PyTypeObject *tp,
+               PyTypeObject **plain_ref)
+{
+    PyTypeObject *p0 = plain_ref[0], *p1 = plain_ref[1];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = p[i];
+        if (v == NULL) {
+            continue;
+        }
+        PyTypeObject *vt = Py_TYPE(v);
+        if ((vt == tp) | (vt == p0) | (vt == p1)) {
+            continue;
+        }
+        if (young__is_tensor(c, v)) {
+            return 1;
+        }
+        plain_ref[1] = p1 = p0;
+        plain_ref[0] = p0 = vt;
+    }
+    return 0;
+}
+
 /* Whether op is a tensor or references one. Inlined into every walk: it runs for each young
  * object, where a call would cost as much as the test. */
 static inline Py_ALWAYS_INLINE int
@@ -426,30 +452,46 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
         }
     }
     const tgc_shape *sh = cur->sh;
-    if (sh->kind == TGC_SHAPE_TRAVERSE) {
+    switch (sh->kind) {
+    case TGC_SHAPE_TRAVERSE:
         /* objects in the lists are tracked gc objects: tp_traverse is set */
         return tp->tp_traverse(op, young__visit, c) != 0;
+    case TGC_SHAPE_ITEMS:  /* the commonest kinds read directly, without young__runs' table */
+        return young__run_hit(c, sh->type == &PyList_Type ? ((PyListObject *)op)->ob_item
+                                                          : ((PyTupleObject *)op)->ob_item,
+                              Py_SIZE(op), tp, plain_ref);
+    case TGC_SHAPE_FIELDS:
+        if (sh->type == &PyFunction_Type) {
+            /* only the fields that may hold any object (young__runs, tensors_only) */
+            for (int j = 2; j < 5; j++) {
+                if (young__run_hit(c, (PyObject **)((char *)op + sh->off[j]), 1, tp, plain_ref)) {
+                    return 1;
+                }
+            }
+            return 0;
+        }
+        /* a cell or a bound method: one run (the second is empty) */
+        return young__run_hit(c, (PyObject **)((char *)op + sh->off[0]), sh->nfields, tp,
+                              plain_ref);
+#if TGC_HAVE_MANAGED_ATTRS
+    case TGC_SHAPE_INSTANCE:
+        if (sh->nfields == 0) {
+            Py_ssize_t n;
+            PyObject **dictslot;
+            PyObject **values = tgc_compat_managed_attrs(op, &n, &dictslot);
+            return (values != NULL && young__run_hit(c, values, n, tp, plain_ref)) ||
+                   (dictslot != NULL && young__run_hit(c, dictslot, 1, tp, plain_ref));
+        }
+        break;
+#endif
+    default:
+        break;
     }
     young_run r[YOUNG_RUNS];
     int k = young__runs(sh, op, r, 1);
-    /* the two referenced types seen last that are not tensors: an object's references often
-     * alternate between two types (an instance's peer and its list, a list's ints) */
-    PyTypeObject *p0 = plain_ref[0], *p1 = plain_ref[1];
     for (int j = 0; j < k; j++) {
-        for (Py_ssize_t i = 0; i < r[j].n; i++) {
-            PyObject *v = r[j].p[i];
-            if (v == NULL) {
-                continue;
-            }
-            PyTypeObject *vt = Py_TYPE(v);
-            if ((vt == tp) | (vt == p0) | (vt == p1)) {
-                continue;
-            }
-            if (young__is_tensor(c, v)) {
-                return 1;
-            }
-            plain_ref[1] = p1 = p0;
-            plain_ref[0] = p0 = vt;
+        if (young__run_hit(c, r[j].p, r[j].n, tp, plain_ref)) {
+            return 1;
         }
     }
     return 0;

@@ -14,7 +14,7 @@
  * The generation lists are the collector's internals, so this file is built with Py_BUILD_CORE
  * (as is graph/frames.c, for a frame's slots) and reads them only through gclists.h, the one place that
  * knows their layout (CPython 3.10-3.13: compat.h's TGC_HAVE_YOUNG_SCAN). It also lends the
- * owner-chain search (graph/owners.c) its visited mark (young.h). At module exec, tgc_young_selfcheck() confirms
+ * owner-chain search (graph/owners.c) its visited mark (heapmark.c). At module exec, tgc_young_selfcheck() confirms
  * that the interpreter is the one the build is for (common/internals.c) and the layout on it (the
  * list heads are consistent rings, a new object is the tail of generation 0); otherwise the
  * detector arms every collection, the portable path. */
@@ -272,6 +272,12 @@ young__heads_sane(void)
         }
     }
     return 1;
+}
+
+int
+tgc_young_layout_ok(void)
+{
+    return young_layout_ok;
 }
 
 int
@@ -1387,6 +1393,12 @@ sentinel__ready(void)
 #else  /* no known generation lists: every collection may hold tensors */
 
 int
+tgc_young_layout_ok(void)
+{
+    return 0;
+}
+
+int
 tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, void *arg)
 {
     (void)generation, (void)tensor, (void)catch, (void)arg;
@@ -1459,47 +1471,3 @@ tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject 
 }
 
 #endif
-
-
-/* ------------------------------------------------------------------------------------------ */
-/* The visited mark of one heap pass (contract in young.h)                                      */
-
-#if TGC_HAVE_YOUNG_SCAN
-static int
-young__mark_usable(void)
-{
-    /* Inside a collection (a finalizer or a weakref callback calling in) the collector owns
-     * the bit: the caller keeps its own set then. */
-    return young_layout_ok && !tgc_gc_collecting();
-}
-
-static int
-young__mark_test_and_set(PyObject *op)
-{
-    tgc_gc_node *g = tgc_gc_node_of(op);
-    int was = tgc_gc_marked(g);
-    tgc_gc_mark(g);
-    return was;
-}
-
-static int
-young__mark_test(PyObject *op)
-{
-    return tgc_gc_marked(tgc_gc_node_of(op));
-}
-
-static void
-young__mark_clear(PyObject *op)
-{
-    tgc_gc_unmark(tgc_gc_node_of(op));
-}
-#else
-static int young__mark_usable(void) { return 0; }
-static int young__mark_test_and_set(PyObject *op) { (void)op; return 0; }
-static int young__mark_test(PyObject *op) { (void)op; return 0; }
-static void young__mark_clear(PyObject *op) { (void)op; }
-#endif
-
-const tgc_heapmark tgc_young_mark = {
-    young__mark_usable, young__mark_test_and_set, young__mark_test, young__mark_clear,
-};

@@ -11,6 +11,8 @@
  * generation 0's tail). 0 otherwise, with *why set to a static string saying why. Call at module
  * exec, outside any collection; until it returned 1 nothing here reads the lists. */
 int tgc_young_selfcheck(const char **why);
+/* tgc_young_selfcheck's verdict: 1 once it passed, 0 before it ran or when it failed. */
+int tgc_young_layout_ok(void);
 
 /* Whether garbage found by a collection of `generation` that starts now could hold a tensor:
  * 1 when generations 0..generation contain an instance of `tensor` (borrowed; NULL: torch is not

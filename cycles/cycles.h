@@ -32,6 +32,9 @@ enum {
     TGC_PHASE_BUILD,      /* building a CycleReport */
     TGC_PHASE_CALLBACK,   /* running an observe_cycles callback */
     TGC_PHASE_FREE,       /* clearing the garbage the detector kept */
+    TGC_PHASE_PLANT,      /* "start": deciding, and planting the sentinel */
+    TGC_PHASE_WALK,       /* the sentinel's finalizer: its walk of the garbage */
+    TGC_PHASE_UPROOT,     /* "stop": taking the sentinel out */
     TGC_PHASE_COUNT
 };
 #ifdef TGC_PHASE_TIMES

@@ -550,10 +550,19 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
         tgc_deliver(c);  /* that copy never ran (gc.callbacks changed): now, before anything */
     }
     if (phase == 1) {
+        TGC_PHASE_BEGIN(t0);
         hook__start(c, info);
+        if (tgc_young_planted()) {
+            TGC_PHASE_END(c, TGC_PHASE_PLANT, t0);
+        }
     }
     else if (phase == 2) {
+        int planted = tgc_young_planted() && c->island == NULL;
+        TGC_PHASE_BEGIN(t0);
         hook__stop(c, info);
+        if (planted && c->island == NULL) {
+            TGC_PHASE_END(c, TGC_PHASE_UPROOT, t0);
+        }
     }
     if (PyErr_Occurred() && !tgc_keep_interrupt(c)) {
         /* never let our trouble escape into the collector */

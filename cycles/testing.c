@@ -259,7 +259,9 @@ phase_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
 #ifdef TGC_PHASE_TIMES
     static const char *const names[TGC_PHASE_COUNT] = {"scan", "island", "exact", "build",
-                                                         "callback", "free"};
+                                                         "callback", "free", "plant", "walk",
+                                                         "uproot"};
+    tgc_young_walk_times(&c->phases[TGC_PHASE_WALK].n, &c->phases[TGC_PHASE_WALK].ns);
     PyObject *d = PyDict_New();  /* new reference */
     for (int i = 0; d != NULL && i < TGC_PHASE_COUNT; i++) {
         PyObject *v = Py_BuildValue("(Kd)", c->phases[i].n, (double)c->phases[i].ns / 1e9);

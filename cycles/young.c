@@ -414,6 +414,13 @@ young__slot_plain(PyObject *op, Py_ssize_t off, PyTypeObject *tp, PyTypeObject *
     return v == NULL || Py_TYPE(v) == tp || Py_TYPE(v) == plain;
 }
 
+/* Types whose instances can never be tensors: a subclass of int, str, bytes, tuple, list, dict,
+ * type or BaseException cannot also be one of torch's tensor types (their layouts conflict). */
+#define YOUNG_NEVER_TENSOR (Py_TPFLAGS_LONG_SUBCLASS | Py_TPFLAGS_LIST_SUBCLASS | \
+                            Py_TPFLAGS_TUPLE_SUBCLASS | Py_TPFLAGS_BYTES_SUBCLASS | \
+                            Py_TPFLAGS_UNICODE_SUBCLASS | Py_TPFLAGS_DICT_SUBCLASS | \
+                            Py_TPFLAGS_BASE_EXC_SUBCLASS | Py_TPFLAGS_TYPE_SUBCLASS)
+
 /* Whether a run of n references (p) holds a tensor; tp is the referrer's type and plain_ref the
  * two referenced types seen last that are not tensors (references often alternate between two
  * types: an instance's peer and its list, a list's ints), which need no lookup. */
@@ -436,6 +443,23 @@ young__run_hit(young_ctx *c, PyObject **p, Py_ssize_t n, PyTypeObject *tp,
         }
         plain_ref[1] = p1 = p0;
         plain_ref[0] = p0 = vt;
+    }
+    return 0;
+}
+
+/* A function's fields that may hold any object (young__runs, tensors_only). They mostly hold
+ * None, a str and a dict: known without a lookup, and left out of plain_ref, which keeps the
+ * types the program's own objects reference. Out of line: the walk's loop stays small. */
+static TGC_NOINLINE int
+young__function_hit(young_ctx *c, PyObject *op, const tgc_shape *sh, PyTypeObject *tp,
+                    PyTypeObject **plain_ref)
+{
+    for (int j = 2; j < 5; j++) {
+        PyObject **f = (PyObject **)((char *)op + sh->off[j]);
+        if (*f != NULL && *f != Py_None && !PyType_HasFeature(Py_TYPE(*f), YOUNG_NEVER_TENSOR) &&
+            young__run_hit(c, f, 1, tp, plain_ref)) {
+            return 1;
+        }
     }
     return 0;
 }
@@ -468,13 +492,7 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
                               Py_SIZE(op), tp, plain_ref);
     case TGC_SHAPE_FIELDS:
         if (sh->type == &PyFunction_Type) {
-            /* only the fields that may hold any object (young__runs, tensors_only) */
-            for (int j = 2; j < 5; j++) {
-                if (young__run_hit(c, (PyObject **)((char *)op + sh->off[j]), 1, tp, plain_ref)) {
-                    return 1;
-                }
-            }
-            return 0;
+            return young__function_hit(c, op, sh, tp, plain_ref);
         }
         /* a cell or a bound method: one run (the second is empty) */
         return young__run_hit(c, (PyObject **)((char *)op + sh->off[0]), sh->nfields, tp,
@@ -1219,13 +1237,49 @@ done:
     return rc;
 }
 
+#ifdef TGC_PHASE_TIMES
+#  include <time.h>
+static unsigned long long young_walk_n, young_walk_ns;  /* the GIL */
+
+static unsigned long long
+sentinel__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+void
+tgc_young_walk_times(unsigned long long *n, unsigned long long *ns)
+{
+    *n += young_walk_n;
+    *ns += young_walk_ns;
+    young_walk_n = young_walk_ns = 0;
+}
+
+/* Built with phase timers, the finalizer times the walk (sentinel__look) around it. */
+static void sentinel__look(PyObject *self);
+
+static void
+sentinel__finalize(PyObject *self)
+{
+    unsigned long long t0 = sentinel__now();
+    sentinel__look(self);
+    young_walk_n++;
+    young_walk_ns += sentinel__now() - t0;
+}
+#  define SENTINEL_LOOK sentinel__look
+#else
+#  define SENTINEL_LOOK sentinel__finalize
+#endif
+
 /* The first sentinel's finalizer: finalize_garbage has just moved it, alone, to its list of
  * finalized objects, and the second sentinel heads what is left, which is all the rest of this
  * collection's garbage. Walks it as the pre-scan walks the young lists; on a hit hands the part
  * that holds tensors to the catcher (sentinel__island), or all of it. Runs no Python code unless
  * the catcher does. */
 static void
-sentinel__finalize(PyObject *self)
+SENTINEL_LOOK(PyObject *self)
 {
     young_sentinel *s = (young_sentinel *)self;
     tgc_young_catch catch = s->catch;

@@ -75,6 +75,11 @@ int tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch,
 int tgc_young_uproot(void);
 /* Whether a pair is planted: from tgc_young_plant until tgc_young_uproot. */
 int tgc_young_planted(void);
+#ifdef TGC_PHASE_TIMES
+/* The sentinel's walks since the last call (phase timers, make phases): adds their count and
+ * nanoseconds to *n and *ns, and starts counting again. */
+void tgc_young_walk_times(unsigned long long *n, unsigned long long *ns);
+#endif
 /* Clears the "finalizer ran" mark the sentinel set on each object of `deferred` (a list). */
 void tgc_young_undefer(PyObject *deferred);
 

@@ -42,6 +42,12 @@ static inline PyObject *tgc_compat_newref(PyObject *o) { Py_INCREF(o); return o;
 #    define Py_ALWAYS_INLINE
 #  endif
 #endif
+/* Kept out of line, where a rare path would otherwise grow a hot loop (3.12 has Py_NO_INLINE). */
+#if defined(__GNUC__) || defined(__clang__)
+#  define TGC_NOINLINE __attribute__((noinline))
+#else
+#  define TGC_NOINLINE
+#endif
 
 /* The frame's local variables as a mapping (new reference), or NULL with an exception.
  * 3.13 returns a write-through proxy that holds no strong references of its own. 3.11 and 3.12

@@ -34,191 +34,6 @@
 #include "young.h"
 
 
-/* The tp_traverse that classes defined in Python get (typeobject.c's subtype_traverse), taken
- * from a probe class; NULL when unknown. Written at module exec with the GIL held; the same
- * function in every interpreter. */
-static traverseproc young_subtype_traverse;
-
-static void
-young__probe_class(void)
-{
-    PyObject *ns = Py_BuildValue("{s:()}", "__slots__");  /* new reference */
-    PyObject *cls = ns ? PyObject_CallFunction((PyObject *)&PyType_Type, "s()O",
-                                               "_tensorgc_probe", ns) : NULL;  /* new */
-    if (cls != NULL && PyType_Check(cls)) {
-        young_subtype_traverse = ((PyTypeObject *)cls)->tp_traverse;
-    }
-    Py_XDECREF(cls);
-    Py_XDECREF(ns);
-    PyErr_Clear();
-}
-
-/* A bound method's references, read as one run of two fields. */
-_Static_assert(offsetof(PyMethodObject, im_self) ==
-               offsetof(PyMethodObject, im_func) + sizeof(PyObject *),
-               "a bound method's im_func and im_self are neighbours");
-
-/* The shape of tp (young.h's TGC_SHAPE_*). A class defined in Python qualifies when
- * subtype_traverse would visit nothing but its type, its T_OBJECT_EX __slots__ (at most
- * TGC_SHAPE_SLOTS) and, with a managed dict, its attributes: every class of its chain defined in
- * Python, the first other base without a tp_traverse (`object` for a managed dict), no other
- * instance dict. Every other type, subclasses of list and the rest included, goes through its
- * tp_traverse. */
-static void
-young__shape_of(PyTypeObject *tp, tgc_shape *s)
-{
-    s->type = tp;
-    s->kind = TGC_SHAPE_TRAVERSE;
-    s->nslots = -1;
-    s->nfields = s->nfields2 = 0;
-    if (tp == &PyList_Type || tp == &PyTuple_Type) {
-        s->kind = TGC_SHAPE_ITEMS;
-        return;
-    }
-    if (tp == &PyCell_Type || tp == &PyMethod_Type) {
-        s->kind = TGC_SHAPE_FIELDS;
-        s->off[0] = tp == &PyCell_Type ? (Py_ssize_t)offsetof(PyCellObject, ob_ref)
-                                       : (Py_ssize_t)offsetof(PyMethodObject, im_func);
-        s->nfields = tp == &PyCell_Type ? 1 : 2;
-        s->off[1] = s->off[0];  /* an empty second run: its pointer stays inside the object */
-        return;
-    }
-#if TGC_FUNC_RUNS
-    if (tp == &PyFunction_Type) {
-        s->kind = TGC_SHAPE_FIELDS;
-        s->off[0] = (Py_ssize_t)TGC_FUNC_RUN1;
-        s->nfields = (int)TGC_FUNC_RUN1_N;
-        s->off[1] = (Py_ssize_t)TGC_FUNC_RUN2;
-        s->nfields2 = (int)TGC_FUNC_RUN2_N;
-        s->off[2] = (Py_ssize_t)TGC_FUNC_ANY1;
-        s->off[3] = (Py_ssize_t)TGC_FUNC_ANY2;
-        s->off[4] = (Py_ssize_t)TGC_FUNC_ANY3;
-        return;
-    }
-#endif
-    int managed = TGC_HAVE_MANAGED_ATTRS && (tp->tp_flags & TGC_TPFLAGS_MANAGED_DICT) != 0;
-    if (young_subtype_traverse == NULL || tp->tp_traverse != young_subtype_traverse ||
-        (!managed && (tp->tp_dictoffset != 0 || (tp->tp_flags & TGC_TPFLAGS_MANAGED_DICT)))) {
-        return;
-    }
-    int n = 0;
-    PyTypeObject *b = tp;
-    for (; b != NULL && b->tp_traverse == young_subtype_traverse; b = b->tp_base) {
-        /* subtype_traverse's traverse_slots: the first Py_SIZE(b) members after the heap type
-         * (where tp_members points for such classes), T_OBJECT_EX ones only */
-        PyMemberDef *mp = (PyMemberDef *)((char *)b + Py_TYPE(b)->tp_basicsize);
-        if (!(b->tp_flags & Py_TPFLAGS_HEAPTYPE) || (Py_SIZE(b) > 0 && b->tp_members != mp)) {
-            return;
-        }
-        for (Py_ssize_t i = 0; i < Py_SIZE(b); i++, mp++) {
-            if (mp->type == TGC_T_OBJECT_EX) {
-                if (n == TGC_SHAPE_SLOTS) {
-                    return;
-                }
-                s->off[n++] = mp->offset;
-            }
-        }
-    }
-    if (b == NULL || b->tp_traverse != NULL || (managed && b != &PyBaseObject_Type)) {
-        return;  /* a base that traverses contents of its own */
-    }
-    s->kind = managed ? TGC_SHAPE_INSTANCE : TGC_SHAPE_SLOTTED;
-    s->nslots = managed ? -1 : n;
-    s->nfields = n;
-}
-
-/* The cached shape of tp, computed on a miss. */
-static const tgc_shape *
-young__shape(tgc_shapes *c, PyTypeObject *tp)
-{
-    for (int i = 0; i < 4; i++) {
-        if (c->shapes[i].type == tp) {
-            return &c->shapes[i];
-        }
-    }
-    tgc_shape *fresh = &c->shapes[c->next++ & 3];
-    young__shape_of(tp, fresh);
-    return fresh;
-}
-
-/* Where the references of op (of shape sh, not TGC_SHAPE_TRAVERSE) lie: up to YOUNG_RUNS runs
- * of pointers, a NULL one no reference. The one place that says what each shape reads, for the
- * pre-scan and tgc_traverse_fast alike (tests compare the latter with tp_traverse, and the
- * pre-scan's verdicts with tp_traverse's). With tensors_only (the pre-scan) a function gives only
- * the fields that may hold a tensor (compat.h's TGC_FUNC_ANY*). */
-typedef struct {
-    PyObject **p;
-    Py_ssize_t n;
-} young_run;
-#define YOUNG_RUNS (TGC_SHAPE_SLOTS + 2)
-
-static inline Py_ALWAYS_INLINE int
-young__runs(const tgc_shape *sh, PyObject *op, young_run *r, int tensors_only)
-{
-    int k = 0;
-    switch (sh->kind) {
-    case TGC_SHAPE_ITEMS:
-        r[0].p = sh->type == &PyList_Type ? ((PyListObject *)op)->ob_item
-                                          : ((PyTupleObject *)op)->ob_item;
-        r[0].n = Py_SIZE(op);
-        return 1;
-    case TGC_SHAPE_FIELDS:
-        if (tensors_only && sh->type == &PyFunction_Type) {
-            /* the pre-scan asks for tensors only: a function's other fields cannot hold one */
-            r[0].p = (PyObject **)((char *)op + sh->off[2]);
-            r[1].p = (PyObject **)((char *)op + sh->off[3]);
-            r[2].p = (PyObject **)((char *)op + sh->off[4]);
-            r[0].n = r[1].n = r[2].n = 1;
-            return 3;
-        }
-        r[0].p = (PyObject **)((char *)op + sh->off[0]);
-        r[0].n = sh->nfields;
-        r[1].p = (PyObject **)((char *)op + sh->off[1]);
-        r[1].n = sh->nfields2;
-        return 2;
-    default:  /* SLOTTED, INSTANCE */
-        for (; k < sh->nfields; k++) {
-            r[k].p = (PyObject **)((char *)op + sh->off[k]);
-            r[k].n = 1;
-        }
-#if TGC_HAVE_MANAGED_ATTRS
-        if (sh->kind == TGC_SHAPE_INSTANCE) {
-            PyObject **dictslot;
-            r[k].p = tgc_compat_managed_attrs(op, &r[k].n, &dictslot);
-            k++;
-            if (dictslot != NULL) {
-                r[k].p = dictslot;
-                r[k++].n = 1;
-            }
-        }
-#endif
-        return k;
-    }
-}
-
-int
-tgc_traverse_fast(tgc_shapes *c, PyObject *op, visitproc visit, void *arg)
-{
-    PyTypeObject *tp = Py_TYPE(op);
-    const tgc_shape *sh = young__shape(c, tp);
-    if (sh->kind == TGC_SHAPE_TRAVERSE) {
-        return tp->tp_traverse != NULL && PyObject_IS_GC(op) ? tp->tp_traverse(op, visit, arg)
-                                                              : 0;
-    }
-    young_run r[YOUNG_RUNS];
-    int k = young__runs(sh, op, r, 0);
-    for (int j = 0; j < k; j++) {
-        for (Py_ssize_t i = 0; i < r[j].n; i++) {
-            PyObject *v = r[j].p[i];
-            int rc = v != NULL ? visit(v, arg) : 0;
-            if (rc != 0) {
-                return rc;
-            }
-        }
-    }
-    return 0;
-}
-
 /* What the collector does to garbage before clearing it, and the island path would skip: legacy
  * finalizers (tp_del: such garbage is uncollectable) and weak references (cleared and called back
  * first). Objects needing either, and type objects, send the collection down the armed path. A
@@ -283,7 +98,7 @@ tgc_young_layout_ok(void)
 int
 tgc_young_selfcheck(const char **why)
 {
-    young__probe_class();
+    tgc_shapes_init();
     if (!tgc_internals_decide()) {
         *why = tgc_internals_why();
         return young_layout_ok = 0;
@@ -394,7 +209,7 @@ young__run_start(young_ctx *c, young_cursor *cur, PyObject *op)
         return 1;
     }
     c->saw_type |= PyType_FastSubclass(tp, Py_TPFLAGS_TYPE_SUBCLASS);  /* once per run */
-    const tgc_shape *found = young__shape(&cur->shapes, tp);
+    const tgc_shape *found = tgc_shape_lookup(&cur->shapes, tp);
     tgc_shape *sh = cur->sh == &cur->own[0] ? &cur->own[1] : &cur->own[0];
     *sh = *found;
     cur->prev_run = cur->run;
@@ -447,7 +262,7 @@ young__run_hit(young_ctx *c, PyObject **p, Py_ssize_t n, PyTypeObject *tp,
     return 0;
 }
 
-/* A function's fields that may hold any object (young__runs, tensors_only). They mostly hold
+/* A function's fields that may hold any object (tgc_shape_runs, tensors_only). They mostly hold
  * None, a str and a dict: known without a lookup, and left out of plain_ref, which keeps the
  * types the program's own objects reference. Out of line: the walk's loop stays small. */
 static TGC_NOINLINE int
@@ -486,7 +301,7 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
     case TGC_SHAPE_TRAVERSE:
         /* objects in the lists are tracked gc objects: tp_traverse is set */
         return tp->tp_traverse(op, young__visit, c) != 0;
-    case TGC_SHAPE_ITEMS:  /* the commonest kinds read directly, without young__runs' table */
+    case TGC_SHAPE_ITEMS:  /* the commonest kinds read directly, without tgc_shape_runs */
         return young__run_hit(c, sh->type == &PyList_Type ? ((PyListObject *)op)->ob_item
                                                           : ((PyTupleObject *)op)->ob_item,
                               Py_SIZE(op), tp, plain_ref);
@@ -511,8 +326,8 @@ young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *
     default:
         break;
     }
-    young_run r[YOUNG_RUNS];
-    int k = young__runs(sh, op, r, 1);
+    tgc_shape_run r[TGC_SHAPE_RUNS];
+    int k = tgc_shape_runs(sh, op, r, 1);
     for (int j = 0; j < k; j++) {
         if (young__run_hit(c, r[j].p, r[j].n, tp, plain_ref)) {
             return 1;
@@ -1263,6 +1078,9 @@ static void sentinel__look(PyObject *self);
 static void
 sentinel__finalize(PyObject *self)
 {
+    if (!((young_sentinel *)self)->first) {
+        return;  /* the second one: nothing to do, nothing to count */
+    }
     unsigned long long t0 = sentinel__now();
     sentinel__look(self);
     young_walk_n++;
@@ -1480,7 +1298,7 @@ tgc_young_undefer(PyObject *deferred)
 int
 tgc_young_selfcheck(const char **why)
 {
-    young__probe_class();  /* tgc_traverse_fast still uses it */
+    tgc_shapes_init();  /* tgc_traverse_fast still uses it */
     *why = tgc_internals_decide() ? "this build does not read the collector's lists"
                                   : tgc_internals_why();
     return 0;

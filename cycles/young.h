@@ -5,6 +5,8 @@
 #ifndef TGC_YOUNG_H
 #define TGC_YOUNG_H
 
+#include "shapes.h"
+
 /* 1 when the pre-scan may run: the build reads the collector's lists (compat.h's
  * TGC_HAVE_YOUNG_SCAN), common/internals.c agrees at run time, and the running interpreter's
  * lists have the layout gclists.h describes (every head a consistent ring end, a fresh object
@@ -94,38 +96,7 @@ int tgc_young_island_exact(PyObject *list);
  * type. */
 int tgc_young_plain(PyObject *op);
 
-/* What tp_traverse visits, faster for the commonest young objects, whose references are read in
- * place (young.c's young__runs says where, per kind): instances of classes defined in Python on
- * `object` that hold __slots__ and/or a managed instance dict (3.11+: the inline values, or the
- * dict once made), and exact lists, tuples, cells, bound methods and functions (3.11+). The type
- * object of a heap type's instance, which tp_traverse also visits, is skipped: it is never a
- * tensor, and no caller here needs it. Any other object (subclasses of list, dict and the rest
- * included) goes through its tp_traverse (when it is a gc object). The pre-scan reads the same
- * places (tests compare both with tp_traverse). Returns visit's first nonzero result, like
- * tp_traverse. `shapes` is a per-walk cache: zero it before a walk, and do not keep it past one
- * (it holds type pointers, kept alive only by the objects being walked). */
-#define TGC_SHAPE_SLOTS 8
-enum {
-    TGC_SHAPE_TRAVERSE,   /* tp_traverse */
-    TGC_SHAPE_SLOTTED,    /* __slots__ only: off[0..nslots) */
-    TGC_SHAPE_INSTANCE,   /* __slots__ (maybe none) and a managed dict (3.11+) */
-    TGC_SHAPE_ITEMS,      /* an exact list or tuple: its items */
-    TGC_SHAPE_FIELDS      /* an exact cell, bound method or function: nfields neighbouring
-                             fields from off[0], then nfields2 from off[1]; a function's two
-                             that may hold a tensor at off[2] and off[3] */
-};
-typedef struct {
-    PyTypeObject *type;
-    int kind;                 /* TGC_SHAPE_* */
-    int nslots;               /* -1 unless kind is TGC_SHAPE_SLOTTED (the pre-scan's quick test) */
-    int nfields, nfields2;    /* slots (SLOTTED, INSTANCE) or fields (FIELDS) at off[] */
-    Py_ssize_t off[TGC_SHAPE_SLOTS];
-} tgc_shape;
-typedef struct {
-    tgc_shape shapes[4];
-    unsigned next;
-} tgc_shapes;
-int tgc_traverse_fast(tgc_shapes *shapes, PyObject *op, visitproc visit, void *arg);
+
 
 /* For tests (the pre-scan crosscheck): tests every object of generations 0..generation both as
  * the pre-scan does (its fast paths) and through tp_traverse, and returns how many objects the

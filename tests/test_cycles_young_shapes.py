@@ -1,4 +1,4 @@
-"""The pre-scan's fast paths (cycles/young.c, young__runs): instances with a managed dict (3.11+:
+"""The pre-scan's fast paths (cycles/shapes.h, tgc_shape_runs): instances with a managed dict (3.11+:
 inline values, or the __dict__ once made), __slots__, exact lists, tuples, cells, bound methods and
 functions have their references read in place instead of through tp_traverse. A reference the
 fast path missed would be a tensor cycle never reported, so each fast path is checked twice: what

@@ -16,7 +16,7 @@ from tensorgc import _tensorgc_testing as _C
 from _util import DEVICE, T, graphviz_dev, variant_build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PHASES = {"scan", "island", "exact", "build", "callback", "free"}
+PHASES = {"scan", "island", "exact", "build", "callback", "free", "plant", "walk", "uproot"}
 
 
 class Cycle:
@@ -85,8 +85,38 @@ def test_timed_build_counts_each_phase(gc_state, timed):
     finally:
         remove()
         timed.testing._sentinel(sentinel)
-    assert [n for n, _ in after_scan.values()] == [1, 0, 0, 0, 0, 0]  # reset, then one scan
+    none = dict.fromkeys(PHASES, 0)
+    assert {k: n for k, (n, _) in after_scan.items()} == {**none, "scan": 1}  # reset, then one scan
     counts = {k: n for k, (n, _) in after_island.items()}
-    assert counts == {"scan": 0, "island": 1, "exact": 1, "build": 1, "callback": 1, "free": 1}
+    assert counts == {**none, "island": 1, "exact": 1, "build": 1, "callback": 1, "free": 1}
     assert len(seen) == 1 and seen[0] > 0
     assert all(secs > 0 for n, secs in after_island.values() if n)
+
+
+def test_timed_build_counts_the_sentinels_phases(gc_state, timed):
+    if not timed.testing._young_scan()["available"]:
+        pytest.skip("the sentinel needs the collector's lists")
+    seen = []
+    sentinel = timed.testing._sentinel()["enabled"]
+    timed.testing._sentinel(True)
+    remove = timed.main.observe_cycles(lambda r: seen.append(len(r.text)), device=DEVICE)
+    try:
+        timed.testing._phase_times(True)
+        for _ in range(5):
+            Pair().other = Pair()
+        gc.collect(0)  # garbage without a tensor: planted, walked, uprooted
+        after_walk = timed.testing._phase_times(True)
+        Cycle(T(4))
+        gc.collect(0)  # a tensor cycle: the walk takes it, "stop" reports and frees it
+        after_hit = timed.testing._phase_times()
+    finally:
+        remove()
+        timed.testing._sentinel(sentinel)
+    none = dict.fromkeys(PHASES, 0)
+    assert {k: n for k, (n, _) in after_walk.items()} == {**none, "plant": 1, "walk": 1,
+                                                           "uproot": 1}
+    counts = {k: n for k, (n, _) in after_hit.items()}
+    assert counts == {**none, "plant": 1, "walk": 1, "exact": 1, "build": 1,
+                      "callback": 1, "free": 1}
+    assert len(seen) == 1 and seen[0] > 0
+    assert all(secs > 0 for n, secs in after_walk.values() if n)

@@ -287,12 +287,31 @@ needs_graphviz_dev = pytest.mark.skipif(
                                "(libgraphviz-dev, pkg-config)")
 
 
+def _test_cache(what):
+    """A writable folder for the suite's caches, outside the checkout (variant_build's
+    docstring), or None."""
+    import tempfile
+
+    base = os.environ.get("TENSORGC_TEST_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "tensorgc-tests")
+    path = os.path.join(base, what)
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return None
+    return path
+
+
 def variant_build(name, cflags):
     """The extensions (and the render worker) compiled again with TENSORGC_CFLAGS=``cflags`` and
     warnings as errors, for a test of a flavour `make build` does not make: the path of its
-    --build-lib folder. Built once and kept under build/test-variants/, keyed by the C sources,
-    setup.py, the flags and the interpreter, so that a later run of the suite (and another
-    pytest-xdist worker) finds it; a worker that finds another one building waits for it. Fails
+    --build-lib folder. Built once and kept, keyed by the C sources, setup.py, the flags and the
+    interpreter, so that a later run of the suite (a fresh clone's too) and another pytest-xdist
+    worker find it, as a compiler cache would: in $TENSORGC_TEST_CACHE/variants, else
+    tensorgc-tests/variants under $XDG_CACHE_HOME or ~/.cache, else (neither writable)
+    build/test-variants/ in the checkout. A worker that finds another one building waits for it. Fails
     the test, with the compiler's output, where the build fails."""
     import fcntl
     import glob
@@ -312,7 +331,7 @@ def variant_build(name, cflags):
     for path in sources:
         with open(os.path.join(root, path), "rb") as f:
             h.update(path.encode() + b"\0" + f.read())
-    parent = os.path.join(root, "build", "test-variants")
+    parent = _test_cache("variants") or os.path.join(root, "build", "test-variants")
     os.makedirs(parent, exist_ok=True)
     out = os.path.join(parent, f"{name}-{h.hexdigest()[:16]}")
     with open(out + ".lock", "w") as lock:

@@ -9,6 +9,7 @@ permanent generation has what is alive afterwards frozen again.
 """
 
 import gc
+import time
 import os
 import sys
 
@@ -153,6 +154,7 @@ def _freeze_startup_objects():
         torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     gc.collect()
     gc.freeze()
+    _modules_frozen[0] = len(sys.modules)
     # gc.get_freeze_count() walks the whole permanent generation (~33 ms here): a test that
     # unfreezes is noticed by this flag instead
     real_unfreeze = gc.unfreeze
@@ -168,6 +170,25 @@ def _freeze_startup_objects():
 
 
 _unfrozen = [False]
+_last_collect = [0.0]  # seconds, gc_state's last full collection after a test
+_modules_frozen = [0]  # len(sys.modules) when the heap was last frozen
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Where a test file's last test leaves (its module's fixtures just torn down): what the
+    worker keeps from now on (modules a test imported, torch's compiled graphs, caches) is frozen
+    as at session start, when there is enough of it to slow the next file's collections
+    (every test runs at least two). A file's own objects are gone by then, so nothing a test
+    looks at is frozen."""
+    yield
+    if nextitem is not None and nextitem.path == item.path:
+        return
+    if len(sys.modules) > _modules_frozen[0] or _last_collect[0] > 0.005:
+        gc.collect()
+        gc.freeze()
+        _modules_frozen[0] = len(sys.modules)
+        _last_collect[0] = 0.0
 
 
 @pytest.fixture(autouse=True)
@@ -207,7 +228,9 @@ def gc_state(_freeze_startup_objects):
     gc.garbage[:] = saved_garbage
     gc.set_threshold(*saved_threshold)
     sys.setprofile(saved_profile)
+    t0 = time.perf_counter()
     gc.collect()
+    _last_collect[0] = time.perf_counter() - t0
     if _unfrozen[0]:
         # the test called gc.unfreeze(): what was alive is frozen again, else every collection of
         # the worker's later tests walks torch's objects once more (~0.2 s each)

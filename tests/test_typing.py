@@ -2,7 +2,8 @@
 (tests/typing/sample_user.py, which is also run) and on the package itself; it catches the
 mistakes in tests/typing/misuse.py (so the annotations are not Any); the C module's stub agrees
 with the module (mypy.stubtest); and a build ships py.typed and the stub (PEP 561). The checks
-run in one mypy process (tests/typing/check.py), which reads torch's annotations once.
+run in one process (tests/typing/check.py), which reads torch's annotations once, through mypy's
+incremental cache kept outside the checkout.
 
 mypy is pinned by `make deps` (MYPY_VERSION); the tests skip only where mypy is not installed.
 """
@@ -41,7 +42,8 @@ def version_note():
 @pytest.fixture(scope="module")
 def checked():
     """`mypy --strict -p tensorgc -m sample_user -m misuse` and mypy.stubtest of the C module's
-    stub, in one mypy process (tests/typing/check.py): torch's annotations are read once (~25 s).
+    stub, in one process (tests/typing/check.py): torch's annotations are read once (~25 s of CPU
+    cold; from mypy's cache once a run made it).
     The messages of the strict check by file, and stubtest's exit status and output."""
     r = subprocess.run([sys.executable, os.path.join(TYPING, "check.py")],
                        capture_output=True, text=True, timeout=900, cwd=ROOT, env=env())

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from _util import graphviz_dev
+from _util import _test_cache, graphviz_dev
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT = os.path.join(ROOT, "tests", "data", "plugin_project")
@@ -226,7 +226,8 @@ def test_the_plugin_module_imports_nothing_heavy():
 
 def _copy_for_install(dst):
     """The checkout's sources without its build outputs, tests or documents."""
-    top = {"tests", "docs", "bench", "demos", "build", ".git", ".ci"}
+    top = {"tests", "docs", "bench", "demos", "build", ".git", ".ci", ".gpu", "dist", ".benchmarks",
+           ".mypy_cache"}
 
     def ignore(d, names):
         skip = set(shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info", "_tgc_render",
@@ -250,17 +251,53 @@ def _built_wheel():
     return found[-1] if found else None
 
 
+def _wheel_of_the_checkout(tmp_path):
+    """Without a wheel from `make wheel`: the one pip builds from a copy of the checkout, kept
+    as variant_build keeps its copies (keyed by every file of the copy, this interpreter and the
+    flags), so that a later run installs it without compiling again."""
+    import fcntl
+    import hashlib
+    import sysconfig
+
+    src = tmp_path / "src"
+    _copy_for_install(src)
+    h = hashlib.sha256(repr((sys.executable, sys.version, sysconfig.get_config_var("EXT_SUFFIX"),
+                             os.environ.get("CC"), os.environ.get("CFLAGS"))).encode())
+    for d, dirs, files in os.walk(src):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(d, name)
+            with open(path, "rb") as f:
+                h.update(os.path.relpath(path, src).encode() + b"\0" + f.read())
+    parent = _test_cache("wheels") or str(tmp_path)
+    out = os.path.join(parent, h.hexdigest()[:16])
+    with open(out + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.isdir(out):
+            tmp = f"{out}.tmp{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            # -O1: what is installed, not the optimizer, is under test here, and the extension
+            # compiles in two thirds of the time (as _util.variant_build's)
+            done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                                   "--no-build-isolation", "-w", tmp, str(src)],
+                                  capture_output=True, text=True, timeout=1200,
+                                  env=dict(os.environ, TENSORGC_CFLAGS="-O1"))
+            assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+            os.rename(tmp, out)
+    (wheel,) = glob.glob(os.path.join(out, "tensorgc-*.whl"))
+    return wheel
+
+
 def test_installed_in_a_virtual_environment(project, tmp_path):
-    """pip installs the wheel built from this tree (else a copy of the checkout) into a
-    throwaway venv (this environment's packages visible: torch, pytest, pytest-xdist); the project
+    """pip installs the wheel built from this tree (`make wheel`'s, else the one pip builds from
+    a copy of the checkout) into a throwaway venv (this environment's packages visible: torch, pytest, pytest-xdist); the project
     then runs with the entry point alone, and with -p tensorgc.pytest_plugin too under xdist."""
     pytest.importorskip("xdist")
     src = _built_wheel()
     if src is None:
         if not graphviz_dev():
             pytest.skip("needs Graphviz's development files to build from the checkout")
-        src = tmp_path / "src"
-        _copy_for_install(src)
+        src = _wheel_of_the_checkout(tmp_path)
     venv = tmp_path / "venv"
     # No pip or setuptools of its own, and not the base interpreter's site-packages: 3.10's venv
     # and base interpreter carry setuptools 65, which builds no wheel without the `wheel`
@@ -275,12 +312,9 @@ def test_installed_in_a_virtual_environment(project, tmp_path):
         capture_output=True, text=True, check=True, timeout=120).stdout.strip()
     with open(os.path.join(purelib, "_tensorgc_test_parent.pth"), "w") as f:
         f.write("\n".join(p for p in site.getsitepackages() if os.path.isdir(p)) + "\n")
-    # -O1 where pip compiles the checkout: what is installed, not the optimizer, is under test
-    # here, and the extension compiles in two thirds of the time (as _util.variant_build's)
     done = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps",
                            "--no-build-isolation", str(src)],
-                          capture_output=True, text=True, timeout=1200,
-                          env=dict(os.environ, TENSORGC_CFLAGS="-O1"))
+                          capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
     where = subprocess.run([python, "-c", "import tensorgc; print(tensorgc.__file__)"],

@@ -64,31 +64,45 @@ def timed():
     return _load(os.path.join(variant_build("phase-times", "-DTGC_PHASE_TIMES -O1"), "tensorgc"))
 
 
-def test_timed_build_counts_each_phase(gc_state, timed):
-    assert set(timed.testing._phase_times()) == PHASES
-    if not timed.testing._young_scan()["available"]:
-        pytest.skip("the phases of a young collection need the pre-scan")
+def _two_collections(timed, sentinel):
+    """With the sentinel on or off: the phases of a young collection of garbage without a tensor,
+    then of one with a tensor cycle, as {phase: (count, seconds)} each; and the reports' texts'
+    lengths."""
     seen = []
-    # the phases are the pre-scan path's (where the sentinel runs, the collector finds the garbage)
-    sentinel = timed.testing._sentinel()["enabled"]
-    timed.testing._sentinel(False)
+    was = timed.testing._sentinel()["enabled"]
+    timed.testing._sentinel(sentinel)
     remove = timed.main.observe_cycles(lambda r: seen.append(len(r.text)), device=DEVICE)
     try:
         timed.testing._phase_times(True)
         for _ in range(5):
             Pair().other = Pair()
-        gc.collect(0)  # garbage without a tensor: a pre-scan, nothing else
-        after_scan = timed.testing._phase_times(True)
+        gc.collect(0)
+        plain = timed.testing._phase_times(True)
         Cycle(T(4))
-        gc.collect(0)  # a tensor cycle: an island, reported and freed
-        after_island = timed.testing._phase_times()
+        gc.collect(0)
+        hit = timed.testing._phase_times()
     finally:
         remove()
-        timed.testing._sentinel(sentinel)
-    none = dict.fromkeys(PHASES, 0)
-    assert {k: n for k, (n, _) in after_scan.items()} == {**none, "scan": 1}  # reset, then one scan
-    counts = {k: n for k, (n, _) in after_island.items()}
-    assert counts == {**none, "island": 1, "exact": 1, "build": 1, "callback": 1, "free": 1}
+        timed.testing._sentinel(was)
+    return plain, hit, seen
+
+
+def counts(phases):
+    return {k: n for k, (n, _) in phases.items()}
+
+
+NONE = dict.fromkeys(PHASES, 0)
+
+
+def test_timed_build_counts_each_phase(gc_state, timed):
+    assert set(timed.testing._phase_times()) == PHASES
+    if not timed.testing._young_scan()["available"]:
+        pytest.skip("the phases of a young collection need the pre-scan")
+    # the pre-scan path's phases (where the sentinel runs, the collector finds the garbage)
+    after_scan, after_island, seen = _two_collections(timed, False)
+    assert counts(after_scan) == {**NONE, "scan": 1}  # reset, then one scan
+    assert counts(after_island) == {**NONE, "island": 1, "exact": 1, "build": 1, "callback": 1,
+                                    "free": 1}  # an island, reported and freed
     assert len(seen) == 1 and seen[0] > 0
     assert all(secs > 0 for n, secs in after_island.values() if n)
 
@@ -96,27 +110,11 @@ def test_timed_build_counts_each_phase(gc_state, timed):
 def test_timed_build_counts_the_sentinels_phases(gc_state, timed):
     if not timed.testing._young_scan()["available"]:
         pytest.skip("the sentinel needs the collector's lists")
-    seen = []
-    sentinel = timed.testing._sentinel()["enabled"]
-    timed.testing._sentinel(True)
-    remove = timed.main.observe_cycles(lambda r: seen.append(len(r.text)), device=DEVICE)
-    try:
-        timed.testing._phase_times(True)
-        for _ in range(5):
-            Pair().other = Pair()
-        gc.collect(0)  # garbage without a tensor: planted, walked, uprooted
-        after_walk = timed.testing._phase_times(True)
-        Cycle(T(4))
-        gc.collect(0)  # a tensor cycle: the walk takes it, "stop" reports and frees it
-        after_hit = timed.testing._phase_times()
-    finally:
-        remove()
-        timed.testing._sentinel(sentinel)
-    none = dict.fromkeys(PHASES, 0)
-    assert {k: n for k, (n, _) in after_walk.items()} == {**none, "plant": 1, "walk": 1,
-                                                           "uproot": 1}
-    counts = {k: n for k, (n, _) in after_hit.items()}
-    assert counts == {**none, "plant": 1, "walk": 1, "exact": 1, "build": 1,
-                      "callback": 1, "free": 1}
+    after_walk, after_hit, seen = _two_collections(timed, True)
+    # no tensor: planted, walked, uprooted
+    assert counts(after_walk) == {**NONE, "plant": 1, "walk": 1, "uproot": 1}
+    # a tensor cycle: the walk takes it, "stop" reports and frees it
+    assert counts(after_hit) == {**NONE, "plant": 1, "walk": 1, "exact": 1, "build": 1,
+                                 "callback": 1, "free": 1}
     assert len(seen) == 1 and seen[0] > 0
     assert all(secs > 0 for n, secs in after_walk.values() if n)

@@ -18,6 +18,7 @@ and "stubtest_output".
 """
 import atexit
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -56,7 +57,9 @@ def main() -> int:
         ["--strict", "--config-file", os.path.join(HERE, "mypy.ini"), "--hide-error-context",
          "--no-color-output", "--show-error-codes", "--cache-dir", cache_dir(), "-p", "tensorgc"]
         + [arg for name in SCRIPTS for arg in ("-m", name)])
-    res = mypy.build.build(check_sources, check_options)
+    with open(os.path.join(check_options.cache_dir, "tensorgc.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another run of the suite may share the cache
+        res = mypy.build.build(check_sources, check_options)
     out = {"mypy": list(res.errors), "sources": len(check_sources)}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

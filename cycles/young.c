@@ -13,8 +13,9 @@
  *
  * The generation lists are the collector's internals, so this file is built with Py_BUILD_CORE
  * (as is graph/frames.c, for a frame's slots) and reads them only through gclists.h, the one place that
- * knows their layout (CPython 3.10-3.13: compat.h's TGC_HAVE_YOUNG_SCAN). It also lends the
- * owner-chain search (graph/owners.c) its visited mark (heapmark.c). At module exec, tgc_young_selfcheck() confirms
+ * knows their layout (CPython 3.10-3.13: compat.h's TGC_HAVE_YOUNG_SCAN); where an object's
+ * references lie, it asks shapes.h. It also lends the owner-chain search (graph/owners.c) its
+ * visited mark (heapmark.c). At module exec, tgc_young_selfcheck() confirms
  * that the interpreter is the one the build is for (common/internals.c) and the layout on it (the
  * list heads are consistent rings, a new object is the tail of generation 0); otherwise the
  * detector arms every collection, the portable path. */

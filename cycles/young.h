@@ -1,7 +1,8 @@
 /* young.h: the contract of young.c, the pre-scan of the generations a collection is about to
- * examine, the fast traversal it shares with the hook (split.c), and the visited mark it lends
- * the owner-chain search. Python.h, tensorgc/tensor.h and tensorgc/owners.h come first. Everything here needs the GIL, runs no Python code and never
- * leaves an exception set. */
+ * examine and the sentinel that looks at its garbage from inside it, and the visited mark it
+ * lends the owner-chain search (heapmark.c). Where an object's references lie is shapes.h's.
+ * Python.h, tensorgc/tensor.h and tensorgc/owners.h come first. Everything here needs the GIL,
+ * runs no Python code and never leaves an exception set. */
 #ifndef TGC_YOUNG_H
 #define TGC_YOUNG_H
 

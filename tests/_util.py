@@ -304,6 +304,22 @@ def _test_cache(what):
     return path
 
 
+def _prune_cache(parent, prefix, keep=4):
+    """Removes all but the `keep` newest entries (folders) named prefix-<hash> in parent, with
+    their lock files: the caches stay bounded as the sources change."""
+    import shutil
+
+    entries = [os.path.join(parent, n) for n in os.listdir(parent)
+               if n.startswith(prefix + "-") and "." not in n]
+    entries.sort(key=lambda p: os.stat(p).st_mtime, reverse=True)
+    for old in entries[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.unlink(old + ".lock")
+        except OSError:
+            pass
+
+
 def variant_build(name, cflags):
     """The extensions (and the render worker) compiled again with TENSORGC_CFLAGS=``cflags`` and
     warnings as errors, for a test of a flavour `make build` does not make: the path of its
@@ -311,7 +327,7 @@ def variant_build(name, cflags):
     interpreter, so that a later run of the suite (a fresh clone's too) and another pytest-xdist
     worker find it, as a compiler cache would: in $TENSORGC_TEST_CACHE/variants, else
     tensorgc-tests/variants under $XDG_CACHE_HOME or ~/.cache, else (neither writable)
-    build/test-variants/ in the checkout. A worker that finds another one building waits for it. Fails
+    build/test-variants/ in the checkout; the four newest of each name and interpreter are kept. A worker that finds another one building waits for it. Fails
     the test, with the compiler's output, where the build fails."""
     import fcntl
     import glob
@@ -333,7 +349,8 @@ def variant_build(name, cflags):
             h.update(path.encode() + b"\0" + f.read())
     parent = _test_cache("variants") or os.path.join(root, "build", "test-variants")
     os.makedirs(parent, exist_ok=True)
-    out = os.path.join(parent, f"{name}-{h.hexdigest()[:16]}")
+    kind = f"{name}-cp{sys.version_info[0]}{sys.version_info[1]}"
+    out = os.path.join(parent, f"{kind}-{h.hexdigest()[:16]}")
     with open(out + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not os.path.isdir(out):
@@ -350,4 +367,7 @@ def variant_build(name, cflags):
                             + (done.stdout + done.stderr)[-3000:])
             shutil.rmtree(os.path.join(tmp, "temp"))  # the objects: not needed again
             os.rename(tmp, out)
+            _prune_cache(parent, kind)
+        else:
+            os.utime(out)  # used: the newest, as far as pruning goes
     return os.path.join(out, "lib")

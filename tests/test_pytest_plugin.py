@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from _util import _test_cache, graphviz_dev
+from _util import _prune_cache, _test_cache, graphviz_dev
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT = os.path.join(ROOT, "tests", "data", "plugin_project")
@@ -254,7 +254,8 @@ def _built_wheel():
 def _wheel_of_the_checkout(tmp_path):
     """Without a wheel from `make wheel`: the one pip builds from a copy of the checkout, kept
     as variant_build keeps its copies (keyed by every file of the copy, this interpreter and the
-    flags), so that a later run installs it without compiling again."""
+    flags; the four newest per interpreter), so that a later run installs it without compiling
+    again."""
     import fcntl
     import hashlib
     import sysconfig
@@ -270,7 +271,8 @@ def _wheel_of_the_checkout(tmp_path):
             with open(path, "rb") as f:
                 h.update(os.path.relpath(path, src).encode() + b"\0" + f.read())
     parent = _test_cache("wheels") or str(tmp_path)
-    out = os.path.join(parent, h.hexdigest()[:16])
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    out = os.path.join(parent, f"{tag}-{h.hexdigest()[:16]}")
     with open(out + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.isdir(out):
@@ -284,6 +286,9 @@ def _wheel_of_the_checkout(tmp_path):
                                   env=dict(os.environ, TENSORGC_CFLAGS="-O1"))
             assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
             os.rename(tmp, out)
+            _prune_cache(parent, tag)
+        else:
+            os.utime(out)  # used: the newest, as far as pruning goes
     (wheel,) = glob.glob(os.path.join(out, "tensorgc-*.whl"))
     return wheel
 

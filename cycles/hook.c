@@ -549,6 +549,7 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
         }
         tgc_deliver(c);  /* that copy never ran (gc.callbacks changed): now, before anything */
     }
+#ifdef TGC_PHASE_TIMES
     if (phase == 1) {
         TGC_PHASE_BEGIN(t0);
         hook__start(c, info);
@@ -557,13 +558,21 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
         }
     }
     else if (phase == 2) {
-        int planted = tgc_young_planted() && c->island == NULL;
+        int planted = tgc_young_planted() && c->island == NULL;  /* and no report to come */
         TGC_PHASE_BEGIN(t0);
         hook__stop(c, info);
-        if (planted && c->island == NULL) {
+        if (planted) {
             TGC_PHASE_END(c, TGC_PHASE_UPROOT, t0);
         }
     }
+#else
+    if (phase == 1) {
+        hook__start(c, info);
+    }
+    else if (phase == 2) {
+        hook__stop(c, info);
+    }
+#endif
     if (PyErr_Occurred() && !tgc_keep_interrupt(c)) {
         /* never let our trouble escape into the collector */
         PyErr_WriteUnraisable(c->hook);

@@ -320,6 +320,32 @@ def _prune_cache(parent, prefix, keep=4):
             pass
 
 
+def cached_build(parent, kind, digest, make):
+    """The folder parent/kind-digest, made by make(folder) the first time (into a temporary
+    folder renamed into place, so that a failed build leaves nothing), under a lock that another
+    worker or run waits on; then only the four newest of `kind` are kept (_prune_cache)."""
+    import fcntl
+    import shutil
+
+    os.makedirs(parent, exist_ok=True)
+    out = os.path.join(parent, f"{kind}-{digest}")
+    with open(out + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if os.path.isdir(out):
+            os.utime(out)  # used: the newest, as far as pruning goes
+            return out
+        tmp = f"{out}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            make(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        os.rename(tmp, out)
+    _prune_cache(parent, kind)
+    return out
+
+
 def variant_build(name, cflags):
     """The extensions (and the render worker) compiled again with TENSORGC_CFLAGS=``cflags`` and
     warnings as errors, for a test of a flavour `make build` does not make: the path of its
@@ -329,7 +355,6 @@ def variant_build(name, cflags):
     tensorgc-tests/variants under $XDG_CACHE_HOME or ~/.cache, else (neither writable)
     build/test-variants/ in the checkout; the four newest of each name and interpreter are kept. A worker that finds another one building waits for it. Fails
     the test, with the compiler's output, where the build fails."""
-    import fcntl
     import glob
     import hashlib
     import shutil
@@ -348,26 +373,18 @@ def variant_build(name, cflags):
         with open(os.path.join(root, path), "rb") as f:
             h.update(path.encode() + b"\0" + f.read())
     parent = _test_cache("variants") or os.path.join(root, "build", "test-variants")
-    os.makedirs(parent, exist_ok=True)
-    kind = f"{name}-cp{sys.version_info[0]}{sys.version_info[1]}"
-    out = os.path.join(parent, f"{kind}-{h.hexdigest()[:16]}")
-    with open(out + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not os.path.isdir(out):
-            tmp = f"{out}.tmp{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            env = dict(os.environ, TENSORGC_CFLAGS=cflags, TENSORGC_WERROR="1")
-            done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--force",
-                                   "--build-temp", os.path.join(tmp, "temp"),
-                                   "--build-lib", os.path.join(tmp, "lib")],
-                                  cwd=root, env=env, capture_output=True, text=True)
-            if done.returncode != 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-                pytest.fail(f"building the {name} copy ({cflags}) failed:\n"
-                            + (done.stdout + done.stderr)[-3000:])
-            shutil.rmtree(os.path.join(tmp, "temp"))  # the objects: not needed again
-            os.rename(tmp, out)
-            _prune_cache(parent, kind)
-        else:
-            os.utime(out)  # used: the newest, as far as pruning goes
+
+    def make(tmp):
+        env = dict(os.environ, TENSORGC_CFLAGS=cflags, TENSORGC_WERROR="1")
+        done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--force",
+                               "--build-temp", os.path.join(tmp, "temp"),
+                               "--build-lib", os.path.join(tmp, "lib")],
+                              cwd=root, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.fail(f"building the {name} copy ({cflags}) failed:\n"
+                        + (done.stdout + done.stderr)[-3000:])
+        shutil.rmtree(os.path.join(tmp, "temp"))  # the objects: not needed again
+
+    out = cached_build(parent, f"{name}-cp{sys.version_info[0]}{sys.version_info[1]}",
+                       h.hexdigest()[:16], make)
     return os.path.join(out, "lib")

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from _util import _prune_cache, _test_cache, graphviz_dev
+from _util import _test_cache, cached_build, graphviz_dev
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT = os.path.join(ROOT, "tests", "data", "plugin_project")
@@ -256,7 +256,6 @@ def _wheel_of_the_checkout(tmp_path):
     as variant_build keeps its copies (keyed by every file of the copy, this interpreter and the
     flags; the four newest per interpreter), so that a later run installs it without compiling
     again."""
-    import fcntl
     import hashlib
     import sysconfig
 
@@ -270,25 +269,17 @@ def _wheel_of_the_checkout(tmp_path):
             path = os.path.join(d, name)
             with open(path, "rb") as f:
                 h.update(os.path.relpath(path, src).encode() + b"\0" + f.read())
-    parent = _test_cache("wheels") or str(tmp_path)
-    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    out = os.path.join(parent, f"{tag}-{h.hexdigest()[:16]}")
-    with open(out + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.isdir(out):
-            tmp = f"{out}.tmp{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            # -O1: what is installed, not the optimizer, is under test here, and the extension
-            # compiles in two thirds of the time (as _util.variant_build's)
-            done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                                   "--no-build-isolation", "-w", tmp, str(src)],
-                                  capture_output=True, text=True, timeout=1200,
-                                  env=dict(os.environ, TENSORGC_CFLAGS="-O1"))
-            assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-            os.rename(tmp, out)
-            _prune_cache(parent, tag)
-        else:
-            os.utime(out)  # used: the newest, as far as pruning goes
+    def make(tmp):
+        # -O1: what is installed, not the optimizer, is under test here, and the extension
+        # compiles in two thirds of the time (as _util.variant_build's)
+        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                               "--no-build-isolation", "-w", tmp, str(src)],
+                              capture_output=True, text=True, timeout=1200,
+                              env=dict(os.environ, TENSORGC_CFLAGS="-O1"))
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+
+    out = cached_build(_test_cache("wheels") or str(tmp_path),
+                       f"cp{sys.version_info[0]}{sys.version_info[1]}", h.hexdigest()[:16], make)
     (wheel,) = glob.glob(os.path.join(out, "tensorgc-*.whl"))
     return wheel
 

@@ -49,11 +49,14 @@ REAL_PYTHON = $(shell $(PYTHON) -c "import sys; print(sys.executable)")
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.13.0 CPU build (TORCH_VERSION=none: no torch), pytest, pytest-xdist, coverage, IPython, mypy, playwright, the integrations' libraries (INTEG_PINS), nvml.h (pip)
+deps: ## Install what is missing: Graphviz headers, ccache and chromium (apt); torch==2.13.0 CPU build (TORCH_VERSION=none: no torch), pytest, pytest-xdist, coverage, IPython, mypy, playwright, the integrations' libraries (INTEG_PINS), nvml.h (pip)
 	@if ! pkg-config --exists libgvc libcgraph 2>/dev/null; then \
 	  echo "tensorgc: installing Graphviz's C library (libgraphviz-dev, pkg-config)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libgraphviz-dev pkg-config; \
 	fi
+	@# ccache: rebuilds after an edit (make build, the tests' variant builds) compile only what changed; optional
+	@command -v ccache >/dev/null 2>&1 || { echo "tensorgc: installing ccache"; \
+	  $(SUDO) apt-get install -y -qq ccache || echo "tensorgc: no ccache; every build compiles every file"; }
 	@# headless Chromium: the timeline page's screenshot test
 	@command -v chromium >/dev/null 2>&1 || { echo "tensorgc: installing chromium"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
@@ -83,8 +86,13 @@ deps: ## Install what is missing: Graphviz headers and chromium (apt); torch==2.
 	@$(PYTHON) -c "import glob, sys; sys.exit(not any(glob.glob(p + '/nvidia/cu*/include/nvml.h') for p in sys.path if p))" || \
 	  $(PYTHON) -m pip install -q --no-deps "nvidia-nvml-dev==$(NVML_DEV_VERSION)"
 
+# ccache where it is installed and CC is not set: --force below has setuptools compile every file,
+# ccache answers for those an edit left unchanged (its key holds the flags: asan's objects stay apart)
+PY_CC = $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('CC') or 'cc')")
+BUILD_CC = $(if $(and $(filter default,$(origin CC)),$(shell command -v ccache 2>/dev/null)),CC="ccache $(PY_CC)")
+
 $(SO): $(SOURCES)
-	TENSORGC_WERROR=1 $(PYTHON) setup.py -q build_ext --inplace --force  # --force: never reuse objects of another flavour (asan)
+	TENSORGC_WERROR=1 $(BUILD_CC) $(PYTHON) setup.py -q build_ext --inplace --force  # --force: never reuse objects of another flavour (asan)
 
 build: $(SO) ## Build the extensions in place (warnings are errors)
 

@@ -155,25 +155,28 @@ young__visit(PyObject *o, void *arg)
 }
 
 /* One end of the walk below: the type of the run of objects it is in (never a tensor type), that
- * type's shape, the same for the run before (young objects often alternate between two types: an
- * instance and its list, a bound method and its instance), and the shapes this end has looked
- * up. The two runs' shapes are copies the cursor owns: the cache may reuse an entry for another
- * type while a run still needs it. */
+ * type's shape, the same for the two runs before (young objects often alternate between two or
+ * three types: an instance and its list, a bound method and its instance, a function, its cell
+ * and its closure's tuple), and the shapes this end has looked up. The runs' shapes are copies
+ * the cursor owns (own[], one each): the cache may reuse an entry for another type while a run
+ * still needs it. */
 typedef struct {
-    PyTypeObject *run, *prev_run;
-    const tgc_shape *sh, *prev_sh;   /* into own[] */
-    Py_ssize_t one, prev_one;  /* sh's only slot offset when it has exactly one, else 0 (never a
-                                  slot): the walk's fast path reads no more than this */
-    tgc_shape own[2];
+    PyTypeObject *run, *prev_run, *old_run;
+    const tgc_shape *sh, *prev_sh, *old_sh;   /* each its own entry of own[] */
+    Py_ssize_t one, prev_one, old_one;  /* sh's only slot offset when it has exactly one, else 0
+                                           (never a slot): the walk's fast path reads no more */
+    tgc_shape own[3];
     tgc_shapes shapes;
 } young_cursor;
 
 static void
 young__cursor_init(young_cursor *cur)
 {
-    cur->run = cur->prev_run = NULL;
-    cur->sh = cur->prev_sh = NULL;
-    cur->one = cur->prev_one = 0;
+    cur->run = cur->prev_run = cur->old_run = NULL;  /* no type matches */
+    cur->sh = &cur->own[0];
+    cur->prev_sh = &cur->own[1];
+    cur->old_sh = &cur->own[2];
+    cur->one = cur->prev_one = cur->old_one = 0;
     cur->shapes.next = 0;
     for (int i = 0; i < 4; i++) {
         cur->shapes.shapes[i].type = NULL;  /* an empty entry: no type matches it */
@@ -195,9 +198,27 @@ young__run_back(young_cursor *cur)
     cur->prev_one = one;
 }
 
+/* The oldest run becomes the current one, the other two move back a place. */
+static inline void
+young__run_rotate(young_cursor *cur)
+{
+    PyTypeObject *tp = cur->old_run;
+    const tgc_shape *sh = cur->old_sh;
+    Py_ssize_t one = cur->old_one;
+    cur->old_run = cur->prev_run;
+    cur->old_sh = cur->prev_sh;
+    cur->old_one = cur->prev_one;
+    cur->prev_run = cur->run;
+    cur->prev_sh = cur->sh;
+    cur->prev_one = cur->one;
+    cur->run = tp;
+    cur->sh = sh;
+    cur->one = one;
+}
+
 /* op starts a new run (its type is not the last one's): whether op is a tensor; else the run
- * and its shape become the cursor's (or the run before comes back, known not to be a tensor).
- * Out of line: runs are long, the walk's loop stays small. */
+ * and its shape become the cursor's (or a run before comes back, known not to be a tensor), in
+ * the place of the oldest. Out of line: runs are long, the walk's loop stays small. */
 static int
 young__run_start(young_ctx *c, young_cursor *cur, PyObject *op)
 {
@@ -206,19 +227,21 @@ young__run_start(young_ctx *c, young_cursor *cur, PyObject *op)
         young__run_back(cur);
         return 0;
     }
+    if (tp == cur->old_run) {
+        young__run_rotate(cur);
+        return 0;
+    }
     if (young__is_tensor(c, op)) {
         return 1;
     }
     c->saw_type |= PyType_FastSubclass(tp, Py_TPFLAGS_TYPE_SUBCLASS);  /* once per run */
     const tgc_shape *found = tgc_shape_lookup(&cur->shapes, tp);
-    tgc_shape *sh = cur->sh == &cur->own[0] ? &cur->own[1] : &cur->own[0];
+    tgc_shape *sh = (tgc_shape *)cur->old_sh;  /* the oldest run's copy, given up */
     *sh = *found;
-    cur->prev_run = cur->run;
-    cur->prev_sh = cur->sh;
-    cur->prev_one = cur->one;
-    cur->run = tp;
-    cur->sh = sh;
-    cur->one = sh->nslots == 1 ? sh->off[0] : 0;
+    cur->old_run = tp;
+    cur->old_sh = sh;
+    cur->old_one = sh->nslots == 1 ? sh->off[0] : 0;
+    young__run_rotate(cur);
     return 0;
 }
 

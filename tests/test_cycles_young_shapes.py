@@ -296,6 +296,38 @@ def test_pre_scan_crosscheck_on_every_b1_shape(track, crosscheck):
     assert sum(len(r.tensors) for r in reports) == 3 * len(SHAPES)
 
 
+def test_an_old_tensor_in_one_closure_among_many(track, crosscheck):
+    """Functions, their cells and their closures' tuples alternate among young objects, three
+    types in turn, which each end of the walk keeps known without a lookup: the one cell that
+    holds an old tensor, a few hundred objects in, is still read."""
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    t = T(250)
+    t_ref = weakref.ref(t)
+    gc.collect()
+
+    def pair(x):
+        def f():
+            return g, x
+
+        def g():
+            return f
+        return f
+
+    for i in range(60):
+        pair(t if i == 37 else i)
+    del t
+    assert t_ref() is not None
+    assert _C._young_prescan(0) is True
+    before = _C._prescan_crosscheck()
+    gc.collect(0)
+    after = _C._prescan_crosscheck()
+    assert after["checked"] - before["checked"] > 300
+    assert after["mismatched"] == before["mismatched"]
+    assert [x["nbytes"] for r in reports for x in r.tensors] == [1000]
+    assert t_ref() is None
+
+
 def test_switch():
     was = _C._prescan_crosscheck()
     assert set(was) == {"enabled", "checked", "mismatched"}

@@ -106,9 +106,6 @@ headers = sorted(sum((glob.glob(d + "/*.h") for d in SUBSYSTEMS + ["module", "in
 # "include" for the engines' contracts (tensorgc/*.h), "." for a binding's view of the module
 # state (module/state.h) and module.c's of each subsystem's binding (cycles/binding.h...).
 include_dirs = ["include", "."]
-# Only PyInit_* (PyMODINIT_FUNC marks it) leaves the module: calls between its files bind
-# directly, without the PLT, and no tgc_ symbol can clash with another library loaded globally.
-hidden = ["-fvisibility=hidden"]
 ext = Extension(
     "tensorgc._tensorgc",
     sources=sources,
@@ -116,7 +113,7 @@ ext = Extension(
     include_dirs=include_dirs + cuda_inc,
     libraries=["dl", "pthread"],
     define_macros=cuda_macros,
-    extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + hidden + warnings + extra,
+    extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + warnings + extra,
     extra_link_args=extra_link,
 )
 testing = Extension(
@@ -124,7 +121,7 @@ testing = Extension(
     sources=["module/testing.c"],
     depends=["module/testing.h"],
     include_dirs=include_dirs,
-    extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + hidden + warnings + extra,
+    extra_compile_args=["-std=c11", "-D_GNU_SOURCE"] + warnings + extra,
     extra_link_args=extra_link,
 )
 

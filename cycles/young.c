@@ -161,10 +161,14 @@ young__visit(PyObject *o, void *arg)
  * the cursor owns (own[], one each): the cache may reuse an entry for another type while a run
  * still needs it. */
 typedef struct {
-    PyTypeObject *run, *prev_run, *old_run;
-    const tgc_shape *sh, *prev_sh, *old_sh;   /* each its own entry of own[] */
-    Py_ssize_t one, prev_one, old_one;  /* sh's only slot offset when it has exactly one, else 0
-                                           (never a slot): the walk's fast path reads no more */
+    PyTypeObject *type;
+    tgc_shape *sh;  /* its own entry of the cursor's own[] (rewritten when the run is replaced) */
+    Py_ssize_t one;  /* sh's only slot offset when it has exactly one, else 0 (never a slot): the
+                        walk's fast path reads no more than this */
+} young_run;
+
+typedef struct {
+    young_run run, prev, old;  /* the current run, the one before, the one before that */
     tgc_shape own[3];
     tgc_shapes shapes;
 } young_cursor;
@@ -172,11 +176,12 @@ typedef struct {
 static void
 young__cursor_init(young_cursor *cur)
 {
-    cur->run = cur->prev_run = cur->old_run = NULL;  /* no type matches */
-    cur->sh = &cur->own[0];
-    cur->prev_sh = &cur->own[1];
-    cur->old_sh = &cur->own[2];
-    cur->one = cur->prev_one = cur->old_one = 0;
+    young_run *runs[3] = {&cur->run, &cur->prev, &cur->old};
+    for (int i = 0; i < 3; i++) {
+        runs[i]->type = NULL;  /* no type matches */
+        runs[i]->sh = &cur->own[i];
+        runs[i]->one = 0;
+    }
     cur->shapes.next = 0;
     for (int i = 0; i < 4; i++) {
         cur->shapes.shapes[i].type = NULL;  /* an empty entry: no type matches it */
@@ -187,33 +192,19 @@ young__cursor_init(young_cursor *cur)
 static inline void
 young__run_back(young_cursor *cur)
 {
-    PyTypeObject *tp = cur->run;
-    const tgc_shape *sh = cur->sh;
-    Py_ssize_t one = cur->one;
-    cur->run = cur->prev_run;
-    cur->sh = cur->prev_sh;
-    cur->one = cur->prev_one;
-    cur->prev_run = tp;
-    cur->prev_sh = sh;
-    cur->prev_one = one;
+    young_run r = cur->run;
+    cur->run = cur->prev;
+    cur->prev = r;
 }
 
 /* The oldest run becomes the current one, the other two move back a place. */
 static inline void
 young__run_rotate(young_cursor *cur)
 {
-    PyTypeObject *tp = cur->old_run;
-    const tgc_shape *sh = cur->old_sh;
-    Py_ssize_t one = cur->old_one;
-    cur->old_run = cur->prev_run;
-    cur->old_sh = cur->prev_sh;
-    cur->old_one = cur->prev_one;
-    cur->prev_run = cur->run;
-    cur->prev_sh = cur->sh;
-    cur->prev_one = cur->one;
-    cur->run = tp;
-    cur->sh = sh;
-    cur->one = one;
+    young_run r = cur->old;
+    cur->old = cur->prev;
+    cur->prev = cur->run;
+    cur->run = r;
 }
 
 /* op starts a new run (its type is not the last one's): whether op is a tensor; else the run
@@ -223,11 +214,11 @@ static int
 young__run_start(young_ctx *c, young_cursor *cur, PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
-    if (tp == cur->prev_run) {
+    if (tp == cur->prev.type) {
         young__run_back(cur);
         return 0;
     }
-    if (tp == cur->old_run) {
+    if (tp == cur->old.type) {
         young__run_rotate(cur);
         return 0;
     }
@@ -236,11 +227,10 @@ young__run_start(young_ctx *c, young_cursor *cur, PyObject *op)
     }
     c->saw_type |= PyType_FastSubclass(tp, Py_TPFLAGS_TYPE_SUBCLASS);  /* once per run */
     const tgc_shape *found = tgc_shape_lookup(&cur->shapes, tp);
-    tgc_shape *sh = (tgc_shape *)cur->old_sh;  /* the oldest run's copy, given up */
+    tgc_shape *sh = cur->old.sh;  /* the oldest run's copy, given up */
     *sh = *found;
-    cur->old_run = tp;
-    cur->old_sh = sh;
-    cur->old_one = sh->nslots == 1 ? sh->off[0] : 0;
+    cur->old.type = tp;
+    cur->old.one = sh->nslots == 1 ? sh->off[0] : 0;
     young__run_rotate(cur);
     return 0;
 }
@@ -309,18 +299,19 @@ static inline Py_ALWAYS_INLINE int
 young__hit(young_ctx *c, young_cursor *cur, PyTypeObject **plain_ref, PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
-    if (tp == cur->run && cur->one != 0 && young__slot_plain(op, cur->one, tp, plain_ref[0])) {
+    if (tp == cur->run.type && cur->run.one != 0 &&
+        young__slot_plain(op, cur->run.one, tp, plain_ref[0])) {
         return 0;  /* the commonest case of a slotted run, in the fewest instructions */
     }
-    if (tp != cur->run) {
-        if (tp == cur->prev_run) {
+    if (tp != cur->run.type) {
+        if (tp == cur->prev.type) {
             young__run_back(cur);  /* inline: young objects alternate between two types */
         }
         else if (young__run_start(c, cur, op)) {
             return 1;
         }
     }
-    const tgc_shape *sh = cur->sh;
+    const tgc_shape *sh = cur->run.sh;
     switch (sh->kind) {
     case TGC_SHAPE_TRAVERSE:
         /* objects in the lists are tracked gc objects: tp_traverse is set */

@@ -1,8 +1,8 @@
 /* cycles.h: what the files of cycles/ share: the cycles part of the module state (struct
  * tgc_cycles, made by cycles/binding.c at module exec), the keys of a report's dicts, the phase
- * timers, and the contracts of its units (hook.h, report.h, young.h) and of the reference-graph
- * engine they use (graph/: include/tensorgc/graph.h, edges.h, names.h). Private to cycles/:
- * reporter/ and allocator/ never include it; module.c sees only binding.h. */
+ * timers, and the contracts of its units (hook.h, report.h, young.h, watch.h) and of the
+ * reference-graph engine they use (graph/: include/tensorgc/graph.h, edges.h, names.h). Private
+ * to cycles/: reporter/ and allocator/ never include it; module.c sees only binding.h. */
 #ifndef TGC_CYCLES_H
 #define TGC_CYCLES_H
 
@@ -22,6 +22,7 @@
 #include "renderer.h"
 #include "report.h"
 #include "young.h"
+#include "watch.h"
 
 /* Phase timing for benchmarks (bench/b1_inprocess.py). Off in every normal build: the macros
  * compile to nothing, so the hot path carries no clock reads. */

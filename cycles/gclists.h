@@ -31,6 +31,13 @@ tgc_gc_list(int gen)
     return &PyInterpreterState_Get()->gc.generations[gen].head;
 }
 
+/* The head of the list gc.freeze() moves objects to (the permanent generation). */
+static inline tgc_gc_node *
+tgc_gc_permanent_list(void)
+{
+    return &PyInterpreterState_Get()->gc.permanent_generation.head;
+}
+
 static inline tgc_gc_node *
 tgc_gc_next(tgc_gc_node *g)
 {

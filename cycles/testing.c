@@ -115,9 +115,10 @@ PyDoc_STRVAR(sentinel_doc,
 "planted at the front of what they examine, which looks at their garbage once the collector found "
 "it, instead of the pre-scan and islands before the collection. With enabled, switch it on or off "
 "(on is refused where the pre-scan is not available). Returns {'enabled', 'planted', 'taken', "
-"'armed', 'lost'}: collections it was planted for; of those, whose garbage held tensors and was "
-"taken for the report, that were armed from inside the collection (the user's gc debug flags, or "
-"the garbage could not be walked), and whose sentinel outlived the collection.");
+"'armed', 'lost', 'unwalked'}: collections it was planted for; of those, whose garbage held "
+"tensors and was taken for the report, that were armed from inside the collection (the user's gc "
+"debug flags, or the garbage could not be walked), and whose sentinel outlived the collection; "
+"and the walks the tensor watch spared (the collector followed no reference to a tensor).");
 
 static PyObject *
 sentinel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -128,7 +129,8 @@ sentinel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                            (testing_count[]){{"planted", n->sentinel_planted},
                                              {"taken", n->sentinel_taken},
                                              {"armed", n->sentinel_armed},
-                                             {"lost", n->sentinel_lost}}, 4);
+                                             {"lost", n->sentinel_lost},
+                                             {"unwalked", tgc_young_unwalked()}}, 5);
 }
 
 PyDoc_STRVAR(island_crosscheck_doc,
@@ -342,7 +344,88 @@ observer_count(PyObject *module, PyObject *Py_UNUSED(ignored))
     return PyLong_FromSsize_t(c->observers ? PyList_GET_SIZE(c->observers) : 0);
 }
 
+PyDoc_STRVAR(tensor_watched_doc,
+"_tensor_watched($module, tp, /)\n--\n\n"
+"Whether the type tp carries the tensor watch's tp_is_gc (cycles/young.c).");
+
+static PyObject *
+tensor_watched(PyObject *module, PyObject *tp)
+{
+    (void)module;
+    if (!PyType_Check(tp)) {
+        PyErr_SetString(PyExc_TypeError, "_tensor_watched(tp): a type");
+        return NULL;
+    }
+    return PyBool_FromLong(tgc_watch_on_type((PyTypeObject *)tp));
+}
+
+PyDoc_STRVAR(tensor_watch_reset_doc,
+"_tensor_watch_reset($module, /)\n--\n\n"
+"Takes the tensor watch off every tensor type and forgets its verdict (cycles/watch.c's "
+"tgc_watch_reset), so that the next collection with a cycle observer decides afresh, as the "
+"first one of a process does. Needs torch imported.");
+
+static PyObject *
+tensor_watch_reset(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    if (tgc_tensor_resolve(c->tensor) != 1) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_RuntimeError, "_tensor_watch_reset: torch is not imported");
+        return NULL;
+    }
+    if (tgc_watch_reset((PyTypeObject *)c->tensor->type, tgc_young_layout_ok()) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* Another tool's tp_is_gc, as far as the watch can tell: answers what an empty slot does. */
+static int
+testing__foreign_is_gc(PyObject *op)
+{
+    (void)op;
+    return 1;
+}
+
+PyDoc_STRVAR(foreign_is_gc_doc,
+"_foreign_is_gc($module, tp, on, /)\n--\n\n"
+"Puts a tp_is_gc of another tool's on the type tp (on true), or takes it off (on false, only "
+"where it is that one): a tensor type whose slot is someone else's, which the tensor watch must "
+"leave alone.");
+
+static PyObject *
+foreign_is_gc(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "_foreign_is_gc(tp, on): a type and a flag");
+        return NULL;
+    }
+    int on = PyObject_IsTrue(args[1]);
+    if (on < 0) {
+        return NULL;
+    }
+    PyTypeObject *tp = (PyTypeObject *)args[0];
+    if (on && tp->tp_is_gc != NULL) {
+        PyErr_SetString(PyExc_ValueError, "_foreign_is_gc: the type already has a tp_is_gc");
+        return NULL;
+    }
+    if (on) {
+        tp->tp_is_gc = testing__foreign_is_gc;
+    }
+    else if (tp->tp_is_gc == testing__foreign_is_gc) {
+        tp->tp_is_gc = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyMethodDef tgc_cycles_testing_methods[] = {
+    {"_tensor_watched", (PyCFunction)tensor_watched, METH_O, tensor_watched_doc},
+    {"_tensor_watch_reset", (PyCFunction)tensor_watch_reset, METH_NOARGS,
+     tensor_watch_reset_doc},
+    {"_foreign_is_gc", (PyCFunction)(void (*)(void))foreign_is_gc, METH_FASTCALL,
+     foreign_is_gc_doc},
     {"_phase_times", (PyCFunction)(void (*)(void))phase_times, METH_FASTCALL, phase_times_doc},
     {"_seeded_split", (PyCFunction)(void (*)(void))seeded_split, METH_FASTCALL, seeded_split_doc},
     {"_young_island", (PyCFunction)(void (*)(void))young_island, METH_FASTCALL, young_island_doc},

@@ -33,6 +33,7 @@
 #include "tensorgc/ptrmap.h"
 #include "tensorgc/tensor.h"
 #include "young.h"
+#include "watch.h"
 
 
 /* What the collector does to garbage before clearing it, and the island path would skip: legacy
@@ -934,6 +935,7 @@ typedef struct {
     PyTypeObject *tensor;        /* borrowed: torch's tensor base type (first only) */
     tgc_young_catch catch;       /* first only; NULL once it ran */
     void *arg;
+    tgc_watch_mark watch;        /* first only: the tensor watch when it was planted */
 } young_sentinel;
 
 /* The live first sentinel of the collection under way, NULL when none: set by tgc_young_plant,
@@ -941,6 +943,13 @@ typedef struct {
  * finalizer takes one). Protected by the GIL; collections do not nest. */
 static young_sentinel *young_planted;
 static int young_held;
+static unsigned long long young_unwalked;  /* walks the tensor watch spared (tests); the GIL */
+
+unsigned long long
+tgc_young_unwalked(void)
+{
+    return young_unwalked;
+}
 
 static int
 sentinel__traverse(PyObject *self, visitproc visit, void *arg)
@@ -1127,6 +1136,10 @@ SENTINEL_LOOK(PyObject *self)
         Py_INCREF(self);
         young_held = 1;
     }
+    if (tgc_watch_quiet(&s->watch)) {
+        young_unwalked++;  /* the collector followed no reference to a tensor (watch.h) */
+        return;
+    }
     tgc_gc_node *n1 = tgc_gc_node_of(self), *n2 = tgc_gc_node_of(s->peer);
     tgc_gc_node *head = tgc_gc_prev(n2);
     if (tgc_gc_next(n1) != tgc_gc_prev(n1) || tgc_gc_next(head) != n2) {
@@ -1170,6 +1183,7 @@ static PyTypeObject young_sentinel_type = {
     .tp_clear = sentinel__clear,
     .tp_dealloc = sentinel__dealloc,
     .tp_finalize = sentinel__finalize,
+    .tp_is_gc = tgc_watch_own_is_gc,
 };
 
 static young_sentinel *
@@ -1182,6 +1196,7 @@ sentinel__new(void)
         s->tensor = NULL;
         s->catch = NULL;
         s->arg = NULL;
+        memset(&s->watch, 0, sizeof(s->watch));
     }
     return s;
 }
@@ -1208,6 +1223,7 @@ tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, voi
     }
     a->first = 1;
     a->tensor = tensor;
+    int watching = tgc_watch_on(tensor);
     a->catch = catch;
     a->arg = arg;
     a->peer = Py_NewRef((PyObject *)b);
@@ -1221,6 +1237,7 @@ tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, voi
     young_planted = a;
     Py_DECREF(a);
     Py_DECREF(b);  /* the pair now lives by its cycle alone */
+    tgc_watch_set_mark(&a->watch, watching);  /* last: nothing above counts */
     return 0;
 }
 
@@ -1308,6 +1325,12 @@ void
 tgc_young_undefer(PyObject *deferred)
 {
     (void)deferred;
+}
+
+unsigned long long
+tgc_young_unwalked(void)
+{
+    return 0;
 }
 
 int

@@ -118,3 +118,34 @@ def test_timed_build_counts_the_sentinels_phases(gc_state, timed):
                                  "callback": 1, "free": 1}
     assert len(seen) == 1 and seen[0] > 0
     assert all(secs > 0 for n, secs in after_walk.values() if n)
+
+
+def test_a_second_copy_shares_the_tensor_watch(gc_state, timed):
+    """Two builds of the extension in one process (as bench/b1_inprocess.py's variants are): the
+    first to put the tensor watch on publishes it, the other uses it instead of taking the first
+    one's slots for another tool's. Both skip the walk where no tensor was met; a tensor cycle is
+    still reported (by the copy whose sentinel the collector finalizes first)."""
+    import tensorgc
+
+    if not timed.testing._sentinel()["enabled"]:
+        pytest.skip("the sentinel needs the collector's lists")
+    import torch
+
+    _C._tensor_watch_reset()
+    ours, theirs = [], []
+    handles = [timed.main.observe_cycles(theirs.append, device=DEVICE),
+               tensorgc.observe_cycles(ours.append, device=DEVICE)]
+    try:
+        before = [m._sentinel()["unwalked"] for m in (_C, timed.testing)]
+        for _ in range(5):
+            Pair().other = Pair()
+        gc.collect(0)
+        after = [m._sentinel()["unwalked"] for m in (_C, timed.testing)]
+        assert [a - b for a, b in zip(after, before)] == [1, 1]
+        assert _C._tensor_watched(torch.Tensor) and timed.testing._tensor_watched(torch.Tensor)
+        Cycle(T(4))
+        gc.collect(0)
+        assert len(ours) + len(theirs) == 1
+    finally:
+        for h in handles:
+            h()

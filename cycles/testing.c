@@ -118,19 +118,22 @@ PyDoc_STRVAR(sentinel_doc,
 "'armed', 'lost', 'unwalked'}: collections it was planted for; of those, whose garbage held "
 "tensors and was taken for the report, that were armed from inside the collection (the user's gc "
 "debug flags, or the garbage could not be walked), and whose sentinel outlived the collection; "
-"and the walks the tensor watch spared (the collector followed no reference to a tensor).");
+"the walks the tensor watch spared (the collector followed no reference to a tensor), and those "
+"it cut short (the hits found accounted for every such reference).");
 
 static PyObject *
 sentinel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     tgc_cycles *c = tgc_state_of(module)->cycles;
     const tgc_hook_counters *n = &c->counters;
+    unsigned long long cut = 0, unwalked = tgc_young_unwalked(&cut);
     return testing__switch(c, "_sentinel", args, nargs, TGC_HOOK_SENTINEL,
                            (testing_count[]){{"planted", n->sentinel_planted},
                                              {"taken", n->sentinel_taken},
                                              {"armed", n->sentinel_armed},
                                              {"lost", n->sentinel_lost},
-                                             {"unwalked", tgc_young_unwalked()}}, 5);
+                                             {"unwalked", unwalked},
+                                             {"cut", cut}}, 6);
 }
 
 PyDoc_STRVAR(island_crosscheck_doc,

@@ -220,3 +220,9 @@ tgc_watch_quiet(const tgc_watch_mark *m)
     return m->epoch != 0 && m->epoch == watch->epoch &&
            watch->tensor_visits == m->tensor_visits && watch_own_visits - m->own_visits >= 2;
 }
+
+size_t
+tgc_watch_visits(const tgc_watch_mark *m)
+{
+    return m->epoch != 0 && m->epoch == watch->epoch ? watch->tensor_visits - m->tensor_visits : 0;
+}

@@ -47,6 +47,10 @@ void tgc_watch_set_mark(tgc_watch_mark *m, int watching);
 /* 1 when, since *m was set, the watch stayed on, the collector followed no reference to a tensor,
  * and at least two to the sentinel type's objects: the walk can be skipped. */
 int tgc_watch_quiet(const tgc_watch_mark *m);
+/* The references to objects of a type carrying the watch that were counted since *m was set (an
+ * upper bound on those from the garbage, which tp_traverse of the garbage finds again); 0 when
+ * the watch was off then or went off since. */
+size_t tgc_watch_visits(const tgc_watch_mark *m);
 /* The sentinel type's tp_is_gc: counts, answers 1. */
 int tgc_watch_own_is_gc(PyObject *op);
 /* For tests only: gives every tensor type carrying the watch its empty slot back and forgets the

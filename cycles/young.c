@@ -943,11 +943,13 @@ typedef struct {
  * finalizer takes one). Protected by the GIL; collections do not nest. */
 static young_sentinel *young_planted;
 static int young_held;
-static unsigned long long young_unwalked;  /* walks the tensor watch spared (tests); the GIL */
+/* Walks the tensor watch spared, and walks it cut short (tests); the GIL. */
+static unsigned long long young_unwalked, young_cut;
 
 unsigned long long
-tgc_young_unwalked(void)
+tgc_young_unwalked(unsigned long long *cut)
 {
+    *cut = young_cut;
     return young_unwalked;
 }
 
@@ -1034,16 +1036,28 @@ sentinel__take(tgc_gc_node *first, tgc_gc_node *head, const tgc_ptrmap *take, Py
     return 0;
 }
 
-/* The part of the garbage (first..head) that holds its tensors, when it is an island of it: the
- * objects that are or reference a tensor (the walk's hits, none before `hit`), closed under references to garbage,
- * with no reference from the rest of the garbage (every member's refcount explained by the
- * members'). Then only that part outlives the collection and the collector frees the rest, as
- * the pre-scan's islands did; otherwise (other garbage points in, more than TGC_ISLAND_MAX
- * objects, no memory) all of the garbage is taken. Returns 1 with *island and *deferred set (as
- * sentinel__take sets them), 0 when the part is no island or is too large, -1 without memory. */
+/* tp_traverse visitor: counts the references to objects whose type carries the tensor watch. */
 static int
-sentinel__island(young_ctx *y, tgc_gc_node *first, tgc_gc_node *hit, tgc_gc_node *head,
-                 PyObject **island, PyObject **deferred)
+sentinel__count_watched(PyObject *o, void *arg)
+{
+    *(size_t *)arg += (size_t)tgc_watch_on_type(Py_TYPE(o));
+    return 0;
+}
+
+/* The part of the garbage (first..head) that holds its tensors, when it is an island of it: the
+ * objects that are or reference a tensor (the walk's hits: none before `hit`, none after `last`,
+ * which young__ring_hit tested clean), closed under references to garbage, with no reference
+ * from the rest of the garbage (every member's refcount explained by the members'). Then only
+ * that part outlives the collection and the collector frees the rest, as the pre-scan's islands
+ * did; otherwise (other garbage points in, more than TGC_ISLAND_MAX objects, no memory) all of
+ * the garbage is taken. budget: the references to tensors the collector followed in this
+ * collection (watch.h; 0: unknown). Once the hits' own references to tensors add up to it, every
+ * one of them is accounted for, and no object left to test can be a hit: the walk stops there.
+ * Returns 1 with *island and *deferred set (as sentinel__take sets them), 0 when the part is no
+ * island or is too large, -1 without memory. */
+static int
+sentinel__island(young_ctx *y, tgc_gc_node *first, tgc_gc_node *hit, tgc_gc_node *last,
+                 tgc_gc_node *head, size_t budget, PyObject **island, PyObject **deferred)
 {
     island_ctx c;
     int rc = 0;
@@ -1054,10 +1068,23 @@ sentinel__island(young_ctx *y, tgc_gc_node *first, tgc_gc_node *hit, tgc_gc_node
     young_cursor cur;
     young__cursor_init(&cur);
     PyTypeObject *plain_ref[2] = {NULL, NULL};
-    for (tgc_gc_node *g = hit; g != head; g = tgc_gc_next(g)) {  /* before hit: none */
+    size_t found = 0;
+    for (tgc_gc_node *g = hit;; g = tgc_gc_next(g)) {
         PyObject *op = tgc_gc_object(g);
-        if (young__hit(y, &cur, plain_ref, op) && island__add(&c, op)) {
-            goto done;  /* overflow */
+        if (young__hit(y, &cur, plain_ref, op)) {
+            if (island__add(&c, op)) {
+                goto done;  /* overflow */
+            }
+            if (budget != 0) {
+                (void)Py_TYPE(op)->tp_traverse(op, sentinel__count_watched, &found);
+                if (found == budget) {
+                    young_cut += g != last;
+                    break;
+                }
+            }
+        }
+        if (g == last) {
+            break;
         }
     }
     for (uint32_t i = 0; i < c.n; i++) {  /* c.n grows as members join */
@@ -1162,7 +1189,8 @@ SENTINEL_LOOK(PyObject *self)
         return;
     }
     PyObject *island = NULL, *deferred = NULL;
-    int rc = sentinel__island(&y, first, hit, head, &island, &deferred);
+    int rc = sentinel__island(&y, first, hit, last, head, tgc_watch_visits(&s->watch), &island,
+                              &deferred);
     if (rc == 0) {
         rc = sentinel__take(first, head, NULL, &island, &deferred);
     }
@@ -1328,8 +1356,9 @@ tgc_young_undefer(PyObject *deferred)
 }
 
 unsigned long long
-tgc_young_unwalked(void)
+tgc_young_unwalked(unsigned long long *cut)
 {
+    *cut = 0;
     return 0;
 }
 

@@ -83,9 +83,9 @@ int tgc_young_planted(void);
  * nanoseconds to *n and *ns, and starts counting again. */
 void tgc_young_walk_times(unsigned long long *n, unsigned long long *ns);
 #endif
-/* Walks the sentinel skipped because the collector followed no reference to a tensor (watch.h;
- * tests). */
-unsigned long long tgc_young_unwalked(void);
+/* Walks the sentinel skipped because the collector followed no reference to a tensor (watch.h),
+ * and (*cut) walks it stopped once the hits accounted for every such reference (tests). */
+unsigned long long tgc_young_unwalked(unsigned long long *cut);
 /* Clears the "finalizer ran" mark the sentinel set on each object of `deferred` (a list). */
 void tgc_young_undefer(PyObject *deferred);
 

@@ -225,3 +225,29 @@ def test_other_callers_of_is_gc_see_what_they_saw(track):
     gc.collect(0)
     assert _C._tensor_watched(type(t))
     assert (gc.is_tracked(t), sys.getsizeof(t), gc.is_tracked({"k": t})) == before
+
+
+def test_a_walk_stops_once_every_tensor_reference_is_found(track):
+    """Two tensor cycles among tensor-free garbage: the walk goes on past the first (two references
+    were counted) and stops after the second, before the rest; with a live young list also
+    referencing a tensor (a reference the garbage does not explain) it walks to the end. Both
+    ways, the one report has both cycles."""
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    Pair, Holder = new_class("Pair"), new_class("Holder")
+    gc.collect()
+    for with_live in (False, True):
+        live = [T(1)] if with_live else None  # young, referencing a tensor
+        before = _C._sentinel()["cut"]
+        h = Holder()
+        h.me, h.t = h, T(4)
+        _pairs(200, Pair)
+        k = Holder()
+        k.me, k.t = k, T(8)
+        _pairs(200, Pair)
+        del h, k
+        gc.collect(0)
+        assert [(r.nbytes, len(r.tensors)) for r in reports] == [(48, 2)]
+        assert _C._sentinel()["cut"] - before == (0 if with_live else 1)
+        reports.clear()
+        del live

@@ -265,6 +265,16 @@ report_get_field(tgc_report *r, void *closure)
     return v ? Py_NewRef(v) : Py_NewRef(Py_None);
 }
 
+/* tensors, groups, edges, hints: made on first use (report.c) */
+static PyObject *
+report_get_list(tgc_report *r, void *closure)
+{
+    if (tgc_report_lists_made(r) < 0) {
+        return NULL;
+    }
+    return report_get_field(r, closure);
+}
+
 static PyObject *
 report_get_nbytes(tgc_report *r, void *Py_UNUSED(closure))
 {
@@ -292,6 +302,9 @@ report_get_generation(tgc_report *r, void *Py_UNUSED(closure))
 static PyObject *
 report_repr(tgc_report *r)
 {
+    if (tgc_report_lists_made(r) < 0) {
+        return NULL;
+    }
     tgc_buf b = {0};
     tgc_buf_printf(&b, "<tensorgc.CycleReport: generation %d, %zd tensors, ", r->generation,
                    r->tensors ? PyList_GET_SIZE(r->tensors) : 0);
@@ -304,13 +317,15 @@ report_repr(tgc_report *r)
 
 #define FIELD(name, doc) \
     {#name, (getter)report_get_field, NULL, doc, (void *)offsetof(tgc_report, name)}
+#define LIST(name, doc) \
+    {#name, (getter)report_get_list, NULL, doc, (void *)offsetof(tgc_report, name)}
 static PyGetSetDef report_getset[] = {
     FIELD(text, "Plain-text summary with one line and one fix hint per group of leaks."),
     {"dot", (getter)report_get_dot, NULL, "Graphviz DOT source of the drawing.", NULL},
-    FIELD(tensors, "One dict per tensor kept alive: shape, dtype, device, nbytes, data_ptr, stack, type."),
-    FIELD(groups, "One dict per group of identical leaks: count, objects, tensors, nbytes, cycle, hint, drawn."),
-    FIELD(edges, "Drawn references as (source type, label, target type)."),
-    FIELD(hints, "The fix hint of each group."),
+    LIST(tensors, "One dict per tensor kept alive: shape, dtype, device, nbytes, data_ptr, stack, type."),
+    LIST(groups, "One dict per group of identical leaks: count, objects, tensors, nbytes, cycle, hint, drawn."),
+    LIST(edges, "Drawn references as (source type, label, target type)."),
+    LIST(hints, "The fix hint of each group."),
     {"svg", (getter)report_get_svg, NULL, "The drawing as SVG (rendered on first access).", NULL},
     {"html", (getter)report_get_html, NULL, "A self-contained HTML page: table, text, picture.", NULL},
     {"nbytes", (getter)report_get_nbytes, NULL, "Bytes held, each storage counted once.", NULL},
@@ -320,6 +335,7 @@ static PyGetSetDef report_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 #undef FIELD
+#undef LIST
 
 static PyMethodDef report_methods[] = {
     {"_repr_html_", (PyCFunction)report_repr_html, METH_NOARGS,

@@ -100,6 +100,8 @@ typedef struct {
     /* reports whose DOT was drawn when the hook let go of them (someone kept the report), and
      * reports nobody asked for nor kept, never drawn */
     unsigned long long dots_kept, dots_skipped;
+    /* reports whose lists (tensors, groups, edges, hints) were made: read, or kept */
+    unsigned long long lists_made;
     /* collections a sentinel was planted for; of those, whose garbage held tensors and was
      * taken (a report at "stop"), that were armed from inside the collection (the user's debug
      * flags, or the garbage could not be walked), and whose sentinel outlived the collection */

@@ -1,8 +1,8 @@
 /* report.c: the CycleReport (contract in report.h), one collection's garbage made into a model
- * once by the builder (report_build.h), its text and lists written from it at once, and its
- * DOT, picture and page on first use by the writers (report_write.h). Until the DOT is drawn
- * the report keeps the model, which borrows the garbage, with the list that owns it; the hook
- * lets go of it (tgc_report_settle) before the garbage is freed, drawing the DOT first if
+ * once by the builder (report_build.h), its text written from it at once, and its lists, DOT,
+ * picture and page on first use by the writers (report_write.h). Until then the report keeps
+ * the model, which borrows the garbage, with the list that owns it; the hook lets go of it
+ * (tgc_report_settle) before the garbage is freed, making the lists and drawing the DOT first if
  * someone kept the report. A report's model is freed here only. */
 #include "cycles.h"
 #include "render_py.h"
@@ -35,8 +35,7 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
 {
     tgc_buf text = {0};
     tgc_report_row *rows = NULL;  /* the table's, one per group; its strings new references */
-    PyObject *result = NULL, *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
-    uint64_t *sigs = NULL;        /* per model group: its signature */
+    PyObject *result = NULL;
     tgc_report_model *m = PyMem_Calloc(1, sizeof(tgc_report_model));
     if (m == NULL) {
         return PyErr_NoMemory();
@@ -46,17 +45,15 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
         report__model_free(m);
         return built == 0 ? Py_NewRef(Py_None) : NULL;
     }
-    sigs = malloc((m->ngroups ? m->ngroups : 1) * sizeof(uint64_t));
     rows = PyMem_Calloc(m->ngroups ? m->ngroups : 1, sizeof(tgc_report_row));
-    if (sigs == NULL || rows == NULL) {
+    if (rows == NULL) {
         PyErr_NoMemory();
         goto error;
     }
     /* The text buffer starts at the size of a one-leak report (about 500 bytes; its DOT is twice
      * that, tgc_dot_open), so the common case never regrows it. */
     tgc_buf_reserve(&text, 1000);
-    if (tgc_report_signatures(m, sigs) < 0 || tgc_report_write_text(m, generation, &text) < 0 ||
-        tgc_report_lists(m, sigs, &tensors, &edges, &groups, &hints) < 0) {
+    if (tgc_report_write_text(m, generation, &text) < 0) {
         goto error;
     }
     if (text.oom) {
@@ -83,18 +80,14 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
     r->rows = rows;
     r->nrows = m->ngroups;
     rows = NULL;
-    r->tensors = tensors;
-    r->groups = groups;
-    r->edges = edges;
-    r->hints = hints;
-    tensors = groups = edges = hints = NULL;
+    r->tensors = r->groups = r->edges = r->hints = NULL;  /* made on first use */
     r->svg = r->html = r->svg_error = NULL;
     r->nbytes = m->total;
     r->objects = (Py_ssize_t)m->ndrawn;
     r->garbage = garbage_total > (Py_ssize_t)m->n ? garbage_total : (Py_ssize_t)m->n;
     r->generation = generation;
-    /* The DOT waits: most reports are read for their text and freed with the garbage, never
-     * drawn. The model moves to the report, with the garbage list that keeps its objects alive,
+    /* The lists and the DOT wait: most reports are read for their text and freed with the
+     * garbage, never drawn nor listed. The model moves to the report, with the garbage list that keeps its objects alive,
      * until the DOT is asked for or tgc_report_settle decides (before the garbage goes). */
     r->pending = m;
     r->pending_objs = Py_NewRef(objs);
@@ -109,21 +102,63 @@ error:
         tgc_report_rows_free(rows, m->ngroups);
     }
     report__model_free(m);
-    free(sigs);
     tgc_buf_free(&text);
+    return result;
+}
+
+/* Makes the lists (tensors, groups, edges, hints) from the waiting model, once. 0 when they
+ * exist (or the model is gone: a report the collector cleared, whose fields read None), -1 with
+ * an exception. Making them can start a collection (3.10, 3.11), whose hook never settles a
+ * report of another delivery: the model stays. */
+static int
+report__lists(tgc_report *r)
+{
+    tgc_report_model *m = r->pending;
+    if (r->tensors != NULL || m == NULL) {
+        return 0;
+    }
+    PyObject *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
+    uint64_t *sigs = malloc((m->ngroups ? m->ngroups : 1) * sizeof(uint64_t));
+    if (sigs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int rc = tgc_report_signatures(m, sigs) < 0 ||
+                     tgc_report_lists(m, sigs, &tensors, &edges, &groups, &hints) < 0
+                 ? -1 : 0;
+    free(sigs);
+    if (rc == 0 && r->tensors == NULL) {
+        m->c->counters.lists_made++;
+        r->tensors = tensors;
+        r->groups = groups;
+        r->edges = edges;
+        r->hints = hints;
+        tensors = groups = edges = hints = NULL;
+    }
     Py_XDECREF(tensors);
     Py_XDECREF(groups);
     Py_XDECREF(edges);
     Py_XDECREF(hints);
-    return result;
+    return rc;
 }
 
-/* Ends the wait, drawing the DOT into dot_src first when `draw`. The report's fields are
- * detached before anything else: drawing runs no Python code and freeing the model only
- * releases strings, but this also serves tp_clear, and a re-entrant call must find nothing. */
+int
+tgc_report_lists_made(tgc_report *r)
+{
+    return report__lists(r);
+}
+
+/* Ends the wait, making the lists and drawing the DOT into dot_src first when `draw`. The
+ * report's fields are detached before anything else: drawing runs no Python code and freeing the
+ * model only releases strings, but this also serves tp_clear, and a re-entrant call must find
+ * nothing. Lists that could not be made (no memory) stay None, with the error written as
+ * unraisable: the report's owner reads them later, outside any call that could raise it. */
 static void
 report__end_wait(tgc_report *r, int draw)
 {
+    if (draw && r->pending != NULL && report__lists(r) < 0) {
+        PyErr_WriteUnraisable((PyObject *)r);
+    }
     tgc_report_model *m = r->pending;
     PyObject *objs = r->pending_objs;  /* keeps the model's objects alive until the end */
     r->pending = NULL;
@@ -238,6 +273,9 @@ tgc_report_html(tgc_cycles *c, tgc_report *r)
 {
     if (r->html != NULL) {
         return Py_NewRef(r->html);
+    }
+    if (report__lists(r) < 0) {
+        return NULL;
     }
     if (r->text == NULL || r->tensors == NULL) {
         /* only reachable from a finalizer that ran while the collector cleared the report */

@@ -1,6 +1,6 @@
 /* report.h: the contract of a CycleReport, what one collection's garbage held (report.c): its
- * model built once (report_model.h, by the builder of report_build.h), its text, lists and
- * groups' signatures written from the model when it is made, its DOT drawn on first use or when
+ * model built once (report_model.h, by the builder of report_build.h), its text written from
+ * the model when it is made, its lists (with the groups' signatures) and DOT on first use or when
  * the hook lets go of a report someone kept, and its picture and page rendered on first use (the
  * writers of report_write.h). cycles/binding.c exposes it as the tensorgc.CycleReport heap type;
  * the hook (observers.c) builds, delivers and settles reports. Also the graph of any list of
@@ -23,14 +23,16 @@ typedef struct tgc_report_model tgc_report_model;  /* report_model.h */
 
 typedef struct {
     PyObject_HEAD
-    /* New references, set at build. groups: a dict per group of identical leaks (count, objects,
-     * tensors, nbytes, hint, cycle, drawn, and signature: 16 hex digits, report_write.h's
-     * tgc_report_signatures), so a repeated leak is told by reading it, without the page. */
+    /* New references. text: set at build. The lists: made from the model on first use, or when
+     * the hook lets go of a report someone kept; NULL until then and once cleared. groups: a
+     * dict per group of identical leaks (count, objects, tensors, nbytes, hint, cycle, drawn,
+     * and signature: 16 hex digits, report_write.h's tgc_report_signatures), so a repeated leak
+     * is told by reading it, without the page. */
     PyObject *text, *tensors, *groups, *edges, *hints;
     /* Made on first use: most reports are read for their text and never drawn. */
     PyObject *dot;         /* new reference, decoded from dot_src by tgc_report_dot */
     tgc_buf dot_src;       /* the DOT as drawn (UTF-8); freed once decoded */
-    /* Until the DOT is drawn: the model it is drawn from (owned; report_model.h), which borrows
+    /* Until the DOT is drawn: the model it and the lists are made from (owned; report_model.h), which borrows
      * the garbage's objects, and the garbage list that keeps them alive (a new reference). Only
      * while the hook delivers the report: tgc_report_settle ends it before the garbage is freed. */
     tgc_report_model *pending;
@@ -51,6 +53,9 @@ typedef struct {
 PyObject *tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generation,
                            Py_ssize_t garbage_total);
 PyObject *tgc_report_dot(tgc_report *r);                  /* new reference */
+/* Makes the report's lists from its model if they are not made yet (its getters, its repr): 0,
+ * or -1 with an exception. A cleared report's lists stay NULL (0 returned). */
+int tgc_report_lists_made(tgc_report *r);
 /* Before the garbage a report was built from is freed: draws the report's DOT if anyone besides
  * the caller's `own` references holds the report, else forgets what it would be drawn from. */
 int tgc_report_settle(PyObject *report, Py_ssize_t own);  /* 1 drawn, 0 forgotten, -1 neither */

@@ -422,15 +422,29 @@ build__shown(tgc_report_model *m)
     return 0;
 }
 
+/* Whether a storage's key was seen before, remembering it. The first key is held aside
+ * (borrowed: the model owns it) and the set made only for a second: most reports hold one
+ * tensor. 1, 0, or -1 with an exception. */
+static int
+build__seen(PyObject **seen, PyObject **first, PyObject *key)
+{
+    if (*first == NULL) {
+        *first = key;
+        return 0;
+    }
+    if (*seen == NULL && ((*seen = PySet_New(NULL)) == NULL || PySet_Add(*seen, *first) < 0)) {
+        return -1;
+    }
+    int known = PySet_Contains(*seen, key);
+    return known == 0 && PySet_Add(*seen, key) < 0 ? -1 : known;
+}
+
 /* The tensors of interest held by cycles, and their bytes counted once per storage. 0, or -1
  * with an exception. */
 static int
 build__totals(tgc_report_model *m)
 {
-    PyObject *seen = PySet_New(NULL);
-    if (seen == NULL) {
-        return -1;
-    }
+    PyObject *seen = NULL, *first = NULL;
     for (uint32_t v = 0; v < m->n; v++) {
         if (m->ts[v].info == NULL || !(m->a.role[v] & TGC_ROLE_TARGET)) {
             continue;
@@ -442,8 +456,8 @@ build__totals(tgc_report_model *m)
             for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parts); i++) {
                 PyObject *key = PyTuple_GET_ITEM(PyTuple_GET_ITEM(parts, i), 0);
                 PyObject *nb = PyTuple_GET_ITEM(PyTuple_GET_ITEM(parts, i), 1);
-                int known = key == Py_None ? 0 : PySet_Contains(seen, key);
-                if (known < 0 || (known == 0 && key != Py_None && PySet_Add(seen, key) < 0)) {
+                int known = key == Py_None ? 0 : build__seen(&seen, &first, key);
+                if (known < 0) {
                     goto error;
                 }
                 if (!known) {
@@ -452,18 +466,18 @@ build__totals(tgc_report_model *m)
             }
             continue;
         }
-        int known = PySet_Contains(seen, m->ts[v].storage_key);
-        if (known < 0 || (known == 0 && PySet_Add(seen, m->ts[v].storage_key) < 0)) {
+        int known = build__seen(&seen, &first, m->ts[v].storage_key);
+        if (known < 0) {
             goto error;
         }
         if (!known) {
             m->total += m->ts[v].nbytes;
         }
     }
-    Py_DECREF(seen);
+    Py_XDECREF(seen);
     return 0;
 error:
-    Py_DECREF(seen);
+    Py_XDECREF(seen);
     return -1;
 }
 

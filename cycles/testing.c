@@ -299,6 +299,17 @@ report_dots(PyObject *module, PyObject *Py_UNUSED(ignored))
     return Py_BuildValue("{s:K,s:K}", "kept", n->dots_kept, "skipped", n->dots_skipped);
 }
 
+PyDoc_STRVAR(report_lists_doc,
+"_report_lists($module, /)\n--\n\n"
+"A report's lists (tensors, groups, edges, hints) are made on first use, or when the detector "
+"lets go of a report someone kept. Returns how many reports had them made.");
+
+static PyObject *
+report_lists(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromUnsignedLongLong(tgc_state_of(module)->cycles->counters.lists_made);
+}
+
 PyDoc_STRVAR(renderer_stats_doc,
 "_renderer_stats($module, /)\n--\n\n"
 "The render worker's counters: started, killed (at the deadline), retired,\n"
@@ -349,7 +360,7 @@ observer_count(PyObject *module, PyObject *Py_UNUSED(ignored))
 
 PyDoc_STRVAR(tensor_watched_doc,
 "_tensor_watched($module, tp, /)\n--\n\n"
-"Whether the type tp carries the tensor watch's tp_is_gc (cycles/young.c).");
+"Whether the type tp carries the tensor watch's tp_is_gc (cycles/watch.c).");
 
 static PyObject *
 tensor_watched(PyObject *module, PyObject *tp)
@@ -441,6 +452,7 @@ PyMethodDef tgc_cycles_testing_methods[] = {
     {"_traverse_fast", (PyCFunction)traverse_fast, METH_O, traverse_fast_doc},
     {"_young_prescan", (PyCFunction)young_prescan, METH_O, young_prescan_doc},
     {"_report_dots", (PyCFunction)report_dots, METH_NOARGS, report_dots_doc},
+    {"_report_lists", (PyCFunction)report_lists, METH_NOARGS, report_lists_doc},
     {"_renderer_stats", (PyCFunction)renderer_stats, METH_NOARGS, renderer_stats_doc},
     {"_set_render_worker", (PyCFunction)set_render_worker, METH_O, set_render_worker_doc},
     {"_observer_count", (PyCFunction)observer_count, METH_NOARGS, observer_count_doc},

@@ -7,7 +7,6 @@
 #include <Python.h>
 
 #include "tensorgc/compat.h"
-#include "tensorgc/internals.h"
 #include "gclists.h"
 
 #include "watch.h"
@@ -183,7 +182,12 @@ int
 tgc_watch_reset(PyTypeObject *tensor, int scan_lists)
 {
     watch_shared *w = watch__find();
-    PyObject *all = w != NULL ? watch__tensor_types(tensor, scan_lists) : NULL;  /* new */
+    if (w == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "tensorgc: the tensor watch could not be published in the interpreter's dict");
+        return -1;
+    }
+    PyObject *all = watch__tensor_types(tensor, scan_lists);  /* new */
     if (all == NULL) {
         PyErr_NoMemory();
         return -1;

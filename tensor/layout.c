@@ -65,10 +65,13 @@ layout__storage(tgc_tensor_state *tn, PyObject *t, unsigned long long *nbytes,
      * FakeTensor of torch.compile's tracing: "cpu" outside, meta inside); its data_ptr() would
      * warn. */
     PyObject *dev = s ? PyObject_GetAttr(s, tn->str_device) : NULL;
-    PyObject *dt = dev ? PyObject_GetAttr(dev, tn->str_type) : NULL;
-    int meta = dt != NULL && PyUnicode_Check(dt) && PyUnicode_CompareWithASCIIString(dt, "meta") == 0;
+    /* str(), cached per device (tgc_tensor_str): reading .type makes a new str every time, the
+     * largest part of measuring a plain tensor. "meta", or "meta:N" where an index was given. */
+    PyObject *ds = dev ? tgc_tensor_str(tn, dev) : NULL;
+    const char *du = ds != NULL && PyUnicode_Check(ds) ? PyUnicode_AsUTF8(ds) : NULL;
+    int meta = du != NULL && strncmp(du, "meta", 4) == 0 && (du[4] == '\0' || du[4] == ':');
     Py_XDECREF(dev);
-    Py_XDECREF(dt);
+    Py_XDECREF(ds);
     PyErr_Clear();
     if (meta) {
         Py_DECREF(s);

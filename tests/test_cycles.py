@@ -1150,6 +1150,72 @@ def test_dot_is_drawn_only_for_reports_someone_keeps(track):
     assert kept[-1].dot is read_in_callback[0] and 'label=".t"' in read_in_callback[0]
 
 
+def test_lists_are_made_for_reports_someone_reads_or_keeps(track):
+    """A report's lists (tensors, groups, edges, hints) are made on first use: a callback that
+    reads only the text makes none. One kept without reading them has them made before the
+    garbage goes, equal to what reading them in the callback gives; reading .dot first, or the
+    repr, makes them once, and they still read the same afterwards."""
+    made = tensorgc._tensorgc_testing._report_lists
+    Node = new_class()
+
+    texts = []
+    handle = track(tensorgc.observe_cycles(lambda r: texts.append(r.text), device=DEVICE))
+    before = made()
+    refs, _ = make_pair(Node)
+    gc.collect()
+    assert len(texts) == 1 and "Node" in texts[0]
+    assert made() == before
+    assert all(r() is None for r in refs)
+    handle.remove()
+
+    def lists(r):
+        return (r.tensors, r.groups, r.edges, r.hints)
+
+    read, kept = [], []
+
+    def both(report):
+        read.append(lists(report))
+        kept.append(report)
+
+    handle = track(tensorgc.observe_cycles(both, device=DEVICE))
+    before = made()
+    refs, ptr = make_pair(Node)
+    gc.collect()
+    assert made() == before + 1 and lists(kept[0]) == read[0]
+    assert read[0][0][0]["data_ptr"] == ptr and read[0][0][0]["shape"] == (16,)
+    handle.remove()
+
+    kept_unread = []
+    handle = track(tensorgc.observe_cycles(kept_unread.append, device=DEVICE))
+    before = made()
+    refs, ptr = make_pair(Node)
+    gc.collect()
+    assert made() == before + 1  # made when the detector let go of it, while the garbage lived
+    assert all(r() is None for r in refs)
+    tensors, groups, edges, hints = lists(kept_unread[0])
+    assert [t["data_ptr"] for t in tensors] == [ptr]
+    assert {**tensors[0], "data_ptr": 0} == {**read[0][0][0], "data_ptr": 0}
+    assert groups == read[0][1] and groups[0]["count"] == groups[0]["tensors"] == 1
+    assert sorted(edges) == sorted(read[0][2]) and hints == read[0][3]
+    assert made() == before + 1  # read again: not made again
+    handle.remove()
+
+    dot_first, reprs = [], []
+
+    def dot_then_keep(report):
+        dot_first.append(report.dot)  # the model is gone after the drawing: the lists were made
+        reprs.append(repr(report))
+        kept.append(report)
+
+    track(tensorgc.observe_cycles(dot_then_keep, device=DEVICE))
+    before = made()
+    make_pair(Node)
+    gc.collect()
+    assert made() == before + 1
+    assert "1 tensors" in reprs[0] and "1 leak groups" in reprs[0]
+    assert lists(kept[-1])[1][0]["signature"] == read[0][1][0]["signature"]
+
+
 def test_reprs_on_the_dot_are_taken_before_the_callback(track):
     """A drawn object's __repr__ runs while the report is built, before any callback: drawing the
     DOT later runs no user code. A repr that reads the report it appears in (it can reach it

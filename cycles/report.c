@@ -35,7 +35,8 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
 {
     tgc_buf text = {0};
     tgc_report_row *rows = NULL;  /* the table's, one per group; its strings new references */
-    PyObject *result = NULL;
+    PyObject *result = NULL, *keep = NULL;
+    uint64_t *sigs = NULL;        /* per model group: its signature */
     tgc_report_model *m = PyMem_Calloc(1, sizeof(tgc_report_model));
     if (m == NULL) {
         return PyErr_NoMemory();
@@ -46,14 +47,19 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
         return built == 0 ? Py_NewRef(Py_None) : NULL;
     }
     rows = PyMem_Calloc(m->ngroups ? m->ngroups : 1, sizeof(tgc_report_row));
-    if (rows == NULL) {
+    sigs = malloc((m->ngroups ? m->ngroups : 1) * sizeof(uint64_t));
+    if (rows == NULL || sigs == NULL) {
         PyErr_NoMemory();
         goto error;
     }
     /* The text buffer starts at the size of a one-leak report (about 500 bytes; its DOT is twice
      * that, tgc_dot_open), so the common case never regrows it. */
     tgc_buf_reserve(&text, 1000);
-    if (tgc_report_write_text(m, generation, &text) < 0) {
+    if (tgc_report_signatures(m, sigs) < 0 || tgc_report_write_text(m, generation, &text) < 0) {
+        goto error;
+    }
+    keep = PyList_AsTuple(objs);  /* new reference; objs as it is now, what naming added too */
+    if (keep == NULL) {
         goto error;
     }
     if (text.oom) {
@@ -90,8 +96,11 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
      * garbage, never drawn nor listed. The model moves to the report, with the garbage list that keeps its objects alive,
      * until the DOT is asked for or tgc_report_settle decides (before the garbage goes). */
     r->pending = m;
-    r->pending_objs = Py_NewRef(objs);
+    r->pending_objs = keep;
+    r->sigs = sigs;
     m = NULL;
+    keep = NULL;
+    sigs = NULL;
     PyObject_GC_Track((PyObject *)r);
     result = (PyObject *)r;
     if (r->text == NULL) {
@@ -102,14 +111,18 @@ error:
         tgc_report_rows_free(rows, m->ngroups);
     }
     report__model_free(m);
+    free(sigs);
+    Py_XDECREF(keep);
     tgc_buf_free(&text);
     return result;
 }
 
-/* Makes the lists (tensors, groups, edges, hints) from the waiting model, once. 0 when they
- * exist (or the model is gone: a report the collector cleared, whose fields read None), -1 with
- * an exception. Making them can start a collection (3.10, 3.11), whose hook never settles a
- * report of another delivery: the model stays. */
+/* Makes the lists (tensors, groups, edges, hints) from the waiting model, once: from what the
+ * model owns (names, descriptions, the tensors' dicts, the signatures taken at build), never
+ * from the garbage's objects, which a callback may have changed since. 0 when they exist (or the
+ * model is gone: a report the collector cleared, whose fields read None), -1 with an exception.
+ * Making them can start a collection (3.10, 3.11), whose hook never settles a report of another
+ * delivery: the model stays. */
 static int
 report__lists(tgc_report *r)
 {
@@ -118,15 +131,7 @@ report__lists(tgc_report *r)
         return 0;
     }
     PyObject *tensors = NULL, *groups = NULL, *edges = NULL, *hints = NULL;
-    uint64_t *sigs = malloc((m->ngroups ? m->ngroups : 1) * sizeof(uint64_t));
-    if (sigs == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    int rc = tgc_report_signatures(m, sigs) < 0 ||
-                     tgc_report_lists(m, sigs, &tensors, &edges, &groups, &hints) < 0
-                 ? -1 : 0;
-    free(sigs);
+    int rc = tgc_report_lists(m, r->sigs, &tensors, &edges, &groups, &hints);
     if (rc == 0 && r->tensors == NULL) {
         m->c->counters.lists_made++;
         r->tensors = tensors;
@@ -163,6 +168,8 @@ report__end_wait(tgc_report *r, int draw)
     PyObject *objs = r->pending_objs;  /* keeps the model's objects alive until the end */
     r->pending = NULL;
     r->pending_objs = NULL;
+    free(r->sigs);
+    r->sigs = NULL;
     if (m != NULL && draw) {
         tgc_buf dot = {0};
         tgc_report_draw_dot(m, &dot);

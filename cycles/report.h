@@ -32,11 +32,15 @@ typedef struct {
     /* Made on first use: most reports are read for their text and never drawn. */
     PyObject *dot;         /* new reference, decoded from dot_src by tgc_report_dot */
     tgc_buf dot_src;       /* the DOT as drawn (UTF-8); freed once decoded */
-    /* Until the DOT is drawn: the model it and the lists are made from (owned; report_model.h), which borrows
-     * the garbage's objects, and the garbage list that keeps them alive (a new reference). Only
-     * while the hook delivers the report: tgc_report_settle ends it before the garbage is freed. */
+    /* Until the DOT is drawn: the model it and the lists are made from (owned; report_model.h),
+     * which borrows the garbage's objects, and a tuple of them that keeps them alive (a new
+     * reference; a tuple, so that no callback that reaches it empties it). Only while the hook
+     * delivers the report: tgc_report_settle ends it before the garbage is freed. */
     tgc_report_model *pending;
     PyObject *pending_objs;
+    /* Per group of the model: its signature, taken at build with the text (it reads the
+     * objects' types), for the lists; freed with the model (malloc). */
+    uint64_t *sigs;
     PyObject *svg, *html;  /* new references, NULL until first asked for (rendering is lazy) */
     PyObject *svg_error;   /* str when rendering failed, so the page can say why */
     tgc_report_row *rows;  /* the summary table's rows, made into HTML with the page */

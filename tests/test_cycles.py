@@ -1217,6 +1217,38 @@ def test_lists_are_made_for_reports_someone_reads_or_keeps(track):
     assert lists(kept[-1])[1][0]["signature"] == read[0][1][0]["signature"]
 
 
+def test_a_callback_that_empties_the_garbage_leaves_the_report_whole(track):
+    """A callback that reaches the garbage (gc.get_objects), breaks its cycle and empties every
+    list holding it that it can find (gc.get_referrers) frees none of what the report is still to
+    be made from: its lists, read then or kept, and its DOT read as when nothing was touched."""
+    Node = new_class("Emptied")
+    seen = []
+
+    def hostile(report):
+        nodes = [o for o in gc.get_objects() if type(o) is Node]
+        holders = [h for n in nodes for h in gc.get_referrers(n) if type(h) is list and h is not nodes]
+        for n in nodes:
+            n.__dict__.clear()
+        for h in holders:
+            h.clear()
+        del nodes, holders
+        junk = [bytearray(64) for _ in range(1000)]  # reuse what was freed, if anything was
+        seen.append((report.groups[0]["signature"], [t["shape"] for t in report.tensors]))
+        seen.append(report)
+        del junk
+
+    track(tensorgc.observe_cycles(hostile, device=DEVICE))
+    refs = []
+    for _ in range(3):
+        refs += make_pair(Node)[0]
+        gc.collect()
+    signatures = {s[0] for s in seen[0::2]}
+    assert len(seen) == 6 and len(signatures) == 1 and all(s[1] == [(16,)] for s in seen[0::2])
+    for kept in seen[1::2]:
+        assert kept.groups[0]["signature"] in signatures and "Emptied" in kept.dot
+    assert all(r() is None for r in refs)
+
+
 def test_reprs_on_the_dot_are_taken_before_the_callback(track):
     """A drawn object's __repr__ runs while the report is built, before any callback: drawing the
     DOT later runs no user code. A repr that reads the report it appears in (it can reach it

@@ -303,13 +303,18 @@ static PyObject *
 report_repr(tgc_report *r)
 {
     if (tgc_report_lists_made(r) < 0) {
-        return NULL;
+        PyErr_Clear();  /* a repr never raises for them (the unraisable hook calls it): no counts */
     }
     tgc_buf b = {0};
-    tgc_buf_printf(&b, "<tensorgc.CycleReport: generation %d, %zd tensors, ", r->generation,
-                   r->tensors ? PyList_GET_SIZE(r->tensors) : 0);
+    tgc_buf_printf(&b, "<tensorgc.CycleReport: generation %d, ", r->generation);
+    if (r->tensors != NULL && r->groups != NULL) {
+        tgc_buf_printf(&b, "%zd tensors, ", PyList_GET_SIZE(r->tensors));
+    }
     tgc_buf_bytes(&b, r->nbytes);
-    tgc_buf_printf(&b, ", %zd leak groups>", r->groups ? PyList_GET_SIZE(r->groups) : 0);
+    if (r->tensors != NULL && r->groups != NULL) {
+        tgc_buf_printf(&b, ", %zd leak groups", PyList_GET_SIZE(r->groups));
+    }
+    tgc_buf_puts(&b, ">");
     PyObject *s = b.oom ? PyErr_NoMemory() : PyUnicode_FromStringAndSize(b.data, (Py_ssize_t)b.len);
     tgc_buf_free(&b);
     return s;

@@ -98,6 +98,7 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
     r->pending = m;
     r->pending_objs = keep;
     r->sigs = sigs;
+    r->lists_lost = 0;
     m = NULL;
     keep = NULL;
     sigs = NULL;
@@ -127,6 +128,12 @@ static int
 report__lists(tgc_report *r)
 {
     tgc_report_model *m = r->pending;
+    if (r->tensors == NULL && m == NULL && r->lists_lost && r->text != NULL) {
+        PyErr_SetString(PyExc_MemoryError,
+                        "tensorgc: this CycleReport's lists could not be made: memory ran out "
+                        "before its collection's garbage was freed");
+        return -1;
+    }
     if (r->tensors != NULL || m == NULL) {
         return 0;
     }
@@ -156,13 +163,14 @@ tgc_report_lists_made(tgc_report *r)
 /* Ends the wait, making the lists and drawing the DOT into dot_src first when `draw`. The
  * report's fields are detached before anything else: drawing runs no Python code and freeing the
  * model only releases strings, but this also serves tp_clear, and a re-entrant call must find
- * nothing. Lists that could not be made (no memory) stay None, with the error written as
- * unraisable: the report's owner reads them later, outside any call that could raise it. */
+ * nothing. Lists that could not be made (no memory) raise MemoryError when read: the report's
+ * owner reads them later, outside any call that could raise it. */
 static void
 report__end_wait(tgc_report *r, int draw)
 {
     if (draw && r->pending != NULL && report__lists(r) < 0) {
-        PyErr_WriteUnraisable((PyObject *)r);
+        r->lists_lost = 1;
+        PyErr_Clear();
     }
     tgc_report_model *m = r->pending;
     PyObject *objs = r->pending_objs;  /* keeps the model's objects alive until the end */

@@ -41,6 +41,7 @@ typedef struct {
     /* Per group of the model: its signature, taken at build with the text (it reads the
      * objects' types), for the lists; freed with the model (malloc). */
     uint64_t *sigs;
+    int lists_lost;        /* the lists could not be made before the model went (no memory) */
     PyObject *svg, *html;  /* new references, NULL until first asked for (rendering is lazy) */
     PyObject *svg_error;   /* str when rendering failed, so the page can say why */
     tgc_report_row *rows;  /* the summary table's rows, made into HTML with the page */

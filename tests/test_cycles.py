@@ -1249,6 +1249,37 @@ def test_a_callback_that_empties_the_garbage_leaves_the_report_whole(track):
     assert all(r() is None for r in refs)
 
 
+def test_lists_a_kept_report_could_not_make_raise_memory_error(track):
+    """Memory that runs out while the detector lets go of a report someone kept: its lists,
+    made then, are either whole or raise MemoryError when read (never None, never 'cleared by
+    the collector'), and its repr still comes."""
+    testcapi = pytest.importorskip("_testcapi")
+    Node = new_class()
+    kept = []
+
+    def keep(report):
+        kept.append(report)
+        testcapi.set_nomemory(1, 41)  # the next 40 allocations fail: the lists' among them
+
+    handle = track(tensorgc.observe_cycles(keep, device=DEVICE))
+    make_pair(Node)
+    try:
+        gc.collect()
+    finally:
+        testcapi.remove_mem_hooks()
+    handle.remove()
+    report = kept[0]
+    assert repr(report).startswith("<tensorgc.CycleReport: generation ")
+    for name in ("tensors", "groups", "edges", "hints", "html"):
+        try:
+            value = getattr(report, name)
+        except MemoryError as e:
+            assert "could not be made" in str(e)
+        else:
+            assert value  # made whole before memory ran out
+    assert "Tensor float32[16]" in report.text
+
+
 def test_reprs_on_the_dot_are_taken_before_the_callback(track):
     """A drawn object's __repr__ runs while the report is built, before any callback: drawing the
     DOT later runs no user code. A repr that reads the report it appears in (it can reach it

@@ -60,7 +60,9 @@ deps: ## Install what is missing: Graphviz headers, ccache and chromium (apt); t
 	@# headless Chromium: the timeline page's screenshot test
 	@command -v chromium >/dev/null 2>&1 || { echo "tensorgc: installing chromium"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
-	@[ "$(TORCH_VERSION)" = none ] || $(PYTHON) -c "import torch" 2>/dev/null || \
+	@# torch and IPython are looked for, not imported: `make test` runs these checks before the
+	@# suite, and importing them takes some 3 s of its time
+	@[ "$(TORCH_VERSION)" = none ] || $(PYTHON) -c "import importlib.util as u, sys; sys.exit(not u.find_spec('torch'))" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q "torch==$(TORCH_VERSION)"
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
 	@# pytest-xdist: the pytest plugin run under it (tests/test_pytest_plugin.py)
@@ -70,7 +72,7 @@ deps: ## Install what is missing: Graphviz headers, ccache and chromium (apt); t
 	@$(PYTHON) -c "import importlib.metadata as m, sys; sys.exit(m.version('coverage') != '$(COVERAGE_VERSION)')" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q "coverage==$(COVERAGE_VERSION)"
 	@# IPython: the %mlrun magics' tests
-	@$(PYTHON) -c "import IPython" 2>/dev/null || $(PYTHON) -m pip install -q ipython
+	@$(PYTHON) -c "import importlib.util as u, sys; sys.exit(not u.find_spec('IPython'))" 2>/dev/null || $(PYTHON) -m pip install -q ipython
 	@# mypy: the typed API's tests (strict check of a user's script, stubtest of the C module)
 	@$(PYTHON) -c "import mypy.version, sys; sys.exit(mypy.version.__version__ != '$(MYPY_VERSION)')" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q "mypy==$(MYPY_VERSION)"

@@ -15,10 +15,18 @@ import sys
 
 import pytest
 
+# torch's intra-op threads at one, here and in every process a test starts (they inherit the
+# environment): the suite runs a worker per core and its tensors are small, so a second OpenMP
+# thread per process gains nothing and spins waiting for a busy core (docs/guide.md's sample of
+# 100 training steps on a busy 2-core machine: 23 s of CPU with two threads, 7 s with one).
+_THREADS = os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 try:
     import torch
 except ImportError:  # the torch-free run: tests that need torch skip themselves
     torch = None
+if torch is not None and _THREADS.isdigit() and int(_THREADS) > 0:
+    torch.set_num_threads(int(_THREADS))  # where a plugin imported torch before this file
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:

@@ -74,6 +74,14 @@ def three(tmp_path_factory):
     return launch(3, out, f"file:{out / 'store'}"), out
 
 
+@pytest.fixture(scope="module", params=[2, 3])
+def job(request):
+    """(world, (results, out)): the job of two ranks or of three, as the tests that hold for both
+    take it. A module fixture they name, so that tests/conftest.py groups them with the others on
+    the worker that launched the jobs, instead of launching them again on the other worker."""
+    return request.param, request.getfixturevalue({2: "two", 3: "three"}[request.param])
+
+
 # gloo's threads may hold the byte tensor of an earlier object collective a little longer (torch
 # keeps its Python object while C++ holds it), so a walk may count one more small uint8 tensor:
 # rows are compared within this much, and the printed table against its own rows
@@ -109,9 +117,8 @@ def highest_line(alloc):
     return f"rank {top} is highest: +{R(over)} (+{100.0 * over / med:.0f}%) over the median ({R(med)})"
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_the_gathered_table_on_dst_holds_every_ranks_numbers(world, request):
-    results, _ = request.getfixturevalue({2: "two", 3: "three"}[world])
+def test_the_gathered_table_on_dst_holds_every_ranks_numbers(job):
+    world, (results, _) = job
     alloc = expected(results, "at_gather")
     got = results[0]["gather"]
     assert [r["rank"] for r in got["ranks"]] == list(range(world))
@@ -138,9 +145,8 @@ def test_the_gathered_table_on_dst_holds_every_ranks_numbers(world, request):
     assert "cycles held: unknown" not in printed  # cycle_totals() answered on every rank
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_other_ranks_get_none_and_print_nothing(world, request):
-    results, _ = request.getfixturevalue({2: "two", 3: "three"}[world])
+def test_other_ranks_get_none_and_print_nothing(job):
+    _, (results, _) = job
     for res in results[1:]:
         assert res["gather"] is None and res["gather_printed"] == ""
 
@@ -174,10 +180,8 @@ def test_bad_arguments_name_themselves_on_every_rank(two):
         assert res["bad_top"] == "ValueError: top must be an int from 0 to 100, not 1000"
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_a_device_one_rank_lacks_fails_there_and_the_others_still_get_the_table(world,
-                                                                                  request):
-    results, _ = request.getfixturevalue({2: "two", 3: "three"}[world])
+def test_a_device_one_rank_lacks_fails_there_and_the_others_still_get_the_table(job):
+    world, (results, _) = job
     last = results[-1]
     dev = last["missing_device"]  # cuda:0 without CUDA, the first index past the devices else
     assert last["bad_device"].startswith(f"DeviceError: device {dev} is not on this machine")
@@ -196,9 +200,8 @@ def test_a_subgroup_gathers_its_members_and_refuses_others(three):
         "call gather_report with it")
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_the_autopsy_reads_what_another_rank_published(world, request):
-    results, _ = request.getfixturevalue({2: "two", 3: "three"}[world])
+def test_the_autopsy_reads_what_another_rank_published(job):
+    world, (results, _) = job
     assert results[1]["published"] is True and results[1]["flushed"] is True
     text = results[0]["ranks.txt"]
     assert text.startswith(f"This autopsy is rank 0's (of {world}; local rank 0; ")
@@ -220,9 +223,8 @@ def test_the_autopsy_reads_what_another_rank_published(world, request):
     assert results[0]["memreport.txt"].startswith(f"MemReporter of cpu on rank 0 of {world}\n")
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_dump_snapshot_into_a_directory_writes_one_file_per_rank(world, request):
-    results, out = request.getfixturevalue({2: "two", 3: "three"}[world])
+def test_dump_snapshot_into_a_directory_writes_one_file_per_rank(job):
+    world, (results, out) = job
     snaps = out / "snaps"
     assert sorted(os.listdir(snaps)) == [f"snapshot-rank{r}.pickle" for r in range(world)]
     for r, res in enumerate(results):

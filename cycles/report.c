@@ -1,7 +1,7 @@
 /* report.c: the CycleReport (contract in report.h), one collection's garbage made into a model
  * once by the builder (report_build.h), its text written from it at once, and its lists, DOT,
  * picture and page on first use by the writers (report_write.h). Until then the report keeps
- * the model, which borrows the garbage, with a tuple of the garbage; the hook lets go of it
+ * the model, which borrows the garbage, with the list that owns it; the hook lets go of it
  * (tgc_report_settle) before the garbage is freed, making the lists and drawing the DOT first if
  * someone kept the report. A report's model is freed here only. */
 #include "cycles.h"
@@ -58,10 +58,7 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
     if (tgc_report_signatures(m, sigs) < 0 || tgc_report_write_text(m, generation, &text) < 0) {
         goto error;
     }
-    keep = PyList_AsTuple(objs);  /* new reference; objs as it is now, what naming added too */
-    if (keep == NULL) {
-        goto error;
-    }
+    keep = Py_NewRef(objs);
     if (text.oom) {
         PyErr_NoMemory();
         goto error;
@@ -93,9 +90,9 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
     r->garbage = garbage_total > (Py_ssize_t)m->n ? garbage_total : (Py_ssize_t)m->n;
     r->generation = generation;
     /* The lists and the DOT wait: most reports are read for their text and freed with the
-     * garbage, never drawn nor listed. The model moves to the report, with a tuple that keeps
-     * its objects alive, until the DOT is asked for or tgc_report_settle decides (before the
-     * garbage goes). */
+     * garbage, never drawn nor listed. The model moves to the report, with the garbage list
+     * that keeps its objects alive, until the DOT is asked for or tgc_report_settle decides
+     * (before the garbage goes). */
     r->pending = m;
     r->pending_objs = keep;
     r->sigs = sigs;

@@ -33,9 +33,9 @@ typedef struct {
     PyObject *dot;         /* new reference, decoded from dot_src by tgc_report_dot */
     tgc_buf dot_src;       /* the DOT as drawn (UTF-8); freed once decoded */
     /* Until the DOT is drawn: the model it and the lists are made from (owned; report_model.h),
-     * which borrows the garbage's objects, and a tuple of them that keeps them alive (a new
-     * reference; a tuple, so that no callback that reaches it empties it). Only while the hook
-     * delivers the report: tgc_report_settle ends it before the garbage is freed. */
+     * which borrows the garbage's objects, and the garbage list that keeps them alive (a new
+     * reference). Only while the hook delivers the report: tgc_report_settle ends it before the
+     * garbage is freed. */
     tgc_report_model *pending;
     PyObject *pending_objs;
     /* Per group of the model: its signature, taken at build with the text (it reads the

@@ -149,6 +149,12 @@ def run_tensorgc_cli(*args, timeout=300):
                           text=True, timeout=timeout, env=env)
 
 
+# What the tests start chromium with: no sandbox, and without the omnibox's popups, Chromium's
+# own WebUI pages that it preloads into renderers of their own for every new window (a headless
+# run never shows them): they cost about 1 s of CPU per page a test opens, as much as the page.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup"]
+
+
 def chromium():
     """Debian's chromium (make deps installs it), or None."""
     import shutil
@@ -164,7 +170,7 @@ def launch_chromium():
     env_preload = os.environ.pop("LD_PRELOAD", None)  # chromium hangs under make asan's
     try:
         with sync_api.sync_playwright() as p:
-            b = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+            b = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
             try:
                 yield b
             finally:
@@ -182,7 +188,7 @@ def screenshot(page, shot, size="1300,600"):
 
     # not under `make asan`'s LD_PRELOAD of the sanitizer runtimes: chromium hangs with them
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    return subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+    return subprocess.run([chromium(), "--headless", *CHROMIUM_ARGS, "--disable-gpu",
                            f"--screenshot={shot}", f"--window-size={size}", page.as_uri()],
                           capture_output=True, text=True, timeout=120, env=env)
 

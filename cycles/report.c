@@ -35,7 +35,7 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
 {
     tgc_buf text = {0};
     tgc_report_row *rows = NULL;  /* the table's, one per group; its strings new references */
-    PyObject *result = NULL, *keep = NULL;
+    PyObject *result = NULL;
     uint64_t *sigs = NULL;        /* per model group: its signature */
     tgc_report_model *m = PyMem_Calloc(1, sizeof(tgc_report_model));
     if (m == NULL) {
@@ -58,7 +58,6 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
     if (tgc_report_signatures(m, sigs) < 0 || tgc_report_write_text(m, generation, &text) < 0) {
         goto error;
     }
-    keep = Py_NewRef(objs);
     if (text.oom) {
         PyErr_NoMemory();
         goto error;
@@ -94,11 +93,10 @@ tgc_report_build(tgc_cycles *c, PyObject *objs, const tgc_filter *f, int generat
      * that keeps its objects alive, until the DOT is asked for or tgc_report_settle decides
      * (before the garbage goes). */
     r->pending = m;
-    r->pending_objs = keep;
+    r->pending_objs = Py_NewRef(objs);
     r->sigs = sigs;
     r->lists_lost = 0;
     m = NULL;
-    keep = NULL;
     sigs = NULL;
     PyObject_GC_Track((PyObject *)r);
     result = (PyObject *)r;
@@ -111,7 +109,6 @@ error:
     }
     report__model_free(m);
     free(sigs);
-    Py_XDECREF(keep);
     tgc_buf_free(&text);
     return result;
 }
@@ -122,8 +119,8 @@ error:
  * model is gone: a report the collector cleared, whose fields read None), -1 with an exception.
  * Making them can start a collection (3.10, 3.11), whose hook never settles a report of another
  * delivery: the model stays. */
-static int
-report__lists(tgc_report *r)
+int
+tgc_report_lists_made(tgc_report *r)
 {
     tgc_report_model *m = r->pending;
     if (r->tensors == NULL && m == NULL && r->lists_lost && r->text != NULL) {
@@ -152,12 +149,6 @@ report__lists(tgc_report *r)
     return rc;
 }
 
-int
-tgc_report_lists_made(tgc_report *r)
-{
-    return report__lists(r);
-}
-
 /* Ends the wait, making the lists and drawing the DOT into dot_src first when `draw`. The
  * report's fields are detached before anything else: drawing runs no Python code and freeing the
  * model only releases strings, but this also serves tp_clear, and a re-entrant call must find
@@ -166,7 +157,7 @@ tgc_report_lists_made(tgc_report *r)
 static void
 report__end_wait(tgc_report *r, int draw)
 {
-    if (draw && r->pending != NULL && report__lists(r) < 0) {
+    if (draw && r->pending != NULL && tgc_report_lists_made(r) < 0) {
         r->lists_lost = 1;
         PyErr_Clear();
     }
@@ -287,7 +278,7 @@ tgc_report_html(tgc_cycles *c, tgc_report *r)
     if (r->html != NULL) {
         return Py_NewRef(r->html);
     }
-    if (report__lists(r) < 0) {
+    if (tgc_report_lists_made(r) < 0) {
         return NULL;
     }
     if (r->text == NULL || r->tensors == NULL) {

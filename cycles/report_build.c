@@ -62,6 +62,17 @@ build__emit(tgc_report_model *m, uint32_t s, uint32_t d, PyObject *label)
     m->edges[m->nedges].src = s;
     m->edges[m->nedges].dst = d;
     m->edges[m->nedges].label = label;
+    m->edges[m->nedges].cell = -1;
+    PyObject *f = m->items[s];
+    PyObject *closure = PyFunction_Check(f) ? ((PyFunctionObject *)f)->func_closure : NULL;
+    for (Py_ssize_t i = 0; closure != NULL && PyTuple_Check(closure) &&
+                           i < PyTuple_GET_SIZE(closure) && i < INT32_MAX; i++) {
+        PyObject *cell = PyTuple_GET_ITEM(closure, i);
+        if (PyCell_Check(cell) && PyCell_GET(cell) == m->items[d]) {
+            m->edges[m->nedges].cell = (int32_t)i;
+            break;
+        }
+    }
     m->nedges++;
     return 0;
 }
@@ -371,6 +382,51 @@ build__keep_bridges(tgc_report_model *m, const tgc_bridge *br, size_t nbr)
     return 0;
 }
 
+/* The "more" node's text of a group drawn in part: how many objects were left out, and the
+ * counts of their first six types. NULL with an exception. */
+static PyObject *
+build__more(const tgc_report_model *m, const tgc_group *gi)
+{
+    PyObject *counts = PyDict_New(), *result = NULL;
+    tgc_buf more = {0};
+    if (counts == NULL) {
+        return NULL;
+    }
+    for (uint32_t v = 0; v < m->n; v++) {
+        if (m->a.group[v] != gi->group || m->draw[v] || m->skip[v] == 2) {
+            continue;
+        }
+        PyObject *tn = tgc_type_name(m->items[v]);
+        PyObject *c = tn ? PyDict_GetItemWithError(counts, tn) : NULL;  /* borrowed */
+        PyObject *c1 = tn && !PyErr_Occurred() ? PyLong_FromLong(c ? PyLong_AsLong(c) + 1 : 1)
+                                               : NULL;
+        int rc = c1 != NULL ? PyDict_SetItem(counts, tn, c1) : -1;
+        Py_XDECREF(tn);
+        Py_XDECREF(c1);
+        if (rc < 0) {
+            goto error;
+        }
+    }
+    tgc_buf_puts(&more, "\xe2\x80\xa6 ");
+    tgc_buf_count(&more, gi->elided);
+    tgc_buf_puts(&more, " more objects in this leak\n");
+    Py_ssize_t pos = 0;
+    PyObject *key, *val;  /* borrowed */
+    for (int shown = 0; shown < 6 && PyDict_Next(counts, &pos, &key, &val); shown++) {
+        if (tgc_buf_pystr(&more, key, 0) < 0) {
+            goto error;
+        }
+        tgc_buf_puts(&more, " \xc3\x97");
+        tgc_buf_count(&more, (uint64_t)PyLong_AsLong(val));
+        tgc_buf_puts(&more, "\n");
+    }
+    result = tgc_report_str(&more);
+error:
+    Py_DECREF(counts);
+    tgc_buf_free(&more);
+    return result;
+}
+
 /* What the writers show of the drawn objects, made here so that they only read: each drawn
  * node's type name, each drawn object's description (tgc_describe may run a user __repr__),
  * the line of each drawn tensor and of each group's largest. 0, or -1 with an exception. */
@@ -386,6 +442,7 @@ build__shown(tgc_report_model *m)
         }
         if (m->ts[v].info != NULL) {
             tgc_report_tensor_line(&m->ts[v]);
+            m->ts[v].type = (PyTypeObject *)Py_NewRef(Py_TYPE(m->items[v]));
         }
         if (m->owner[v] != TGC_NONE) {
             continue;  /* drawn as part of its owner */
@@ -412,6 +469,11 @@ build__shown(tgc_report_model *m)
         }
     }
     for (uint32_t k = 0; k < m->ngroups; k++) {
+        if (m->groups[k].drawn && m->groups[k].elided > 0 &&
+            (m->groups[k].more = build__more(m, &m->groups[k])) == NULL) {
+            free(best_of);
+            return -1;
+        }
         uint32_t best = best_of[m->groups[k].group];
         m->groups[k].best = best;
         if (best != TGC_NONE) {

@@ -19,7 +19,7 @@ dot__str(tgc_buf *o, PyObject *s)
 static void
 dot__tensor_tip(tgc_buf *o, const tgc_report_model *m, uint32_t v, const tgc_buf *line)
 {
-    PyObject *qual = tgc_type_qualname(m->items[v]);
+    PyObject *qual = m->ts[v].type ? tgc_type_qualname(m->ts[v].type) : NULL;
     if (qual != NULL) {
         dot__str(o, qual);
         tgc_buf_puts(o, ": ");
@@ -114,24 +114,16 @@ dot__node(tgc_buf *o, const tgc_report_model *m, uint32_t v)
  * where the reference sits: "closure x: __closure__[0].cell_contents" (which can be set to None
  * to break the cycle). */
 static void
-dot__closure_tip(tgc_buf *o, const tgc_report_model *m, const tgc_drawn_edge *de)
+dot__closure_tip(tgc_buf *o, const tgc_drawn_edge *de)
 {
-    PyObject *f = m->items[de->src];
-    PyObject *closure = PyFunction_Check(f) ? ((PyFunctionObject *)f)->func_closure : NULL;
-    if (closure == NULL || !PyTuple_Check(closure)) {
+    if (de->cell < 0) {
         return;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(closure); i++) {
-        PyObject *cell = PyTuple_GET_ITEM(closure, i);
-        if (PyCell_Check(cell) && PyCell_GET(cell) == m->items[de->dst]) {
-            tgc_buf_puts(o, ", tooltip=\"");
-            dot__str(o, de->label);
-            tgc_buf_puts(o, ": __closure__[");
-            tgc_buf_uint(o, (uint64_t)i);
-            tgc_buf_puts(o, "].cell_contents\"");
-            return;
-        }
-    }
+    tgc_buf_puts(o, ", tooltip=\"");
+    dot__str(o, de->label);
+    tgc_buf_puts(o, ": __closure__[");
+    tgc_buf_uint(o, (uint64_t)de->cell);
+    tgc_buf_puts(o, "].cell_contents\"");
 }
 
 void
@@ -147,10 +139,9 @@ tgc_dot_open(tgc_buf *dot)
 }
 
 /* The groups chosen for drawing as clusters (what did not fit as one summary node each), then
- * the drawn edges. Runs no user code: the reprs it shows were taken at build (the model's desc).
- * Its one tracked allocation (a large group's type counts) cannot start a collection that would:
- * a report waits to be drawn only while the hook delivers it, inside the collector's callback. A
- * label it cannot write is left out. */
+ * the drawn edges. Runs no user code and reads none of the garbage's objects: what it shows was
+ * taken at build (report_model.h), so a callback that emptied the garbage's list before the
+ * drawing changes nothing. A label it cannot write is left out. */
 void
 tgc_report_draw_dot(const tgc_report_model *m, tgc_buf *dot)
 {
@@ -186,45 +177,12 @@ tgc_report_draw_dot(const tgc_report_model *m, tgc_buf *dot)
             }
         }
         if (gi->elided > 0) {
-            /* The rest of a large group, as one node with its type counts. */
-            PyObject *counts = PyDict_New();
-            for (uint32_t v = 0; counts && v < m->n; v++) {
-                if (m->a.group[v] != gi->group || m->draw[v] || m->skip[v] == 2) {
-                    continue;
-                }
-                PyObject *tn = tgc_type_name(m->items[v]);
-                PyObject *c = tn ? PyDict_GetItemWithError(counts, tn) : NULL;
-                PyObject *c1 = tn ? PyLong_FromLong(c ? PyLong_AsLong(c) + 1 : 1) : NULL;
-                if (c1 == NULL || PyDict_SetItem(counts, tn, c1) < 0) {
-                    Py_CLEAR(counts);
-                }
-                Py_XDECREF(tn);
-                Py_XDECREF(c1);
-            }
-            tgc_buf more = {0};
-            tgc_buf_puts(&more, "\xe2\x80\xa6 ");
-            tgc_buf_count(&more, gi->elided);
-            tgc_buf_puts(&more, " more objects in this leak\n");
-            Py_ssize_t pos = 0;
-            PyObject *key, *val;
-            int shown = 0;
-            while (counts && PyDict_Next(counts, &pos, &key, &val) && shown < 6) {
-                if (tgc_buf_pystr(&more, key, 0) < 0) {
-                    PyErr_Clear();
-                }
-                tgc_buf_puts(&more, " \xc3\x97");
-                tgc_buf_count(&more, (uint64_t)PyLong_AsLong(val));
-                tgc_buf_puts(&more, "\n");
-                shown++;
-            }
-            Py_XDECREF(counts);
-            PyErr_Clear();
+            /* The rest of a large group, as one node with its type counts (taken at build). */
             tgc_buf_puts(dot, "    more");
             tgc_buf_uint(dot, k);
             tgc_buf_puts(dot, " [label=\"");
-            tgc_buf_dot(dot, more.data ? more.data : "", more.len);
+            dot__str(dot, gi->more);
             tgc_buf_puts(dot, "\", style=\"rounded,dashed\", fillcolor=\"white\"];\n");
-            tgc_buf_free(&more);
         }
         tgc_buf_puts(dot, "  }\n");
         if (gi->elided > 0) {
@@ -296,7 +254,7 @@ tgc_report_draw_dot(const tgc_report_model *m, tgc_buf *dot)
         tgc_buf_puts(dot, " [label=\"");
         dot__str(dot, de->label);
         tgc_buf_puts(dot, "\"");
-        dot__closure_tip(dot, m, de);
+        dot__closure_tip(dot, de);
         if (m->is_target[de->dst]) {
             tgc_buf_puts(dot, ", color=\"#c62828\", fontcolor=\"#c62828\"");
         }

@@ -14,6 +14,7 @@ tgc_report_tensor_clear(tgc_rtensor *rt)
     Py_CLEAR(rt->device_s);
     Py_CLEAR(rt->type_name);
     Py_CLEAR(rt->stack);
+    Py_CLEAR(rt->type);
     tgc_buf_free(&rt->line);
 }
 
@@ -37,6 +38,7 @@ tgc_report_model_free(tgc_report_model *m)
     for (uint32_t k = 0; m->groups != NULL && k < m->ngroups; k++) {
         Py_XDECREF(m->groups[k].cycle);
         Py_XDECREF(m->groups[k].hint);
+        Py_XDECREF(m->groups[k].more);
     }
     PyMem_Free(m->items);
     PyMem_Free(m->names);

@@ -37,6 +37,7 @@ typedef struct {
      * NULL exactly when info is. */
     PyObject *shape, *dtype_s, *device_s, *type_name;
     PyObject *stack;       /* info's "stack" when it is a str, else NULL */
+    PyTypeObject *type;    /* drawn tensors only: the tensor's class, for the tooltip's full name */
     /* "Tensor float32[4] on cpu (16 B)", for the node label and the text alike: made by the
      * builder (tgc_report_tensor_line) for the tensors a writer shows (drawn ones, each group's
      * largest), empty for the others. */
@@ -67,17 +68,22 @@ typedef struct {
      * ("" when the cycle is not drawn whole), and the fix that names the reference most likely
      * meant to be weak. */
     PyObject *cycle, *hint;
+    /* elided > 0: new reference, the "more" node's text: how many, and the first types' counts. */
+    PyObject *more;
 } tgc_group;
 
 /* A drawn reference (containers folded into their owner). */
 typedef struct {
     uint32_t src, dst;
     PyObject *label;   /* borrowed from the names tables (names), or the model's unknown */
+    int32_t cell;      /* src a function, dst a closure variable: its index in __closure__; else -1 */
 } tgc_drawn_edge;
 
 /* One report's model. Per-node arrays have n entries. Objects of the garbage are borrowed: the
  * model lives only while the list that owns them does (report.c keeps that list alive with the
- * model, and frees the model before the garbage goes, tgc_report_settle). */
+ * model, and frees the model before the garbage goes, tgc_report_settle). Only the builder reads
+ * the objects: a user's callback can reach that list and empty it before the writers run, so
+ * what they show (names, descriptions, types, closure cells, signatures) is taken at build. */
 typedef struct tgc_report_model {
     tgc_cycles *c;                   /* borrowed: the cycles part of the module state */
     PyObject *objs;                  /* borrowed: the list that owns the garbage */

@@ -547,9 +547,8 @@ tgc_type_name(PyObject *obj)
 }
 
 PyObject *
-tgc_type_qualname(PyObject *obj)
+tgc_type_qualname(PyTypeObject *tp)
 {
-    PyTypeObject *tp = Py_TYPE(obj);
     if (!PyType_HasFeature(tp, Py_TPFLAGS_HEAPTYPE)) {
         return tgc_cut(PyUnicode_FromString(tp->tp_name), TGC_NAME_MAX);  /* "module.name" */
     }
@@ -557,7 +556,8 @@ tgc_type_qualname(PyObject *obj)
     PyObject *qual = ((PyHeapTypeObject *)tp)->ht_qualname;  /* borrowed */
     PyObject *mod = tp->tp_dict ? PyDict_GetItemString(tp->tp_dict, "__module__") : NULL;
     if (qual == NULL || !PyUnicode_Check(qual)) {
-        return tgc_type_name(obj);
+        const char *dot = strrchr(tp->tp_name, '.');
+        return tgc_cut(PyUnicode_FromString(dot ? dot + 1 : tp->tp_name), TGC_NAME_MAX);
     }
     if (mod == NULL || !PyUnicode_Check(mod) ||
         PyUnicode_CompareWithASCIIString(mod, "builtins") == 0) {

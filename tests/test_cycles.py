@@ -8,6 +8,7 @@ gc.collect() calls in the tests collect.
 
 import gc
 import os
+import re
 import sys
 import types
 import weakref
@@ -1247,6 +1248,68 @@ def test_a_callback_that_empties_the_garbage_leaves_the_lists_whole(track):
     assert len(seen) == 3 and len({s[0] for s in seen}) == 1
     assert all(s[1].startswith("Emptied") and s[2] == [(16,)] and "1 tensors" in s[3] for s in seen)
     assert all(r() is None for r in refs)
+
+
+_EMPTIED_SCRIPT = r"""
+import gc, sys, types, weakref, torch, tensorgc
+device = sys.argv[1]
+class Hub: pass
+class Spoke: pass
+class Marked(torch.Tensor): pass
+kept, freed = [], []
+def hostile(report):
+    kept.append(report)
+    objs = [o for o in gc.get_objects() if type(o) in (Hub, Spoke) or
+            (type(o) is types.FunctionType and o.__qualname__.endswith("build.<locals>.fn"))]
+    holders = [h for o in objs for h in gc.get_referrers(o) if type(h) is list and h is not objs]
+    for o in objs:
+        if type(o) is types.FunctionType:
+            for cell in o.__closure__:
+                cell.cell_contents = None
+        else:
+            o.__dict__.clear()
+    for h in holders:
+        h.clear()
+    ref = weakref.ref(objs[0])
+    del objs, holders, o
+    freed.append(ref() is None)
+    junk = [bytearray(64) for _ in range(4000)]  # reuse what was freed
+def build():
+    hub = Hub()  # a group too large to draw whole
+    hub.t = torch.zeros(16, device=device).as_subclass(Marked)
+    hub.spokes = [Spoke() for _ in range(400)]
+    for s in hub.spokes:
+        s.hub = hub
+    x = torch.zeros(64, device=device)  # more bytes: drawn first, whole; fn's closure holds fn and x
+    def fn(p):
+        return fn(not p) if p else x
+h = tensorgc.observe_cycles(hostile, device=device)
+build()
+gc.collect()
+h.remove()
+print("freed", freed)
+print("dot", kept[0].dot)
+"""
+
+
+def test_a_kept_report_draws_what_it_took_at_build_when_the_garbage_was_emptied():
+    """A callback keeps its report, then breaks the garbage's references and empties every list
+    holding it, which frees it: the report's DOT, drawn when the detector lets go of the report,
+    still names the tensor's class, the closure cell and a large group's types, all taken at
+    build, never read from the freed objects. In a process of its own, on the system allocator,
+    where reading freed memory crashes instead of finding stale objects."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _EMPTIED_SCRIPT, DEVICE], capture_output=True,
+                         text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+                              "PYTHONMALLOC": "malloc"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "freed [True]" in out.stdout, out.stdout + out.stderr  # the callback did free them
+    dot = out.stdout.split("dot ", 1)[1]
+    assert "__main__.Marked: Marked float32[16]" in dot
+    assert re.search(r"x: __closure__\[\d\]\.cell_contents", dot)
+    assert re.search(r"more objects in this leak\\l(.+\\l)*Spoke ×\d+\\l", dot)
 
 
 _NOMEM_SCRIPT = r"""

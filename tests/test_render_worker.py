@@ -34,6 +34,15 @@ def run_python(code, timeout=60):
 
 
 @pytest.fixture
+def ctrl_c():
+    """Ctrl-C raises KeyboardInterrupt here, as in a program started from a terminal (one started
+    in the background, as by nohup, inherits SIGINT ignored)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+@pytest.fixture
 def silent_worker(tmp_path):
     """A worker that reads requests and never answers: every layout waits for its deadline, or
     for an interrupt."""
@@ -430,7 +439,7 @@ def test_a_signal_pending_when_a_layout_is_asked_for_is_never_lost(silent_worker
     assert p.stdout.strip() == "raised 0", p.stdout  # raised, and no layout started
 
 
-def test_ctrl_c_stops_a_layout_long_before_its_budget(silent_worker):
+def test_ctrl_c_stops_a_layout_long_before_its_budget(silent_worker, ctrl_c):
     old = tensorgc.set_render_timeout(60)
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     start = time.monotonic()
@@ -447,7 +456,7 @@ def test_ctrl_c_stops_a_layout_long_before_its_budget(silent_worker):
     assert s["interrupted"] >= 1 and s["pid"] == 0  # the worker was stopped with the layout
 
 
-def test_ctrl_c_while_another_thread_lays_out_reaches_the_main_thread(silent_worker):
+def test_ctrl_c_while_another_thread_lays_out_reaches_the_main_thread(silent_worker, ctrl_c):
     # Signals are the main thread's: a layout in another thread goes on to its deadline.
     old = tensorgc.set_render_timeout(1.5)
     errors = []
@@ -473,6 +482,7 @@ def test_ctrl_c_while_another_thread_lays_out_reaches_the_main_thread(silent_wor
 INTERRUPT_IN_GC = """
 import gc, os, signal, sys, threading, time, torch
 import tensorgc, tensorgc._tensorgc_testing as testing
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, even if started in the background
 testing._set_render_worker({worker!r})
 tensorgc.set_render_timeout(60)
 pages = []

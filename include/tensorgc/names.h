@@ -62,7 +62,7 @@ PyObject *tgc_type_name(PyObject *obj);  /* new reference */
 /* "torch.Tensor", "mymodule.Outer.Node": the type's module and qualified name, read from the
  * class itself (no attribute lookup, no user code); the module left out for builtins. New
  * reference. */
-PyObject *tgc_type_qualname(PyObject *obj);
+PyObject *tgc_type_qualname(PyTypeObject *tp);
 PyObject *tgc_describe(PyObject *obj);   /* new reference: one short line, may be "" */
 
 #endif /* TENSORGC_NAMES_H */

@@ -11,6 +11,7 @@ permanent generation has what is alive afterwards frozen again.
 import gc
 import time
 import os
+import signal
 import sys
 
 import pytest
@@ -301,3 +302,14 @@ def track(gc_state):
     yield _track
     for handle in handles:
         handle.remove()
+
+
+@pytest.fixture
+def ctrl_c():
+    """Ctrl-C raises KeyboardInterrupt here, as in a program started from a terminal. A suite
+    started in the background (nohup, `cmd &` in a script) inherits SIGINT ignored, and so does
+    every process it starts; then neither a signal nor tensorgc's re-raise of an interrupt taken
+    inside the collector (PyErr_SetInterrupt) reaches the program."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)

@@ -1261,7 +1261,7 @@ def hostile(report):
     kept.append(report)
     objs = [o for o in gc.get_objects() if type(o) in (Hub, Spoke) or
             (type(o) is types.FunctionType and o.__qualname__.endswith("build.<locals>.fn"))]
-    holders = [h for o in objs for h in gc.get_referrers(o) if type(h) is list and h is not objs]
+    holders = [h for h in gc.get_referrers(*objs) if type(h) is list and h is not objs]
     for o in objs:
         if type(o) is types.FunctionType:
             for cell in o.__closure__:

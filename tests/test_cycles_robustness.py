@@ -327,7 +327,7 @@ def test_raising_garbage_observer(track, caplog, unraisable, observer_errors_log
 
 
 def test_ctrl_c_in_python_code_inside_the_collector_reaches_the_program(track, caplog,
-                                                                        unraisable):
+                                                                        unraisable, ctrl_c):
     # The eval loop runs the program's SIGINT handler inside whatever Python code the callback
     # runs (torch's metadata, a repr, an observer). Before: that KeyboardInterrupt was logged
     # ("reading a tensor's metadata raised") and dropped, and the program went on.

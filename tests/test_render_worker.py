@@ -34,15 +34,6 @@ def run_python(code, timeout=60):
 
 
 @pytest.fixture
-def ctrl_c():
-    """Ctrl-C raises KeyboardInterrupt here, as in a program started from a terminal (one started
-    in the background, as by nohup, inherits SIGINT ignored)."""
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, old)
-
-
-@pytest.fixture
 def silent_worker(tmp_path):
     """A worker that reads requests and never answers: every layout waits for its deadline, or
     for an interrupt."""

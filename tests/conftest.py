@@ -22,6 +22,12 @@ import pytest
 # 100 training steps on a busy 2-core machine: 23 s of CPU with two threads, 7 s with one).
 _THREADS = os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# hypothesis's pytest plugin, installed on some machines and used by no test here, takes 1.2 s to
+# import in every pytest process: off in the suite's own (setup.cfg) and in those its tests start.
+_NO_PLUGINS = "-p no:hypothesispytest"
+if _NO_PLUGINS not in os.environ.get("PYTEST_ADDOPTS", ""):
+    os.environ["PYTEST_ADDOPTS"] = f"{os.environ.get('PYTEST_ADDOPTS', '')} {_NO_PLUGINS}".strip()
+
 try:
     import torch
 except ImportError:  # the torch-free run: tests that need torch skip themselves

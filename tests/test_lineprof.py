@@ -814,7 +814,7 @@ def test_a_profiler_cleared_by_a_later_reading_is_not_shared():
     assert "lines 0 True True" in r.stdout
 
 
-def test_ctrl_c_inside_a_reading_reaches_the_program():
+def test_ctrl_c_inside_a_reading_reaches_the_program(ctrl_c):
     """A KeyboardInterrupt raised inside a reading (Ctrl-C lands in a reading's Python code: a
     replaced memory_stats, an unraisable hook writing to a notebook's stderr) was taken for a
     failed reading and swallowed: the program never stopped."""

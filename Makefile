@@ -60,33 +60,28 @@ deps: ## Install what is missing: Graphviz headers, ccache and chromium (apt); t
 	@# headless Chromium: the timeline page's screenshot test
 	@command -v chromium >/dev/null 2>&1 || { echo "tensorgc: installing chromium"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
-	@# torch and IPython are looked for, not imported: `make test` runs these checks before the
-	@# suite, and importing them takes some 3 s of its time
-	@[ "$(TORCH_VERSION)" = none ] || $(PYTHON) -c "import importlib.util as u, sys; sys.exit(not u.find_spec('torch'))" 2>/dev/null || \
-	  $(PYTHON) -m pip install -q "torch==$(TORCH_VERSION)"
-	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
-	@# pytest-xdist: the pytest plugin run under it (tests/test_pytest_plugin.py)
-	@$(PYTHON) -c "import importlib.metadata as m, sys; sys.exit(m.version('pytest-xdist') != '$(XDIST_VERSION)')" 2>/dev/null || \
-	  $(PYTHON) -m pip install -q "pytest-xdist==$(XDIST_VERSION)"
-	@# coverage.py: the line profiler beside another tracer (tests/test_guest.py)
-	@$(PYTHON) -c "import importlib.metadata as m, sys; sys.exit(m.version('coverage') != '$(COVERAGE_VERSION)')" 2>/dev/null || \
-	  $(PYTHON) -m pip install -q "coverage==$(COVERAGE_VERSION)"
-	@# IPython: the %mlrun magics' tests
-	@$(PYTHON) -c "import importlib.util as u, sys; sys.exit(not u.find_spec('IPython'))" 2>/dev/null || $(PYTHON) -m pip install -q ipython
-	@# mypy: the typed API's tests (strict check of a user's script, stubtest of the C module)
-	@$(PYTHON) -c "import mypy.version, sys; sys.exit(mypy.version.__version__ != '$(MYPY_VERSION)')" 2>/dev/null || \
-	  $(PYTHON) -m pip install -q "mypy==$(MYPY_VERSION)"
-	@# playwright: the timeline page's real-browser tests (it drives Debian's chromium; no browser download)
-	@$(PYTHON) -c "import importlib.metadata as m, sys; sys.exit(m.version('playwright') != '$(PLAYWRIGHT_VERSION)')" 2>/dev/null || \
-	  $(PYTHON) -m pip install -q "playwright==$(PLAYWRIGHT_VERSION)"
-	@# the integrations' libraries, at the pinned versions (the torch-free run skips their tests)
-	@[ "$(TORCH_VERSION)" = none ] || $(PYTHON) -c "import importlib.metadata as m, sys; \
-	  sys.exit(any(m.version(p.split('==')[0]) != p.split('==')[1] for p in '$(INTEG_PINS)'.split()))" 2>/dev/null || \
-	  $(PYTHON) -m pip install -q $(INTEG_PINS)
-	@$(PYTHON) -c "import setuptools, wheel" 2>/dev/null || $(PYTHON) -m pip install -q setuptools wheel
-	@# nvml.h for the device view (CUDA 13 toolkits do not ship it); headers only, 124 KB
-	@$(PYTHON) -c "import glob, sys; sys.exit(not any(glob.glob(p + '/nvidia/cu*/include/nvml.h') for p in sys.path if p))" || \
-	  $(PYTHON) -m pip install -q --no-deps "nvidia-nvml-dev==$(NVML_DEV_VERSION)"
+	@# pip: what is missing or not at its pin, found in one interpreter (tools/deps_missing.py;
+	@# torch and IPython looked for, not imported), installed step by step in this order; the
+	@# steps: torch; pytest; pytest-xdist (the pytest plugin run under it, tests/test_pytest_plugin.py);
+	@# coverage.py (the line profiler beside another tracer, tests/test_guest.py); IPython (the
+	@# %mlrun magics); mypy (the typed API's tests: a user's script checked strictly, stubtest);
+	@# playwright (the real-browser tests; it drives Debian's chromium, no browser download); the
+	@# integrations' libraries at their pins (the torch-free run skips their tests); setuptools and
+	@# wheel; nvml.h for the device view (CUDA 13 toolkits do not ship it; headers only, 124 KB)
+	@set -e; due=" $$($(PYTHON) tools/deps_missing.py --torch "$(TORCH_VERSION)" --xdist "$(XDIST_VERSION)" \
+	  --coverage "$(COVERAGE_VERSION)" --mypy "$(MYPY_VERSION)" --playwright "$(PLAYWRIGHT_VERSION)" \
+	  --integ "$(INTEG_PINS)" || echo all) "; \
+	step() { case "$$due" in *" $$1 "*|*" all "*) return 0;; *) return 1;; esac; }; \
+	if [ "$(TORCH_VERSION)" != none ] && step torch; then $(PYTHON) -m pip install -q "torch==$(TORCH_VERSION)"; fi; \
+	if step pytest; then $(PYTHON) -m pip install -q pytest; fi; \
+	if step xdist; then $(PYTHON) -m pip install -q "pytest-xdist==$(XDIST_VERSION)"; fi; \
+	if step coverage; then $(PYTHON) -m pip install -q "coverage==$(COVERAGE_VERSION)"; fi; \
+	if step ipython; then $(PYTHON) -m pip install -q ipython; fi; \
+	if step mypy; then $(PYTHON) -m pip install -q "mypy==$(MYPY_VERSION)"; fi; \
+	if step playwright; then $(PYTHON) -m pip install -q "playwright==$(PLAYWRIGHT_VERSION)"; fi; \
+	if [ "$(TORCH_VERSION)" != none ] && step integ; then $(PYTHON) -m pip install -q $(INTEG_PINS); fi; \
+	if step setuptools; then $(PYTHON) -m pip install -q setuptools wheel; fi; \
+	if step nvml; then $(PYTHON) -m pip install -q --no-deps "nvidia-nvml-dev==$(NVML_DEV_VERSION)"; fi
 
 # ccache where it is installed and CC is not set: --force below has setuptools compile every file,
 # ccache answers for those an edit left unchanged (its key holds the flags: asan's objects stay apart)

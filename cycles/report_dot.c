@@ -181,7 +181,9 @@ tgc_report_draw_dot(const tgc_report_model *m, tgc_buf *dot)
             tgc_buf_puts(dot, "    more");
             tgc_buf_uint(dot, k);
             tgc_buf_puts(dot, " [label=\"");
-            dot__str(dot, gi->more);
+            if (gi->more != NULL) {
+                dot__str(dot, gi->more);
+            }
             tgc_buf_puts(dot, "\", style=\"rounded,dashed\", fillcolor=\"white\"];\n");
         }
         tgc_buf_puts(dot, "  }\n");

@@ -6,6 +6,7 @@
  * (report_hint.c). Writes nothing: the writers read the model afterwards (report_write.h). */
 #include "cycles.h"
 #include "report_build.h"
+#include "shapes.h"
 
 static uint64_t
 build__mix1(uint64_t x)
@@ -202,7 +203,9 @@ build__emit_all(tgc_report_model *m)
 }
 
 /* An instance's own __dict__, where it is an object of its own in the garbage that only its
- * instance references (every instance's on 3.10), is seen through: instance -> dict -> x reads
+ * instance references (every instance's on 3.10; on 3.11+ a managed one once made, by vars() or
+ * by an earlier report's naming, which appends it to the garbage: another observer's filter must
+ * not change how this one groups), is seen through: instance -> dict -> x reads
  * instance -> x, as 3.11+'s instances reference their attributes, and the dict is left with no
  * edge (so neither kept nor drawn nor counted: a ring of instances is one ring, whatever the
  * version). In place: edges are only dropped or given another source. */
@@ -223,8 +226,13 @@ build__see_through_dicts(tgc_report_model *m, uint32_t *src, uint32_t *dst, uint
     for (uint32_t v = 0; v < m->n; v++) {
         owner[v] = TGC_NONE;
     }
+    tgc_shapes shapes;
+    memset(&shapes, 0, sizeof(shapes));
     for (uint32_t v = 0; v < m->n; v++) {
         PyObject *d = tgc_compat_existing_dict(m->items[v]);  /* borrowed */
+        if (d == NULL) {
+            d = tgc_shapes_made_dict(&shapes, m->items[v]);  /* borrowed; never makes one */
+        }
         uint32_t j = d != NULL ? tgc_ptrmap_get(&m->map, d) : UINT32_MAX;
         if (j != UINT32_MAX && j != v && indeg[j] == 1 && owner[j] == TGC_NONE &&
             !m->is_target[j]) {

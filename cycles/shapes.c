@@ -114,6 +114,25 @@ tgc_shape_lookup(tgc_shapes *c, PyTypeObject *tp)
     return fresh;
 }
 
+PyObject *
+tgc_shapes_made_dict(tgc_shapes *c, PyObject *op)
+{
+#if TGC_HAVE_MANAGED_ATTRS
+    if (tgc_shape_lookup(c, Py_TYPE(op))->kind == TGC_SHAPE_INSTANCE) {
+        Py_ssize_t n;
+        PyObject **dictslot;
+        (void)tgc_compat_managed_attrs(op, &n, &dictslot);
+        if (dictslot != NULL && *dictslot != NULL && PyDict_Check(*dictslot)) {
+            return *dictslot;
+        }
+    }
+#else
+    (void)c;
+    (void)op;
+#endif
+    return NULL;
+}
+
 int
 tgc_traverse_fast(tgc_shapes *c, PyObject *op, visitproc visit, void *arg)
 {

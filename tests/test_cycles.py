@@ -894,6 +894,47 @@ def test_identical_cycles_are_grouped(track):
     assert instances(Node) == []
 
 
+def _groups(report):
+    return [(g["count"], g["objects"], g["tensors"], g["nbytes"], g["signature"])
+            for g in report.groups]
+
+
+def test_observers_with_other_filters_group_the_same_leaks_alike(track):
+    """Three identical leaks, one collection, two observers whose filters select the same
+    tensors (so each gets a report of its own): both count 3. The first report's naming makes
+    the drawn instances' managed __dict__ (3.11+) and adds it to the garbage; the second must
+    see through it as the first did, not count those leaks as another shape (count 2 and 1)."""
+    Node = new_class()
+    first, second = [], []
+    track(tensorgc.observe_cycles(first.append, device=DEVICE))
+    track(tensorgc.observe_cycles(second.append, device=lambda t: t.dtype == torch.float32))
+    for _ in range(3):
+        make_pair(Node)
+    gc.collect()
+    assert len(first) == len(second) == 1
+    assert _groups(first[0]) == [(3, 3, 3, 3 * 64, first[0].groups[0]["signature"])]
+    assert _groups(second[0]) == _groups(first[0])
+    assert instances(Node) == []
+
+
+def test_an_instance_dict_made_before_the_leak_does_not_split_its_group(track):
+    """vars() makes a 3.11+ instance's managed __dict__, which its tp_traverse then reports:
+    the leak still has the shape of the others (one group of 3, 3 objects each)."""
+    Node = new_class()
+
+    def build():
+        for i in range(3):
+            a, b = Node(), Node()
+            a.other, b.other = b, a
+            a.t = T(16)
+            if i == 1:
+                vars(a), vars(b)
+        del a, b
+
+    report = collect_one_report(track, build)
+    assert [(g["count"], g["objects"], g["nbytes"]) for g in report.groups] == [(3, 3, 3 * 64)]
+
+
 def test_large_ring_output_is_bounded(track):
     Node = new_class()
 

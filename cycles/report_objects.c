@@ -4,6 +4,7 @@
  * (tp_traverse), what reaches a root decided by the graph engine (graph.c), references named and
  * objects described by names.c. Its drawing and page are report_objects_dot.c's. */
 #include "cycles.h"
+#include "shapes.h"
 #include "report_build.h"
 
 /* A node's label: a tensor's line ("Tensor float32[4] on cpu (16 B)"), else its type's name and
@@ -58,8 +59,13 @@ objects__edges(tgc_report_model *b, PyObject **dicts, uint32_t **src, uint32_t *
         all[v] = b->items[v];
         tgc_ptrmap_put(&listed, b->items[v], v);
     }
+    tgc_shapes shapes;
+    memset(&shapes, 0, sizeof(shapes));
     for (uint32_t v = 0; v < n; v++) {
         PyObject *d = tgc_compat_existing_dict(b->items[v]);  /* borrowed: its instance keeps it */
+        if (d == NULL) {
+            d = tgc_shapes_made_dict(&shapes, b->items[v]);  /* 3.11+, once made; never makes one */
+        }
         dicts[v] = NULL;
         if (d != NULL && tgc_ptrmap_get(&listed, d) == UINT32_MAX) {
             tgc_ptrmap_put(&listed, d, n + k);  /* an item listed twice sees it through once */

@@ -70,6 +70,21 @@ def test_what_reaches_no_root_is_left_out(gc_state):
     assert ref_labels == [".b", ".other", ".t"]
 
 
+@pytest.mark.parametrize("made", [False, True])
+def test_an_instance_whose_dict_was_made_keeps_its_references(gc_state, made):
+    """From 3.11 an instance keeps its attributes inline until something asks for its __dict__
+    (vars(), obj.__dict__); then its references go through that dict, which the list does not
+    hold: they are read through it as before, not lost with the instance."""
+    Node_ = new_class()
+    a, b = Node_(), Node_()
+    a.b, b.a, a.t = b, a, T()
+    if made:
+        vars(a), vars(b)
+    nodes = create_graph([a, b, a.t], filter=_is_tensor)
+    assert [(n.label.split(" ")[0], n.referrents) for n in nodes] == [
+        (Node_.__name__, [(".b", 1), (".t", 2)]), (Node_.__name__, [(".a", 0)]), ("Tensor", [])]
+
+
 def test_default_filter_is_cuda_tensors(gc_state):
     garbage = _closure_garbage()
     nodes = create_graph(garbage)

@@ -64,10 +64,11 @@ build__emit(tgc_report_model *m, uint32_t s, uint32_t d, PyObject *label)
     m->edges[m->nedges].dst = d;
     m->edges[m->nedges].label = label;
     m->edges[m->nedges].cell = -1;
+    /* A closure variable's cell, taken now: the DOT is drawn from the model alone. */
     PyObject *f = m->items[s];
     PyObject *closure = PyFunction_Check(f) ? ((PyFunctionObject *)f)->func_closure : NULL;
-    for (Py_ssize_t i = 0; closure != NULL && PyTuple_Check(closure) &&
-                           i < PyTuple_GET_SIZE(closure) && i < INT32_MAX; i++) {
+    Py_ssize_t ncells = closure != NULL && PyTuple_Check(closure) ? PyTuple_GET_SIZE(closure) : 0;
+    for (Py_ssize_t i = 0; i < ncells && i < INT32_MAX; i++) {
         PyObject *cell = PyTuple_GET_ITEM(closure, i);
         if (PyCell_Check(cell) && PyCell_GET(cell) == m->items[d]) {
             m->edges[m->nedges].cell = (int32_t)i;
@@ -229,10 +230,7 @@ build__see_through_dicts(tgc_report_model *m, uint32_t *src, uint32_t *dst, uint
     tgc_shapes shapes;
     memset(&shapes, 0, sizeof(shapes));
     for (uint32_t v = 0; v < m->n; v++) {
-        PyObject *d = tgc_compat_existing_dict(m->items[v]);  /* borrowed */
-        if (d == NULL) {
-            d = tgc_shapes_made_dict(&shapes, m->items[v]);  /* borrowed; never makes one */
-        }
+        PyObject *d = tgc_shapes_own_dict(&shapes, m->items[v]);  /* borrowed */
         uint32_t j = d != NULL ? tgc_ptrmap_get(&m->map, d) : UINT32_MAX;
         if (j != UINT32_MAX && j != v && indeg[j] == 1 && owner[j] == TGC_NONE &&
             !m->is_target[j]) {

@@ -62,10 +62,7 @@ objects__edges(tgc_report_model *b, PyObject **dicts, uint32_t **src, uint32_t *
     tgc_shapes shapes;
     memset(&shapes, 0, sizeof(shapes));
     for (uint32_t v = 0; v < n; v++) {
-        PyObject *d = tgc_compat_existing_dict(b->items[v]);  /* borrowed: its instance keeps it */
-        if (d == NULL) {
-            d = tgc_shapes_made_dict(&shapes, b->items[v]);  /* 3.11+, once made; never makes one */
-        }
+        PyObject *d = tgc_shapes_own_dict(&shapes, b->items[v]);  /* borrowed */
         dicts[v] = NULL;
         if (d != NULL && tgc_ptrmap_get(&listed, d) == UINT32_MAX) {
             tgc_ptrmap_put(&listed, d, n + k);  /* an item listed twice sees it through once */

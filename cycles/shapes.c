@@ -115,10 +115,15 @@ tgc_shape_lookup(tgc_shapes *c, PyTypeObject *tp)
 }
 
 PyObject *
-tgc_shapes_made_dict(tgc_shapes *c, PyObject *op)
+tgc_shapes_own_dict(tgc_shapes *c, PyObject *op)
 {
+    PyObject *d = tgc_compat_existing_dict(op);  /* borrowed */
+    if (d != NULL) {
+        return d;
+    }
 #if TGC_HAVE_MANAGED_ATTRS
-    if (tgc_shape_lookup(c, Py_TYPE(op))->kind == TGC_SHAPE_INSTANCE) {
+    if ((Py_TYPE(op)->tp_flags & TGC_TPFLAGS_MANAGED_DICT) &&
+        tgc_shape_lookup(c, Py_TYPE(op))->kind == TGC_SHAPE_INSTANCE) {
         Py_ssize_t n;
         PyObject **dictslot;
         (void)tgc_compat_managed_attrs(op, &n, &dictslot);

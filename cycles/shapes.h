@@ -41,11 +41,12 @@ int tgc_traverse_fast(tgc_shapes *shapes, PyObject *op, visitproc visit, void *a
 /* The cached shape of tp in c, computed on a miss (c: zeroed before a walk, as above). */
 const tgc_shape *tgc_shape_lookup(tgc_shapes *c, PyTypeObject *tp);
 
-/* The __dict__ of op, an instance of a class with a managed dict (3.11+, shape
- * TGC_SHAPE_INSTANCE), once something made it (vars(), a report's naming) and while op's
- * tp_traverse visits it instead of the attributes; borrowed. NULL otherwise (3.10 included),
- * never making one. c: a per-walk cache, as above. */
-PyObject *tgc_shapes_made_dict(tgc_shapes *c, PyObject *op);
+/* An instance's own __dict__ where it is an object of its own that op's tp_traverse reports
+ * (borrowed), else NULL; never makes one: every instance dict on 3.10
+ * (tgc_compat_existing_dict), and from 3.11 a managed one once something made it (vars(), a
+ * report's naming), which tp_traverse then visits instead of the attributes. c: a per-walk
+ * cache, as above. */
+PyObject *tgc_shapes_own_dict(tgc_shapes *c, PyObject *op);
 
 /* Takes subtype_traverse (what classes defined in Python get) from a probe class, so that their
  * shapes can be read in place; until then every such class goes through tp_traverse. Module

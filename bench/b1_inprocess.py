@@ -15,6 +15,9 @@ reports each mode's median loop time and the median of its per-round difference 
   call), which no detector registered there can avoid;
 * ``tensorgc`` -- ``tensorgc.observe_cycles(cb, device=...)``, ``cb`` reads ``.tensors``,
   ``.nbytes`` and ``.text`` as B1's does;
+* ``tensorgc-callbacks`` -- the same with the resident sentinel off: the detector's hook stays on
+  ``gc.callbacks`` and plants its sentinel at every "start" (as when the resident one does not
+  fit: the program's gc debug flags on, an ``observe_garbage`` observer);
 * ``tensorgc-prescan`` -- the same with the sentinel off (the pre-scan and islands decide, as
   where no sentinel can be planted);
 * ``tensorgc+callback``, ``tensorgc-prescan+callback`` -- either, with another gc callback (the
@@ -57,7 +60,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 from b1_overhead import SHAPES, TensorCycle  # noqa: E402
 
-MODES = ("plain", "floor", "tensorgc", "tensorgc-prescan", "tensorgc+callback",
+MODES = ("plain", "floor", "tensorgc", "tensorgc-callbacks", "tensorgc-prescan", "tensorgc+callback",
          "tensorgc-prescan+callback", "tensorgc-noisland", "tensorgc-warn")
 
 
@@ -157,6 +160,7 @@ def main(argv=None) -> int:
                 remove = None
                 testing._young_island(m != "tensorgc-noisland" and island)
                 testing._sentinel(not m.startswith(("tensorgc-prescan", "tensorgc-noisland")))
+                testing._resident(m != "tensorgc-callbacks")
                 if m == "floor":
                     gc.callbacks.append(operator.is_)
                 elif m == "tensorgc-warn":
@@ -188,6 +192,7 @@ def main(argv=None) -> int:
                 C.log(f"[B1-inprocess] round {r + 1}/{args.rounds} {m:18s} {times[m][-1]:.4f} s")
     finally:
         testing._young_island(island)
+        testing._resident(True)
         shutil.rmtree(pages, ignore_errors=True)
     del heap
     if "tensorgc-warn" in modes:

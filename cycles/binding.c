@@ -888,6 +888,7 @@ tgc_cycles_exec(PyObject *module, tgc_state *st)
     c->seeded_on = 1;
     c->island_on = c->young_ok;
     c->sentinel_on = c->young_ok;
+    c->resident_on = c->young_ok;
     return 0;
 }
 

@@ -99,8 +99,12 @@ struct tgc_cycles {
      * collector refuses to start a collection while one is running, and `busy` guards the rest. */
     int armed;                /* "start" set DEBUG_SAVEALL and expects a "stop" */
     int busy;                 /* inside "stop": observers are running */
-    int unhook_pending;       /* the last observer left during "stop"; a trailing copy of the
-                                 hook on gc.callbacks takes the hook off */
+    int unhook_pending;       /* the last observer left during "stop", or the hook goes
+                                 resident; a trailing copy of the hook on gc.callbacks takes the
+                                 hook off */
+    int resident;             /* the resident sentinel watches the collections (young.h): the
+                                 hook is off gc.callbacks, but for the "stop" of a collection
+                                 whose garbage the pair took or armed (hook.c) */
     int user_saveall;         /* the user had DEBUG_SAVEALL on: leave their garbage alone */
     int interrupted;          /* a Ctrl-C stopped a layout, or interrupted Python code, during
                                  this callback: given back to the program (PyErr_SetInterrupt)
@@ -117,7 +121,8 @@ struct tgc_cycles {
     int young_ok;             /* the pre-scan's self-check at module exec (young.h) */
     const char *young_why;    /* ... and why not when it failed (static; "" when it passed) */
     /* The switches (hook.h's TGC_HOOK_*; turned through tgc_hook_switch, between collections). */
-    int young_scan, seeded_on, island_on, island_crosscheck, prescan_crosscheck, sentinel_on;
+    int young_scan, seeded_on, island_on, island_crosscheck, prescan_crosscheck, sentinel_on,
+        resident_on;
     tgc_hook_counters counters;  /* written by the hook only (GIL); hook.h */
     /* Where a collection's time goes, per phase (TGC_PHASE_*), only in a build with
      * -DTGC_PHASE_TIMES (make phases); otherwise never written. Only touched inside our gc

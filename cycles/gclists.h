@@ -141,6 +141,52 @@ tgc_gc_collecting(void)
     return PyInterpreterState_Get()->gc.collecting != 0;
 }
 
+/* How many collections the collector finished, all generations together: it adds one at the end
+ * of each, so the number names the collection under way. */
+static inline Py_ssize_t
+tgc_gc_collections(void)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    Py_ssize_t n = 0;
+    for (int g = 0; g < NUM_GENERATIONS; g++) {
+        n += interp->gc.generation_stats[g].collections;
+    }
+    return n;
+}
+
+/* The head of the list the collector is examining, during its first passes (update_refs marks
+ * every object of it as being collected and puts its gc_refs where the back link was; the lists
+ * of the younger generations were merged into it, empty): the youngest list that is not empty,
+ * when its first object is marked and does not link back to the head. NULL at any other time:
+ * outside those passes no list holds a marked object, except while young.c marks the young
+ * lists itself, between collections or in a "start" callback, where every back link is intact. */
+static inline tgc_gc_node *
+tgc_gc_examined_list(void)
+{
+    for (int g = 0; g < NUM_GENERATIONS; g++) {
+        tgc_gc_node *head = tgc_gc_list(g);
+        tgc_gc_node *first = (tgc_gc_node *)head->_gc_next;
+        if (first != head) {
+            return tgc_gc_marked(first) && _PyGCHead_PREV(first) != head ? head : NULL;
+        }
+    }
+    return NULL;
+}
+
+/* Links the untracked node at the front of the examined list (tgc_gc_examined_list), as
+ * update_refs and subtract_refs leave an object they examined: the list is singly linked through
+ * _gc_next then, and _gc_prev holds the object's gc_refs (`refs`: its references from outside
+ * the list) and the "being collected" bit; move_unreachable relinks it like the others. Only
+ * inside those passes, behind the collector's cursor (the front). */
+static inline void
+tgc_gc_link_examined(tgc_gc_node *node, tgc_gc_node *head, Py_ssize_t refs)
+{
+    node->_gc_next = head->_gc_next;
+    node->_gc_prev = (node->_gc_prev & _PyGC_PREV_MASK_FINALIZED) | _PyGC_PREV_MASK_COLLECTING |
+                     ((uintptr_t)refs << _PyGC_PREV_SHIFT);
+    head->_gc_next = (uintptr_t)node;
+}
+
 #endif /* TGC_HAVE_YOUNG_SCAN */
 
 #endif /* TGC_GCLISTS_H */

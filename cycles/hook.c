@@ -146,6 +146,179 @@ hook__caught(void *arg, PyObject *island, PyObject *deferred)
     PyErr_Clear();  /* the collector expects none from a finalizer */
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The resident sentinel: off gc.callbacks between collections                                 */
+
+/* Puts the hook on gc.callbacks for this collection's "stop", first in line, unless it is there:
+ * from inside the collection (the resident pair's finalizer), where the collector is not walking
+ * the list (it walked it for "start" and walks it again for "stop"). 0, or -1 (no exception). */
+static int
+hook__join(tgc_cycles *c)
+{
+    PyObject *cbs = c->gc_callbacks;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cbs); i++) {
+        if (PyList_GET_ITEM(cbs, i) == c->hook) {
+            return 0;
+        }
+    }
+    if (PyList_Insert(cbs, 0, c->hook) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+static void
+hook__resident_off(tgc_cycles *c)
+{
+    if (c->resident) {
+        c->resident = 0;
+        tgc_young_resident_stop();
+    }
+}
+
+int
+tgc_hook_resident(const tgc_cycles *c)
+{
+    return c->resident;
+}
+
+/* The resident pair's catcher: hook__caught, then "stop" must come for what it took or armed.
+ * Armed (the user's debug flags, or garbage that could not be walked) the hook stays on
+ * gc.callbacks, where "start" handles such collections without a pair, until a "stop" finds the
+ * resident sentinel fits again. */
+static void
+hook__resident_caught(void *arg, PyObject *island, PyObject *deferred)
+{
+    tgc_cycles *c = arg;
+    if (!c->resident || c->observers == NULL || PyList_GET_SIZE(c->observers) == 0 ||
+        tgc_compat_is_finalizing()) {
+        /* nobody listens any more (the last observer left inside this collection) */
+        if (island != NULL) {
+            tgc_young_undefer(deferred);
+            Py_DECREF(deferred);
+            Py_DECREF(island);
+        }
+        return;
+    }
+    hook__caught(c, island, deferred);
+    if (c->island == NULL && !c->armed) {
+        return;
+    }
+    c->counters.resident_joined++;
+    if (c->armed) {
+        hook__resident_off(c);
+    }
+    if (hook__join(c) == 0) {
+        return;
+    }
+    /* No memory for one more entry: nothing may wait for a "stop" that will not come. The
+     * island goes back to being garbage (a later collection finds it); armed flags go back. */
+    tgc_hook_drop_island(c);
+    if (c->armed) {
+        c->armed = 0;
+        if (!c->user_saveall && hook__set_debug(c, c->saved_flags) < 0) {
+            PyErr_Clear();
+        }
+        Py_CLEAR(c->garbage);
+    }
+}
+
+/* No spare pair could be made for the next collection: back on gc.callbacks. */
+static void
+hook__resident_lost(void *arg)
+{
+    tgc_cycles *c = arg;
+    if (c->resident) {
+        hook__resident_off(c);
+        if (hook__join(c) < 0) {
+            PyErr_Clear();
+        }
+    }
+}
+
+/* Whether the resident sentinel can watch instead of "start": cycle observers only (an
+ * observe_garbage observer sees every collection), the sentinel's switches on, torch imported,
+ * and the user's debug flags all off (DEBUG_COLLECTABLE and DEBUG_STATS would show the pair,
+ * DEBUG_SAVEALL needs every collection armed). */
+static int
+hook__resident_fits(tgc_cycles *c)
+{
+    if (!c->resident_on || !c->sentinel_on || !c->young_scan || !c->young_ok ||
+        c->observers == NULL || PyList_GET_SIZE(c->observers) == 0 ||
+        tgc_compat_is_finalizing()) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(c->observers); i++) {
+        if (((tgc_handle *)PyList_GET_ITEM(c->observers, i))->kind == TGC_OBS_GARBAGE) {
+            return 0;
+        }
+    }
+    int torch_known = tgc_tensor_resolve(c->tensor) == 1;
+    PyErr_Clear();
+    if (!torch_known) {
+        return 0;
+    }
+    long flags = hook__get_debug(c);
+    PyErr_Clear();
+    return flags == 0;
+}
+
+/* Takes the hook off gc.callbacks at the end of its "stop": at once when it is the last entry
+ * (the collector's walk of the list ends with it), otherwise through a trailing copy, the last
+ * call of this phase, as when the last observer leaves. */
+static void
+hook__leave(tgc_cycles *c)
+{
+    if (c->unhook_pending || c->deliver_trailing) {
+        c->unhook_pending = 1;  /* that copy is the last entry: it takes every copy off */
+        return;
+    }
+    if (hook__others_follow(c)) {
+        if (PyList_Append(c->gc_callbacks, c->hook) == 0) {
+            c->unhook_pending = 1;
+        }
+        else {
+            PyErr_Clear();  /* no memory: stays on, and leaves at a later "stop" */
+        }
+        return;
+    }
+    if (tgc_hook_unhook(c) < 0) {
+        PyErr_Clear();
+    }
+}
+
+/* The end of a "stop" with nothing pending: a hook on gc.callbacks goes resident when that
+ * fits; a resident one leaves gc.callbacks. */
+static void
+hook__settle_resident(tgc_cycles *c)
+{
+    if (!c->resident) {
+        if (!hook__resident_fits(c) ||
+            tgc_young_resident_start((PyTypeObject *)c->tensor->type, hook__resident_caught,
+                                     hook__resident_lost, c) < 0) {
+            return;
+        }
+        c->resident = 1;
+        c->counters.resident_went++;
+    }
+    hook__leave(c);
+}
+
+int
+tgc_hook_resident_check(tgc_cycles *c)
+{
+    if (!c->resident || tgc_young_resident()) {
+        return 0;
+    }
+    hook__resident_off(c);
+    if (c->observers != NULL && PyList_GET_SIZE(c->observers) > 0 && hook__join(c) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 /* Whether this collection needs the detector. observe_garbage observers see every collection;
  * cycle observers only care about garbage that holds tensors, which a young collection can only
  * find when its generations contain a tensor or an object referencing one (young.c). */
@@ -239,9 +412,9 @@ hook__start(tgc_cycles *c, PyObject *info)
          * and drain what that collection left, with the full check since we know nothing. */
         hook__stop(c, NULL);
     }
-    if (c->armed || c->busy || PyList_GET_SIZE(c->observers) == 0 ||
+    if (c->armed || c->busy || c->resident || PyList_GET_SIZE(c->observers) == 0 ||
         tgc_compat_is_finalizing()) {
-        return;
+        return;  /* resident: the pair plants itself if this collection meets a tensor */
     }
     int want = hook__wanted(c, info);
     if (!want && c->island == NULL) {
@@ -534,7 +707,7 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
     if (c->unhook_pending && !c->busy) {
         /* the trailing copy appended by tgc_hook_remove: the last callback of this phase */
         c->unhook_pending = 0;
-        if (PyList_GET_SIZE(c->observers) == 0 && tgc_hook_unhook(c) < 0) {
+        if ((PyList_GET_SIZE(c->observers) == 0 || c->resident) && tgc_hook_unhook(c) < 0) {
             PyErr_WriteUnraisable(c->hook);
         }
         tgc_deliver(c);  /* an observer's exception, if one waits (raise_errors) */
@@ -545,6 +718,13 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
             /* the copy hook__deliver_later appended: the last callback of this "stop" */
             hook__drop_trailing(c);
             tgc_deliver(c);
+            if (c->unhook_pending) {
+                c->unhook_pending = 0;
+                if ((PyList_GET_SIZE(c->observers) == 0 || c->resident) &&
+                    tgc_hook_unhook(c) < 0) {
+                    PyErr_WriteUnraisable(c->hook);
+                }
+            }
             return;
         }
         tgc_deliver(c);  /* that copy never ran (gc.callbacks changed): now, before anything */
@@ -586,6 +766,10 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
     if (c->deferred != NULL && !c->busy && phase == 2) {
         hook__deliver_later(c);
     }
+    if (phase == 2 && !c->busy && PyList_GET_SIZE(c->observers) > 0 && !c->armed &&
+        c->island == NULL && !tgc_young_planted()) {
+        hook__settle_resident(c);
+    }
     if (phase == 2 && !c->busy && !c->unhook_pending && PyList_GET_SIZE(c->observers) == 0 &&
         !c->armed && c->island == NULL) {
         /* The last observer left during this collection, before this "stop" (tgc_hook_remove
@@ -610,12 +794,14 @@ tgc_hook_switch(tgc_cycles *c, int which, int on)
                                                           "the seeded split", "islands",
                                                           "the island crosscheck",
                                                           "the pre-scan crosscheck",
-                                                          "the sentinel"};
+                                                          "the sentinel",
+                                                          "the resident sentinel"};
     if (which < 0 || which >= TGC_HOOK_NSWITCHES) {
         PyErr_SetString(PyExc_ValueError, "no such switch");
         return -1;
     }
-    if (on && !c->young_ok && (which == TGC_HOOK_YOUNG_SCAN || which == TGC_HOOK_SENTINEL)) {
+    if (on && !c->young_ok && (which == TGC_HOOK_YOUNG_SCAN || which == TGC_HOOK_SENTINEL ||
+                               which == TGC_HOOK_RESIDENT)) {
         PyErr_Format(PyExc_RuntimeError, "%s is not available on this interpreter: %s",
                      names[which], c->young_why);
         return -1;
@@ -633,7 +819,16 @@ tgc_hook_switch(tgc_cycles *c, int which, int on)
     case TGC_HOOK_ISLAND: c->island_on = on; break;
     case TGC_HOOK_CROSSCHECK: c->island_crosscheck = on; break;
     case TGC_HOOK_SENTINEL: c->sentinel_on = on; break;
+    case TGC_HOOK_RESIDENT: c->resident_on = on; break;
     default: c->prescan_crosscheck = on; break;
+    }
+    if (c->resident && !(c->resident_on && c->sentinel_on && c->young_scan)) {
+        /* back on gc.callbacks; a later "stop" goes resident again when the switches allow */
+        hook__resident_off(c);
+        if (c->observers != NULL && PyList_GET_SIZE(c->observers) > 0 && hook__join(c) < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
     }
     return 0;
 }
@@ -648,6 +843,7 @@ tgc_hook_switched(const tgc_cycles *c, int which)
     case TGC_HOOK_CROSSCHECK: return c->island_crosscheck;
     case TGC_HOOK_PRESCAN_CHECK: return c->prescan_crosscheck;
     case TGC_HOOK_SENTINEL: return c->sentinel_on;
+    case TGC_HOOK_RESIDENT: return c->resident_on;
     default: return 0;
     }
 }

@@ -73,6 +73,10 @@ enum {
     TGC_HOOK_SENTINEL,    /* collections run alone with a sentinel planted, which looks at their
                              garbage once the collector found it (young.h's tgc_young_plant),
                              instead of the pre-scan and islands (default: where available) */
+    TGC_HOOK_RESIDENT,    /* with the sentinel, the hook leaves gc.callbacks while the resident
+                             sentinel watches (young.h), and joins it only for the "stop" of a
+                             collection whose garbage holds tensors (default: where the tensor
+                             watch is on) */
     TGC_HOOK_NSWITCHES
 };
 /* Turns switch `which` on or off. 0, or -1 with RuntimeError when turning on one that needs the
@@ -106,6 +110,15 @@ typedef struct {
      * taken (a report at "stop"), that were armed from inside the collection (the user's debug
      * flags, or the garbage could not be walked), and whose sentinel outlived the collection */
     unsigned long long sentinel_planted, sentinel_taken, sentinel_armed, sentinel_lost;
+    /* times the hook left gc.callbacks for the resident sentinel, and collections it joined
+     * gc.callbacks again for, from inside (a report, or the collection armed) */
+    unsigned long long resident_went, resident_joined;
 } tgc_hook_counters;
+
+/* Whether the resident sentinel watches now (the hook off gc.callbacks between collections). */
+int tgc_hook_resident(const tgc_cycles *c);
+/* After something outside the hook took the tensor watch's planter (tests): the hook goes back
+ * to gc.callbacks while observers listen. 0, or -1 with an exception. */
+int tgc_hook_resident_check(tgc_cycles *c);
 
 #endif /* TGC_HOOK_H */

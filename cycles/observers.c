@@ -159,7 +159,12 @@ tgc_hook_add(tgc_cycles *c, PyObject *module, tgc_handle *h)
     c->unhook_pending = 0;
     /* Someone may have cleared gc.callbacks (test suites do): put the hook back if missing. */
     int rc = 0;
-    if (hook__registered(c) == 0) {
+    if (c->resident && h->kind == TGC_OBS_GARBAGE) {
+        /* an observe_garbage observer sees every collection: back on gc.callbacks */
+        c->resident = 0;
+        tgc_young_resident_stop();
+    }
+    if (!c->resident && hook__registered(c) == 0) {
         /* First in line: "stop" then sees the garbage before any other callback can touch it,
          * which is what lets "stop" skip the resurrection check when nothing else ran.
          * Inside a collection the collector is walking the list by index: append instead, so
@@ -197,6 +202,10 @@ tgc_hook_remove(tgc_handle *h)
          * Inside our own "stop" the collector is iterating gc.callbacks by index, and removing
          * our entry would make it skip the next callback: append the hook once more instead;
          * that last call of the phase takes every copy off, with nothing left to skip. */
+        if (rc == 0 && PyList_GET_SIZE(c->observers) == 0 && c->resident) {
+            c->resident = 0;
+            tgc_young_resident_stop();
+        }
         if (rc == 0 && PyList_GET_SIZE(c->observers) == 0 && c->gc_callbacks != NULL) {
             if (c->busy) {
                 if (!c->unhook_pending) {

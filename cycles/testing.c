@@ -136,6 +136,32 @@ sentinel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                              {"cut", cut}}, 6);
 }
 
+PyDoc_STRVAR(resident_doc,
+"_resident($module, enabled=None, /)\n--\n\n"
+"The resident sentinel (cycles/young.h): with the sentinel on, the hook leaves gc.callbacks and "
+"the tensor watch plants the pair inside the collections that meet a tensor; the hook joins "
+"gc.callbacks again only for the \"stop\" of a collection whose garbage the pair took or armed. "
+"With enabled, switch it on or off (off: the hook stays on gc.callbacks and plants at every "
+"\"start\"; on is refused where the pre-scan is not available). Returns {'enabled', 'resident', "
+"'went', 'joined', 'planted', 'missed'}: whether it watches now (1 or 0), the times the hook "
+"left gc.callbacks for it, the collections it joined gc.callbacks again for, the pairs planted, "
+"and the collections that met a tensor with no spare pair.");
+
+static PyObject *
+resident(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    tgc_cycles *c = tgc_state_of(module)->cycles;
+    const tgc_hook_counters *n = &c->counters;
+    unsigned long long missed = 0, planted = tgc_young_resident_planted(&missed);
+    int now = tgc_hook_resident(c);
+    return testing__switch(c, "_resident", args, nargs, TGC_HOOK_RESIDENT,
+                           (testing_count[]){{"resident", (unsigned long long)now},
+                                             {"went", n->resident_went},
+                                             {"joined", n->resident_joined},
+                                             {"planted", planted},
+                                             {"missed", missed}}, 5);
+}
+
 PyDoc_STRVAR(island_crosscheck_doc,
 "_island_crosscheck($module, enabled=None, /)\n--\n\n"
 "With enabled, switch on or off checking every island proof that came without marking the "
@@ -388,7 +414,8 @@ tensor_watch_reset(PyObject *module, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_RuntimeError, "_tensor_watch_reset: torch is not imported");
         return NULL;
     }
-    if (tgc_watch_reset((PyTypeObject *)c->tensor->type, tgc_young_layout_ok()) < 0) {
+    if (tgc_watch_reset((PyTypeObject *)c->tensor->type, tgc_young_layout_ok()) < 0 ||
+        tgc_hook_resident_check(c) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -444,6 +471,7 @@ PyMethodDef tgc_cycles_testing_methods[] = {
     {"_seeded_split", (PyCFunction)(void (*)(void))seeded_split, METH_FASTCALL, seeded_split_doc},
     {"_young_island", (PyCFunction)(void (*)(void))young_island, METH_FASTCALL, young_island_doc},
     {"_sentinel", (PyCFunction)(void (*)(void))sentinel, METH_FASTCALL, sentinel_doc},
+    {"_resident", (PyCFunction)(void (*)(void))resident, METH_FASTCALL, resident_doc},
     {"_island_crosscheck", (PyCFunction)(void (*)(void))island_crosscheck, METH_FASTCALL,
      island_crosscheck_doc},
     {"_young_scan", (PyCFunction)(void (*)(void))young_scan, METH_FASTCALL, young_scan_doc},

@@ -17,12 +17,14 @@
  * counts, and a slot holding its is_gc is the watch's, not another tool's. Its code stays loaded
  * (extension modules are never unloaded), so the pointers stay good. A copy whose struct differs
  * uses another key and sees the slots as someone else's. */
-#define WATCH_KEY "tensorgc.tensor_watch.1"
+#define WATCH_KEY "tensorgc.tensor_watch.2"
 typedef struct {
     inquiry is_gc;          /* the slot it sets */
     size_t tensor_visits;   /* what is_gc counts */
     int state;              /* 0: not tried yet; 1: on; -1: refused (a slot of another's) */
     unsigned long epoch;    /* changes whenever the watch goes on (or, in tests, off) */
+    tgc_watch_planter plant;  /* called before each count, NULL when none (tgc_watch_planter_set) */
+    void *plant_arg;
 } watch_shared;
 
 /* All protected by the GIL (the collector, and every other caller of tp_is_gc, hold it). */
@@ -34,6 +36,9 @@ static int
 watch__tensor_is_gc(PyObject *op)
 {
     (void)op;
+    if (watch_own.plant != NULL) {
+        watch_own.plant(watch_own.plant_arg);  /* first: a mark it takes counts this visit */
+    }
     watch_own.tensor_visits++;
     return 1;
 }
@@ -200,8 +205,39 @@ tgc_watch_reset(PyTypeObject *tensor, int scan_lists)
     }
     Py_DECREF(all);
     w->state = 0;
+    w->plant = NULL;  /* the slots are gone: nothing calls it */
+    w->plant_arg = NULL;
     watch__next_epoch(w);
     return 0;
+}
+
+int
+tgc_watch_planter_set(tgc_watch_planter fn, void *arg)
+{
+    if (watch == NULL || watch->state != 1) {
+        return 0;
+    }
+    if (watch->plant != NULL && (watch->plant != fn || watch->plant_arg != arg)) {
+        return 0;  /* another copy's detector */
+    }
+    watch->plant = fn;
+    watch->plant_arg = arg;
+    return 1;
+}
+
+int
+tgc_watch_planter_is(tgc_watch_planter fn, void *arg)
+{
+    return watch != NULL && watch->state == 1 && watch->plant == fn && watch->plant_arg == arg;
+}
+
+void
+tgc_watch_planter_clear(tgc_watch_planter fn, void *arg)
+{
+    if (watch != NULL && watch->plant == fn && watch->plant_arg == arg) {
+        watch->plant = NULL;
+        watch->plant_arg = NULL;
+    }
 }
 
 int

@@ -936,6 +936,7 @@ typedef struct {
     tgc_young_catch catch;       /* first only; NULL once it ran */
     void *arg;
     tgc_watch_mark watch;        /* first only: the tensor watch when it was planted */
+    int resident;                /* first only: planted by the watch (young.h's resident sentinel) */
 } young_sentinel;
 
 /* The live first sentinel of the collection under way, NULL when none: set by tgc_young_plant,
@@ -967,12 +968,27 @@ sentinel__clear(PyObject *self)
     return 0;
 }
 
+/* The resident sentinel (young.h). All protected by the GIL. */
+static young_sentinel *resident_spare;     /* new reference: the first of an untracked pair that
+                                              waits for the next collection; NULL when none */
+static young_sentinel *resident_planted;   /* borrowed: the pair of the collection under way */
+static int resident_on;
+static PyTypeObject *resident_tensor;      /* borrowed, as tgc_young_plant's tensor */
+static tgc_young_catch resident_catch;
+static tgc_young_lost resident_lost;
+static void *resident_arg;
+static Py_ssize_t resident_token = -1;     /* the collection the last pair was planted in */
+static unsigned long long resident_n, resident_missed;
+
 static void
 sentinel__dealloc(PyObject *self)
 {
     PyObject_GC_UnTrack(self);
     if (young_planted == (young_sentinel *)self) {
         young_planted = NULL;
+    }
+    if (resident_planted == (young_sentinel *)self) {
+        resident_planted = NULL;
     }
     Py_CLEAR(((young_sentinel *)self)->peer);
     PyObject_GC_Del(self);
@@ -1103,6 +1119,9 @@ done:
     return rc;
 }
 
+static void sentinel__look(PyObject *self);
+static void resident__done(young_sentinel *s);
+
 #ifdef TGC_PHASE_TIMES
 #  include <time.h>
 static unsigned long long young_walk_n, young_walk_ns;  /* the GIL */
@@ -1123,24 +1142,29 @@ tgc_young_walk_times(unsigned long long *n, unsigned long long *ns)
     young_walk_n = young_walk_ns = 0;
 }
 
-/* Built with phase timers, the finalizer times the walk (sentinel__look) around it. */
-static void sentinel__look(PyObject *self);
+#endif
 
+/* The first sentinel's finalizer: the walk (sentinel__look, timed when built with phase timers),
+ * then a resident pair breaks itself up. The second one does nothing. */
 static void
 sentinel__finalize(PyObject *self)
 {
-    if (!((young_sentinel *)self)->first) {
-        return;  /* the second one: nothing to do, nothing to count */
+    young_sentinel *s = (young_sentinel *)self;
+    if (!s->first) {
+        return;
     }
+#ifdef TGC_PHASE_TIMES
     unsigned long long t0 = sentinel__now();
     sentinel__look(self);
     young_walk_n++;
     young_walk_ns += sentinel__now() - t0;
-}
-#  define SENTINEL_LOOK sentinel__look
 #else
-#  define SENTINEL_LOOK sentinel__finalize
+    sentinel__look(self);
 #endif
+    if (s->resident) {
+        resident__done(s);
+    }
+}
 
 /* The first sentinel's finalizer: finalize_garbage has just moved it, alone, to its list of
  * finalized objects, and the second sentinel heads what is left, which is all the rest of this
@@ -1148,7 +1172,7 @@ sentinel__finalize(PyObject *self)
  * that holds tensors to the catcher (sentinel__island), or all of it. Runs no Python code unless
  * the catcher does. */
 static void
-SENTINEL_LOOK(PyObject *self)
+sentinel__look(PyObject *self)
 {
     young_sentinel *s = (young_sentinel *)self;
     tgc_young_catch catch = s->catch;
@@ -1156,14 +1180,14 @@ SENTINEL_LOOK(PyObject *self)
         return;
     }
     s->catch = NULL;
-    if (young_planted == s && !young_held) {
+    if (!s->resident && young_planted == s && !young_held) {
         /* The pair survives the collection (the collector's resurrection check sees this
          * reference), so that it is not counted as collected: gc.collect() and gc.get_stats()
          * count the program's garbage alone. "stop" breaks it up (tgc_young_uproot). */
         Py_INCREF(self);
         young_held = 1;
     }
-    if (tgc_watch_quiet(&s->watch)) {
+    if (!s->resident && tgc_watch_quiet(&s->watch)) {
         young_unwalked++;  /* the collector followed no reference to a tensor (watch.h) */
         return;
     }
@@ -1225,8 +1249,153 @@ sentinel__new(void)
         s->catch = NULL;
         s->arg = NULL;
         memset(&s->watch, 0, sizeof(s->watch));
+        s->resident = 0;
     }
     return s;
+}
+
+/* Breaks up the pair whose first is a (a borrowed reference: the caller's keeps it alive). */
+static void
+sentinel__break(young_sentinel *a)
+{
+    PyObject *b = a->peer;  /* take over a's reference */
+    a->peer = NULL;
+    if (b != NULL) {
+        Py_CLEAR(((young_sentinel *)b)->peer);
+        Py_DECREF(b);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The resident sentinel (young.h)                                                             */
+
+/* A new spare: an untracked pair, a holding b and b holding a. 0, or -1 without memory (no
+ * exception left set). */
+static int
+resident__make_spare(void)
+{
+    young_sentinel *a = sentinel__new(), *b = sentinel__new();  /* new references */
+    if (a == NULL || b == NULL) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        PyErr_Clear();
+        return -1;
+    }
+    a->peer = (PyObject *)b;  /* b's reference moves here */
+    b->peer = Py_NewRef((PyObject *)a);
+    resident_spare = a;       /* a's */
+    return 0;
+}
+
+static void
+resident__drop_spare(void)
+{
+    young_sentinel *a = resident_spare;
+    resident_spare = NULL;
+    if (a != NULL) {
+        sentinel__break(a);
+        Py_DECREF(a);
+    }
+}
+
+/* The watch's planter (watch.h): called on every reference to a tensor the collector, or anyone
+ * asking _PyObject_IS_GC, follows. Plants the spare only the first time in a collection's first
+ * passes (young.h says why that is the first reference the collection follows to a tensor). */
+static void
+resident__plant(void *unused)
+{
+    (void)unused;
+    if (!tgc_gc_collecting()) {
+        return;
+    }
+    tgc_gc_node *head = tgc_gc_examined_list();
+    if (head == NULL) {
+        return;
+    }
+    Py_ssize_t token = tgc_gc_collections();
+    if (token == resident_token) {
+        return;  /* planted in this collection already */
+    }
+    resident_token = token;
+    young_sentinel *a = resident_spare;
+    if (a == NULL || !resident_on) {
+        resident_missed += a == NULL;
+        return;
+    }
+    resident_spare = NULL;
+    young_sentinel *b = (young_sentinel *)a->peer;
+    a->first = 1;
+    a->resident = 1;
+    a->tensor = resident_tensor;
+    a->catch = resident_catch;
+    a->arg = resident_arg;
+    tgc_watch_set_mark(&a->watch, 1);  /* counts this visit: the planter runs before the count */
+    /* each is referenced once, by the other, from inside the list: gc_refs 0 */
+    tgc_gc_link_examined(tgc_gc_node_of((PyObject *)b), head, 0);
+    tgc_gc_link_examined(tgc_gc_node_of((PyObject *)a), head, 0);
+    resident_planted = a;
+    resident_n++;
+    Py_DECREF(a);  /* the spare's reference (not the last): the pair lives by its cycle alone */
+}
+
+/* After a resident pair's walk, from its finalizer: breaks the pair up (finalize_garbage holds a
+ * reference to s while this runs; b, still in the garbage list, is freed here, s when that
+ * reference goes) and makes the next spare, or tells the caller there is none. */
+static void
+resident__done(young_sentinel *s)
+{
+    if (resident_planted == s) {
+        resident_planted = NULL;
+    }
+    sentinel__break(s);
+    if (resident_on && resident_spare == NULL && resident__make_spare() < 0 &&
+        resident_lost != NULL) {
+        resident_lost(resident_arg);
+    }
+}
+
+int
+tgc_young_resident_start(PyTypeObject *tensor, tgc_young_catch catch, tgc_young_lost lost,
+                         void *arg)
+{
+    if (!young_layout_ok || !(young_sentinel_type.tp_flags & Py_TPFLAGS_READY) ||
+        tensor == NULL || !tgc_watch_on(tensor)) {
+        return -1;
+    }
+    if (resident_spare == NULL && resident__make_spare() < 0) {
+        return -1;
+    }
+    if (!tgc_watch_planter_set(resident__plant, NULL)) {
+        resident__drop_spare();
+        return -1;
+    }
+    resident_tensor = tensor;
+    resident_catch = catch;
+    resident_lost = lost;
+    resident_arg = arg;
+    resident_on = 1;
+    return 0;
+}
+
+void
+tgc_young_resident_stop(void)
+{
+    tgc_watch_planter_clear(resident__plant, NULL);
+    resident_on = 0;
+    resident__drop_spare();
+}
+
+int
+tgc_young_resident(void)
+{
+    return resident_on && tgc_watch_planter_is(resident__plant, NULL);
+}
+
+unsigned long long
+tgc_young_resident_planted(unsigned long long *missed)
+{
+    *missed = resident_missed;
+    return resident_n;
 }
 
 /* gc.DEBUG_STATS and gc.DEBUG_COLLECTABLE, fixed since Python 2: the collector prints the pair
@@ -1346,6 +1515,32 @@ tgc_young_uproot(void)
 int
 tgc_young_planted(void)
 {
+    return 0;
+}
+
+int
+tgc_young_resident_start(PyTypeObject *tensor, tgc_young_catch catch, tgc_young_lost lost,
+                         void *arg)
+{
+    (void)tensor, (void)catch, (void)lost, (void)arg;
+    return -1;
+}
+
+void
+tgc_young_resident_stop(void)
+{
+}
+
+int
+tgc_young_resident(void)
+{
+    return 0;
+}
+
+unsigned long long
+tgc_young_resident_planted(unsigned long long *missed)
+{
+    *missed = 0;
     return 0;
 }
 

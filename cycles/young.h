@@ -78,6 +78,41 @@ int tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch,
 int tgc_young_uproot(void);
 /* Whether a pair is planted: from tgc_young_plant until tgc_young_uproot. */
 int tgc_young_planted(void);
+/* The resident sentinel: the same pair and walk, with no gc.callbacks entry. A spare pair waits,
+ * untracked; the tensor watch's planter (watch.h) links it at the front of the list being
+ * collected the first time a collection follows a reference to a tensor, from inside that
+ * collection's first pass (subtract_refs), where the collector keeps the list singly linked and
+ * an object's gc_refs in _gc_prev: the pair goes in with gc_refs 0 and the "being collected"
+ * bit, which is what that pass computes for two objects that hold only each other. The first
+ * reference a collection follows to a tensor is always met in that pass, which follows every
+ * reference of every object it examines (the later passes follow a subset), and a collection is
+ * told apart from the next by the collector's count of collections, which it advances at the
+ * end: one pair at most per collection, never planted outside that pass (no list is then marked
+ * as being collected) nor after it. A collection that meets no tensor runs with nothing of
+ * ours: no callback, no pair.
+ *
+ * The pair's finalizer walks the garbage as the planted one does and calls catch (as
+ * tgc_young_plant says), then breaks the pair up, so that the collector frees it with nothing
+ * counted (the collector counts the garbage after finalizers ran), and makes the next spare.
+ * When no spare can be made, it calls lost(arg) instead of leaving the next collection unseen:
+ * the caller goes back to gc.callbacks. catch and lost run inside the collection (a finalizer's
+ * context): they may run Python code, and add to gc.callbacks, which the collector only reads
+ * after the finalizers ran.
+ *
+ * tgc_young_resident_start: 0 when resident (the watch is on, the planter is ours, a spare
+ * exists), -1 otherwise (no exception set: the self-check failed, torch unknown, the watch off
+ * or another copy's planter, no memory). tgc_young_resident_stop takes the planter off and frees
+ * the spare; a pair already planted in a collection under way still finalizes (catch then sees
+ * the caller's state). Between collections, with the GIL. */
+typedef void (*tgc_young_lost)(void *arg);
+int tgc_young_resident_start(PyTypeObject *tensor, tgc_young_catch catch, tgc_young_lost lost,
+                             void *arg);
+void tgc_young_resident_stop(void);
+/* Whether the resident sentinel is on (tgc_young_resident_start, and the watch kept its
+ * planter). */
+int tgc_young_resident(void);
+/* Resident pairs planted, and collections that met a tensor without a spare (tests). */
+unsigned long long tgc_young_resident_planted(unsigned long long *missed);
 #ifdef TGC_PHASE_TIMES
 /* The sentinel's walks since the last call (phase timers, make phases): adds their count and
  * nanoseconds to *n and *ns, and starts counting again. */

@@ -297,6 +297,17 @@ def detector_path(request):
 
 
 @pytest.fixture
+def on_gc_callbacks():
+    """The cycle detector's hook stays on gc.callbacks and plants its sentinel at every "start"
+    (the resident sentinel off), as it does wherever the resident one does not fit: for the tests
+    of that path. Set before the test's observers, restored after them."""
+    from tensorgc import _tensorgc_testing as testing
+    was = testing._resident(False)["enabled"]
+    yield
+    testing._resident(was)
+
+
+@pytest.fixture
 def track(gc_state):
     """track(handle) -> handle; every tracked handle is removed at teardown
     (before gc_state checks that the gc hook left gc.callbacks)."""

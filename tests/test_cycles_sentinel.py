@@ -119,7 +119,7 @@ def test_the_programs_own_counts_are_unchanged(gc_state):
     assert gc.garbage == []
 
 
-def test_a_full_collection_without_tensor_garbage_is_not_armed(track):
+def test_a_full_collection_without_tensor_garbage_is_not_armed(on_gc_callbacks, track):
     """The pre-scan armed every full collection (DEBUG_SAVEALL: the whole garbage through
     gc.garbage); the sentinel looks at the garbage alone and arms nothing."""
     keep = T(8)  # a live tensor: no report
@@ -202,7 +202,7 @@ def test_the_users_debug_flags_arm_the_collection(track):
 
 
 @pytest.mark.parametrize("how", ["freeze", "grab"])
-def test_a_later_callback_that_freezes_the_heap_or_grabs_the_pair(track, how):
+def test_a_later_callback_that_freezes_the_heap_or_grabs_the_pair(on_gc_callbacks, track, how):
     """A "start" callback after ours that freezes every object (gc.freeze) or takes the pair
     (gc.get_objects): the pair outlives the collection, is counted as lost and broken up at
     "stop"; nothing crashes, and the next collection plants a new one."""

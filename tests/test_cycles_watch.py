@@ -24,8 +24,19 @@ TENSOR_TYPES = (torch._C.TensorBase, torch.Tensor, torch.nn.Parameter)
 
 
 def _counts():
+    """(pairs planted, at "start" or by the watch; walks the watch spared)."""
     s = _C._sentinel()
-    return s["planted"], s["unwalked"]
+    return s["planted"] + _C._resident()["planted"], s["unwalked"]
+
+
+@pytest.fixture(autouse=True, params=["resident", "callbacks"])
+def mode(request):
+    """Each test with the resident sentinel (the default: planted by the watch, inside the
+    collections that meet a tensor) and with the hook on gc.callbacks (planted at every
+    "start", the walk skipped when the watch counted nothing)."""
+    was = _C._resident(request.param == "resident")["enabled"]
+    yield request.param
+    _C._resident(was)
 
 
 def _pairs(n, cls):
@@ -34,19 +45,25 @@ def _pairs(n, cls):
         a.other, b.other = b, a
 
 
-def test_collections_that_meet_no_tensor_skip_the_walk(track):
-    """Tensor-free garbage: every young collection is planted and none walks; live tensors held
-    by old objects are not met by a young collection either."""
+def test_collections_that_meet_no_tensor_skip_the_walk(track, mode):
+    """Tensor-free garbage: no young collection walks (resident: none is even planted, and the
+    hook stays off gc.callbacks; on gc.callbacks: every one is planted and the walk skipped);
+    live tensors held by old objects are not met by a young collection either."""
     keep = [T(4) for _ in range(10)]
     gc.collect()  # keep's list is old now
+    callbacks = list(gc.callbacks)
     track(tensorgc.observe_cycles(lambda r: pytest.fail("no report expected"), device=DEVICE))
+    gc.collect(0)  # resident: the first collection's "stop" takes the hook off gc.callbacks
     Pair = new_class("Pair")
     planted, unwalked = _counts()
     for _ in range(5):
         _pairs(200, Pair)
         gc.collect(0)
     p, u = _counts()
-    assert p - planted == 5 and u - unwalked == 5
+    if mode == "resident":
+        assert (p, u) == (planted, unwalked) and gc.callbacks == callbacks
+    else:
+        assert p - planted == 5 and u - unwalked == 5
     assert all(_C._tensor_watched(tp) for tp in TENSOR_TYPES)
     assert keep[0].sum().item() == 0
 

@@ -119,8 +119,9 @@ def test_fast_traversal_reads_what_tp_traverse_visits(name):
 
 
 @pytest.fixture
-def crosscheck():
-    """Pre-scan, islands and both crosschecks on; restored after."""
+def crosscheck(on_gc_callbacks):
+    """Pre-scan, islands and both crosschecks on, the hook on gc.callbacks (the crosscheck runs at
+    "start"); restored after."""
     saved = {f: getattr(_C, f)()["enabled"] for f in
              ("_young_scan", "_young_island", "_island_crosscheck", "_prescan_crosscheck")}
     for f in saved:

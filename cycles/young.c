@@ -1187,6 +1187,12 @@ sentinel__look(PyObject *self)
         Py_INCREF(self);
         young_held = 1;
     }
+    if (s->resident && tgc_gc_debug() != 0) {
+        /* the program's debug flags: the collector must see all of this garbage (DEBUG_SAVEALL
+         * keeps it, DEBUG_COLLECTABLE prints it), and the hook goes back to "start" */
+        catch(s->arg, NULL, NULL);
+        return;
+    }
     if (!s->resident && tgc_watch_quiet(&s->watch)) {
         young_unwalked++;  /* the collector followed no reference to a tensor (watch.h) */
         return;

@@ -1,0 +1,299 @@
+"""The resident sentinel (cycles/young.h): once a cycle observer's first collection ended, the
+detector's hook leaves gc.callbacks; the tensor watch plants the sentinel's pair inside the
+collections that meet a tensor, and the hook joins gc.callbacks again only for the "stop" of a
+collection whose garbage holds tensors. What must hold: the reports of the hook on gc.callbacks,
+collections that meet no tensor run with nothing of ours, the program's callbacks each called once
+in their order, its gc counts and flags untouched, and the hook back on gc.callbacks wherever the
+resident sentinel does not fit (the program's debug flags, an observe_garbage observer)."""
+import gc
+import threading
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tensorgc  # noqa: E402
+from tensorgc import _tensorgc_testing  # noqa: E402
+from _util import DEVICE, T, new_class  # noqa: E402
+
+_C = _tensorgc_testing
+pytestmark = pytest.mark.skipif(not _C._resident()["enabled"],
+                                reason="the resident sentinel needs the young-generation pre-scan")
+
+
+def _hooks():
+    """The entries of gc.callbacks that are not plain Python functions: tensorgc's hook."""
+    return [cb for cb in gc.callbacks if type(cb).__name__ == "builtin_function_or_method"]
+
+
+def _drop_a_tensor_cycle(nbytes=16):
+    Holder = new_class("Holder")
+    h = Holder()
+    h.me, h.t = h, T(nbytes // 4)
+    return Holder
+
+
+def _pairs(n, cls):
+    for _ in range(n):
+        a, b = cls(), cls()
+        a.other, b.other = b, a
+
+
+def _resident(track, reports, **kw):
+    """An observer appending to reports, resident once its first collection ended."""
+    gc.collect()  # what earlier tests left
+    handle = track(tensorgc.observe_cycles(reports.append, device=DEVICE, **kw))
+    gc.collect()
+    assert _C._resident()["resident"] == 1 and _hooks() == []
+    return handle
+
+
+def test_collections_that_meet_no_tensor_run_without_the_hook(track):
+    calls = []
+    reports = []
+    _resident(track, reports)
+    before = _C._resident()
+    Pair = new_class("Pair")
+    for _ in range(20):
+        _pairs(300, Pair)
+        gc.collect(0)
+    gc.collect(1)
+    after = _C._resident()
+    assert after["planted"] == before["planted"] and after["joined"] == before["joined"]
+    assert reports == [] and calls == [] and _hooks() == []
+
+
+@pytest.mark.parametrize("generation", [0, 1, 2])
+def test_a_tensor_cycle_is_reported_and_the_hook_leaves_again(track, generation):
+    reports = []
+    _resident(track, reports)
+    before = _C._resident()
+    _drop_a_tensor_cycle(64)
+    gc.collect(generation)
+    after = _C._resident()
+    assert [r.nbytes for r in reports] == [64]
+    assert after["planted"] == before["planted"] + 1
+    assert after["joined"] == before["joined"] + 1
+    assert _hooks() == [] and after["resident"] == 1 and after["missed"] == 0
+
+
+def test_a_live_tensor_met_by_a_young_collection_plants_but_never_joins(track):
+    """A young list holding a live tensor: the pair is planted and walks the garbage, finds no
+    tensor in it, and the hook stays off gc.callbacks."""
+    reports = []
+    _resident(track, reports)
+    Pair = new_class("Pair")
+    before = _C._resident()
+    live = [T(4)]
+    _pairs(100, Pair)
+    gc.collect(0)
+    after = _C._resident()
+    assert after["planted"] == before["planted"] + 1 and after["joined"] == before["joined"]
+    assert reports == [] and _hooks() == [] and live[0].sum().item() == 0
+
+
+def test_the_programs_counts_are_those_of_the_hook_on_gc_callbacks(track):
+    """The pair is freed inside the collection, before the collector counts: gc.collect()'s
+    result and gc.get_stats() are what they are without an observer when the garbage holds no
+    tensor (the pair planted for a live one), and what they are with the hook on gc.callbacks
+    when it does (the report's part is freed by the hook, not counted by the collector)."""
+    Pair, Holder = new_class("Pair"), new_class("Holder")
+    live = [T(4)]
+
+    def run(cycle):
+        _pairs(100, Pair)
+        young = [live[0]]  # a young list holding a live tensor: the pair is planted
+        if cycle:
+            h = Holder()
+            h.me, h.t = h, T(4)
+            del h
+        stats = gc.get_stats()[0]["collected"]
+        n = gc.collect(0)
+        del young
+        return n, gc.get_stats()[0]["collected"] - stats
+
+    gc.collect()
+    alone = run(False)
+    reports = []
+    handle = track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    with_hook = []
+    try:
+        _C._resident(False)
+        gc.collect()
+        with_hook.append(run(True))
+    finally:
+        _C._resident(True)
+    gc.collect()
+    assert _C._resident()["resident"] == 1
+    planted = _C._resident()["planted"]
+    assert run(False) == alone
+    assert run(True) == with_hook[0] and len(reports) == 2
+    assert _C._resident()["planted"] == planted + 2
+    handle.remove()
+
+
+def test_the_programs_callbacks_run_once_each_and_in_their_order(track):
+    """The hook joins gc.callbacks first in line for a report's "stop" and leaves through a
+    trailing copy when the program's callbacks follow: each of them runs once per phase, in the
+    program's order, and the list is the program's again after."""
+    calls = []
+
+    def first(phase, info):
+        calls.append(("first", phase))
+
+    def second(phase, info):
+        calls.append(("second", phase))
+
+    reports = []
+    _resident(track, reports)
+    gc.callbacks.extend([first, second])
+    try:
+        for _ in range(3):
+            calls.clear()
+            _drop_a_tensor_cycle()
+            gc.collect(0)
+            assert calls == [("first", "start"), ("second", "start"),
+                             ("first", "stop"), ("second", "stop")]
+            assert gc.callbacks[-2:] == [first, second] and _hooks() == []
+    finally:
+        gc.callbacks.remove(first)
+        gc.callbacks.remove(second)
+    assert len(reports) == 3
+
+
+def test_a_frozen_heap_is_still_watched(track):
+    """gc.freeze() moves every object to the permanent generation: the resident pair is planted
+    in each collection that meets a tensor, frozen or not."""
+    reports = []
+    _resident(track, reports)
+    gc.freeze()
+    try:
+        _drop_a_tensor_cycle(32)
+        gc.collect(0)
+    finally:
+        gc.unfreeze()
+    assert [r.nbytes for r in reports] == [32]
+
+
+def test_the_programs_debug_flags_put_the_hook_back_until_they_are_cleared(track):
+    """With the program's debug flags on, the collector must see all of the garbage: the pair's
+    collection is armed, the hook stays on gc.callbacks for the following ones, and goes resident
+    again at the first "stop" after the flags are cleared."""
+    reports = []
+    _resident(track, reports)
+    gc.set_debug(gc.DEBUG_UNCOLLECTABLE)
+    try:
+        _drop_a_tensor_cycle(16)
+        gc.collect(0)
+        assert [r.nbytes for r in reports] == [16] and len(_hooks()) == 1
+        assert _C._resident()["resident"] == 0 and gc.get_debug() == gc.DEBUG_UNCOLLECTABLE
+        _drop_a_tensor_cycle(32)
+        gc.collect(0)
+        assert [r.nbytes for r in reports] == [16, 32] and len(_hooks()) == 1
+    finally:
+        gc.set_debug(0)
+    gc.collect(0)
+    assert _C._resident()["resident"] == 1 and _hooks() == []
+    _drop_a_tensor_cycle(64)
+    gc.collect(0)
+    assert [r.nbytes for r in reports] == [16, 32, 64] and gc.garbage == []
+
+
+def test_an_observe_garbage_observer_puts_the_hook_back(track):
+    """An observe_garbage observer sees every collection: the hook is back on gc.callbacks as
+    soon as one is added, and leaves again once it is removed."""
+    reports, seen = [], []
+    _resident(track, reports)
+    g = tensorgc.observe_garbage(lambda objs: seen.append(len(objs)))
+    try:
+        assert len(_hooks()) == 1 and _C._resident()["resident"] == 0
+        _pairs(10, new_class("Pair"))
+        gc.collect(0)
+        assert seen and seen[-1] >= 20
+        _drop_a_tensor_cycle(16)
+        gc.collect(0)
+        assert [r.nbytes for r in reports] == [16]
+    finally:
+        g.remove()
+    gc.collect(0)
+    assert _C._resident()["resident"] == 1 and _hooks() == []
+
+
+def test_the_last_observer_leaving_leaves_nothing_behind(gc_state):
+    callbacks = list(gc.callbacks)
+    reports = []
+    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+    gc.collect()
+    assert _C._resident()["resident"] == 1
+    handle.remove()
+    assert _C._resident()["resident"] == 0 and gc.callbacks == callbacks
+    Holder = _drop_a_tensor_cycle()
+    ref = weakref.ref([o for o in gc.get_objects() if type(o) is Holder][0])
+    gc.collect(0)
+    assert ref() is None and reports == [] and gc.callbacks == callbacks
+
+
+def test_the_last_observer_removed_by_a_weakref_callback_of_the_garbage(gc_state):
+    """A weakref callback runs inside the collection before any finalizer, the pair's too: the
+    pair then finds nobody listening, gives the garbage back to the collector, which frees it,
+    and the hook stays off gc.callbacks."""
+    callbacks = list(gc.callbacks)
+    reports = []
+    handle = tensorgc.observe_cycles(reports.append, device=DEVICE)
+    gc.collect()
+    Holder = _drop_a_tensor_cycle()
+    h = [o for o in gc.get_objects() if type(o) is Holder][0]
+    wr = weakref.ref(h, lambda _: handle.remove())
+    del h
+    gc.collect(0)
+    assert wr() is None and reports == [] and gc.callbacks == callbacks
+    assert _C._resident()["resident"] == 0
+
+
+def test_threads_making_tensor_cycles_are_all_reported(track, gc_state):
+    """Four threads drop tensor cycles between tensor-free garbage with automatic collection on:
+    every tensor is reported once."""
+    reports = []
+    _resident(track, reports)
+    gc.enable()
+    Pair = new_class("Pair")
+
+    def work():
+        for _ in range(50):
+            _pairs(50, Pair)
+            _drop_a_tensor_cycle(16)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gc.collect()
+    assert sum(len(r.tensors) for r in reports) == 200
+    assert sum(r.nbytes for r in reports) == 200 * 16
+
+
+def test_many_observers_and_filters_while_resident(track):
+    """Observers with other filters, added and removed while resident: each report goes to the
+    observers whose filter selects its tensors."""
+    cpu, every, pred = [], [], []
+    _resident(track, cpu, )
+    h2 = track(tensorgc.observe_cycles(every.append, device="any"))
+    assert _C._resident()["resident"] == 1 and _hooks() == []
+    h3 = track(tensorgc.observe_cycles(pred.append,
+                                       device=lambda t: t.dtype == torch.float64))
+    Holder = new_class("Holder")
+    a = Holder()
+    a.me, a.t = a, T(4)
+    b = Holder()
+    b.me, b.t = b, T(4, dtype=torch.float64)
+    del a, b
+    gc.collect(0)
+    assert sum(len(r.tensors) for r in every) == 2
+    assert [len(r.tensors) for r in pred] == [1]
+    h2.remove()
+    h3.remove()
+    _drop_a_tensor_cycle()
+    gc.collect(0)
+    assert len(every) == 1 and len(pred) == 1 and _hooks() == []

@@ -11,7 +11,13 @@
  *          collection appended to gc.garbage, run the observers on it, then free it ourselves the
  *          way the collector would have (tp_clear), sparing anything an observer made reachable
  *          again. No extra collections, no profiler trampoline; the user's gc.garbage entries,
- *          flags and sys.getprofile() are untouched. */
+ *          flags and sys.getprofile() are untouched.
+ * Resident: once a "stop" finds it fits (cycle observers only, the program's debug flags off, the
+ *          tensor watch on), the hook leaves gc.callbacks; young.c's resident pair plants itself
+ *          inside the collections that meet a tensor, and its catcher puts the hook back on
+ *          gc.callbacks, first in line, for the "stop" of one whose garbage it took or armed,
+ *          which reports and leaves again. A collection that meets no tensor runs with nothing of
+ *          ours. */
 #include "cycles.h"
 #include "hook_int.h"
 

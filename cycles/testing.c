@@ -145,7 +145,7 @@ PyDoc_STRVAR(resident_doc,
 "\"start\"; on is refused where the pre-scan is not available). Returns {'enabled', 'resident', "
 "'went', 'joined', 'planted', 'missed'}: whether it watches now (1 or 0), the times the hook "
 "left gc.callbacks for it, the collections it joined gc.callbacks again for, the pairs planted, "
-"and the collections that met a tensor with no spare pair.");
+"and the spare pairs that could not be made (the hook went back to gc.callbacks).");
 
 static PyObject *
 resident(PyObject *module, PyObject *const *args, Py_ssize_t nargs)

@@ -978,7 +978,7 @@ static tgc_young_catch resident_catch;
 static tgc_young_lost resident_lost;
 static void *resident_arg;
 static Py_ssize_t resident_token = -1;     /* the collection the last pair was planted in */
-static unsigned long long resident_n, resident_missed;
+static unsigned long long resident_n, resident_missed;  /* pairs planted; spares not made */
 
 static void
 sentinel__dealloc(PyObject *self)
@@ -1311,6 +1311,12 @@ static void
 resident__plant(void *unused)
 {
     (void)unused;
+    young_sentinel *a = resident_spare;
+    if (a == NULL || !resident_on) {
+        /* The spare went into this collection (every later reference it follows to a tensor
+         * ends here), or none could be made (resident__done said so). */
+        return;
+    }
     if (!tgc_gc_collecting()) {
         return;
     }
@@ -1323,11 +1329,6 @@ resident__plant(void *unused)
         return;  /* planted in this collection already */
     }
     resident_token = token;
-    young_sentinel *a = resident_spare;
-    if (a == NULL || !resident_on) {
-        resident_missed += a == NULL;
-        return;
-    }
     resident_spare = NULL;
     young_sentinel *b = (young_sentinel *)a->peer;
     a->first = 1;
@@ -1354,9 +1355,11 @@ resident__done(young_sentinel *s)
         resident_planted = NULL;
     }
     sentinel__break(s);
-    if (resident_on && resident_spare == NULL && resident__make_spare() < 0 &&
-        resident_lost != NULL) {
-        resident_lost(resident_arg);
+    if (resident_on && resident_spare == NULL && resident__make_spare() < 0) {
+        resident_missed++;
+        if (resident_lost != NULL) {
+            resident_lost(resident_arg);
+        }
     }
 }
 

@@ -111,7 +111,7 @@ void tgc_young_resident_stop(void);
 /* Whether the resident sentinel is on (tgc_young_resident_start, and the watch kept its
  * planter). */
 int tgc_young_resident(void);
-/* Resident pairs planted, and collections that met a tensor without a spare (tests). */
+/* Resident pairs planted, and spares that could not be made (tests). */
 unsigned long long tgc_young_resident_planted(unsigned long long *missed);
 #ifdef TGC_PHASE_TIMES
 /* The sentinel's walks since the last call (phase timers, make phases): adds their count and

@@ -193,11 +193,13 @@ tgc_hook_resident(const tgc_cycles *c)
  * Armed (the user's debug flags, or garbage that could not be walked) the hook stays on
  * gc.callbacks, where "start" handles such collections without a pair, until a "stop" finds the
  * resident sentinel fits again. */
+static void hook__stop(tgc_cycles *c, PyObject *info);
+
 static void
 hook__resident_caught(void *arg, PyObject *island, PyObject *deferred)
 {
     tgc_cycles *c = arg;
-    if (!c->resident || c->observers == NULL || PyList_GET_SIZE(c->observers) == 0 ||
+    if (c->observers == NULL || PyList_GET_SIZE(c->observers) == 0 || c->busy ||
         tgc_compat_is_finalizing()) {
         /* nobody listens any more (the last observer left inside this collection) */
         if (island != NULL) {
@@ -206,6 +208,15 @@ hook__resident_caught(void *arg, PyObject *island, PyObject *deferred)
             Py_DECREF(island);
         }
         return;
+    }
+    /* What an earlier collection's "stop" never came for (the program took the hook off
+     * gc.callbacks during it): its island is garbage again, its flags go back and what it saved
+     * is reported now, before this collection's. */
+    if (c->island != NULL) {
+        tgc_hook_drop_island(c);
+    }
+    if (c->armed) {
+        hook__stop(c, NULL);
     }
     hook__caught(c, island, deferred);
     if (c->island == NULL && !c->armed) {
@@ -270,39 +281,55 @@ hook__resident_fits(tgc_cycles *c)
     return flags == 0;
 }
 
-/* Takes the hook off gc.callbacks at the end of its "stop": at once when it is the last entry
- * (the collector's walk of the list ends with it), otherwise through a trailing copy, the last
- * call of this phase, as when the last observer leaves. */
+/* Whether the hook is gc.callbacks' last entry: the collector's walk of the list ends with this
+ * call, so taking entries off skips nothing. */
+static int
+hook__is_last(tgc_cycles *c)
+{
+    Py_ssize_t n = PyList_GET_SIZE(c->gc_callbacks);
+    return n > 0 && PyList_GET_ITEM(c->gc_callbacks, n - 1) == c->hook;
+}
+
+/* Whether a resident hook has nothing left to do on gc.callbacks. */
+static int
+hook__resident_idle(tgc_cycles *c)
+{
+    return c->resident && !c->busy && !c->armed && c->island == NULL && c->deferred == NULL &&
+           !c->deliver_trailing && !c->unhook_pending;
+}
+
+/* Leaves gc.callbacks only where the collector's walk of the list cannot skip an entry for it:
+ * when the hook is the last entry, or from inside a collection between the walks (the resident
+ * pair's finalizer, hook__resident_tick). Otherwise it stays, called and doing nothing, until
+ * one of those: no copy is appended, so the program's own entries are each called once. */
 static void
 hook__leave(tgc_cycles *c)
 {
-    if (c->unhook_pending || c->deliver_trailing) {
-        c->unhook_pending = 1;  /* that copy is the last entry: it takes every copy off */
-        return;
+    if (hook__resident_idle(c) && hook__is_last(c) && tgc_hook_unhook(c) < 0) {
+        PyErr_Clear();  /* stays on; leaves at a later call */
     }
-    if (hook__others_follow(c)) {
-        if (PyList_Append(c->gc_callbacks, c->hook) == 0) {
-            c->unhook_pending = 1;
-        }
-        else {
-            PyErr_Clear();  /* no memory: stays on, and leaves at a later "stop" */
-        }
-        return;
-    }
-    if (tgc_hook_unhook(c) < 0) {
+}
+
+/* The end of every resident pair's finalizer: inside the collection, where the collector walks
+ * no list the program can change. */
+static void
+hook__resident_tick(void *arg)
+{
+    tgc_cycles *c = arg;
+    if (hook__resident_idle(c) && tgc_hook_unhook(c) < 0) {
         PyErr_Clear();
     }
 }
 
 /* The end of a "stop" with nothing pending: a hook on gc.callbacks goes resident when that
- * fits; a resident one leaves gc.callbacks. */
+ * fits; a resident one leaves gc.callbacks when it can. */
 static void
 hook__settle_resident(tgc_cycles *c)
 {
     if (!c->resident) {
         if (!hook__resident_fits(c) ||
             tgc_young_resident_start((PyTypeObject *)c->tensor->type, hook__resident_caught,
-                                     hook__resident_lost, c) < 0) {
+                                     hook__resident_lost, hook__resident_tick, c) < 0) {
             return;
         }
         c->resident = 1;
@@ -487,7 +514,10 @@ hook__stop(tgc_cycles *c, PyObject *info)
     }
     if (c->island != NULL) {
         hook__island_stop(c, info);
-        return;
+        if (!c->armed) {
+            return;
+        }
+        info = NULL;  /* its counts were the island's collection's; the armed part checks all */
     }
     if (!c->armed) {
         return;
@@ -710,10 +740,20 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
         return;
     }
     int phase = hook__phase(phase_s);
-    if (c->unhook_pending && !c->busy) {
-        /* the trailing copy appended by tgc_hook_remove: the last callback of this phase */
+    if (c->unhook_pending && !c->busy && !c->armed && c->island == NULL &&
+        !tgc_young_planted()) {
+        /* The last observer left during a collection (tgc_hook_remove): every copy comes off
+         * from the list's last entry, where the walk ends. A call from elsewhere in the list
+         * (the program changed it during the walk, or a later phase) makes sure the walk ends
+         * with a copy. Until nothing is pending, the calls are the collection's own. */
+        if (!hook__is_last(c)) {
+            if (PyList_Append(c->gc_callbacks, c->hook) < 0) {
+                PyErr_WriteUnraisable(c->hook);
+            }
+            return;
+        }
         c->unhook_pending = 0;
-        if ((PyList_GET_SIZE(c->observers) == 0 || c->resident) && tgc_hook_unhook(c) < 0) {
+        if (PyList_GET_SIZE(c->observers) == 0 && tgc_hook_unhook(c) < 0) {
             PyErr_WriteUnraisable(c->hook);
         }
         tgc_deliver(c);  /* an observer's exception, if one waits (raise_errors) */
@@ -724,13 +764,7 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
             /* the copy hook__deliver_later appended: the last callback of this "stop" */
             hook__drop_trailing(c);
             tgc_deliver(c);
-            if (c->unhook_pending) {
-                c->unhook_pending = 0;
-                if ((PyList_GET_SIZE(c->observers) == 0 || c->resident) &&
-                    tgc_hook_unhook(c) < 0) {
-                    PyErr_WriteUnraisable(c->hook);
-                }
-            }
+            hook__leave(c);
             return;
         }
         tgc_deliver(c);  /* that copy never ran (gc.callbacks changed): now, before anything */
@@ -775,6 +809,9 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
     if (phase == 2 && !c->busy && PyList_GET_SIZE(c->observers) > 0 && !c->armed &&
         c->island == NULL && !tgc_young_planted()) {
         hook__settle_resident(c);
+    }
+    else if (phase == 1) {
+        hook__leave(c);  /* resident and still on the list: leaves when it is the last entry */
     }
     if (phase == 2 && !c->busy && !c->unhook_pending && PyList_GET_SIZE(c->observers) == 0 &&
         !c->armed && c->island == NULL) {

@@ -214,7 +214,18 @@ tgc_hook_remove(tgc_handle *h)
                 c->unhook_pending = 1;
             }
             else if (!c->armed && c->island == NULL && !tgc_young_planted()) {
-                rc = tgc_hook_unhook(c);
+                if (tgc_young_collecting() == 1 && hook__registered(c) > 0) {
+                    /* From inside a collection (a program's own gc callback, a finalizer, a
+                     * weakref callback), the collector may be walking gc.callbacks: the hook
+                     * comes off from its last entry (tgc_hook_callback). */
+                    if (!c->unhook_pending) {
+                        rc = PyList_Append(c->gc_callbacks, c->hook);
+                    }
+                    c->unhook_pending = 1;
+                }
+                else {
+                    rc = tgc_hook_unhook(c);
+                }
             }
             /* Otherwise a collection is under way (a finalizer or a weakref callback removed
              * the observer, or another "start" callback): its "stop" must still come, to restore

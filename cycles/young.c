@@ -34,6 +34,7 @@
 #include "tensorgc/tensor.h"
 #include "young.h"
 #include "watch.h"
+#include "sentinel.h"
 
 
 /* What the collector does to garbage before clearing it, and the island path would skip: legacy
@@ -923,21 +924,7 @@ tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject 
 /* ------------------------------------------------------------------------------------------ */
 /* The sentinel: the collection's own garbage, looked at inside the collection                 */
 
-/* Two objects of this type, each holding the other, planted at the front of the list the
- * collection examines (young.h's tgc_young_plant). Nothing else references them, so the collector
- * finds them first among its garbage, and finalize_garbage calls the first one's tp_finalize
- * before any other finalizer: the second one then heads what is left of the garbage list, its
- * _gc_prev the list's head. The pair is freed with the rest of the garbage. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *peer;              /* new reference: the other one; NULL once cleared */
-    int first;                   /* the one whose finalizer looks */
-    PyTypeObject *tensor;        /* borrowed: torch's tensor base type (first only) */
-    tgc_young_catch catch;       /* first only; NULL once it ran */
-    void *arg;
-    tgc_watch_mark watch;        /* first only: the tensor watch when it was planted */
-    int resident;                /* first only: planted by the watch (young.h's resident sentinel) */
-} young_sentinel;
+/* The pair's type: sentinel.h. */
 
 /* The live first sentinel of the collection under way, NULL when none: set by tgc_young_plant,
  * cleared when it is freed or uprooted; young_held says whether we own a reference to it (its
@@ -968,17 +955,6 @@ sentinel__clear(PyObject *self)
     return 0;
 }
 
-/* The resident sentinel (young.h). All protected by the GIL. */
-static young_sentinel *resident_spare;     /* new reference: the first of an untracked pair that
-                                              waits for the next collection; NULL when none */
-static young_sentinel *resident_planted;   /* borrowed: the pair of the collection under way */
-static int resident_on;
-static PyTypeObject *resident_tensor;      /* borrowed, as tgc_young_plant's tensor */
-static tgc_young_catch resident_catch;
-static tgc_young_lost resident_lost;
-static void *resident_arg;
-static Py_ssize_t resident_token = -1;     /* the collection the last pair was planted in */
-static unsigned long long resident_n, resident_missed;  /* pairs planted; spares not made */
 
 static void
 sentinel__dealloc(PyObject *self)
@@ -986,9 +962,6 @@ sentinel__dealloc(PyObject *self)
     PyObject_GC_UnTrack(self);
     if (young_planted == (young_sentinel *)self) {
         young_planted = NULL;
-    }
-    if (resident_planted == (young_sentinel *)self) {
-        resident_planted = NULL;
     }
     Py_CLEAR(((young_sentinel *)self)->peer);
     PyObject_GC_Del(self);
@@ -1120,7 +1093,6 @@ done:
 }
 
 static void sentinel__look(PyObject *self);
-static void resident__done(young_sentinel *s);
 
 #ifdef TGC_PHASE_TIMES
 #  include <time.h>
@@ -1161,8 +1133,8 @@ sentinel__finalize(PyObject *self)
 #else
     sentinel__look(self);
 #endif
-    if (s->resident) {
-        resident__done(s);
+    if (s->done != NULL) {
+        s->done(s);  /* resident.c: breaks the pair up, makes the next spare */
     }
 }
 
@@ -1244,8 +1216,14 @@ static PyTypeObject young_sentinel_type = {
     .tp_is_gc = tgc_watch_own_is_gc,
 };
 
-static young_sentinel *
-sentinel__new(void)
+int
+tgc_sentinel_type_ready(void)
+{
+    return (young_sentinel_type.tp_flags & Py_TPFLAGS_READY) != 0;
+}
+
+young_sentinel *
+tgc_sentinel_new(void)
 {
     young_sentinel *s = PyObject_GC_New(young_sentinel, &young_sentinel_type);  /* new */
     if (s != NULL) {
@@ -1256,13 +1234,13 @@ sentinel__new(void)
         s->arg = NULL;
         memset(&s->watch, 0, sizeof(s->watch));
         s->resident = 0;
+        s->done = NULL;
     }
     return s;
 }
 
-/* Breaks up the pair whose first is a (a borrowed reference: the caller's keeps it alive). */
-static void
-sentinel__break(young_sentinel *a)
+void
+tgc_sentinel_break(young_sentinel *a)
 {
     PyObject *b = a->peer;  /* take over a's reference */
     a->peer = NULL;
@@ -1272,140 +1250,6 @@ sentinel__break(young_sentinel *a)
     }
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* The resident sentinel (young.h)                                                             */
-
-/* A new spare: an untracked pair, a holding b and b holding a. 0, or -1 without memory (no
- * exception left set). */
-static int
-resident__make_spare(void)
-{
-    young_sentinel *a = sentinel__new(), *b = sentinel__new();  /* new references */
-    if (a == NULL || b == NULL) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        PyErr_Clear();
-        return -1;
-    }
-    a->peer = (PyObject *)b;  /* b's reference moves here */
-    b->peer = Py_NewRef((PyObject *)a);
-    resident_spare = a;       /* a's */
-    return 0;
-}
-
-static void
-resident__drop_spare(void)
-{
-    young_sentinel *a = resident_spare;
-    resident_spare = NULL;
-    if (a != NULL) {
-        sentinel__break(a);
-        Py_DECREF(a);
-    }
-}
-
-/* The watch's planter (watch.h): called on every reference to a tensor the collector, or anyone
- * asking _PyObject_IS_GC, follows. Plants the spare only the first time in a collection's first
- * passes (young.h says why that is the first reference the collection follows to a tensor). */
-static void
-resident__plant(void *unused)
-{
-    (void)unused;
-    young_sentinel *a = resident_spare;
-    if (a == NULL || !resident_on) {
-        /* The spare went into this collection (every later reference it follows to a tensor
-         * ends here), or none could be made (resident__done said so). */
-        return;
-    }
-    if (!tgc_gc_collecting()) {
-        return;
-    }
-    tgc_gc_node *head = tgc_gc_examined_list();
-    if (head == NULL) {
-        return;
-    }
-    Py_ssize_t token = tgc_gc_collections();
-    if (token == resident_token) {
-        return;  /* planted in this collection already */
-    }
-    resident_token = token;
-    resident_spare = NULL;
-    young_sentinel *b = (young_sentinel *)a->peer;
-    a->first = 1;
-    a->resident = 1;
-    a->tensor = resident_tensor;
-    a->catch = resident_catch;
-    a->arg = resident_arg;
-    tgc_watch_set_mark(&a->watch, 1);  /* counts this visit: the planter runs before the count */
-    /* each is referenced once, by the other, from inside the list: gc_refs 0 */
-    tgc_gc_link_examined(tgc_gc_node_of((PyObject *)b), head, 0);
-    tgc_gc_link_examined(tgc_gc_node_of((PyObject *)a), head, 0);
-    resident_planted = a;
-    resident_n++;
-    Py_DECREF(a);  /* the spare's reference (not the last): the pair lives by its cycle alone */
-}
-
-/* After a resident pair's walk, from its finalizer: breaks the pair up (finalize_garbage holds a
- * reference to s while this runs; b, still in the garbage list, is freed here, s when that
- * reference goes) and makes the next spare, or tells the caller there is none. */
-static void
-resident__done(young_sentinel *s)
-{
-    if (resident_planted == s) {
-        resident_planted = NULL;
-    }
-    sentinel__break(s);
-    if (resident_on && resident_spare == NULL && resident__make_spare() < 0) {
-        resident_missed++;
-        if (resident_lost != NULL) {
-            resident_lost(resident_arg);
-        }
-    }
-}
-
-int
-tgc_young_resident_start(PyTypeObject *tensor, tgc_young_catch catch, tgc_young_lost lost,
-                         void *arg)
-{
-    if (!young_layout_ok || !(young_sentinel_type.tp_flags & Py_TPFLAGS_READY) ||
-        tensor == NULL || !tgc_watch_on(tensor)) {
-        return -1;
-    }
-    if (resident_spare == NULL && resident__make_spare() < 0) {
-        return -1;
-    }
-    if (!tgc_watch_planter_set(resident__plant, NULL)) {
-        resident__drop_spare();
-        return -1;
-    }
-    resident_tensor = tensor;
-    resident_catch = catch;
-    resident_lost = lost;
-    resident_arg = arg;
-    resident_on = 1;
-    return 0;
-}
-
-void
-tgc_young_resident_stop(void)
-{
-    tgc_watch_planter_clear(resident__plant, NULL);
-    resident_on = 0;
-    resident__drop_spare();
-}
-
-int
-tgc_young_resident(void)
-{
-    return resident_on && tgc_watch_planter_is(resident__plant, NULL);
-}
-
-unsigned long long
-tgc_young_resident_planted(unsigned long long *missed)
-{
-    *missed = resident_missed;
-    return resident_n;
-}
 
 /* gc.DEBUG_STATS and gc.DEBUG_COLLECTABLE, fixed since Python 2: the collector prints the pair
  * among the collectable objects, or counts it among each generation's objects, before it can
@@ -1420,7 +1264,7 @@ tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, voi
         generation >= TGC_GC_GENERATIONS || (tgc_gc_debug() & SENTINEL_SHOWN_BY) != 0) {
         return -1;
     }
-    young_sentinel *a = sentinel__new(), *b = sentinel__new();  /* new references */
+    young_sentinel *a = tgc_sentinel_new(), *b = tgc_sentinel_new();  /* new references */
     if (a == NULL || b == NULL) {
         Py_XDECREF(a);
         Py_XDECREF(b);
@@ -1527,31 +1371,6 @@ tgc_young_planted(void)
     return 0;
 }
 
-int
-tgc_young_resident_start(PyTypeObject *tensor, tgc_young_catch catch, tgc_young_lost lost,
-                         void *arg)
-{
-    (void)tensor, (void)catch, (void)lost, (void)arg;
-    return -1;
-}
-
-void
-tgc_young_resident_stop(void)
-{
-}
-
-int
-tgc_young_resident(void)
-{
-    return 0;
-}
-
-unsigned long long
-tgc_young_resident_planted(unsigned long long *missed)
-{
-    *missed = 0;
-    return 0;
-}
 
 void
 tgc_young_undefer(PyObject *deferred)

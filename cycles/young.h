@@ -105,12 +105,16 @@ int tgc_young_planted(void);
  * the spare; a pair already planted in a collection under way still finalizes (catch then sees
  * the caller's state). Between collections, with the GIL. */
 typedef void (*tgc_young_lost)(void *arg);
+/* tick(arg) runs at the end of every resident pair's finalizer, after catch: a point inside the
+ * collection where the collector walks no list the program can change (gc.callbacks included). */
 int tgc_young_resident_start(PyTypeObject *tensor, tgc_young_catch catch, tgc_young_lost lost,
-                             void *arg);
+                             tgc_young_lost tick, void *arg);
 void tgc_young_resident_stop(void);
 /* Whether the resident sentinel is on (tgc_young_resident_start, and the watch kept its
  * planter). */
 int tgc_young_resident(void);
+/* Whether a collection is running: 1 or 0, -1 where the collector's state cannot be read. */
+int tgc_young_collecting(void);
 /* Resident pairs planted, and spares that could not be made (tests). */
 unsigned long long tgc_young_resident_planted(unsigned long long *missed);
 #ifdef TGC_PHASE_TIMES

@@ -302,7 +302,8 @@ def on_gc_callbacks():
     (the resident sentinel off), as it does wherever the resident one does not fit: for the tests
     of that path. Set before the test's observers, restored after them."""
     from tensorgc import _tensorgc_testing as testing
-    was = testing._resident(False)["enabled"]
+    was = testing._resident()["enabled"]
+    testing._resident(False)
     yield
     testing._resident(was)
 

@@ -34,7 +34,8 @@ def mode(request):
     """Each test with the resident sentinel (the default: planted by the watch, inside the
     collections that meet a tensor) and with the hook on gc.callbacks (planted at every
     "start", the walk skipped when the watch counted nothing)."""
-    was = _C._resident(request.param == "resident")["enabled"]
+    was = _C._resident()["enabled"]
+    _C._resident(request.param == "resident")
     yield request.param
     _C._resident(was)
 

@@ -64,15 +64,20 @@ def timed():
     return _load(os.path.join(variant_build("phase-times", "-DTGC_PHASE_TIMES -O1"), "tensorgc"))
 
 
-def _two_collections(timed, sentinel):
-    """With the sentinel on or off: the phases of a young collection of garbage without a tensor,
-    then of one with a tensor cycle, as {phase: (count, seconds)} each; and the reports' texts'
-    lengths."""
+def _two_collections(timed, sentinel, resident=False):
+    """With the sentinel on or off (and on: resident, or the hook on gc.callbacks): the phases of
+    a young collection of garbage without a tensor, then of one with a tensor cycle, as
+    {phase: (count, seconds)} each; and the reports' texts' lengths."""
     seen = []
     was = timed.testing._sentinel()["enabled"]
+    was_resident = timed.testing._resident()["enabled"]
     timed.testing._sentinel(sentinel)
+    timed.testing._resident(resident)
     remove = timed.main.observe_cycles(lambda r: seen.append(len(r.text)), device=DEVICE)
     try:
+        if resident:
+            gc.collect(0)  # the first collection's "stop" takes the hook off gc.callbacks
+            assert timed.testing._resident()["resident"] == 1
         timed.testing._phase_times(True)
         for _ in range(5):
             Pair().other = Pair()
@@ -84,6 +89,7 @@ def _two_collections(timed, sentinel):
     finally:
         remove()
         timed.testing._sentinel(was)
+        timed.testing._resident(was_resident)
     return plain, hit, seen
 
 
@@ -118,6 +124,17 @@ def test_timed_build_counts_the_sentinels_phases(gc_state, timed):
                                  "callback": 1, "free": 1}
     assert len(seen) == 1 and seen[0] > 0
     assert all(secs > 0 for n, secs in after_walk.values() if n)
+
+
+def test_timed_build_counts_the_resident_sentinels_phases(gc_state, timed):
+    if not timed.testing._young_scan()["available"]:
+        pytest.skip("the sentinel needs the collector's lists")
+    after_none, after_hit, seen = _two_collections(timed, True, resident=True)
+    assert counts(after_none) == NONE  # no tensor met: nothing of ours ran
+    # a tensor cycle: the watch plants the pair, its walk takes it, "stop" reports and frees it
+    assert counts(after_hit) == {**NONE, "walk": 1, "exact": 1, "build": 1, "callback": 1,
+                                 "free": 1}
+    assert len(seen) == 1 and seen[0] > 0
 
 
 def test_a_second_copy_shares_the_tensor_watch(gc_state, timed):

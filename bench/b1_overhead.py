@@ -23,6 +23,9 @@ Modes (each run in its own subprocess, ``--repeat`` times, median reported):
 * ``plain``    -- no detector.
 * ``tensorgc`` -- ``tensorgc.observe_cycles(cb, device=<dev>)``; ``cb`` reads
   ``report.text`` (``--access``: none/text/html).
+* ``tensorgc-callbacks`` -- the same with the resident sentinel switched off
+  (``tensorgc._tensorgc_testing._resident(False)``): the detector's hook stays on
+  ``gc.callbacks`` and plants its sentinel at every "start".
 * ``tensorgc-prescan`` -- the same with the sentinel switched off
   (``tensorgc._tensorgc_testing._sentinel(False)``): the pre-scan walks what each collection is
   about to examine, proves islands, and arms the rest, as where no sentinel can be planted.
@@ -75,8 +78,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
-MODES = ("plain", "floor", "import", "tensorgc", "tensorgc-prescan", "tensorgc-noisland",
-         "tensorgc-noscan", "torch")
+MODES = ("plain", "floor", "import", "tensorgc", "tensorgc-callbacks", "tensorgc-prescan",
+         "tensorgc-noisland", "tensorgc-noscan", "torch")
 
 
 # --------------------------------------------------------------------------- worker
@@ -202,9 +205,12 @@ def worker(cfg: dict) -> None:
 
     remove = None
     detector = "none"
-    if mode in ("tensorgc", "tensorgc-prescan", "tensorgc-noisland", "tensorgc-noscan"):
+    if mode in ("tensorgc", "tensorgc-callbacks", "tensorgc-prescan", "tensorgc-noisland",
+                "tensorgc-noscan"):
         tensorgc = C.import_tensorgc()
-        if mode != "tensorgc":
+        if mode == "tensorgc-callbacks":
+            tensorgc._tensorgc_testing._resident(False)  # the hook stays on gc.callbacks
+        elif mode != "tensorgc":
             tensorgc._tensorgc_testing._sentinel(False)
         if mode == "tensorgc-noisland":
             tensorgc._tensorgc_testing._young_island(False)

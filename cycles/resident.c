@@ -35,17 +35,8 @@ static unsigned long long resident_n, resident_missed;  /* pairs planted; spares
 static int
 resident__make_spare(void)
 {
-    young_sentinel *a = tgc_sentinel_new(), *b = tgc_sentinel_new();  /* new references */
-    if (a == NULL || b == NULL) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        PyErr_Clear();
-        return -1;
-    }
-    a->peer = (PyObject *)b;  /* b's reference moves here */
-    b->peer = Py_NewRef((PyObject *)a);
-    resident_spare = a;       /* a's */
-    return 0;
+    resident_spare = tgc_sentinel_pair_new();  /* new reference */
+    return resident_spare != NULL ? 0 : -1;
 }
 
 static void

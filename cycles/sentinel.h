@@ -23,9 +23,9 @@ typedef struct young_sentinel_s {
 
 /* Whether the pair's type is ready (young.c readies it at module exec). */
 int tgc_sentinel_type_ready(void);
-/* A new sentinel, untracked, holding nothing (a new reference), or NULL with no exception left
- * set. */
-young_sentinel *tgc_sentinel_new(void);
+/* A new pair, untracked: a holding b and b holding a (a, a new reference), or NULL with no
+ * exception left set. */
+young_sentinel *tgc_sentinel_pair_new(void);
 /* Breaks up the pair whose first is a (borrowed: the caller's reference keeps it alive). */
 void tgc_sentinel_break(young_sentinel *a);
 

@@ -1222,8 +1222,8 @@ tgc_sentinel_type_ready(void)
     return (young_sentinel_type.tp_flags & Py_TPFLAGS_READY) != 0;
 }
 
-young_sentinel *
-tgc_sentinel_new(void)
+static young_sentinel *
+sentinel__new(void)
 {
     young_sentinel *s = PyObject_GC_New(young_sentinel, &young_sentinel_type);  /* new */
     if (s != NULL) {
@@ -1237,6 +1237,21 @@ tgc_sentinel_new(void)
         s->done = NULL;
     }
     return s;
+}
+
+young_sentinel *
+tgc_sentinel_pair_new(void)
+{
+    young_sentinel *a = sentinel__new(), *b = sentinel__new();  /* new references */
+    if (a == NULL || b == NULL) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        PyErr_Clear();
+        return NULL;
+    }
+    a->peer = (PyObject *)b;  /* b's reference moves here */
+    b->peer = Py_NewRef((PyObject *)a);
+    return a;
 }
 
 void
@@ -1264,20 +1279,16 @@ tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, voi
         generation >= TGC_GC_GENERATIONS || (tgc_gc_debug() & SENTINEL_SHOWN_BY) != 0) {
         return -1;
     }
-    young_sentinel *a = tgc_sentinel_new(), *b = tgc_sentinel_new();  /* new references */
-    if (a == NULL || b == NULL) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        PyErr_Clear();
+    young_sentinel *a = tgc_sentinel_pair_new();  /* new reference */
+    if (a == NULL) {
         return -1;
     }
+    young_sentinel *b = (young_sentinel *)a->peer;  /* borrowed */
     a->first = 1;
     a->tensor = tensor;
     int watching = tgc_watch_on(tensor);
     a->catch = catch;
     a->arg = arg;
-    a->peer = Py_NewRef((PyObject *)b);
-    b->peer = Py_NewRef((PyObject *)a);
     PyObject_GC_Track(a);
     PyObject_GC_Track(b);
     /* from generation 0's tail to the front of the list the collection examines, a then b */
@@ -1285,8 +1296,7 @@ tgc_young_plant(int generation, PyTypeObject *tensor, tgc_young_catch catch, voi
     tgc_gc_move_after(tgc_gc_node_of((PyObject *)b), head);
     tgc_gc_move_after(tgc_gc_node_of((PyObject *)a), head);
     young_planted = a;
-    Py_DECREF(a);
-    Py_DECREF(b);  /* the pair now lives by its cycle alone */
+    Py_DECREF(a);  /* the pair now lives by its cycle alone */
     tgc_watch_set_mark(&a->watch, watching);  /* last: nothing above counts */
     return 0;
 }

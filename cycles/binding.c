@@ -791,6 +791,28 @@ static PyMethodDef gc_hook_def = {
     "_gc_hook($module, phase, info, /)\n--\n\ntensorgc's gc callback (internal).",
 };
 
+/* The entry the hook appends to gc.callbacks to act after the program's callbacks of a phase. */
+static PyObject *
+gc_hook_tail(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "_gc_hook_tail() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    (void)args;  /* it acts on where it stands in gc.callbacks, not on the phase */
+    tgc_state *st = tgc_state_of(module);
+    if (st != NULL && st->cycles != NULL) {
+        tgc_hook_tail(st->cycles);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef gc_hook_tail_def = {
+    "_gc_hook_tail", (PyCFunction)(void (*)(void))gc_hook_tail, METH_FASTCALL,
+    "_gc_hook_tail($module, phase, info, /)\n--\n\ntensorgc's gc callback, after the program's "
+    "(internal).",
+};
+
 /* ------------------------------------------------------------------------------------------ */
 /* The cycles part of the module state                                                         */
 
@@ -864,9 +886,10 @@ tgc_cycles_exec(PyObject *module, tgc_state *st)
     Py_DECREF(gc);
     c->observers = PyList_New(0);
     c->hook = PyCFunction_NewEx(&gc_hook_def, module, NULL);
+    c->tail = PyCFunction_NewEx(&gc_hook_tail_def, module, NULL);
     c->str_generation = PyUnicode_InternFromString("generation");
     if (!c->gc_get_debug || !c->gc_set_debug || !c->gc_callbacks || !c->gc_garbage ||
-        !c->observers || !c->hook || !c->str_generation) {
+        !c->observers || !c->hook || !c->tail || !c->str_generation) {
         return -1;
     }
     if (!PyList_Check(c->gc_callbacks) || !PyList_Check(c->gc_garbage)) {
@@ -946,6 +969,7 @@ tgc_cycles_traverse(tgc_cycles *c, visitproc visit, void *arg)
     Py_VISIT(c->gc_callbacks);
     Py_VISIT(c->gc_garbage);
     Py_VISIT(c->hook);
+    Py_VISIT(c->tail);
     Py_VISIT(c->observers);
     Py_VISIT(c->logger);
     Py_VISIT(c->str_generation);
@@ -974,6 +998,7 @@ tgc_cycles_clear(tgc_cycles *c)
     Py_CLEAR(c->gc_callbacks);
     Py_CLEAR(c->gc_garbage);
     Py_CLEAR(c->hook);
+    Py_CLEAR(c->tail);
     Py_CLEAR(c->observers);
     Py_CLEAR(c->logger);
     Py_CLEAR(c->str_generation);

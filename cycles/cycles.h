@@ -78,6 +78,8 @@ struct tgc_cycles {
     PyObject *gc_garbage;     /* the interpreter's gc.garbage list (rebinding gc.garbage does
                                  not change what the collector appends to) */
     PyObject *hook;           /* our gc.callbacks entry, a builtin bound to the module */
+    PyObject *tail;           /* the entry the hook appends behind the program's callbacks, to
+                                 leave gc.callbacks or deliver an exception after them */
     PyObject *observers;      /* list of tgc_handle, registration order */
     PyObject *logger;         /* logging.getLogger("tensorgc"), made on first use */
     /* set_observer_errors: 0 logs what an observer raises (the default), 1 raises it in the
@@ -87,8 +89,8 @@ struct tgc_cycles {
      * new reference, its traceback attached), handed to tgc_deliver once the callback ends;
      * NULL otherwise. Later ones in the same callback are logged. */
     PyObject *deferred;
-    int deliver_trailing;     /* a copy of the hook appended to gc.callbacks delivers `deferred`
-                                 after the other callbacks of this phase ran */
+    int deliver_trailing;     /* the tail entry delivers `deferred` after the other callbacks
+                                 of this phase ran */
     PyObject *str_generation;
     /* Interned keys of the dicts a CycleReport hands out (.tensors, .groups), indexed by
      * TGC_KEY_*: a report builds them for every tensor and group, so their keys are made once. */
@@ -99,9 +101,8 @@ struct tgc_cycles {
      * collector refuses to start a collection while one is running, and `busy` guards the rest. */
     int armed;                /* "start" set DEBUG_SAVEALL and expects a "stop" */
     int busy;                 /* inside "stop": observers are running */
-    int unhook_pending;       /* the last observer left during "stop", or the hook goes
-                                 resident; a trailing copy of the hook on gc.callbacks takes the
-                                 hook off */
+    int unhook_pending;       /* the last observer left during a collection; the tail entry
+                                 takes the hook off gc.callbacks */
     int resident;             /* the resident sentinel watches the collections (young.h): the
                                  hook is off gc.callbacks, but for the "stop" of a collection
                                  whose garbage the pair took or armed (hook.c) */

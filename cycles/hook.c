@@ -281,13 +281,24 @@ hook__resident_fits(tgc_cycles *c)
     return flags == 0;
 }
 
-/* Whether the hook is gc.callbacks' last entry: the collector's walk of the list ends with this
- * call, so taking entries off skips nothing. */
+/* Whether the hook is gc.callbacks' last entry and its only one, nor the tail there: then this
+ * call is the last of the collector's walk of the list, and taking it off skips nothing. (With
+ * two entries of the hook, a call cannot tell which one it comes from.) */
 static int
-hook__is_last(tgc_cycles *c)
+hook__alone_last(tgc_cycles *c)
 {
-    Py_ssize_t n = PyList_GET_SIZE(c->gc_callbacks);
-    return n > 0 && PyList_GET_ITEM(c->gc_callbacks, n - 1) == c->hook;
+    PyObject *cbs = c->gc_callbacks;
+    Py_ssize_t n = PyList_GET_SIZE(cbs);
+    if (n == 0 || PyList_GET_ITEM(cbs, n - 1) != c->hook) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n - 1; i++) {
+        PyObject *cb = PyList_GET_ITEM(cbs, i);  /* borrowed */
+        if (cb == c->hook || cb == c->tail) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* Whether a resident hook has nothing left to do on gc.callbacks. */
@@ -299,13 +310,14 @@ hook__resident_idle(tgc_cycles *c)
 }
 
 /* Leaves gc.callbacks only where the collector's walk of the list cannot skip an entry for it:
- * when the hook is the last entry, or from inside a collection between the walks (the resident
- * pair's finalizer, hook__resident_tick). Otherwise it stays, called and doing nothing, until
- * one of those: no copy is appended, so the program's own entries are each called once. */
+ * when the hook is the list's last entry and its only one, or from inside a collection between
+ * the walks (the resident pair's finalizer, hook__resident_tick). Otherwise it stays, called and
+ * doing nothing, until one of those: nothing is appended, so a program callback that moves
+ * itself to the end of the list is still called once. */
 static void
 hook__leave(tgc_cycles *c)
 {
-    if (hook__resident_idle(c) && hook__is_last(c) && tgc_hook_unhook(c) < 0) {
+    if (hook__resident_idle(c) && hook__alone_last(c) && tgc_hook_unhook(c) < 0) {
         PyErr_Clear();  /* stays on; leaves at a later call */
     }
 }
@@ -684,9 +696,8 @@ hook__island_early(tgc_cycles *c, PyObject *info)
 
 /* An observer's exception waits (raise_errors): it must reach the program, not another gc
  * callback, whose exception the collector would only report as unraisable. When callbacks
- * other than ours follow in this "stop", a copy of the hook appended to gc.callbacks (the
- * collector walks the list by index, so it is called after them) hands it over; otherwise
- * now. */
+ * other than ours follow in this "stop", the tail entry appended to gc.callbacks (the collector
+ * walks the list by index, so it is called after them) hands it over; otherwise now. */
 static void
 hook__deliver_later(tgc_cycles *c)
 {
@@ -694,7 +705,7 @@ hook__deliver_later(tgc_cycles *c)
         return;
     }
     if (hook__others_follow(c)) {
-        if (PyList_Append(c->gc_callbacks, c->hook) == 0) {
+        if (tgc_hook_append_tail(c) == 0) {
             c->deliver_trailing = 1;
             return;
         }
@@ -703,20 +714,62 @@ hook__deliver_later(tgc_cycles *c)
     tgc_deliver(c);
 }
 
-/* Takes the copy hook__deliver_later appended off gc.callbacks: the last entry, when it is the
- * hook and not its only entry. Removing the list's last entry while the collector walks it ends
- * the walk, which that copy was the end of. */
-static void
-hook__drop_trailing(tgc_cycles *c)
+/* Whether `entry` is gc.callbacks' last entry. */
+static int
+hook__last_is(tgc_cycles *c, PyObject *entry)
 {
-    PyObject *cbs = c->gc_callbacks;
-    Py_ssize_t n = PyList_GET_SIZE(cbs), copies = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        copies += PyList_GET_ITEM(cbs, i) == c->hook;
+    Py_ssize_t n = PyList_GET_SIZE(c->gc_callbacks);
+    return n > 0 && PyList_GET_ITEM(c->gc_callbacks, n - 1) == entry;
+}
+
+void
+tgc_hook_tail(tgc_cycles *c)
+{
+    if (c->busy || c->observers == NULL) {
+        return;
     }
-    if (copies > 1 && PyList_GET_ITEM(cbs, n - 1) == c->hook &&
-        PySequence_DelItem(cbs, n - 1) < 0) {
-        PyErr_WriteUnraisable(c->hook);
+    if (!hook__last_is(c, c->tail)) {
+        /* something was appended behind this one during the walk: a later tail ends it */
+        if ((c->unhook_pending || c->deliver_trailing) && tgc_hook_append_tail(c) < 0) {
+            PyErr_WriteUnraisable(c->tail);
+        }
+        return;
+    }
+    /* The walk of this phase ends here: taking entries off skips nothing. */
+    int leave = 0, keep = 0;
+    if (c->unhook_pending) {
+        if (PyList_GET_SIZE(c->observers) > 0) {
+            c->unhook_pending = 0;  /* an observer came back */
+        }
+        else if (c->armed || c->island != NULL || tgc_young_planted()) {
+            keep = 1;  /* this collection's "stop" must still come: the tail waits for its end */
+        }
+        else {
+            c->unhook_pending = 0;
+            leave = 1;
+        }
+    }
+    if (c->resident && !c->armed && c->island == NULL && !c->unhook_pending) {
+        leave = 1;
+    }
+    if (leave) {
+        if (tgc_hook_unhook(c) < 0) {
+            PyErr_WriteUnraisable(c->tail);
+        }
+    }
+    else if (!keep) {
+        PyObject *cbs = c->gc_callbacks;
+        for (Py_ssize_t i = PyList_GET_SIZE(cbs) - 1; i >= 0; i--) {
+            if (PyList_GET_ITEM(cbs, i) == c->tail && PySequence_DelItem(cbs, i) < 0) {
+                PyErr_WriteUnraisable(c->tail);
+                break;
+            }
+        }
+    }
+    tgc_deliver(c);  /* an observer's exception, if one waits (raise_errors) */
+    if (c->interrupted) {
+        c->interrupted = 0;
+        PyErr_SetInterrupt();
     }
 }
 
@@ -741,33 +794,16 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
     }
     int phase = hook__phase(phase_s);
     if (c->unhook_pending && !c->busy && !c->armed && c->island == NULL &&
-        !tgc_young_planted()) {
-        /* The last observer left during a collection (tgc_hook_remove): every copy comes off
-         * from the list's last entry, where the walk ends. A call from elsewhere in the list
-         * (the program changed it during the walk, or a later phase) makes sure the walk ends
-         * with a copy. Until nothing is pending, the calls are the collection's own. */
-        if (!hook__is_last(c)) {
-            if (PyList_Append(c->gc_callbacks, c->hook) < 0) {
-                PyErr_WriteUnraisable(c->hook);
-            }
-            return;
-        }
-        c->unhook_pending = 0;
-        if (PyList_GET_SIZE(c->observers) == 0 && tgc_hook_unhook(c) < 0) {
+        !tgc_young_planted() && PyList_GET_SIZE(c->observers) == 0) {
+        /* The last observer left during a collection: the tail takes the hook off. A walk the
+         * program cut short before the tail ran: the tail ends this one. */
+        if (tgc_hook_append_tail(c) < 0) {
             PyErr_WriteUnraisable(c->hook);
         }
-        tgc_deliver(c);  /* an observer's exception, if one waits (raise_errors) */
         return;
     }
     if (c->deliver_trailing && !c->busy) {
-        if (phase == 2) {
-            /* the copy hook__deliver_later appended: the last callback of this "stop" */
-            hook__drop_trailing(c);
-            tgc_deliver(c);
-            hook__leave(c);
-            return;
-        }
-        tgc_deliver(c);  /* that copy never ran (gc.callbacks changed): now, before anything */
+        tgc_deliver(c);  /* the tail never ran (gc.callbacks changed): now, before anything */
     }
 #ifdef TGC_PHASE_TIMES
     if (phase == 1) {
@@ -816,9 +852,9 @@ tgc_hook_callback(tgc_cycles *c, PyObject *phase_s, PyObject *info)
     if (phase == 2 && !c->busy && !c->unhook_pending && PyList_GET_SIZE(c->observers) == 0 &&
         !c->armed && c->island == NULL) {
         /* The last observer left during this collection, before this "stop" (tgc_hook_remove
-         * kept the hook for it): a trailing copy takes the hook off after the other callbacks,
-         * which the collector is walking by index. */
-        if (PyList_Append(c->gc_callbacks, c->hook) == 0) {
+         * kept the hook for it): the tail takes the hook off after the other callbacks, which
+         * the collector is walking by index. */
+        if (tgc_hook_append_tail(c) == 0) {
             c->unhook_pending = 1;
         }
         else {

@@ -47,6 +47,10 @@ int tgc_hook_remove_all(tgc_cycles *c);
 /* The gc.callbacks entry's body: phase is gc's "start" or "stop" str, info its dict (both
  * borrowed). Never raises: trouble of ours is reported as unraisable, an observer's is logged. */
 void tgc_hook_callback(tgc_cycles *c, PyObject *phase, PyObject *info);
+/* The tail entry's body (c->tail): appended behind the program's callbacks of a phase, it takes
+ * the hook off gc.callbacks, or delivers an observer's exception, once it is the list's last
+ * entry, where the collector's walk of the list ends. Never raises. */
+void tgc_hook_tail(tgc_cycles *c);
 
 /* Lets go of an island "stop" never reported (its deferred finalizers given back first): the
  * objects are garbage again, which a later collection finds. */

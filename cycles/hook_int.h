@@ -117,9 +117,14 @@ int tgc_hook_finalizer_pending_any(PyObject *objs);
 Py_ssize_t tgc_hook_finalize(PyObject *objs);
 
 /* observers.c */
-/* Takes every occurrence of the hook off gc.callbacks. Only safe where the collector is not
- * iterating the list, or from the list's last entry. 0, or -1 with an exception. */
+/* Takes every occurrence of the hook and of its tail entry off gc.callbacks. Only safe where the
+ * collector is not iterating the list, or from the list's last entry. 0, or -1 with an
+ * exception. */
 int tgc_hook_unhook(tgc_cycles *c);
+/* Appends the tail entry to gc.callbacks unless it is the last entry already: it runs after the
+ * program's callbacks of the phase the collector is walking (hook.c). 0, or -1 with an
+ * exception. */
+int tgc_hook_append_tail(tgc_cycles *c);
 /* Runs the observers on objs. Returns 1 when Python code may have run (and so may have made
  * some of objs reachable again), 0 when nothing ran. */
 int tgc_hook_notify(tgc_cycles *c, PyObject *objs, int generation, int any_tensor,

@@ -141,11 +141,20 @@ tgc_hook_unhook(tgc_cycles *c)
 {
     PyObject *cbs = c->gc_callbacks;
     for (Py_ssize_t i = PyList_GET_SIZE(cbs) - 1; i >= 0; i--) {
-        if (PyList_GET_ITEM(cbs, i) == c->hook && PySequence_DelItem(cbs, i) < 0) {
+        PyObject *cb = PyList_GET_ITEM(cbs, i);  /* borrowed */
+        if ((cb == c->hook || cb == c->tail) && PySequence_DelItem(cbs, i) < 0) {
             return -1;
         }
     }
     return 0;
+}
+
+int
+tgc_hook_append_tail(tgc_cycles *c)
+{
+    PyObject *cbs = c->gc_callbacks;
+    Py_ssize_t n = PyList_GET_SIZE(cbs);
+    return n > 0 && PyList_GET_ITEM(cbs, n - 1) == c->tail ? 0 : PyList_Append(cbs, c->tail);
 }
 
 int
@@ -199,28 +208,24 @@ tgc_hook_remove(tgc_handle *h)
             }
         }
         /* The hook stays on gc.callbacks only while someone listens: otherwise zero cost.
-         * Inside our own "stop" the collector is iterating gc.callbacks by index, and removing
-         * our entry would make it skip the next callback: append the hook once more instead;
-         * that last call of the phase takes every copy off, with nothing left to skip. */
+         * Inside a collection the collector may be iterating gc.callbacks by index, and removing
+         * our entry would make it skip the next callback: the tail entry, appended behind the
+         * program's, takes it off as the list's last entry, with nothing left to skip. */
         if (rc == 0 && PyList_GET_SIZE(c->observers) == 0 && c->resident) {
             c->resident = 0;
             tgc_young_resident_stop();
         }
         if (rc == 0 && PyList_GET_SIZE(c->observers) == 0 && c->gc_callbacks != NULL) {
             if (c->busy) {
-                if (!c->unhook_pending) {
-                    rc = PyList_Append(c->gc_callbacks, c->hook);
-                }
+                rc = tgc_hook_append_tail(c);
                 c->unhook_pending = 1;
             }
             else if (!c->armed && c->island == NULL && !tgc_young_planted()) {
                 if (tgc_young_collecting() == 1 && hook__registered(c) > 0) {
                     /* From inside a collection (a program's own gc callback, a finalizer, a
-                     * weakref callback), the collector may be walking gc.callbacks: the hook
-                     * comes off from its last entry (tgc_hook_callback). */
-                    if (!c->unhook_pending) {
-                        rc = PyList_Append(c->gc_callbacks, c->hook);
-                    }
+                     * weakref callback), the collector may be walking gc.callbacks: the tail
+                     * entry takes the hook off as the list's last (tgc_hook_tail). */
+                    rc = tgc_hook_append_tail(c);
                     c->unhook_pending = 1;
                 }
                 else {

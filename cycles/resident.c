@@ -1,8 +1,8 @@
 /* resident.c: the resident sentinel (contract in young.h): a spare pair the tensor watch plants
  * from inside the collections that meet a tensor (watch.h's planter), so that the detector needs
  * no gc.callbacks entry between collections. The pair itself, its walk and its finalizer are
- * young.c's (sentinel.h); this file keeps the spare, plants it, and breaks a planted pair up once
- * its walk ran. Built with Py_BUILD_CORE for gclists.h, like young.c. */
+ * young.c's (sentinel.h); this file keeps the spare, plants it, and keeps a planted pair through
+ * its collection. Built with Py_BUILD_CORE for gclists.h, like young.c. */
 #define Py_BUILD_CORE 1
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,6 +27,8 @@ static PyTypeObject *resident_tensor;      /* borrowed, as tgc_young_plant's ten
 static tgc_young_catch resident_catch;
 static tgc_young_lost resident_lost, resident_tick;
 static void *resident_arg;
+static young_sentinel *resident_held;      /* new reference: the last pair planted, kept
+                                              through its collection (resident__done) */
 static Py_ssize_t resident_token = -1;     /* the collection the last pair was planted in */
 static unsigned long long resident_n, resident_missed;  /* pairs planted; spares not made */
 
@@ -40,10 +42,10 @@ resident__make_spare(void)
 }
 
 static void
-resident__drop_spare(void)
+resident__drop(young_sentinel **slot)
 {
-    young_sentinel *a = resident_spare;
-    resident_spare = NULL;
+    young_sentinel *a = *slot;
+    *slot = NULL;
     if (a != NULL) {
         tgc_sentinel_break(a);
         Py_DECREF(a);
@@ -91,16 +93,23 @@ resident__plant(void *unused)
     Py_DECREF(a);  /* the spare's reference (not the last): the pair lives by its cycle alone */
 }
 
-/* After a resident pair's walk, from its finalizer: breaks the pair up (finalize_garbage holds a
- * reference to s while this runs; b, still in the garbage list, is freed here, s when that
- * reference goes) and makes the next spare, or tells the caller there is none. */
-/* A resident pair's `done`, from its finalizer once the walk ran: breaks the pair up (the
- * collector frees both, with nothing counted) and makes the next spare. */
+/* A resident pair's `done`, from its finalizer once the walk ran: keeps the pair, breaks up the
+ * one kept before, and makes the next spare, or tells the caller there is none. */
 static void
 resident__done(young_sentinel *s)
 {
     s->done = NULL;
-    tgc_sentinel_break(s);
+    /* The pair outlives its collection, as a planted one does (not counted as collected
+     * either): freed now it would leave the collector's list of finalized garbage, and a pair
+     * of another copy of tensorgc planted behind it would take itself for the first of the
+     * garbage and walk what this one took. The last one is broken up here, outside its own
+     * collection's lists. */
+    young_sentinel *old = resident_held;
+    resident_held = (young_sentinel *)Py_NewRef((PyObject *)s);
+    if (old != NULL) {
+        tgc_sentinel_break(old);
+        Py_DECREF(old);
+    }
     if (resident_on && resident_spare == NULL && resident__make_spare() < 0) {
         resident_missed++;
         if (resident_lost != NULL) {
@@ -130,7 +139,7 @@ tgc_young_resident_start(PyTypeObject *tensor, tgc_young_catch catch, tgc_young_
         return -1;
     }
     if (!tgc_watch_planter_set(resident__plant, NULL)) {
-        resident__drop_spare();
+        resident__drop(&resident_spare);
         return -1;
     }
     resident_tensor = tensor;
@@ -147,7 +156,8 @@ tgc_young_resident_stop(void)
 {
     tgc_watch_planter_clear(resident__plant, NULL);
     resident_on = 0;
-    resident__drop_spare();
+    resident__drop(&resident_spare);
+    resident__drop(&resident_held);
 }
 
 int

@@ -1134,7 +1134,7 @@ sentinel__finalize(PyObject *self)
     sentinel__look(self);
 #endif
     if (s->done != NULL) {
-        s->done(s);  /* resident.c: breaks the pair up, makes the next spare */
+        s->done(s);  /* resident.c: keeps the pair, makes the next spare */
     }
 }
 

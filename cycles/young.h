@@ -92,8 +92,8 @@ int tgc_young_planted(void);
  * ours: no callback, no pair.
  *
  * The pair's finalizer walks the garbage as the planted one does and calls catch (as
- * tgc_young_plant says), then breaks the pair up, so that the collector frees it with nothing
- * counted (the collector counts the garbage after finalizers ran), and makes the next spare.
+ * tgc_young_plant says), keeps the pair, so that it outlives the collection and is not counted
+ * as collected, breaks up the one kept before, and makes the next spare.
  * When no spare can be made, it calls lost(arg) instead of leaving the next collection unseen:
  * the caller goes back to gc.callbacks. catch and lost run inside the collection (a finalizer's
  * context): they may run Python code, and add to gc.callbacks, which the collector only reads

@@ -94,10 +94,10 @@ def test_a_live_tensor_met_by_a_young_collection_plants_but_never_joins(track):
 
 
 def test_the_programs_counts_are_those_of_the_hook_on_gc_callbacks(track):
-    """The pair is freed inside the collection, before the collector counts: gc.collect()'s
-    result and gc.get_stats() are what they are without an observer when the garbage holds no
-    tensor (the pair planted for a live one), and what they are with the hook on gc.callbacks
-    when it does (the report's part is freed by the hook, not counted by the collector)."""
+    """The pair outlives its collection (tensorgc keeps it), so the collector never counts it:
+    gc.collect()'s result and gc.get_stats() are what they are without an observer when the
+    garbage holds no tensor (the pair planted for a live one), and what they are with the hook on
+    gc.callbacks when it does (the report's part is freed by the hook, not counted by the collector)."""
     Pair, Holder = new_class("Pair"), new_class("Holder")
     live = [T(4)]
 

@@ -264,3 +264,87 @@ def test_removing_the_last_observer_from_a_stop_callback_skips_no_later_callback
     finally:
         gc.callbacks.remove(remover)
         gc.callbacks.remove(after)
+
+
+@pytest.mark.parametrize("when", ["start", "stop"])
+def test_removing_the_last_observer_from_a_callback_ahead_of_the_hook_skips_no_later_callback(
+        track, when):
+    """tensorgc's hook sits on gc.callbacks between a program callback ahead of it and one behind
+    it (resident: the hook joined first in line for a report and stays, not being the last
+    entry); the callback ahead removes the last observer in "start" or "stop". The callback
+    behind must still be called in that phase. The hook appends a trailing copy to leave from,
+    but the first copy, called next, sees a hook as the list's last entry and takes every copy
+    off from under the collector's walk, which then skips the entry behind it."""
+    reports, calls = [], []
+    handle = track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    gc.collect(0)
+    Holder = new_class("Holder")
+
+    def after(phase, info):
+        calls.append(("after", phase))
+
+    def remover(phase, info):
+        calls.append(("remover", phase))
+        if phase == when:
+            handle.remove()
+
+    gc.callbacks.append(after)
+    try:
+        _drop_a_tensor_cycle(Holder)
+        gc.collect(0)
+        assert len(reports) == 1
+        assert gc.callbacks.index(after) == len(gc.callbacks) - 1 > 0  # the hook is ahead of it
+        gc.callbacks.insert(0, remover)
+        calls.clear()
+        gc.collect(0)
+        assert calls == [("remover", "start"), ("after", "start"), ("remover", "stop"),
+                         ("after", "stop")]
+        assert gc.callbacks == [remover, after]
+    finally:
+        for cb in (remover, after):
+            if cb in gc.callbacks:
+                gc.callbacks.remove(cb)
+
+
+def test_an_observer_swapped_in_start_by_callbacks_behind_the_hook_skips_no_stop_callback(track):
+    """Program callbacks behind tensorgc's hook swap observers during "start": one removes the
+    last observer (the hook appends a trailing copy to leave from), the next adds a new one (which
+    keeps the hook: the copy stays). At "stop" the hook's first entry goes resident again and sees
+    a hook as the list's last entry: it must not take every copy off from under the collector's
+    walk, which would skip the callback right behind it. Callback mode calls every one."""
+    reports, calls = [], []
+    handles = [track(tensorgc.observe_cycles(reports.append, device=DEVICE))]
+    gc.collect(0)
+    Holder = new_class("Holder")
+
+    def first(phase, info):
+        calls.append(("first", phase))
+
+    def remover(phase, info):
+        calls.append(("remover", phase))
+        if phase == "start" and len(handles) == 1:
+            handles[0].remove()
+
+    def adder(phase, info):
+        calls.append(("adder", phase))
+        if phase == "start" and len(handles) == 1:
+            handles.append(track(tensorgc.observe_cycles(reports.append, device=DEVICE)))
+
+    gc.callbacks.append(first)
+    try:
+        _drop_a_tensor_cycle(Holder)
+        gc.collect(0)
+        assert len(reports) == 1
+        assert gc.callbacks.index(first) > 0  # the hook is ahead of the program's callbacks
+        gc.callbacks.extend([remover, adder])
+        calls.clear()
+        gc.collect(0)
+        assert calls == [("first", "start"), ("remover", "start"), ("adder", "start"),
+                         ("first", "stop"), ("remover", "stop"), ("adder", "stop")]
+        _drop_a_tensor_cycle(Holder)
+        gc.collect(0)
+        assert len(reports) == 2
+    finally:
+        for cb in (first, remover, adder):
+            if cb in gc.callbacks:
+                gc.callbacks.remove(cb)

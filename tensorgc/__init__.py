@@ -1,7 +1,8 @@
 """tensorgc: where your GPU memory is and why it was not freed.
 
 This module is the package's face: it re-exports the API (docs/api.md) from the modules that
-define it and sets up the "tensorgc" logger; no module of the package imports it. The C
+define it, each loaded on first use of one of its names, and sets up the "tensorgc" logger; no
+module of the package imports it. The C
 extension (tensorgc._tensorgc) holds the engines; the Python parts sit in subpackages that mirror
 its subsystems and the tools a user knows:
 
@@ -24,69 +25,135 @@ from __future__ import annotations
 import atexit
 import importlib
 import logging
+import sys
+import types
 from typing import TYPE_CHECKING
 
-# The flat layout's module paths, imported before the names below are bound: each hands out its
-# module, and makes it an attribute of this package; a function of the same name (snapshot,
-# timeline, growth) is bound after it and so keeps the attribute, as it always did.
-for _path in ("categories", "courtesy", "dedup", "growth", "object_graph", "oom", "owner_chains",
-              "ranks", "snapshot", "timeline"):
-    importlib.import_module(f"{__name__}.{_path}")
-del _path
-
-from . import _tensorgc  # noqa: E402
-from ._common.errors import DeviceError, OutputError, SnapshotError  # noqa: E402
-from ._common.features import Feature, PortableModeWarning, features  # noqa: E402
-from ._common.features import portable_message as _portable_message  # noqa: E402
-from ._common.output import get_output_dir, set_output_dir  # noqa: E402
-from ._common.rank import install_filter as _install_rank_filter  # noqa: E402
-from ._tensorgc import (  # noqa: E402
+from . import _tensorgc
+from ._common.errors import DeviceError, OutputError, SnapshotError
+from ._common.features import Feature, PortableModeWarning, features
+from ._common.features import portable_message as _portable_message
+from ._common.output import get_output_dir, set_output_dir
+from ._common.rank import install_filter as _install_rank_filter
+from ._tensorgc import (
     CycleReport,
     GraphvizError,
     Handle,
+    get_render_timeout,
     observe_cycles,
     observe_garbage,
-    get_render_timeout,
     render_svg,
     set_observer_errors,
     set_render_timeout,
 )
-from ._version import __version__ as __version__  # noqa: E402  (the type checker reads "as")
-from .allocator._lean import LeanTrace  # noqa: E402  (a streamed snapshot's device trace)
-from .allocator.categories import Categorizer, categorize  # noqa: E402  (categories over time)
-from .allocator.oom import on_oom, write_autopsy  # noqa: E402
-from .allocator.snapshot import (  # noqa: E402
-    dump_snapshot,
-    load_snapshot,
-    record_memory_history,
-    snapshot,
-)
-from .allocator.timeline import timeline  # noqa: E402  (the function shadows the module path)
-from .cycles.dedup import CycleDedup, cycle_totals  # noqa: E402  (repeated leaks in long jobs)
-from .cycles.object_graph import Node, create_graph, to_dot, to_html  # noqa: E402  (torch's)
-from .cycles.observe import observe_tensor_cycles, warn_tensor_cycles  # noqa: E402
-from .distributed.ranks import (  # noqa: E402
-    GatheredReport,
-    Publisher,
-    gather_report,
-    publish_reports,
-)
-from .lineprof import (  # noqa: E402  (memlab's line profiler)
-    LineProfiler,
-    clear_global_line_profiler,
-    profile,
-    profile_every,
-    set_target_gpu,
-)
-from .lineprof.courtesy import Courtesy, Moved  # noqa: E402  (memlab's Courtesy)
-from .reporter import MemReporter, Report, Row, track_tensors  # noqa: E402  (memlab-compatible)
-from .reporter.growth import Checkpoint, Growth, checkpoint, growth  # noqa: E402  (what grows)
-from .reporter.owner_chains import Chain, owner, owners  # noqa: E402  (why is it still alive)
-from .reporter.watch import (  # noqa: E402  (steady growth in long jobs, and the OOM ahead)
-    Forecast,
-    GrowthWatch,
-    warn_memory_growth,
-)
+from ._version import __version__ as __version__  # the type checker reads "as"
+
+# The rest of the API is imported on first use: `import tensorgc` loads the C extension and the
+# few small modules above, not the ~50 modules and 750 KB of Python the whole API is. Loading that
+# much code leaves the program's heap with holes (the code objects' temporaries) that its young
+# garbage then fills, scattered across memory, and every later collection walks it more slowly:
+# the detector alone must not cost a program that. Name -> the module that defines it.
+_LAZY = {
+    "LeanTrace": "allocator._lean",  # a streamed snapshot's device trace
+    "Categorizer": "allocator.categories",
+    "categorize": "allocator.categories",
+    "on_oom": "allocator.oom",
+    "write_autopsy": "allocator.oom",
+    "dump_snapshot": "allocator.snapshot",
+    "load_snapshot": "allocator.snapshot",
+    "record_memory_history": "allocator.snapshot",
+    "snapshot": "allocator.snapshot",
+    "timeline": "allocator.timeline",  # the function shadows the module path
+    "CycleDedup": "cycles.dedup",  # repeated leaks in long jobs
+    "cycle_totals": "cycles.dedup",
+    "Node": "cycles.object_graph",  # torch's _cycles functions
+    "create_graph": "cycles.object_graph",
+    "to_dot": "cycles.object_graph",
+    "to_html": "cycles.object_graph",
+    "observe_tensor_cycles": "cycles.observe",
+    "warn_tensor_cycles": "cycles.observe",
+    "GatheredReport": "distributed.ranks",
+    "Publisher": "distributed.ranks",
+    "gather_report": "distributed.ranks",
+    "publish_reports": "distributed.ranks",
+    "LineProfiler": "lineprof",  # memlab's line profiler
+    "clear_global_line_profiler": "lineprof",
+    "profile": "lineprof",
+    "profile_every": "lineprof",
+    "set_target_gpu": "lineprof",
+    "Courtesy": "lineprof.courtesy",  # memlab's Courtesy
+    "Moved": "lineprof.courtesy",
+    "MemReporter": "reporter",  # memlab-compatible
+    "Report": "reporter",
+    "Row": "reporter",
+    "track_tensors": "reporter",
+    "Checkpoint": "reporter.growth",  # what grows
+    "Growth": "reporter.growth",
+    "checkpoint": "reporter.growth",
+    "growth": "reporter.growth",
+    "Chain": "reporter.owner_chains",  # why is it still alive
+    "owner": "reporter.owner_chains",
+    "owners": "reporter.owner_chains",
+    "Forecast": "reporter.watch",  # steady growth in long jobs, and the OOM ahead
+    "GrowthWatch": "reporter.watch",
+    "warn_memory_growth": "reporter.watch",
+}
+
+if TYPE_CHECKING:  # what a type checker reads: the same names, imported at once
+    from .allocator._lean import LeanTrace
+    from .allocator.categories import Categorizer, categorize
+    from .allocator.oom import on_oom, write_autopsy
+    from .allocator.snapshot import dump_snapshot, load_snapshot, record_memory_history, snapshot
+    from .allocator.timeline import timeline
+    from .cycles.dedup import CycleDedup, cycle_totals
+    from .cycles.object_graph import Node, create_graph, to_dot, to_html
+    from .cycles.observe import observe_tensor_cycles, warn_tensor_cycles
+    from .distributed.ranks import GatheredReport, Publisher, gather_report, publish_reports
+    from .lineprof import (
+        LineProfiler,
+        clear_global_line_profiler,
+        profile,
+        profile_every,
+        set_target_gpu,
+    )
+    from .lineprof.courtesy import Courtesy, Moved
+    from .reporter import MemReporter, Report, Row, track_tensors
+    from .reporter.growth import Checkpoint, Growth, checkpoint, growth
+    from .reporter.owner_chains import Chain, owner, owners
+    from .reporter.watch import Forecast, GrowthWatch, warn_memory_growth
+else:
+    def __getattr__(name: str) -> object:
+        """A name of the API, bound here on first use; else a submodule (tensorgc.reporter, or a
+        path of the flat layout such as tensorgc.segments), imported."""
+        where = _LAZY.get(name)
+        if where is not None:
+            value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
+            globals()[name] = value
+            return value
+        if not name.startswith("__"):
+            try:
+                return importlib.import_module(f"{__name__}.{name}")
+            except ModuleNotFoundError as e:
+                if e.name != f"{__name__}.{name}":
+                    raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    def __dir__() -> list:
+        return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """The package's module type: importing a submodule binds it here, except where a function
+    of the API has the submodule's name (the flat layout's tensorgc.snapshot, tensorgc.timeline
+    and tensorgc.growth): the function keeps the name, loaded now or on first use."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "Categorizer",

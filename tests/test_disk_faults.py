@@ -29,7 +29,7 @@ from tensorgc.cycles import observe
 from tensorgc.oom import _Observer
 from _util import instances, new_class
 
-snapshot_mod = sys.modules["tensorgc.snapshot"]  # tensorgc.snapshot is the function
+from tensorgc.allocator import snapshot as snapshot_mod  # tensorgc.snapshot is the function
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE_RE = re.compile(r"^tensorgc-cycle-[A-Za-z0-9_-]{8}\.html$")

@@ -1,7 +1,7 @@
 """The package's layout, read from the source with ast:
 
-* no module imports the package's face (tensorgc/__init__.py, which imports every part to
-  re-export the API), and the modules import each other one way: no circle, with an import
+* no module imports the package's face (tensorgc/__init__.py, which re-exports the API of
+  every part), and the modules import each other one way: no circle, with an import
   inside a function counted as much as one at the top;
 * the flat layout's module paths (tensorgc/snapshot.py and the like) hand out the real module,
   and nothing inside the package imports through them;

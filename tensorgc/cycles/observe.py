@@ -17,7 +17,6 @@ from .._common.devices import NO_CUDA, cuda_available, parse_device
 from .._common.output import output_dir, ranked
 from .._tensorgc import CycleReport, Handle, observe_cycles
 from ..allocator._history import start_for
-from ..allocator.snapshot import atomic_write, write_failure
 from .dedup import CycleDedup, tell_at_exit
 
 if TYPE_CHECKING:
@@ -132,6 +131,8 @@ def warn_tensor_cycles(
             device, why = "cpu", f" (the default: no CUDA, {NO_CUDA})"
     else:
         asks_cuda = _asks_cuda(device)
+    # here, not when tensorgc is imported (tensorgc/__init__.py says why), nor in a collection
+    from ..allocator.snapshot import atomic_write, write_failure
 
     def write_and_log(report: CycleReport) -> None:
         verdict = counter.admit(report)  # reads the signatures only: no text, no page

@@ -1,0 +1,122 @@
+"""What `import tensorgc` loads: the C extension and a few small modules, the rest of the API on
+first use (tensorgc/__init__.py says why). Each check runs in a fresh interpreter, where nothing
+else has imported a part yet.
+"""
+import ast
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FACE = os.path.join(ROOT, "tensorgc", "__init__.py")
+
+# All that `import tensorgc` may load of the package.
+CORE = {"tensorgc", "tensorgc._tensorgc", "tensorgc._version", "tensorgc._common",
+        "tensorgc._common.errors", "tensorgc._common.features", "tensorgc._common.output",
+        "tensorgc._common.rank"}
+
+
+def _fresh(code):
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_importing_the_package_loads_its_core_only():
+    out = _fresh("import sys\n"
+                 "import tensorgc\n"
+                 "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorgc'))\n")
+    assert set(eval(out)) == CORE
+
+
+def test_a_detector_and_its_reports_load_nothing_more():
+    """observe_cycles and everything a report gives (text, page, tensors) are the C extension's."""
+    out = _fresh("import gc, sys\n"
+                 "import tensorgc\n"
+                 "seen = []\n"
+                 "def cb(report):\n"
+                 "    seen.append((len(report.text) > 0, len(report.html) > 0, report.nbytes))\n"
+                 "remove = tensorgc.observe_cycles(cb, device='cpu')\n"
+                 "try:\n"
+                 "    import torch\n"
+                 "except ImportError:\n"
+                 "    torch = None\n"
+                 "if torch is not None:\n"
+                 "    class Holder:\n"
+                 "        pass\n"
+                 "    h = Holder(); h.t = torch.ones(8); h.me = h; del h\n"
+                 "    gc.collect()\n"
+                 "remove()\n"
+                 "print(torch is not None)\n"
+                 "print(seen)\n"
+                 "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorgc'))\n")
+    has_torch, seen, loaded = out.splitlines()
+    if has_torch == "True":
+        assert seen == "[(True, True, 32)]"
+    assert set(eval(loaded)) == CORE
+
+
+def test_every_name_of_the_api_resolves_and_stays_bound():
+    out = _fresh("import sys, tensorgc\n"
+                 "first = {n: getattr(tensorgc, n) for n in tensorgc.__all__}\n"
+                 "assert all(getattr(tensorgc, n) is v for n, v in first.items())\n"
+                 "assert all(n in vars(tensorgc) for n in tensorgc.__all__)\n"
+                 "assert set(tensorgc.__all__) <= set(dir(tensorgc))\n"
+                 "ns = {}\n"
+                 "exec('from tensorgc import *', ns)\n"
+                 "assert all(ns[n] is first[n] for n in tensorgc.__all__)\n"
+                 "print(tensorgc.MemReporter.__module__, tensorgc.snapshot.__module__)\n")
+    assert out.split() == ["tensorgc.reporter", "tensorgc.allocator.snapshot"]
+
+
+def test_submodules_resolve_as_attributes_and_unknown_names_raise():
+    out = _fresh("import tensorgc\n"
+                 "print(tensorgc.reporter.__name__, tensorgc.segments.__name__)\n"
+                 "for bad in ('no_such_name', 'MemReporterr'):\n"
+                 "    try:\n"
+                 "        getattr(tensorgc, bad)\n"
+                 "    except AttributeError as e:\n"
+                 "        print(type(e).__name__, bad in str(e))\n"
+                 "print(hasattr(tensorgc, 'no_such_name'))\n")
+    assert out.split() == ["tensorgc.reporter", "tensorgc.allocator.segmap",
+                           "AttributeError", "True", "AttributeError", "True", "False"]
+
+
+def test_a_function_keeps_its_name_when_the_module_path_is_imported_first():
+    """tensorgc.snapshot, .timeline and .growth are functions and flat-layout module paths; the
+    import system binds a submodule on its package once imported, before or after the function
+    was first used."""
+    out = _fresh("import tensorgc.snapshot, tensorgc.timeline, tensorgc.growth\n"
+                 "import tensorgc\n"
+                 "print(*(callable(getattr(tensorgc, n)) for n in ('snapshot', 'timeline', "
+                 "'growth')))\n"
+                 "from tensorgc import timeline\n"
+                 "import tensorgc.allocator.timeline as m\n"
+                 "print(timeline is m.timeline, tensorgc.timeline is m.timeline)\n")
+    assert out.split() == ["True"] * 5
+
+
+def test_the_lazy_table_is_what_the_type_checker_reads():
+    """Every name imported under TYPE_CHECKING is in _LAZY with the same module, and the other
+    way round; together with the names bound at import they are __all__."""
+    tree = ast.parse(open(FACE, encoding="utf-8").read(), FACE)
+    lazy, checked, eager, listed = {}, {}, set(), set()
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) or isinstance(node, ast.Assign):
+            target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
+            if isinstance(target, ast.Name) and target.id == "_LAZY":
+                lazy = ast.literal_eval(node.value)
+            elif isinstance(target, ast.Name) and target.id == "__all__":
+                listed = set(ast.literal_eval(node.value))
+        elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imp in node.body:
+                if isinstance(imp, ast.ImportFrom) and imp.level == 1:
+                    checked.update({a.asname or a.name: imp.module for a in imp.names})
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:
+            eager.update(a.asname or a.name for a in node.names
+                         if not (a.asname or a.name).startswith("_"))
+        elif isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            eager.add(node.name)
+    assert lazy and checked == lazy
+    assert listed == (eager | set(lazy)) - {"__version__"}, (listed ^ (eager | set(lazy)))

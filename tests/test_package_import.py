@@ -6,6 +6,7 @@ import ast
 import os
 import subprocess
 import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FACE = os.path.join(ROOT, "tensorgc", "__init__.py")
@@ -17,40 +18,44 @@ CORE = {"tensorgc", "tensorgc._tensorgc", "tensorgc._version", "tensorgc._common
 
 
 def _fresh(code):
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       cwd=ROOT)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
 
 def test_importing_the_package_loads_its_core_only():
-    out = _fresh("import sys\n"
-                 "import tensorgc\n"
-                 "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorgc'))\n")
+    out = _fresh("""
+        import sys
+        import tensorgc
+        print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorgc'))
+    """)
     assert set(eval(out)) == CORE
 
 
 def test_a_detector_and_its_reports_load_nothing_more():
     """observe_cycles and everything a report gives (text, page, tensors) are the C extension's."""
-    out = _fresh("import gc, sys\n"
-                 "import tensorgc\n"
-                 "seen = []\n"
-                 "def cb(report):\n"
-                 "    seen.append((len(report.text) > 0, len(report.html) > 0, report.nbytes))\n"
-                 "remove = tensorgc.observe_cycles(cb, device='cpu')\n"
-                 "try:\n"
-                 "    import torch\n"
-                 "except ImportError:\n"
-                 "    torch = None\n"
-                 "if torch is not None:\n"
-                 "    class Holder:\n"
-                 "        pass\n"
-                 "    h = Holder(); h.t = torch.ones(8); h.me = h; del h\n"
-                 "    gc.collect()\n"
-                 "remove()\n"
-                 "print(torch is not None)\n"
-                 "print(seen)\n"
-                 "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorgc'))\n")
+    out = _fresh("""
+        import gc, sys
+        import tensorgc
+        seen = []
+        def cb(report):
+            seen.append((len(report.text) > 0, len(report.html) > 0, report.nbytes))
+        remove = tensorgc.observe_cycles(cb, device='cpu')
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None:
+            class Holder:
+                pass
+            h = Holder(); h.t = torch.ones(8); h.me = h; del h
+            gc.collect()
+        remove()
+        print(torch is not None)
+        print(seen)
+        print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorgc'))
+    """)
     has_torch, seen, loaded = out.splitlines()
     if has_torch == "True":
         assert seen == "[(True, True, 32)]"
@@ -58,27 +63,31 @@ def test_a_detector_and_its_reports_load_nothing_more():
 
 
 def test_every_name_of_the_api_resolves_and_stays_bound():
-    out = _fresh("import sys, tensorgc\n"
-                 "first = {n: getattr(tensorgc, n) for n in tensorgc.__all__}\n"
-                 "assert all(getattr(tensorgc, n) is v for n, v in first.items())\n"
-                 "assert all(n in vars(tensorgc) for n in tensorgc.__all__)\n"
-                 "assert set(tensorgc.__all__) <= set(dir(tensorgc))\n"
-                 "ns = {}\n"
-                 "exec('from tensorgc import *', ns)\n"
-                 "assert all(ns[n] is first[n] for n in tensorgc.__all__)\n"
-                 "print(tensorgc.MemReporter.__module__, tensorgc.snapshot.__module__)\n")
+    out = _fresh("""
+        import sys, tensorgc
+        first = {n: getattr(tensorgc, n) for n in tensorgc.__all__}
+        assert all(getattr(tensorgc, n) is v for n, v in first.items())
+        assert all(n in vars(tensorgc) for n in tensorgc.__all__)
+        assert set(tensorgc.__all__) <= set(dir(tensorgc))
+        ns = {}
+        exec('from tensorgc import *', ns)
+        assert all(ns[n] is first[n] for n in tensorgc.__all__)
+        print(tensorgc.MemReporter.__module__, tensorgc.snapshot.__module__)
+    """)
     assert out.split() == ["tensorgc.reporter", "tensorgc.allocator.snapshot"]
 
 
 def test_submodules_resolve_as_attributes_and_unknown_names_raise():
-    out = _fresh("import tensorgc\n"
-                 "print(tensorgc.reporter.__name__, tensorgc.segments.__name__)\n"
-                 "for bad in ('no_such_name', 'MemReporterr'):\n"
-                 "    try:\n"
-                 "        getattr(tensorgc, bad)\n"
-                 "    except AttributeError as e:\n"
-                 "        print(type(e).__name__, bad in str(e))\n"
-                 "print(hasattr(tensorgc, 'no_such_name'))\n")
+    out = _fresh("""
+        import tensorgc
+        print(tensorgc.reporter.__name__, tensorgc.segments.__name__)
+        for bad in ('no_such_name', 'MemReporterr'):
+            try:
+                getattr(tensorgc, bad)
+            except AttributeError as e:
+                print(type(e).__name__, bad in str(e))
+        print(hasattr(tensorgc, 'no_such_name'))
+    """)
     assert out.split() == ["tensorgc.reporter", "tensorgc.allocator.segmap",
                            "AttributeError", "True", "AttributeError", "True", "False"]
 
@@ -87,13 +96,14 @@ def test_a_function_keeps_its_name_when_the_module_path_is_imported_first():
     """tensorgc.snapshot, .timeline and .growth are functions and flat-layout module paths; the
     import system binds a submodule on its package once imported, before or after the function
     was first used."""
-    out = _fresh("import tensorgc.snapshot, tensorgc.timeline, tensorgc.growth\n"
-                 "import tensorgc\n"
-                 "print(*(callable(getattr(tensorgc, n)) for n in ('snapshot', 'timeline', "
-                 "'growth')))\n"
-                 "from tensorgc import timeline\n"
-                 "import tensorgc.allocator.timeline as m\n"
-                 "print(timeline is m.timeline, tensorgc.timeline is m.timeline)\n")
+    out = _fresh("""
+        import tensorgc.snapshot, tensorgc.timeline, tensorgc.growth
+        import tensorgc
+        print(*(callable(getattr(tensorgc, n)) for n in ('snapshot', 'timeline', 'growth')))
+        from tensorgc import timeline
+        import tensorgc.allocator.timeline as m
+        print(timeline is m.timeline, tensorgc.timeline is m.timeline)
+    """)
     assert out.split() == ["True"] * 5
 
 

@@ -130,12 +130,11 @@ else:
             value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
             globals()[name] = value
             return value
-        if not name.startswith("__"):
+        if name.isidentifier() and not name.startswith("__"):
             try:
                 return importlib.import_module(f"{__name__}.{name}")
-            except ModuleNotFoundError as e:
-                if e.name != f"{__name__}.{name}":
-                    raise
+            except ImportError as e:  # none such, or one that needs what is not installed
+                raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from e
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
     def __dir__() -> list:
@@ -148,8 +147,8 @@ class _Package(types.ModuleType):
     and tensorgc.growth): the function keeps the name, loaded now or on first use."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            return
+        if name in _LAZY and value is sys.modules.get(f"{self.__name__}.{name}"):
+            return  # the import system binding the flat path's module
         super().__setattr__(name, value)
 
 
@@ -223,8 +222,18 @@ logger = logging.getLogger("tensorgc")
 # Every record of logger "tensorgc" carries record.rank, and "[rank N] " inside a distributed job.
 _install_rank_filter(logger)
 
-# Collections during interpreter exit must not call back into a half-torn-down world.
-atexit.register(_tensorgc._shutdown)
+def _at_exit() -> None:
+    """Collections during interpreter exit must not call back into a half-torn-down world; then
+    warn_tensor_cycles' counts not yet told are logged, once no report can add to them.
+    Registered here, when the package is imported, so that it runs after the exit functions
+    the program registered later, whenever the module counting repeats was first used."""
+    _tensorgc._shutdown()
+    dedup = sys.modules.get(f"{__name__}.cycles.dedup")
+    if dedup is not None:
+        dedup._summaries_at_exit()
+
+
+atexit.register(_at_exit)
 
 # Where the interpreter is not one whose collector tensorgc reads (3.14+, $TENSORGC_PORTABLE), say
 # once what is off. Attributed to this module, so that -W "ignore:::tensorgc" silences it.

@@ -127,3 +127,49 @@ def test_the_lazy_table_is_what_the_type_checker_reads():
             eager.add(node.name)
     assert lazy and checked == lazy
     assert listed == (eager | set(lazy)) - {"__version__"}, (listed ^ (eager | set(lazy)))
+
+
+def test_probing_a_name_never_raises_anything_but_attribute_error():
+    out = _fresh("""
+        import sys
+        sys.modules['IPython'] = None  # as where IPython is not installed
+        import tensorgc
+        print(hasattr(tensorgc, 'magics'), hasattr(tensorgc, 'a.b'), hasattr(tensorgc, '..'),
+              getattr(tensorgc, 'reporter.x', 'default'))
+    """)
+    assert out.split() == ["False", "False", "False", "default"]
+
+
+def test_a_module_the_program_assigns_to_an_api_name_is_kept():
+    out = _fresh("""
+        import types, tensorgc
+        fake = types.ModuleType('fake')
+        tensorgc.timeline = fake
+        print(tensorgc.timeline is fake)
+        import tensorgc.snapshot
+        print(callable(tensorgc.snapshot))
+    """)
+    assert out.split() == ["True", "True"]
+
+
+def test_the_exit_summary_comes_after_the_programs_own_exit_functions():
+    """Cycles leaked by an exit function the program registered after importing tensorgc are in
+    warn_tensor_cycles' last summary, however late its counting module was first loaded."""
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import atexit, gc, logging, tempfile
+        import torch
+        import tensorgc
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        class A:
+            pass
+        def leak():
+            for _ in range(5):
+                a = A(); a.self = a; a.t = torch.zeros(100); del a
+                gc.collect()
+        atexit.register(leak)
+        tensorgc.warn_tensor_cycles(device="cpu", directory=tempfile.mkdtemp())
+        leak()
+    """)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "seen 10 times" in r.stderr, r.stderr

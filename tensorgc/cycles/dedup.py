@@ -20,7 +20,6 @@ report it cannot read: such a report counts as one cycle of signature "?".
 """
 from __future__ import annotations
 
-import atexit
 import logging
 import math
 import os
@@ -455,6 +454,3 @@ def _summaries_at_exit() -> None:
             logger.warning("%s", line)
     except Exception:  # noqa: BLE001 -- at exit, a failing handler must not add a traceback
         pass
-
-
-atexit.register(_summaries_at_exit)

@@ -176,19 +176,49 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+_COMPILED: set = set()  # the interpreters whose bytecode worker_env has cached
+
+
+def worker_env(python: str | None = None) -> dict:
+    """The environment of a measured interpreter: this one's, with the bytecode of tensorgc and
+    of the benchmarks cached next to their sources, as a package installed by pip has it (pip
+    compiles at install; torch's own is there already).
+
+    Without a cache (``PYTHONDONTWRITEBYTECODE`` set, as on some machines) every fresh process
+    would compile tensorgc's sources at import, and compiling frees temporaries among live
+    objects: holes in the heap that the program's young objects fill scattered, which slows
+    every later collection (docs/benchmarks.md, "B1 in fresh processes"). No user's process pays
+    that, so no measurement should. The sources are compiled once per interpreter, before its
+    first run; a ``PYTHONPYCACHEPREFIX`` already set is kept (it moves every module's cache,
+    torch's too: the first run would compile torch)."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    exe = python or sys.executable
+    if exe not in _COMPILED:
+        r = subprocess.run([exe, "-m", "compileall", "-q", os.path.join(ROOT, "tensorgc"),
+                            os.path.join(ROOT, "bench")], env=env, capture_output=True, text=True)
+        if r.returncode != 0:  # a tree that cannot be written: measured, but said
+            log(f"bench: tensorgc's bytecode could not be cached for {exe}; its workers compile "
+                f"the sources at import, which no installed package does: "
+                f"{(r.stderr or r.stdout).strip()[-300:]}")
+        _COMPILED.add(exe)
+    return env
+
+
 def run_worker(script: str, config: dict, timeout: float, grace: float = 180.0,
                python: str | None = None) -> dict:
-    """Run one measurement in a fresh interpreter (``python``, default this one); return its
-    result dict.
+    """Run one measurement in a fresh interpreter (``python``, default this one), with the
+    bytecode cached (worker_env); return its result dict.
 
     ``timeout`` bounds the measured section (enforced in the worker); the whole
     process gets ``timeout + grace`` (setup included) before it is killed.
     """
     cmd = [python or sys.executable, script, "--worker", json.dumps(config)]
     hard = (timeout + grace) if timeout and timeout > 0 else None
+    env = worker_env(python)
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=hard)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=hard, env=env)
     except subprocess.TimeoutExpired as exc:
         return {"timed_out": True, "seconds": None, "progress": None, "killed": True,
                 "wall_s": time.perf_counter() - t0,
@@ -269,6 +299,8 @@ def environment(device: str) -> dict:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "device": device,
+        # workers run with tensorgc's bytecode cached, as installed (worker_env)
+        "bytecode": "cached",
     }
     try:
         import gc

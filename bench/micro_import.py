@@ -11,6 +11,10 @@ installed), collects, reads ``sys._debugmallocstats()``, imports tensorgc, colle
 again: the free blocks gained in the small size classes are the holes the import left.
 
     python3 bench/micro_import.py --repeat 5
+
+By default the bytecode is cached, as pip leaves an installed package (bench/_common.py's
+worker_env); ``--bytecode source`` compiles every module at import instead, as a process does
+where ``PYTHONDONTWRITEBYTECODE`` is set and no cache exists: compiling leaves holes of its own.
 """
 import argparse
 import json
@@ -19,8 +23,12 @@ import re
 import statistics
 import subprocess
 import sys
+import shutil
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
 
 CHILD = r"""
 import gc, json, os, re, sys, time
@@ -64,25 +72,41 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeat", type=int, default=5, help="fresh interpreters")
     p.add_argument("--json", default=None, help="write the runs as JSON to this path")
+    p.add_argument("--bytecode", choices=("cached", "source"), default="cached",
+                   help="cached: as installed (default); source: compiled in every process")
     args = p.parse_args(argv)
+    if args.bytecode == "cached":
+        env = C.worker_env()
+        empty = None
+    else:
+        # tensorgc's bytecode ignored and none written; torch's (site-packages) still read
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        env.pop("PYTHONPYCACHEPREFIX", None)
+        empty = tempfile.TemporaryDirectory()
+        shutil.copytree(os.path.join(ROOT, "tensorgc"), os.path.join(empty.name, "tensorgc"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        env["PYTHONPATH"] = empty.name
     runs = []
     for _ in range(args.repeat):
         r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
-                           cwd=ROOT, timeout=300)
+                           cwd=empty.name if empty else ROOT, timeout=300, env=env)
         if r.returncode != 0:
             sys.stderr.write(r.stderr)
             return 1
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
     secs = statistics.median(r["seconds"] for r in runs)
-    print(f"python {sys.version.split()[0]}: `import tensorgc` {secs * 1e3:.1f} ms (median of "
-          f"{len(runs)}), {runs[0]['modules']} modules loaded\n")
+    print(f"python {sys.version.split()[0]}, bytecode {args.bytecode}: `import tensorgc` "
+          f"{secs * 1e3:.1f} ms (median of {len(runs)}), {runs[0]['modules']} modules loaded\n")
     print("| size class (bytes) | free blocks the import left (median) |")
     print("| ---: | ---: |")
     for size in (16, 32, 48, 64, 80, 96, 112, 128):
         print(f"| {size} | {statistics.median(r['holes'].get(str(size), 0) for r in runs):+.0f} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"python": sys.version, "runs": runs}, f, indent=1)
+            json.dump({"python": sys.version, "bytecode": args.bytecode, "runs": runs}, f,
+                      indent=1)
+    if empty is not None:
+        empty.cleanup()
     return 0
 
 

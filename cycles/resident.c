@@ -56,7 +56,7 @@ resident__drop(young_sentinel **slot)
  * asking _PyObject_IS_GC, follows. Plants the spare only the first time in a collection's first
  * passes (young.h says why that is the first reference the collection follows to a tensor). */
 static void
-resident__plant(void *unused)
+resident__plant(void *unused, PyObject *tensor)
 {
     (void)unused;
     young_sentinel *a = resident_spare;
@@ -86,6 +86,10 @@ resident__plant(void *unused)
     a->catch = resident_catch;
     a->arg = resident_arg;
     tgc_watch_set_mark(&a->watch, 1);  /* counts this visit: the planter runs before the count */
+    /* The reference changes no gc_refs (the collector computed them from the refcounts before
+     * this pass) and is dropped by the pair's finalizer, before the collector reads refcounts
+     * again (its resurrection check). */
+    a->hint = Py_NewRef(tensor);
     /* each is referenced once, by the other, from inside the list: gc_refs 0 */
     tgc_gc_link_examined(tgc_gc_node_of((PyObject *)b), head, 0);
     tgc_gc_link_examined(tgc_gc_node_of((PyObject *)a), head, 0);

@@ -118,8 +118,9 @@ PyDoc_STRVAR(sentinel_doc,
 "'armed', 'lost', 'unwalked'}: collections it was planted for; of those, whose garbage held "
 "tensors and was taken for the report, that were armed from inside the collection (the user's gc "
 "debug flags, or the garbage could not be walked), and whose sentinel outlived the collection; "
-"the walks the tensor watch spared (the collector followed no reference to a tensor), and those "
-"it cut short (the hits found accounted for every such reference).");
+"the walks the tensor watch spared (the collector followed no reference to a tensor), those "
+"it cut short (the hits found accounted for every such reference), and those that started beside "
+"the tensor the collection planted the resident pair for ('near').");
 
 static PyObject *
 sentinel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -133,7 +134,8 @@ sentinel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                              {"armed", n->sentinel_armed},
                                              {"lost", n->sentinel_lost},
                                              {"unwalked", unwalked},
-                                             {"cut", cut}}, 6);
+                                             {"cut", cut},
+                                             {"near", tgc_young_near()}}, 7);
 }
 
 PyDoc_STRVAR(resident_doc,

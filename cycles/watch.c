@@ -17,7 +17,7 @@
  * counts, and a slot holding its is_gc is the watch's, not another tool's. Its code stays loaded
  * (extension modules are never unloaded), so the pointers stay good. A copy whose struct differs
  * uses another key and sees the slots as someone else's. */
-#define WATCH_KEY "tensorgc.tensor_watch.2"
+#define WATCH_KEY "tensorgc.tensor_watch.3"
 typedef struct {
     inquiry is_gc;          /* the slot it sets */
     size_t tensor_visits;   /* what is_gc counts */
@@ -35,9 +35,8 @@ static size_t watch_own_visits;     /* the sentinel type's (this copy's own) */
 static int
 watch__tensor_is_gc(PyObject *op)
 {
-    (void)op;
     if (watch_own.plant != NULL) {
-        watch_own.plant(watch_own.plant_arg);  /* first: a mark it takes counts this visit */
+        watch_own.plant(watch_own.plant_arg, op);  /* first: a mark it takes counts this visit */
     }
     watch_own.tensor_visits++;
     return 1;

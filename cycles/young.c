@@ -932,13 +932,19 @@ tgc_young_island(PyTypeObject *tensor, int generation, int crosscheck, PyObject 
 static young_sentinel *young_planted;
 static int young_held;
 /* Walks the tensor watch spared, and walks it cut short (tests); the GIL. */
-static unsigned long long young_unwalked, young_cut;
+static unsigned long long young_unwalked, young_cut, young_near;
 
 unsigned long long
 tgc_young_unwalked(unsigned long long *cut)
 {
     *cut = young_cut;
     return young_unwalked;
+}
+
+unsigned long long
+tgc_young_near(void)
+{
+    return young_near;
 }
 
 static int
@@ -952,6 +958,7 @@ static int
 sentinel__clear(PyObject *self)
 {
     Py_CLEAR(((young_sentinel *)self)->peer);
+    Py_CLEAR(((young_sentinel *)self)->hint);
     return 0;
 }
 
@@ -964,6 +971,7 @@ sentinel__dealloc(PyObject *self)
         young_planted = NULL;
     }
     Py_CLEAR(((young_sentinel *)self)->peer);
+    Py_CLEAR(((young_sentinel *)self)->hint);
     PyObject_GC_Del(self);
 }
 
@@ -1092,7 +1100,96 @@ done:
     return rc;
 }
 
-static void sentinel__look(PyObject *self);
+/* A hit of the walk: joins the island; 1 once the hits' own references to tensors add up to
+ * budget (every reference the collector followed to a tensor is accounted for: no object left
+ * to test can be a hit), -1 when the island overflows, else 0. */
+static int
+sentinel__hit(island_ctx *c, PyObject *op, size_t budget, size_t *found)
+{
+    if (island__add(c, op)) {
+        return -1;
+    }
+    if (budget == 0) {
+        return 0;
+    }
+    (void)Py_TYPE(op)->tp_traverse(op, sentinel__count_watched, found);
+    return *found == budget;
+}
+
+/* sentinel__island, searching outward from `h` instead of from the ends: h is a garbage tensor
+ * the collection followed a reference to (the resident pair's hint). Young garbage is made
+ * together, so what holds a tensor mostly lies beside it in the list: the walk tests the objects
+ * nearest h first, on both sides, and stops once the hits account for every reference to a
+ * tensor the collector followed (budget, not 0), or when it tested the whole garbage. The
+ * members are then listed from the stretch it tested when they all lie in it, so that neither
+ * pass reads the rest of the garbage. Same returns as sentinel__island. */
+static int
+sentinel__near(young_ctx *y, tgc_gc_node *first, tgc_gc_node *h, tgc_gc_node *head,
+               size_t budget, PyObject **island, PyObject **deferred)
+{
+    island_ctx c;
+    int rc = 0;
+    if (island__ctx_init(&c, y->tensor, TGC_ISLAND_MAX) < 0) {
+        rc = -1;
+        goto done;
+    }
+    young_cursor fc, bc;
+    young__cursor_init(&fc);
+    young__cursor_init(&bc);
+    PyTypeObject *plain_ref[2] = {NULL, NULL};
+    size_t found = 0;
+    /* f: the next to test going forward (head: none left); b: going backward (NULL: none
+     * left). lo..hi is what was tested, both included. */
+    tgc_gc_node *f = h, *b = h == first ? NULL : tgc_gc_prev(h), *lo = h, *hi = h;
+    int r = 0;
+    while (r == 0 && (f != head || b != NULL)) {
+        if (f != head) {
+            PyObject *op = tgc_gc_object(f);
+            hi = f;
+            f = tgc_gc_next(f);
+            if (young__hit(y, &fc, plain_ref, op)) {
+                r = sentinel__hit(&c, op, budget, &found);
+            }
+        }
+        if (r == 0 && b != NULL) {
+            PyObject *op = tgc_gc_object(b);
+            lo = b;
+            b = b == first ? NULL : tgc_gc_prev(b);
+            if (young__hit(y, &bc, plain_ref, op)) {
+                r = sentinel__hit(&c, op, budget, &found);
+            }
+        }
+    }
+    if (r < 0) {
+        goto done;  /* overflow */
+    }
+    young_cut += r > 0 && (f != head || b != NULL);
+    young_near++;
+    for (uint32_t i = 0; i < c.n; i++) {  /* c.n grows as members join */
+        PyObject *op = c.items[i];
+        (void)Py_TYPE(op)->tp_traverse(op, sentinel__reach, &c);
+        if (c.overflow) {
+            goto done;
+        }
+    }
+    if (c.n == 0 || !island__exact(&c, 0)) {
+        goto done;
+    }
+    uint32_t inside = 0;
+    for (tgc_gc_node *g = lo;; g = tgc_gc_next(g)) {
+        inside += tgc_ptrmap_get(&c.map, tgc_gc_object(g)) != UINT32_MAX;
+        if (g == hi) {
+            break;
+        }
+    }
+    rc = (inside == c.n ? sentinel__take(lo, tgc_gc_next(hi), &c.map, island, deferred)
+                        : sentinel__take(first, head, &c.map, island, deferred)) < 0 ? -1 : 1;
+done:
+    island__ctx_free(&c);
+    return rc;
+}
+
+static void sentinel__look(PyObject *self, PyObject *hint);
 
 #ifdef TGC_PHASE_TIMES
 #  include <time.h>
@@ -1125,14 +1222,28 @@ sentinel__finalize(PyObject *self)
     if (!s->first) {
         return;
     }
+    /* The hint (a new reference): garbage now, it stays alive until the garbage is freed, and
+     * the reference is given back at once; the collector reads refcounts again only after the
+     * finalizers. Otherwise it is given back after the walk (it may be the last reference:
+     * freeing a live object is what any finalizer may do). The test reads the collector's bit
+     * directly: PyObject_IS_GC would call the watch, which would count it. */
+    PyObject *hint = s->hint;
+    s->hint = NULL;
+    int hint_garbage = hint != NULL && tgc_gc_marked(tgc_gc_node_of(hint));
+    if (hint_garbage) {
+        Py_DECREF(hint);
+    }
 #ifdef TGC_PHASE_TIMES
     unsigned long long t0 = sentinel__now();
-    sentinel__look(self);
+    sentinel__look(self, hint_garbage ? hint : NULL);
     young_walk_n++;
     young_walk_ns += sentinel__now() - t0;
 #else
-    sentinel__look(self);
+    sentinel__look(self, hint_garbage ? hint : NULL);
 #endif
+    if (!hint_garbage) {
+        Py_XDECREF(hint);
+    }
     if (s->done != NULL) {
         s->done(s);  /* resident.c: keeps the pair, makes the next spare */
     }
@@ -1144,7 +1255,7 @@ sentinel__finalize(PyObject *self)
  * that holds tensors to the catcher (sentinel__island), or all of it. Runs no Python code unless
  * the catcher does. */
 static void
-sentinel__look(PyObject *self)
+sentinel__look(PyObject *self, PyObject *hint)
 {
     young_sentinel *s = (young_sentinel *)self;
     tgc_young_catch catch = s->catch;
@@ -1186,13 +1297,20 @@ sentinel__look(PyObject *self)
     young__cursor_init(&fc);
     young__cursor_init(&bc);
     tgc_gc_node *first = tgc_gc_next(n2), *last;
-    tgc_gc_node *hit = young__ring_hit(&y, &fc, &bc, plain_ref, first, head, &last);
-    if (hit == NULL) {
-        return;
-    }
+    size_t budget = tgc_watch_visits(&s->watch);
     PyObject *island = NULL, *deferred = NULL;
-    int rc = sentinel__island(&y, first, hit, last, head, tgc_watch_visits(&s->watch), &island,
-                              &deferred);
+    int rc;
+    if (hint != NULL && budget != 0 && first != head) {
+        /* a garbage tensor: the walk starts beside it (it is itself a hit) */
+        rc = sentinel__near(&y, first, tgc_gc_node_of(hint), head, budget, &island, &deferred);
+    }
+    else {
+        tgc_gc_node *hit = young__ring_hit(&y, &fc, &bc, plain_ref, first, head, &last);
+        if (hit == NULL) {
+            return;
+        }
+        rc = sentinel__island(&y, first, hit, last, head, budget, &island, &deferred);
+    }
     if (rc == 0) {
         rc = sentinel__take(first, head, NULL, &island, &deferred);
     }
@@ -1235,6 +1353,7 @@ sentinel__new(void)
         memset(&s->watch, 0, sizeof(s->watch));
         s->resident = 0;
         s->done = NULL;
+        s->hint = NULL;
     }
     return s;
 }
@@ -1392,6 +1511,12 @@ unsigned long long
 tgc_young_unwalked(unsigned long long *cut)
 {
     *cut = 0;
+    return 0;
+}
+
+unsigned long long
+tgc_young_near(void)
+{
     return 0;
 }
 

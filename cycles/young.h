@@ -125,6 +125,9 @@ void tgc_young_walk_times(unsigned long long *n, unsigned long long *ns);
 /* Walks the sentinel skipped because the collector followed no reference to a tensor (watch.h),
  * and (*cut) walks it stopped once the hits accounted for every such reference (tests). */
 unsigned long long tgc_young_unwalked(unsigned long long *cut);
+/* Walks that started beside the tensor the collection planted the resident pair for (its hint,
+ * when garbage) instead of at the ends of the garbage (tests). */
+unsigned long long tgc_young_near(void);
 /* Clears the "finalizer ran" mark the sentinel set on each object of `deferred` (a list). */
 void tgc_young_undefer(PyObject *deferred);
 

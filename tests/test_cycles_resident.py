@@ -302,3 +302,118 @@ def test_many_observers_and_filters_while_resident(track):
     _drop_a_tensor_cycle()
     gc.collect(0)
     assert len(every) == 1 and len(pred) == 1 and _hooks() == []
+
+
+def _layouts():
+    """Garbage whose tensors lie in different places relative to what holds them, each made by a
+    function that leaves it unreachable; name -> maker."""
+    Pair, Holder, Far = new_class("Pair"), new_class("Holder"), new_class("Far")
+
+    def beside():  # the holder made right after its tensor, amid tensor-free garbage
+        _pairs(150, Pair)
+        h = Holder()
+        h.me, h.t = h, T(4)
+        _pairs(150, Pair)
+
+    def holder_long_before():  # the holder made first, its tensor 300 objects later
+        h = Holder()
+        h.me = h
+        _pairs(150, Pair)
+        h.t = T(4)
+        _pairs(150, Pair)
+
+    def member_far_away():  # the holder's cycle runs through an object made far from the tensor
+        f = Far()
+        _pairs(200, Pair)
+        h = Holder()
+        h.t, h.far, f.back = T(4), f, h
+        _pairs(200, Pair)
+
+    def two_cycles_apart():
+        h = Holder()
+        h.me, h.t = h, T(4)
+        _pairs(300, Pair)
+        k = Holder()
+        k.me, k.t = k, T(8)
+
+    def shared_tensor():  # two cycles holding one tensor
+        t = T(4)
+        _pairs(100, Pair)
+        h, k = Holder(), Holder()
+        h.me, h.t, k.me, k.t = h, t, k, t
+
+    return {"beside": beside, "holder_long_before": holder_long_before,
+            "member_far_away": member_far_away, "two_cycles_apart": two_cycles_apart,
+            "shared_tensor": shared_tensor}
+
+
+def _seen(r):
+    return (r.text, [(t["shape"], t["nbytes"]) for t in r.tensors], r.edges)
+
+
+@pytest.mark.parametrize("live", [None, "after", "before"],
+                         ids=["garbage_only", "live_tensor_after", "live_tensor_before"])
+@pytest.mark.parametrize("layout", sorted(_layouts()))
+def test_the_walk_from_beside_the_tensor_reports_what_the_walk_from_the_ends_does(
+        track, layout, live):
+    """Resident, the walk starts beside the tensor the collection met first, when that one is
+    garbage, and stops once every reference to a tensor is accounted for; with the hook on
+    gc.callbacks it starts at the ends of the garbage. Both give the same report (the same objects
+    in the same order: the same text, tensors and edges), wherever the tensor lies relative to what
+    holds it. With a live young list referencing a tensor made after the garbage, no stop is
+    proven (a reference no garbage explains) and the walk from beside the tensor tests all of the
+    garbage; made before it, the first tensor met is the live one, and the walk starts at the
+    ends."""
+    make = _layouts()[layout]
+    tensor = T(2)
+
+    def one(resident):
+        reports = []
+        handle = track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+        try:
+            _C._resident(resident)
+            gc.collect()
+            reports.clear()  # what earlier tests left
+            young = [tensor] if live == "before" else None
+            near = _C._sentinel()["near"]
+            make()
+            if live == "after":
+                young = [tensor]
+            gc.collect(0)
+            del young
+            return [_seen(r) for r in reports], _C._sentinel()["near"] - near
+        finally:
+            _C._resident(True)
+            handle.remove()
+
+    ends, near_off = one(False)
+    beside, near_on = one(True)
+    assert len(ends) == 1 and near_off == 0
+    assert beside == ends
+    assert near_on == (0 if live == "before" else 1)
+
+
+def test_a_live_tensor_the_collection_met_first_outlives_a_weakref_callback_that_drops_it(track):
+    """The pair is planted at the first reference to a tensor the collection follows, and keeps
+    that tensor (its hint) until the walk. When it is a live one and a weakref callback, which the
+    collector runs before any finalizer, drops its last other reference, it is freed after the
+    walk, not under it; the garbage's tensor is reported, and the live one is freed by then."""
+    reports = []
+    track(tensorgc.observe_cycles(reports.append, device=DEVICE))
+    gc.collect()
+    reports.clear()  # what earlier tests left
+    Holder, Target = new_class("Holder"), new_class("Target")
+    holder = [T(3)]  # young: the first reference to a tensor the collection follows
+    freed = weakref.ref(holder[0])
+    g = Target()
+    g.me = g
+    watcher = weakref.ref(g, lambda _: holder.clear())  # reachable: called by the collector
+    h = Holder()
+    h.me, h.t = h, T(4)
+    del g, h
+    planted = _C._resident()["planted"]
+    gc.collect(0)
+    assert _C._resident()["planted"] == planted + 1
+    assert holder == [] and freed() is None
+    assert [(r.nbytes, len(r.tensors)) for r in reports] == [(16, 1)]
+    del watcher

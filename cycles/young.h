@@ -91,8 +91,9 @@ int tgc_young_planted(void);
  * as being collected) nor after it. A collection that meets no tensor runs with nothing of
  * ours: no callback, no pair.
  *
- * The pair's finalizer walks the garbage and calls catch (as tgc_young_plant says), keeps the pair, so that it outlives the collection and is not counted
- * as collected, breaks up the one kept before, and makes the next spare. Its walk starts where
+ * The pair's finalizer walks the garbage and calls catch (as tgc_young_plant says), keeps the
+ * pair, so that it outlives the collection and is not counted as collected, breaks up the one
+ * kept before, and makes the next spare. Its walk starts where
  * the planted one's cannot: beside the tensor the collection followed the reference to when it
  * planted the pair (the pair holds it until the walk, so that a weakref callback the collector
  * runs first cannot free it), when that tensor is garbage; young garbage is made together, so

@@ -1041,6 +1041,38 @@ sentinel__count_watched(PyObject *o, void *arg)
     return 0;
 }
 
+/* A hit of the walk: joins the island; 1 once the hits' own references to tensors add up to
+ * budget (every reference the collector followed to a tensor is accounted for: no object left
+ * to test can be a hit), -1 when the island overflows, else 0. */
+static int
+sentinel__hit(island_ctx *c, PyObject *op, size_t budget, size_t *found)
+{
+    if (island__add(c, op)) {
+        return -1;
+    }
+    if (budget == 0) {
+        return 0;
+    }
+    (void)Py_TYPE(op)->tp_traverse(op, sentinel__count_watched, found);
+    return *found == budget;
+}
+
+/* The hits closed under references to garbage: 1 when that part is an island of the garbage (no
+ * reference from the rest: every member's refcount explained by the members'), 0 when it is not,
+ * is empty, or grows past TGC_ISLAND_MAX (or no memory). */
+static int
+sentinel__closed(island_ctx *c)
+{
+    for (uint32_t i = 0; i < c->n; i++) {  /* c->n grows as members join */
+        PyObject *op = c->items[i];
+        (void)Py_TYPE(op)->tp_traverse(op, sentinel__reach, c);
+        if (c->overflow) {
+            return 0;
+        }
+    }
+    return c->n != 0 && island__exact(c, 0);
+}
+
 /* The part of the garbage (first..head) that holds its tensors, when it is an island of it: the
  * objects that are or reference a tensor (the walk's hits: none before `hit`, none after `last`,
  * which young__ring_hit tested clean), closed under references to garbage, with no reference
@@ -1068,52 +1100,25 @@ sentinel__island(young_ctx *y, tgc_gc_node *first, tgc_gc_node *hit, tgc_gc_node
     size_t found = 0;
     for (tgc_gc_node *g = hit;; g = tgc_gc_next(g)) {
         PyObject *op = tgc_gc_object(g);
-        if (young__hit(y, &cur, plain_ref, op)) {
-            if (island__add(&c, op)) {
-                goto done;  /* overflow */
-            }
-            if (budget != 0) {
-                (void)Py_TYPE(op)->tp_traverse(op, sentinel__count_watched, &found);
-                if (found == budget) {
-                    young_cut += g != last;
-                    break;
-                }
-            }
+        int r = young__hit(y, &cur, plain_ref, op) ? sentinel__hit(&c, op, budget, &found) : 0;
+        if (r < 0) {
+            goto done;  /* overflow */
+        }
+        if (r > 0) {
+            young_cut += g != last;
+            break;
         }
         if (g == last) {
             break;
         }
     }
-    for (uint32_t i = 0; i < c.n; i++) {  /* c.n grows as members join */
-        PyObject *op = c.items[i];
-        (void)Py_TYPE(op)->tp_traverse(op, sentinel__reach, &c);
-        if (c.overflow) {
-            goto done;
-        }
-    }
-    if (c.n == 0 || !island__exact(&c, 0)) {
+    if (!sentinel__closed(&c)) {
         goto done;
     }
     rc = sentinel__take(first, head, &c.map, island, deferred) < 0 ? -1 : 1;
 done:
     island__ctx_free(&c);
     return rc;
-}
-
-/* A hit of the walk: joins the island; 1 once the hits' own references to tensors add up to
- * budget (every reference the collector followed to a tensor is accounted for: no object left
- * to test can be a hit), -1 when the island overflows, else 0. */
-static int
-sentinel__hit(island_ctx *c, PyObject *op, size_t budget, size_t *found)
-{
-    if (island__add(c, op)) {
-        return -1;
-    }
-    if (budget == 0) {
-        return 0;
-    }
-    (void)Py_TYPE(op)->tp_traverse(op, sentinel__count_watched, found);
-    return *found == budget;
 }
 
 /* sentinel__island, searching outward from `h` instead of from the ends: h is a garbage tensor
@@ -1165,14 +1170,7 @@ sentinel__near(young_ctx *y, tgc_gc_node *first, tgc_gc_node *h, tgc_gc_node *he
     }
     young_cut += r > 0 && (f != head || b != NULL);
     young_near++;
-    for (uint32_t i = 0; i < c.n; i++) {  /* c.n grows as members join */
-        PyObject *op = c.items[i];
-        (void)Py_TYPE(op)->tp_traverse(op, sentinel__reach, &c);
-        if (c.overflow) {
-            goto done;
-        }
-    }
-    if (c.n == 0 || !island__exact(&c, 0)) {
+    if (!sentinel__closed(&c)) {
         goto done;
     }
     uint32_t inside = 0;

@@ -19,12 +19,13 @@ typedef struct young_sentinel_s {
     tgc_watch_mark watch;        /* first only: the tensor watch when it was planted */
     int resident;                /* first only: planted by the watch (young.h's resident sentinel) */
     void (*done)(struct young_sentinel_s *self);  /* first, resident only: after the walk */
-    PyObject *hint;              /* first, resident only: new reference, or NULL: the tensor the
-                                  * collection followed a reference to when it planted the pair;
-                                  * the walk starts beside it when it is garbage. Held from inside
-                                  * the collector's first pass to the pair's finalizer, which comes
-                                  * before the collector looks at refcounts again, so that a
-                                  * weakref callback run meanwhile cannot free it under us */
+    PyObject *hint;              /* first, resident only: new reference, or NULL: the tensor
+                                  * the collection followed a reference to when it planted the
+                                  * pair; the walk starts beside it when it is garbage. Held
+                                  * from inside the collector's first pass to the pair's
+                                  * finalizer, before the collector reads refcounts again, so
+                                  * that a weakref callback run meanwhile cannot free it under
+                                  * us (a live one is freed after the walk instead: young.h) */
 } young_sentinel;
 
 /* Whether the pair's type is ready (young.c readies it at module exec). */

@@ -54,8 +54,9 @@ size_t tgc_watch_visits(const tgc_watch_mark *m);
 /* The sentinel type's tp_is_gc: counts, answers 1. */
 int tgc_watch_own_is_gc(PyObject *op);
 /* The planter: a function the watch calls on each reference to a tensor it counts, before
- * counting it, with the argument given here and the tensor referenced (borrowed) (young.c's resident sentinel plants itself from it,
- * inside the collection, the first time a collection follows a reference to a tensor). It runs
+ * counting it, with the argument given here and the tensor referenced (borrowed): young.c's
+ * resident sentinel plants itself from it, inside the collection, the first time a collection
+ * follows a reference to a tensor, and keeps that tensor as where its walk starts. It runs
  * inside the collector's passes: it may read and relink the collector's lists, and must run no
  * Python code, allocate no gc object and free nothing. One planter for every copy of tensorgc
  * in the interpreter: tgc_watch_planter_set returns 1 when fn/arg is now the planter, 0 when the

@@ -98,7 +98,11 @@ int tgc_young_planted(void);
  * planted the pair (the pair holds it until the walk, so that a weakref callback the collector
  * runs first cannot free it), when that tensor is garbage; young garbage is made together, so
  * what holds it mostly lies beside it, and the walk stops once the tensor watch's count of
- * references to tensors is accounted for. Otherwise it walks from the ends, as the planted one.
+ * references to tensors is accounted for (a live young object referencing a tensor, which no
+ * garbage explains, means testing all of it). Otherwise it walks from the ends, as the planted
+ * one. The cost of holding the tensor: when it is a live one and a weakref callback drops its last
+ * other reference, it is freed at the end of the pair's finalizer, not in that callback (its own
+ * weakref callbacks and __del__ run there); a garbage one is given back before the walk.
  * When no spare can be made, it calls lost(arg) instead of leaving the next collection unseen:
  * the caller goes back to gc.callbacks. catch and lost run inside the collection (a finalizer's
  * context): they may run Python code, and add to gc.callbacks, which the collector only reads

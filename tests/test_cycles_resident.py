@@ -396,8 +396,9 @@ def test_the_walk_from_beside_the_tensor_reports_what_the_walk_from_the_ends_doe
 def test_a_live_tensor_the_collection_met_first_outlives_a_weakref_callback_that_drops_it(track):
     """The pair is planted at the first reference to a tensor the collection follows, and keeps
     that tensor (its hint) until the walk. When it is a live one and a weakref callback, which the
-    collector runs before any finalizer, drops its last other reference, it is freed after the
-    walk, not under it; the garbage's tensor is reported, and the live one is freed by then."""
+    collector runs before any finalizer, drops its last other reference, it is still alive for
+    the callbacks after that one and is freed after the walk, not under it; the garbage's tensor
+    is reported, and the live one is freed by the end of the collection."""
     reports = []
     track(tensorgc.observe_cycles(reports.append, device=DEVICE))
     gc.collect()
@@ -405,15 +406,20 @@ def test_a_live_tensor_the_collection_met_first_outlives_a_weakref_callback_that
     Holder, Target = new_class("Holder"), new_class("Target")
     holder = [T(3)]  # young: the first reference to a tensor the collection follows
     freed = weakref.ref(holder[0])
-    g = Target()
-    g.me = g
-    watcher = weakref.ref(g, lambda _: holder.clear())  # reachable: called by the collector
+    alive_then = []
+    g, g2 = Target(), Target()
+    g.me, g2.me = g, g2
+    # reachable weak references to garbage: the collector calls them before any finalizer, in
+    # the garbage's order; the second one sees the tensor still held by the pair
+    watcher = weakref.ref(g, lambda _: holder.clear())
+    looker = weakref.ref(g2, lambda _: alive_then.append(freed() is not None))
     h = Holder()
     h.me, h.t = h, T(4)
-    del g, h
+    del g, g2, h
     planted = _C._resident()["planted"]
     gc.collect(0)
     assert _C._resident()["planted"] == planted + 1
+    assert alive_then == [True]
     assert holder == [] and freed() is None
     assert [(r.nbytes, len(r.tensors)) for r in reports] == [(16, 1)]
-    del watcher
+    del watcher, looker

@@ -3,21 +3,15 @@
  * of). Nothing is pre-scanned, no sentinel is planted and no island proven: every collection may
  * hold tensors, and the detector arms them all (the portable path young.c's header describes).
  * tgc_young_plain, which needs no list, stays in young.c. */
-#define Py_BUILD_CORE 1
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
 
 #include "tensorgc/compat.h"
 #include "tensorgc/internals.h"
-#include "gclists.h"
-
 #include "tensorgc/owners.h"
-#include "tensorgc/ptrmap.h"
 #include "tensorgc/tensor.h"
-#include "young.h"
-#include "watch.h"
-#include "sentinel.h"
+#include "young.h"  /* after owners.h and tensor.h, as it says */
 
 #if !TGC_HAVE_YOUNG_SCAN
 
@@ -45,7 +39,6 @@ tgc_young_planted(void)
 {
     return 0;
 }
-
 
 void
 tgc_young_undefer(PyObject *deferred)

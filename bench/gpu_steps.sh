@@ -10,7 +10,7 @@
 # build), a C compiler. Run from the repository root:
 #   bash bench/gpu_steps.sh tests demos bench
 # Steps: tests, demos, bench, quickbench, reporter, b1, inproc, pages, b1torch, b2, young, units,
-# profile, index, lineprof, ab, phases, shapes, ranks (see the case below, or CONTRIBUTING.md).
+# profile, index, lineprof, ab, phases, shapes, fresh, ranks (see the case below, or CONTRIBUTING.md).
 #
 # Optional settings (environment):
 #   OUT=DIR          where logs go (default /tmp/tensorgc-gpu)
@@ -164,6 +164,22 @@ for step in "$@"; do
           --repeat 9 --loops 1 --json "$OUT/shapes-fresh-$s.json" 2>/dev/null > "$OUT/shapes-fresh-$s.md"
       done
       python3 bench/b1_shapes_table.py "$OUT"/shapes-*.json | tee "$OUT/shapes.md" ;;
+    fresh)
+      # B1 per shape in fresh processes, first loop, CPU time: the six shapes at once, each on a
+      # core of its own (cpu1-cpu6; FRESH_SET names the set, FRESH_REPEAT its runs a mode); pool
+      # the sets of several calls with `bench/b1_pool.py --per-set` (the host's speed moves
+      # between calls)
+      core=1
+      for s in slots dict list dictobj closure method; do
+        taskset -c "$core" python3 bench/b1_overhead.py --heaps 1000000 --modes plain,floor,tensorgc \
+          --shape "$s" --repeat "${FRESH_REPEAT:-16}" --loops 1 --clock cpu \
+          --json "$OUT/fresh-${FRESH_SET:-set1}-$s.json" 2>/dev/null > "$OUT/fresh-${FRESH_SET:-set1}-$s.md" &
+        core=$((core + 1))
+      done
+      wait
+      for s in slots dict list dictobj closure method; do
+        grep "| 1,000,000" "$OUT/fresh-${FRESH_SET:-set1}-$s.md" | awk -F'|' -v s="$s" '{print s, $3, $4, $5}'
+      done | tee "$OUT/fresh-${FRESH_SET:-set1}.txt" ;;
     ranks)
       # two GPUs, one a rank, NCCL: B8 (gather_report per call), the demo under torchrun, the
       # page of its per-rank snapshots, and the distributed tests (gloo, CPU)

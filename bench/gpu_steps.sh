@@ -169,6 +169,7 @@ for step in "$@"; do
       # core of its own (cpu1-cpu6; FRESH_SET names the set, FRESH_REPEAT its runs a mode); pool
       # the sets of several calls with `bench/b1_pool.py --per-set` (the host's speed moves
       # between calls)
+      if [ "$(nproc)" -lt 7 ]; then echo "fresh: needs 7 cores (cpu1-cpu6 free), this machine has $(nproc)"; continue; fi
       core=1
       for s in slots dict list dictobj closure method; do
         taskset -c "$core" python3 bench/b1_overhead.py --heaps 1000000 --modes plain,floor,tensorgc \

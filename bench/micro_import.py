@@ -87,13 +87,17 @@ def main(argv=None) -> int:
                         ignore=shutil.ignore_patterns("__pycache__"))
         env["PYTHONPATH"] = empty.name
     runs = []
-    for _ in range(args.repeat):
-        r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
-                           cwd=empty.name if empty else ROOT, timeout=300, env=env)
-        if r.returncode != 0:
-            sys.stderr.write(r.stderr)
-            return 1
-        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    try:
+        for _ in range(args.repeat):
+            r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
+                               cwd=empty.name if empty else ROOT, timeout=300, env=env)
+            if r.returncode != 0:
+                sys.stderr.write(r.stderr)
+                return 1
+            runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    finally:
+        if empty is not None:  # on every way out: a failed or timed-out run too
+            empty.cleanup()
     secs = statistics.median(r["seconds"] for r in runs)
     print(f"python {sys.version.split()[0]}, bytecode {args.bytecode}: `import tensorgc` "
           f"{secs * 1e3:.1f} ms (median of {len(runs)}), {runs[0]['modules']} modules loaded\n")
@@ -105,8 +109,6 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"python": sys.version, "bytecode": args.bytecode, "runs": runs}, f,
                       indent=1)
-    if empty is not None:
-        empty.cleanup()
     return 0
 
 
